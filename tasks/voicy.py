@@ -1,0 +1,67 @@
+"""Thin Celery tasks for Voicy: parse input, call ``workers.voicy.pipeline``, dispatch the next step.
+
+Task arguments are only a job id and a lease token, so nothing secret can
+reach Flower or the result backend (S1).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery import shared_task
+from celery.signals import worker_process_init
+
+from workers.config import load_settings
+from workers.logs import setup_logging
+from workers.voicy import pipeline
+from workers.voicy.pipeline import VoicyRuntime
+
+from tasks.settings import FleetSettings
+
+log = logging.getLogger(__name__)
+
+TRANSCRIBE_TASK = "voicy.transcribe"
+DOWNLOAD_TASK = "voicy.download"
+
+_runtime: VoicyRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> VoicyRuntime:
+    """The process's Voicy runtime, built on first use (after fork, never in the parent)."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = VoicyRuntime.from_env(load_settings(FleetSettings).redis_url)
+        return _runtime
+
+
+@worker_process_init.connect
+def _reset_after_fork(**_: object) -> None:
+    """A forked child must not reuse the parent's sockets: drop any inherited runtime."""
+    global _runtime
+    _runtime = None
+    setup_logging()
+
+
+def dispatch_download(job_id: str, token: str) -> None:
+    download.apply_async(args=[job_id, token])
+
+
+def dispatch_transcription(job_id: str, token: str) -> None:
+    transcribe.apply_async(args=[job_id, token])
+
+
+@shared_task(name=DOWNLOAD_TASK, ignore_result=True)
+def download(job_id: str, token: str) -> None:
+    """io: fetch the media into the store, mark it downloaded, queue the transcription."""
+    next_token = pipeline.run_download(runtime(), job_id, token)
+    if next_token is not None:
+        dispatch_transcription(job_id, next_token)
+
+
+@shared_task(name=TRANSCRIBE_TASK, ignore_result=True)
+def transcribe(job_id: str, token: str) -> bool:
+    """gpu: transcribe with progress and post the result."""
+    return pipeline.run_transcription(runtime(), job_id, token)

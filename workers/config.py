@@ -1,0 +1,38 @@
+"""Loading settings so that a misconfiguration stops the process with a clear message.
+
+pydantic-settings reports errors with field names; operators know the
+environment variable names. ``load_settings`` translates one into the other
+and never echoes the offending value (it may be a secret).
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings
+
+from workers.errors import ConfigError
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def env_name(cls: type[BaseSettings], field: str) -> str:
+    """The environment variable that feeds ``field`` of settings class ``cls``."""
+    info = cls.model_fields.get(field)
+    if info is not None and isinstance(info.validation_alias, str):
+        return info.validation_alias
+    prefix = cls.model_config.get("env_prefix", "") or ""
+    return f"{prefix}{field}".upper()
+
+
+def load_settings(cls: type[S], **overrides: object) -> S:
+    """Build ``cls`` from the environment; raise ``ConfigError`` naming each bad variable."""
+    try:
+        return cls(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_input=False, include_url=False):
+            loc = str(err["loc"][0]) if err["loc"] else "?"
+            problems.append(f"{env_name(cls, loc)}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

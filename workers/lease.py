@@ -1,0 +1,130 @@
+"""Per-job leases in Redis: the one authority on who may work on a job right now.
+
+Celery may deliver a task twice (visibility timeout, a re-sent message, an
+operator's retry), and a killed worker leaves no trace in Celery. So every job
+the fleet holds has a lease key whose value says who owns it:
+
+* ``granted:<token>`` — handed to a queued task carrying ``token``; nobody runs it yet;
+* ``running:<token>:<execution id>`` — one live execution; renewed by a keeper
+  thread while the task runs, so it expires soon after the process dies.
+
+A task *takes* a lease only by swapping ``granted:<its token>`` for its own
+running value (compare-and-set in Lua), so a duplicate delivery of the same task
+finds the lease already running and does nothing (V2). A reaper that finds no
+lease at all knows the owner died (V1).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from types import TracebackType
+
+import redis
+
+log = logging.getLogger(__name__)
+
+LEASE_PREFIX = "sy:lease:"
+RENEWALS_PER_TTL = 3  # renew three times per TTL so one late renewal never loses the lease
+
+_TAKE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end
+return 0
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def new_token() -> str:
+    """A fresh random lease token (not a secret: it only names one grant)."""
+    return uuid.uuid4().hex
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+class Leases:
+    """Lease operations for one namespace (``voicy``, ``cairn``)."""
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self._r = client
+        self._ns = namespace
+        self._take = client.register_script(_TAKE)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    def key(self, job_id: str) -> str:
+        return f"{LEASE_PREFIX}{self._ns}:{job_id}"
+
+    def grant(self, job_id: str, token: str, ttl_s: float, *, only_if_absent: bool = False) -> bool:
+        """Give the job to the queued task carrying ``token``. With ``only_if_absent``, never steal."""
+        ok = self._r.set(self.key(job_id), f"granted:{token}", px=_ms(ttl_s), nx=only_if_absent)
+        return bool(ok)
+
+    def take(self, job_id: str, token: str, ttl_s: float) -> str | None:
+        """Start running the job if it is granted to ``token``; return the running value or None."""
+        running = f"running:{token}:{uuid.uuid4().hex}"
+        if self._take(keys=[self.key(job_id)], args=[f"granted:{token}", running, _ms(ttl_s)]):
+            return running
+        return None
+
+    def hand_over(self, job_id: str, running: str, token: str, ttl_s: float) -> bool:
+        """Atomically pass a running lease to the next queued task (download → transcribe)."""
+        return bool(self._take(keys=[self.key(job_id)], args=[running, f"granted:{token}", _ms(ttl_s)]))
+
+    def renew(self, job_id: str, value: str, ttl_s: float) -> bool:
+        return bool(self._renew(keys=[self.key(job_id)], args=[value, _ms(ttl_s)]))
+
+    def release(self, job_id: str, value: str) -> bool:
+        return bool(self._release(keys=[self.key(job_id)], args=[value]))
+
+    def holder(self, job_id: str) -> str | None:
+        value = self._r.get(self.key(job_id))
+        return value.decode() if isinstance(value, bytes) else value
+
+    def alive(self, job_id: str) -> bool:
+        return bool(self._r.exists(self.key(job_id)))
+
+
+class LeaseKeeper:
+    """Renews a running lease from a daemon thread while the task body runs.
+
+    ``lost`` is set when a renewal finds the lease gone or changed: the task must
+    stop without reporting, because someone else now owns the job.
+    """
+
+    def __init__(self, leases: Leases, job_id: str, value: str, ttl_s: float) -> None:
+        self._leases, self._job_id, self.value, self._ttl_s = leases, job_id, value, ttl_s
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{job_id}", daemon=True)
+
+    def _run(self) -> None:
+        interval = self._ttl_s / RENEWALS_PER_TTL
+        while not self._stop.wait(interval):
+            try:
+                if not self._leases.renew(self._job_id, self.value, self._ttl_s):
+                    log.warning("lease lost for job %s", self._job_id)
+                    self.lost.set()
+                    return
+            except redis.RedisError as exc:  # transient: the next renewal may succeed
+                log.warning("lease renewal for job %s failed: %s", self._job_id, exc)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,110 @@
+"""Logging set-up with one redaction filter for every handler.
+
+Why: httpx logs each request URL at INFO, and a Telegram ``getFile`` or file
+URL carries the bot token in its path; presigned URLs carry signatures. We
+(1) quiet httpx/httpcore to WARNING, and (2) run every record through
+``redact`` which removes registered secrets and known secret-bearing shapes.
+``LOG_FORMAT=json`` switches to one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import threading
+
+_SECRETS: set[str] = set()
+_LOCK = threading.Lock()
+MIN_SECRET_LEN = 6  # shorter values would redact ordinary words
+
+# Shapes that are secret whatever their value: Telegram bot tokens in URL paths,
+# bearer headers, presigned URL query signatures and credentials.
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"/bot[0-9]+:[A-Za-z0-9_-]+"), "/bot<redacted>"),
+    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1<redacted>"),
+    (
+        re.compile(
+            r"(?i)((?:X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|Signature|"
+            r"AWSAccessKeyId|access_token|refresh_token|client_secret|code)=)[^&\s\"']+"
+        ),
+        r"\1<redacted>",
+    ),
+)
+REDACTED = "<redacted>"
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret value so every later log line, error and result drops it."""
+    if value and len(value) >= MIN_SECRET_LEN:
+        with _LOCK:
+            _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    """Return ``text`` with every registered secret and secret-shaped fragment removed."""
+    if not text:
+        return text
+    with _LOCK:
+        secrets = sorted(_SECRETS, key=len, reverse=True)
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    for pattern, repl in _PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """Render the message once, redact it, and freeze it so handlers see only the safe text."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string must not kill logging
+            message = str(record.msg)
+        record.msg = redact(message)
+        record.args = None
+        if record.exc_info and record.exc_info[1] is not None:
+            import traceback
+
+            record.exc_text = redact("".join(traceback.format_exception(*record.exc_info)))
+            record.exc_info = None
+        for key, value in list(record.__dict__.items()):
+            if key not in _STD_ATTRS and isinstance(value, str):
+                setattr(record, key, redact(value))
+        return True
+
+
+_STD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+HUMAN_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+NOISY_LOGGERS = ("httpx", "httpcore", "botocore", "urllib3", "nats", "asyncio")
+
+
+def install_filter(handler: logging.Handler) -> None:
+    """Attach the redaction filter to ``handler`` unless it already has one."""
+    if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+        handler.addFilter(RedactingFilter())
+
+
+def setup_logging(level: str | int | None = None) -> None:
+    """Configure the root logger once per process: redaction on every handler."""
+    level = level or os.environ.get("LOG_LEVEL", "INFO")
+    root = logging.getLogger()
+    if not any(getattr(h, "_switchyard", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler._switchyard = True  # type: ignore[attr-defined]
+        if os.environ.get("LOG_FORMAT", "").lower() == "json":
+            from pythonjsonlogger.json import JsonFormatter
+
+            handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        else:
+            handler.setFormatter(logging.Formatter(HUMAN_FORMAT))
+        root.addHandler(handler)
+    for handler in root.handlers:
+        install_filter(handler)
+    root.setLevel(level)
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
