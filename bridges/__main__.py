@@ -1,0 +1,52 @@
+"""``python -m bridges voicy|cairn``: run one bridge process until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+from workers.errors import ConfigError
+from workers.logs import setup_logging
+
+log = logging.getLogger("bridges")
+EXIT_CONFIG_ERROR = 2
+
+
+def _run_voicy() -> None:
+    from tasks.settings import FleetSettings
+    from tasks.voicy import dispatch_download, dispatch_transcription
+    from workers.config import load_settings
+    from workers.voicy.pipeline import VoicyRuntime
+
+    from bridges.voicy import VoicyBridge
+
+    rt = VoicyRuntime.from_env(load_settings(FleetSettings).redis_url)
+    bridge = VoicyBridge(rt, dispatch_download, dispatch_transcription)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: bridge.stop())
+    bridge.run()
+
+
+def _run_cairn() -> None:
+    from bridges.cairn import main as cairn_main
+
+    cairn_main()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bridges", description=__doc__)
+    parser.add_argument("bridge", choices=["voicy", "cairn"])
+    args = parser.parse_args(argv)
+    setup_logging()
+    try:
+        {"voicy": _run_voicy, "cairn": _run_cairn}[args.bridge]()
+    except ConfigError as exc:
+        print(f"switchyard {args.bridge} bridge: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The Voicy bridge: claim work from the Worker API and turn it into Celery tasks.
+
+``claim-download`` (alternating ``oldest``/``newest`` on every claim) runs only
+while the fleet-wide backlog is under ``VOICY_WORKER_READY_QUEUE_LIMIT``; a
+backlog slot is reserved in Redis *before* each claim, so any number of bridge
+instances together never exceed it. ``claim-ready`` (alternating buckets too)
+runs while gpu capacity is free, to recover this worker's ready and stale jobs
+after a restart. Claimed work becomes ``io``/``gpu`` tasks; the job's lease and
+the beat reaper take it from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from pathlib import PurePosixPath
+
+from workers.errors import AuthError, JobError, StaleJobError
+from workers.logs import redact
+from workers.voicy.fleet import Stage
+from workers.voicy.pipeline import VoicyRuntime, adopt_claim
+
+log = logging.getLogger(__name__)
+
+POLL_JITTER_FRACTION = 0.2  # ±20% so a fleet of bridges does not poll in lockstep
+ERROR_BACKOFF_INITIAL_S = 1.0
+ERROR_BACKOFF_MAX_S = 60.0
+AUTH_RECHECK_INTERVAL_S = 60.0  # a disabled token is checked slowly, not hammered
+BUCKETS = ("oldest", "newest")
+
+Dispatch = Callable[[str, str], None]
+
+
+class BucketCycle:
+    """Alternates ``oldest`` and ``newest`` on every call."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def take(self) -> str:
+        bucket = BUCKETS[self._next]
+        self._next ^= 1
+        return bucket
+
+
+class VoicyBridge:
+    """One bridge instance. ``run()`` loops until ``stop()``; ``cycle()`` is one pass."""
+
+    def __init__(self, rt: VoicyRuntime, dispatch_download: Dispatch,
+                 dispatch_transcription: Dispatch) -> None:
+        self.rt = rt
+        self._dispatch_download = dispatch_download
+        self._dispatch_transcription = dispatch_transcription
+        self._download_buckets = BucketCycle()
+        self._ready_buckets = BucketCycle()
+        self._stop = threading.Event()
+        self.authorized = True
+        s = rt.settings
+        self.backlog_limit = s.ready_queue_limit
+        self.gpu_capacity = s.transcription_concurrency
+        self.poll_interval_s = s.poll_interval_ms / 1000.0
+
+    # --- one pass ----------------------------------------------------------------------------
+    def cycle(self) -> int:
+        """Claim as much as the limits allow; return how many jobs were taken."""
+        return self._fill_downloads() + self._fill_recovered()
+
+    def _fill_downloads(self) -> int:
+        taken = 0
+        while not self._stop.is_set():
+            slot = self.rt.fleet.reserve_backlog(self.backlog_limit)
+            if slot is None:
+                break
+            try:
+                job = self.rt.client.claim_download(self._download_buckets.take())
+            except BaseException:
+                self.rt.fleet.cancel_backlog(slot)
+                raise
+            if job is None:
+                self.rt.fleet.cancel_backlog(slot)
+                break
+            self.rt.fleet.fill_backlog(slot, job.id)
+            token = adopt_claim(self.rt, job.id, attempts=job.attempts,
+                                language=job.recognition_language_hint)
+            self._dispatch_download(job.id, token)
+            log.info("claimed job %s for download (attempt %s)", job.id, job.attempts)
+            taken += 1
+        return taken
+
+    def _fill_recovered(self) -> int:
+        taken = 0
+        while not self._stop.is_set() and self.rt.fleet.gpu_load() < self.gpu_capacity:
+            first = self._ready_buckets.take()
+            job = self.rt.client.claim_ready(first)
+            if job is None:
+                job = self.rt.client.claim_ready(BUCKETS[BUCKETS.index(first) ^ 1])
+            if job is None:
+                break
+            taken += 1
+            self._recover(job)
+        return taken
+
+    def _recover(self, job) -> None:  # type: ignore[no-untyped-def]
+        """A ready or stale job of ours: transcribe it if its media is in the store, else hand it back."""
+        if self.rt.fleet.is_held(job.id) and self.rt.leases.alive(job.id):
+            log.info("job %s is already being handled by this fleet", job.id)
+            return
+        key = PurePosixPath((job.local_source_path or "").replace("\\", "/")).name
+        if key and self.rt.store.exists(key):
+            token = adopt_claim(self.rt, job.id, attempts=job.attempts,
+                                language=job.recognition_language_hint,
+                                stage=Stage.DOWNLOADED, media_key=key)
+            self._dispatch_transcription(job.id, token)
+            log.info("recovered ready job %s from the media store", job.id)
+            return
+        try:
+            self.rt.client.failure(job.id, "media not available to this fleet after a restart",
+                                   retryable=True)
+            log.info("handed ready job %s back to Voicy for a fresh download", job.id)
+        except StaleJobError:
+            pass
+
+    # --- the loop -------------------------------------------------------------------------------
+    def run(self) -> None:
+        backoff_s = ERROR_BACKOFF_INITIAL_S
+        log.info("voicy bridge started (backlog limit %d, gpu capacity %d, poll %.2fs)",
+                 self.backlog_limit, self.gpu_capacity, self.poll_interval_s)
+        while not self._stop.is_set():
+            try:
+                taken = self.cycle()
+            except AuthError:
+                if self.authorized:
+                    log.error("Voicy rejected VOICY_WORKER_TOKEN (invalid or disabled): claiming "
+                              "stopped; checking again every %.0fs", AUTH_RECHECK_INTERVAL_S)
+                self.authorized = False
+                self._stop.wait(AUTH_RECHECK_INTERVAL_S)
+                continue
+            except JobError as exc:
+                log.warning("Voicy API unavailable (%s); retrying in %.1fs",
+                            redact(str(exc)), backoff_s)
+                self._stop.wait(backoff_s)
+                backoff_s = min(backoff_s * 2, ERROR_BACKOFF_MAX_S)
+                continue
+            if not self.authorized:
+                log.info("Voicy accepts the worker token again; claiming resumed")
+                self.authorized = True
+            backoff_s = ERROR_BACKOFF_INITIAL_S
+            if taken == 0:
+                jitter = 1 + random.uniform(-POLL_JITTER_FRACTION, POLL_JITTER_FRACTION)
+                self._stop.wait(self.poll_interval_s * jitter)
+        log.info("voicy bridge stopped")
+
+    def stop(self) -> None:
+        self._stop.set()

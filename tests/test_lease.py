@@ -1,0 +1,87 @@
+"""Leases decide who owns a job (V2): tested against a real redis-server."""
+
+from __future__ import annotations
+
+import threading
+
+import redis
+
+from workers.lease import LeaseKeeper, Leases, new_token
+
+
+def _leases(url: str) -> Leases:
+    return Leases(redis.Redis.from_url(url), "test")
+
+
+def test_only_one_execution_takes_a_granted_lease(fresh_redis: str) -> None:
+    leases = _leases(fresh_redis)
+    token = new_token()
+    leases.grant("job1", token, 30)
+    winners: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def contender() -> None:
+        barrier.wait()
+        value = leases.take("job1", token, 30)
+        if value:
+            winners.append(value)
+
+    threads = [threading.Thread(target=contender) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1
+    assert leases.holder("job1") == winners[0]
+
+
+def test_wrong_token_cannot_take_and_hand_over_requires_the_running_value(fresh_redis: str) -> None:
+    leases = _leases(fresh_redis)
+    token = new_token()
+    leases.grant("job2", token, 30)
+    assert leases.take("job2", new_token(), 30) is None
+    running = leases.take("job2", token, 30)
+    assert running is not None
+    nxt = new_token()
+    assert not leases.hand_over("job2", "running:someone-else", nxt, 30)
+    assert leases.hand_over("job2", running, nxt, 30)
+    assert leases.holder("job2") == f"granted:{nxt}"
+    # the old running value can no longer renew or release
+    assert not leases.renew("job2", running, 30)
+    assert not leases.release("job2", running)
+
+
+def test_grant_only_if_absent_never_steals(fresh_redis: str) -> None:
+    leases = _leases(fresh_redis)
+    leases.grant("job3", "a", 30)
+    assert not leases.grant("job3", "b", 30, only_if_absent=True)
+    assert leases.holder("job3") == "granted:a"
+
+
+def test_keeper_renews_and_lease_expires_without_it(fresh_redis: str) -> None:
+    leases = _leases(fresh_redis)
+    client = redis.Redis.from_url(fresh_redis)
+    token = new_token()
+    leases.grant("job4", token, 0.3)
+    running = leases.take("job4", token, 0.3)
+    assert running
+    with LeaseKeeper(leases, "job4", running, 0.3) as keeper:
+        # outlive three TTLs while the keeper renews
+        assert not keeper.lost.wait(1.0)
+        assert leases.alive("job4")
+    ttl_ms = client.pttl(leases.key("job4"))
+    assert 0 < ttl_ms <= 300
+    # without renewals it expires: wait on the key's own TTL, not a guess
+    threading.Event().wait(ttl_ms / 1000 + 0.1)
+    assert not leases.alive("job4")
+
+
+def test_keeper_reports_a_lost_lease(fresh_redis: str) -> None:
+    leases = _leases(fresh_redis)
+    token = new_token()
+    leases.grant("job5", token, 0.3)
+    running = leases.take("job5", token, 0.3)
+    assert running
+    with LeaseKeeper(leases, "job5", running, 0.3) as keeper:
+        leases.grant("job5", "someone-else", 30)  # the reaper re-granted it
+        assert keeper.lost.wait(2.0)

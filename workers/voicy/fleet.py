@@ -1,0 +1,129 @@
+"""The fleet's shared view of the Voicy jobs it holds, kept in Redis.
+
+Several bridge instances and any number of workers share one picture:
+
+* ``held`` — every job the fleet holds, with a small record (stage, media key,
+  language hint); the heartbeat and the reaper walk this set;
+* ``backlog`` — downloads in flight plus downloaded-but-not-yet-transcribing jobs.
+  A bridge *reserves* a backlog slot atomically before it claims, so two bridges
+  together never exceed ``VOICY_WORKER_READY_QUEUE_LIMIT``;
+* ``gpu`` — jobs queued for or running on the gpu pool, which bounds claim-ready.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from enum import Enum
+
+import redis
+from pydantic import BaseModel
+
+PREFIX = "sy:voicy:"
+HELD_KEY = PREFIX + "held"
+BACKLOG_KEY = PREFIX + "backlog"
+GPU_KEY = PREFIX + "gpu"
+RECORD_PREFIX = PREFIX + "job:"
+RESERVATION_TTL_S = 60.0  # a bridge that dies between reserve and claim frees its slot after this
+
+# Reserve a slot: drop expired reservations, then add one if under the limit.
+_RESERVE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1])
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4]) return 1 end
+return 0
+"""
+# Swap a reservation for the claimed job id (held forever, until removed).
+_SWAP = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[1], '+inf', ARGV[2])
+return 1
+"""
+
+
+class Stage(str, Enum):
+    CLAIMED = "claimed"
+    DOWNLOADED = "downloaded"
+    TRANSCRIBING = "transcribing"
+
+
+class HeldJob(BaseModel):
+    """What the fleet remembers about a job it holds (no secrets, no URLs)."""
+
+    job_id: str
+    stage: Stage = Stage.CLAIMED
+    media_key: str | None = None
+    language: str | None = None
+    attempts: int = 0
+    claimed_at: float = 0.0
+
+
+class Fleet:
+    """Shared fleet state; every method is one or two Redis round trips."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.r = client
+        self._reserve = client.register_script(_RESERVE)
+        self._swap = client.register_script(_SWAP)
+
+    # --- backlog --------------------------------------------------------------------
+    def reserve_backlog(self, limit: int) -> str | None:
+        """Reserve one backlog slot before claiming; None when the fleet is at its limit."""
+        now = time.time()
+        slot = f"reservation:{uuid.uuid4().hex}"
+        ok = self._reserve(keys=[BACKLOG_KEY], args=[now, limit, now + RESERVATION_TTL_S, slot])
+        return slot if ok else None
+
+    def fill_backlog(self, slot: str, job_id: str) -> None:
+        self._swap(keys=[BACKLOG_KEY], args=[slot, job_id])
+
+    def cancel_backlog(self, slot: str) -> None:
+        self.r.zrem(BACKLOG_KEY, slot)
+
+    def backlog_size(self) -> int:
+        self.r.zremrangebyscore(BACKLOG_KEY, "-inf", f"({time.time()}")
+        return int(self.r.zcard(BACKLOG_KEY))
+
+    def leave_backlog(self, job_id: str) -> None:
+        self.r.zrem(BACKLOG_KEY, job_id)
+
+    # --- gpu slots --------------------------------------------------------------------
+    def enter_gpu(self, job_id: str) -> None:
+        self.r.zadd(GPU_KEY, {job_id: time.time()})
+
+    def leave_gpu(self, job_id: str) -> None:
+        self.r.zrem(GPU_KEY, job_id)
+
+    def gpu_load(self) -> int:
+        """Jobs queued for or running on the gpu pool, plus downloads that will need a slot."""
+        return int(self.r.zcard(GPU_KEY))
+
+    # --- held jobs --------------------------------------------------------------------
+    def hold(self, job: HeldJob) -> None:
+        job.claimed_at = job.claimed_at or time.time()
+        pipe = self.r.pipeline()
+        pipe.set(RECORD_PREFIX + job.job_id, job.model_dump_json())
+        pipe.zadd(HELD_KEY, {job.job_id: job.claimed_at})
+        pipe.execute()
+
+    def update(self, job: HeldJob) -> None:
+        self.r.set(RECORD_PREFIX + job.job_id, job.model_dump_json())
+
+    def get(self, job_id: str) -> HeldJob | None:
+        raw = self.r.get(RECORD_PREFIX + job_id)
+        return HeldJob.model_validate_json(raw) if raw else None
+
+    def is_held(self, job_id: str) -> bool:
+        return self.r.zscore(HELD_KEY, job_id) is not None
+
+    def held_ids(self) -> list[str]:
+        return [m.decode() if isinstance(m, bytes) else m for m in self.r.zrange(HELD_KEY, 0, -1)]
+
+    def forget(self, job_id: str) -> None:
+        """The job has ended for us (result, failure, handed back): drop every trace."""
+        pipe = self.r.pipeline()
+        pipe.delete(RECORD_PREFIX + job_id)
+        pipe.zrem(HELD_KEY, job_id)
+        pipe.zrem(BACKLOG_KEY, job_id)
+        pipe.zrem(GPU_KEY, job_id)
+        pipe.execute()

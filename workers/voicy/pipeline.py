@@ -1,0 +1,265 @@
+"""The Voicy job pipeline, free of Celery: download, transcribe, heartbeat, reap.
+
+Task functions in ``tasks/voicy.py`` call these and dispatch the next step.
+Every step first *takes* the job's lease (``workers.lease``): a duplicate
+delivery, or a task whose job was recovered elsewhere, finds the lease in
+another state and returns without touching Voicy (V2). Every outcome ends the
+job exactly one way (V1): result posted, failure posted (Voicy requeues a
+retryable one), or handed back to the reaper by letting the lease expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import redis
+
+from workers.errors import AuthError, JobError, PermanentJobError, RetryableJobError, StaleJobError
+from workers.lease import LeaseKeeper, Leases, new_token
+from workers.logs import redact
+from workers.voicy.client import VoicyClient
+from workers.voicy.fleet import Fleet, HeldJob, Stage
+from workers.voicy.media_store import MediaStore, media_store_from_url
+from workers.voicy.settings import VoicySettings, load_voicy_settings
+
+log = logging.getLogger(__name__)
+
+LEASE_NAMESPACE = "voicy"
+QUEUED_LEASE_TTL_S = 6 * 3600.0  # a queued task is safe in the broker; only a taken one can be lost
+REAP_LOCK_KEY = "sy:voicy:reaper-lock"
+REAP_LOCK_TTL_S = 30.0
+
+
+class LeaseLost(StaleJobError):
+    """Our lease was taken over while we worked: stop without reporting anything."""
+
+
+@dataclass
+class VoicyRuntime:
+    """Everything one process needs for Voicy work; built once per process, after fork."""
+
+    settings: VoicySettings
+    client: VoicyClient
+    store: MediaStore
+    fleet: Fleet
+    leases: Leases
+    redis: redis.Redis
+
+    @classmethod
+    def from_env(cls, redis_url: str) -> VoicyRuntime:
+        settings = load_voicy_settings()
+        client = redis.Redis.from_url(redis_url)
+        return cls(settings=settings, client=VoicyClient.from_settings(settings),
+                   store=media_store_from_url(settings.media_store), fleet=Fleet(client),
+                   leases=Leases(client, LEASE_NAMESPACE), redis=client)
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return self.settings.lease_ttl_ms / 1000.0
+
+
+# --- claiming (used by the bridge) -------------------------------------------------------
+
+def adopt_claim(rt: VoicyRuntime, job_id: str, *, attempts: int, language: str | None,
+                stage: Stage = Stage.CLAIMED, media_key: str | None = None) -> str:
+    """Record a freshly claimed job as held and grant it to a new queued task; return the token."""
+    token = new_token()
+    rt.fleet.hold(HeldJob(job_id=job_id, stage=stage, attempts=attempts, language=language,
+                          media_key=media_key))
+    rt.leases.grant(job_id, token, QUEUED_LEASE_TTL_S)
+    if stage is not Stage.CLAIMED:
+        rt.fleet.enter_gpu(job_id)
+    return token
+
+
+# --- outcomes ------------------------------------------------------------------------------
+
+def finish(rt: VoicyRuntime, job_id: str, lease_value: str | None) -> None:
+    """The job ended for us: delete its media and every fleet record."""
+    held = rt.fleet.get(job_id)
+    if held and held.media_key:
+        try:
+            rt.store.delete(held.media_key)
+        except Exception as exc:  # media cleanup must not turn a success into a failure
+            log.warning("could not delete media for job %s: %s", job_id, redact(str(exc)))
+    rt.fleet.forget(job_id)
+    if lease_value:
+        rt.leases.release(job_id, lease_value)
+
+
+def report_failure(rt: VoicyRuntime, job_id: str, exc: BaseException, lease_value: str | None) -> None:
+    """Post ``failure`` with the right ``retryable`` flag, then forget the job."""
+    retryable = exc.retryable if isinstance(exc, JobError) else True
+    message = redact(str(exc)) or type(exc).__name__
+    log.warning("job %s failed (retryable=%s): %s", job_id, retryable, message)
+    try:
+        rt.client.failure(job_id, message, retryable=retryable)
+    except StaleJobError:
+        log.info("job %s no longer ours while reporting failure", job_id)
+    finish(rt, job_id, lease_value)
+
+
+def _guarded(rt: VoicyRuntime, job_id: str, lease_value: str, body) -> object:  # type: ignore[no-untyped-def]
+    """Run ``body(keeper)`` under a renewed lease and map every failure to one outcome."""
+    with LeaseKeeper(rt.leases, job_id, lease_value, rt.lease_ttl_s) as keeper:
+        try:
+            return body(keeper)
+        except LeaseLost:
+            log.warning("job %s: lease lost, leaving the job to its new owner", job_id)
+            return None
+        except StaleJobError:
+            log.info("job %s is no longer ours at Voicy; dropping it", job_id)
+            finish(rt, job_id, lease_value)
+            return None
+        except AuthError:
+            # Nothing we post would be accepted; the lease expires and the reaper retries later.
+            log.error("Voicy rejected the worker token (VOICY_WORKER_TOKEN invalid or disabled)")
+            raise
+        except Exception as exc:
+            report_failure(rt, job_id, exc, lease_value)
+            return None
+
+
+# --- download --------------------------------------------------------------------------------
+
+def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
+    """Download the job's media into the store; return the token granted to the gpu task."""
+    lease_value = rt.leases.take(job_id, token, rt.lease_ttl_s)
+    if lease_value is None:
+        log.info("job %s: download already owned by another execution; skipping", job_id)
+        return None
+
+    def body(keeper: LeaseKeeper) -> str | None:
+        from workers.voicy.telegram import download_to_store
+
+        started = time.monotonic()
+        source = rt.client.source(job_id)
+        key = download_to_store(source, rt.store, rt.settings)
+        if keeper.lost.is_set():
+            raise LeaseLost(job_id)
+        held = rt.fleet.get(job_id) or HeldJob(job_id=job_id)
+        held.media_key, held.stage = key, Stage.DOWNLOADED
+        rt.fleet.update(held)
+        rt.client.downloaded(job_id, rt.store.describe(key))
+        next_token = new_token()
+        rt.fleet.enter_gpu(job_id)
+        if not rt.leases.hand_over(job_id, lease_value, next_token, QUEUED_LEASE_TTL_S):
+            raise LeaseLost(job_id)
+        log.info("job %s downloaded in %.2fs (attempt %s)", job_id,
+                 time.monotonic() - started, held.attempts)
+        return next_token
+
+    return _guarded(rt, job_id, lease_value, body)  # type: ignore[return-value]
+
+
+# --- transcription -----------------------------------------------------------------------------
+
+def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
+    """Transcribe the stored media, streaming progress, then post the result. True if posted."""
+    lease_value = rt.leases.take(job_id, token, rt.lease_ttl_s)
+    if lease_value is None:
+        log.info("job %s: transcription already owned by another execution; skipping", job_id)
+        return False
+    rt.fleet.leave_backlog(job_id)
+
+    def body(keeper: LeaseKeeper) -> bool:
+        from workers.transcribe.engine import get_engine
+        from workers.transcribe.progress import ProgressThrottle
+
+        held = rt.fleet.get(job_id)
+        if held is None or not held.media_key or not rt.store.exists(held.media_key):
+            raise RetryableJobError("downloaded media is missing from the media store")
+        _enter_transcribing(rt, job_id)
+        held.stage = Stage.TRANSCRIBING
+        rt.fleet.update(held)
+        engine = get_engine(rt.settings)
+        throttle = ProgressThrottle(rt.settings.progress_interval_ms / 1000.0)
+        started = time.monotonic()
+
+        def on_progress(partial) -> None:  # type: ignore[no-untyped-def]
+            if keeper.lost.is_set():
+                raise LeaseLost(job_id)
+            if throttle.should_send(partial.text):
+                try:
+                    rt.client.progress(job_id, engine.progress_body(partial))
+                except (RetryableJobError, PermanentJobError) as exc:
+                    log.warning("job %s: progress not stored: %s", job_id, redact(str(exc)))
+
+        with rt.store.local_path(held.media_key) as path:
+            transcript = engine.transcribe(path, language=held.language, on_segment=on_progress)
+        if keeper.lost.is_set():
+            raise LeaseLost(job_id)
+        rt.client.result(job_id, engine.result_body(transcript))
+        log.info("job %s transcribed in %.2fs (%.1fs of audio, %d parts)", job_id,
+                 time.monotonic() - started, transcript.duration or 0.0, len(transcript.parts))
+        finish(rt, job_id, lease_value)
+        return True
+
+    return bool(_guarded(rt, job_id, lease_value, body))
+
+
+def _enter_transcribing(rt: VoicyRuntime, job_id: str) -> None:
+    """``POST /transcribe``; a job that claim-ready already moved to transcribing is ours too."""
+    try:
+        rt.client.transcribe(job_id)
+    except StaleJobError:
+        job = rt.client.get_job(job_id)  # raises StaleJobError when it is really gone
+        if job.status not in ("transcribing", "processing"):
+            raise
+
+
+# --- heartbeats and recovery (beat) ----------------------------------------------------------
+
+def heartbeat_held(rt: VoicyRuntime) -> int:
+    """Heartbeat every held job whose lease is alive: a heartbeat means someone works on it."""
+    sent = 0
+    for job_id in rt.fleet.held_ids():
+        if not rt.leases.alive(job_id):
+            continue
+        try:
+            rt.client.heartbeat(job_id)
+            sent += 1
+        except StaleJobError:
+            log.info("job %s is gone at Voicy; forgetting it", job_id)
+            rt.fleet.forget(job_id)
+        except JobError as exc:
+            log.warning("heartbeat for job %s failed: %s", job_id, redact(str(exc)))
+    return sent
+
+
+@dataclass
+class Recovery:
+    job_id: str
+    token: str
+
+
+def reap(rt: VoicyRuntime) -> list[Recovery]:
+    """Find held jobs whose lease expired (their worker died) and recover each one once.
+
+    Media in the store → a new gpu task (returned for dispatch). No media → a
+    retryable failure, so Voicy requeues the job for a fresh download.
+    """
+    if not rt.redis.set(REAP_LOCK_KEY, "1", nx=True, px=int(REAP_LOCK_TTL_S * 1000)):
+        return []
+    recoveries: list[Recovery] = []
+    try:
+        for job_id in rt.fleet.held_ids():
+            if rt.leases.alive(job_id):
+                continue
+            held = rt.fleet.get(job_id)
+            token = new_token()
+            if not rt.leases.grant(job_id, token, QUEUED_LEASE_TTL_S, only_if_absent=True):
+                continue  # someone else recovered it in the meantime
+            if held and held.media_key and rt.store.exists(held.media_key):
+                log.warning("job %s: worker lost; redispatching transcription", job_id)
+                rt.fleet.enter_gpu(job_id)
+                recoveries.append(Recovery(job_id, token))
+            else:
+                lease_value = f"granted:{token}"
+                report_failure(rt, job_id, RetryableJobError("worker lost before the media was stored"),
+                               lease_value)
+    finally:
+        rt.redis.delete(REAP_LOCK_KEY)
+    return recoveries
