@@ -149,7 +149,8 @@ class VoicyBridge:
             backoff_s = ERROR_BACKOFF_INITIAL_S
             if taken == 0:
                 jitter = 1 + random.uniform(-POLL_JITTER_FRACTION, POLL_JITTER_FRACTION)
-                self._stop.wait(self.poll_interval_s * jitter)
+                # Idle: wait for the poll interval, or less if the fleet frees capacity.
+                self.rt.fleet.wait_for_capacity(self.poll_interval_s * jitter)
         log.info("voicy bridge stopped")
 
     def stop(self) -> None:

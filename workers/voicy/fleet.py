@@ -24,6 +24,7 @@ HELD_KEY = PREFIX + "held"
 BACKLOG_KEY = PREFIX + "backlog"
 GPU_KEY = PREFIX + "gpu"
 RECORD_PREFIX = PREFIX + "job:"
+WAKE_KEY = PREFIX + "wake"  # a one-item list: pushed when capacity frees, popped by an idle bridge
 RESERVATION_TTL_S = 60.0  # a bridge that dies between reserve and claim frees its slot after this
 
 # Reserve a slot: drop expired reservations, then add one if under the limit.
@@ -85,14 +86,28 @@ class Fleet:
         return int(self.r.zcard(BACKLOG_KEY))
 
     def leave_backlog(self, job_id: str) -> None:
-        self.r.zrem(BACKLOG_KEY, job_id)
+        if self.r.zrem(BACKLOG_KEY, job_id):
+            self.notify()
+
+    # --- waking an idle bridge -----------------------------------------------------------
+    def notify(self) -> None:
+        """Tell a waiting bridge that capacity freed up (so it claims now, not at its next poll)."""
+        pipe = self.r.pipeline()
+        pipe.lpush(WAKE_KEY, "1")
+        pipe.ltrim(WAKE_KEY, 0, 0)
+        pipe.execute()
+
+    def wait_for_capacity(self, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` for a capacity notification; True if one came."""
+        return self.r.blpop([WAKE_KEY], timeout=max(timeout_s, 0.01)) is not None
 
     # --- gpu slots --------------------------------------------------------------------
     def enter_gpu(self, job_id: str) -> None:
         self.r.zadd(GPU_KEY, {job_id: time.time()})
 
     def leave_gpu(self, job_id: str) -> None:
-        self.r.zrem(GPU_KEY, job_id)
+        if self.r.zrem(GPU_KEY, job_id):
+            self.notify()
 
     def gpu_load(self) -> int:
         """Jobs queued for or running on the gpu pool, plus downloads that will need a slot."""
@@ -127,3 +142,4 @@ class Fleet:
         pipe.zrem(BACKLOG_KEY, job_id)
         pipe.zrem(GPU_KEY, job_id)
         pipe.execute()
+        self.notify()

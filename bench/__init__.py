@@ -1,0 +1,1 @@
+"""Benchmarks with their baselines. Run ``make bench`` (or ``python -m bench voicy``)."""

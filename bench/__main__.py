@@ -1,0 +1,30 @@
+"""``python -m bench voicy|cairn [--jobs N]``: run one benchmark and print its figures as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("suite", choices=["voicy", "voicy-rss", "cairn"])
+    parser.add_argument("--jobs", type=int, default=None)
+    args = parser.parse_args(argv)
+    if args.suite == "voicy":
+        from bench.voicy_bench import run
+        figures = run(jobs=args.jobs or 20)
+    elif args.suite == "voicy-rss":
+        from bench.voicy_bench import run_rss
+        figures = run_rss(jobs=args.jobs or 200)
+    else:
+        from bench.cairn_bench import run as run_cairn
+        figures = run_cairn(jobs=args.jobs or 1000)
+    json.dump(figures, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

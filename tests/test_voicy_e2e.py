@@ -1,0 +1,251 @@
+"""Voicy end to end: dev Worker API + fake Telegram + real bridge, workers and Redis.
+
+Covers the issue's end-to-end and invariant tests: 5 jobs completed with real
+transcripts and progress, claim alternation and the fleet-wide backlog across
+two bridges, retryable and permanent failures, a 5xx on ``result`` retried,
+a 401 that stops claiming, V1/V2 under SIGKILL and duplicate delivery, and S1.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import wait_until
+from tests.voicy_stack import (BOT_TOKEN, VOICY_TOKEN_MARK, AUDIO_DIR, audio_manifest, fleet_env,
+                               start_beat, start_bridge)
+
+pytestmark = pytest.mark.slow
+
+JOB_DONE_TIMEOUT_S = 180.0
+FINAL = ("completed", "failed")
+
+
+@pytest.fixture()
+def voicy(tmp_path: Path, fresh_redis: str):
+    """A dev Voicy API with a distinctive token, a fake Telegram, and the fleet environment."""
+    from deploy.devstack.telegram import FakeTelegram
+    from deploy.devstack.voicy_api import DevVoicyServer
+
+    server = DevVoicyServer()
+    server.start()
+    telegram = FakeTelegram(BOT_TOKEN)
+    telegram.start()
+    token = server.create_client("switchyard-test", token=VOICY_TOKEN_MARK + "-a")
+    env = fleet_env(redis_url=fresh_redis, api_url=server.url, token=token,
+                    telegram_url=telegram.url, work_dir=tmp_path / "work")
+    yield server, telegram, env
+    telegram.stop()
+    server.stop()
+
+
+def enqueue_fixture(server, telegram, item: dict, file_id: str | None = None) -> str:
+    data = (AUDIO_DIR / item["file"]).read_bytes()
+    file_id = file_id or f"fid-{item['name']}"
+    telegram.add_file(file_id, data)
+    return server.enqueue_job(file_id, file_size=len(data), mime_type="audio/ogg")
+
+
+def requests_for(server, job_id: str, endpoint: str) -> list[dict]:
+    return [r for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/{endpoint}")]
+
+
+def wait_final(server, job_ids: list[str], timeout_s: float = JOB_DONE_TIMEOUT_S) -> dict[str, dict]:
+    def done():
+        jobs = {j: server.get_job(j) for j in job_ids}
+        return jobs if all(job["status"] in FINAL for job in jobs.values()) else None
+    return wait_until(done, timeout_s, "jobs to reach a final state", interval_s=0.2)  # type: ignore[return-value]
+
+
+def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_workers, tmp_path):
+    server, telegram, env = voicy
+    manifest = sorted(audio_manifest(), key=lambda m: m["duration_s"])
+    items = manifest[-5:]
+    celery_workers("io", env, concurrency=2)
+    celery_workers("gpu", env, concurrency=1)
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        ids = {enqueue_fixture(server, telegram, item): item for item in items}
+        jobs = wait_final(server, list(ids))
+    finally:
+        bridge.stop()
+    for job_id, item in ids.items():
+        job = jobs[job_id]
+        assert job["status"] == "completed", (item["name"], job.get("lastError"), bridge.log()[-2000:])
+        text = job["resultText"].lower()
+        for word in item["keywords"]:
+            assert word.lower() in text, (item["name"], word, text)
+        assert job["resultParts"] and all(p["timeCode"] for p in job["resultParts"])
+        assert job["workerEngine"] == "faster-whisper"
+        assert len([r for r in requests_for(server, job_id, "result") if r["status"] == 200]) == 1
+    longest = max(ids, key=lambda j: ids[j]["duration_s"])
+    assert len(requests_for(server, longest, "progress")) >= 1
+    # media is deleted after the result
+    assert not any((tmp_path / "work").glob("*.o*"))
+
+
+def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_path):
+    server, telegram, env = voicy
+    limit = 3
+    env = dict(env, VOICY_WORKER_READY_QUEUE_LIMIT=str(limit))
+    env_b = dict(env, VOICY_WORKER_TOKEN=server.create_client("second", token=VOICY_TOKEN_MARK + "-b"))
+    item = audio_manifest()[0]
+    for n in range(8):
+        enqueue_fixture(server, telegram, item, file_id=f"fid-{n}")
+    # No workers run: claimed jobs stay in the backlog, so the limit must stop both bridges.
+    bridges = [start_bridge(env, tmp_path / "a.log"), start_bridge(env_b, tmp_path / "b.log")]
+    try:
+        wait_until(lambda: sum(1 for r in server.requests if r["path"].endswith("claim-ready")) >= 10,
+                   30, "both bridges to keep polling")
+    finally:
+        for b in bridges:
+            b.stop()
+    claims = [r for r in server.requests if r["path"].endswith("claim-download")]
+    won = [r for r in claims if r["status"] == 200]
+    assert len(won) == limit
+    assert sum(1 for j in server.db.transcriptionjobs.find({"status": "downloading"})) == limit
+    for client in ("switchyard-test", "second"):
+        buckets = [(r["json"] or {}).get("bucket") for r in claims if r.get("client") == client]
+        assert buckets, client
+        assert buckets == ["oldest", "newest"] * (len(buckets) // 2) + ["oldest"] * (len(buckets) % 2)
+
+
+def test_failures_are_reported_with_the_right_retryable_flag(voicy, celery_workers, tmp_path):
+    server, telegram, env = voicy
+    manifest = audio_manifest()
+    missing = server.enqueue_job("fid-not-on-telegram", mime_type="audio/ogg")
+    telegram.add_file("fid-garbage", (AUDIO_DIR / "undecodable.ogg").read_bytes())
+    garbage = server.enqueue_job("fid-garbage", mime_type="audio/ogg")
+    celery_workers("io", env, concurrency=2)
+    celery_workers("gpu", env, concurrency=1)
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        wait_until(lambda: requests_for(server, missing, "failure") and requests_for(server, garbage, "failure"),
+                   JOB_DONE_TIMEOUT_S, "both failures")
+    finally:
+        bridge.stop()
+    assert requests_for(server, missing, "failure")[0]["json"]["retryable"] is True
+    assert requests_for(server, garbage, "failure")[0]["json"]["retryable"] is False
+    assert server.get_job(garbage)["status"] == "failed"
+    # a failure message never carries the bot token
+    for r in requests_for(server, missing, "failure"):
+        assert BOT_TOKEN not in json.dumps(r["json"])
+    del manifest
+
+
+def test_voicy_5xx_on_result_is_retried_not_lost(voicy, celery_workers, tmp_path):
+    server, telegram, env = voicy
+    item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
+    server.inject_failure("result", status=503, times=2)
+    job_id = enqueue_fixture(server, telegram, item)
+    celery_workers("io", env)
+    celery_workers("gpu", env)
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        jobs = wait_final(server, [job_id])
+    finally:
+        bridge.stop()
+    assert jobs[job_id]["status"] == "completed"
+    statuses = [r["status"] for r in requests_for(server, job_id, "result")]
+    assert statuses[:2] == [503, 503] and statuses[-1] == 200
+    assert not requests_for(server, job_id, "failure")
+
+
+def test_401_stops_claiming_and_says_why(voicy, tmp_path):
+    server, telegram, env = voicy
+    env = dict(env, VOICY_WORKER_TOKEN="not-a-valid-token-xyz")
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        wait_until(lambda: "invalid or disabled" in bridge.log(), 30, "the token error")
+        n = len(server.requests)
+        assert bridge.proc.poll() is None  # it keeps running, checking slowly
+    finally:
+        bridge.stop()
+    assert len(server.requests) <= n + 1  # no claim storm after the 401
+    assert all(r["status"] == 401 for r in server.requests)
+    assert "not-a-valid-token-xyz" not in bridge.log()
+
+
+def test_sigkill_mid_transcription_recovers_and_completes_once(voicy, celery_workers, tmp_path):
+    """V1 + V2: kill the gpu worker while it transcribes; the reaper redispatches; one result."""
+    server, telegram, env = voicy
+    longest = max(audio_manifest(), key=lambda m: m["duration_s"])
+    job_id = enqueue_fixture(server, telegram, longest)
+    celery_workers("io", env)
+    gpu = celery_workers("gpu", env)
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        wait_until(lambda: requests_for(server, job_id, "progress"), JOB_DONE_TIMEOUT_S,
+                   "the first progress call (transcription under way)")
+        gpu.kill(signal.SIGKILL)
+        assert server.get_job(job_id)["status"] == "transcribing"
+        celery_workers("gpu", env)  # a replacement host comes up
+        jobs = wait_final(server, [job_id])
+    finally:
+        bridge.stop()
+        beat.stop()
+    assert jobs[job_id]["status"] == "completed"
+    assert len([r for r in requests_for(server, job_id, "result") if r["status"] == 200]) == 1
+    assert not requests_for(server, job_id, "failure")
+    assert "redispatching transcription" in beat.log() or "redispatching" in "".join(
+        p.read_text() for p in tmp_path.glob("worker-*.log"))
+
+
+def test_duplicate_delivery_transcribes_once(voicy, celery_workers, tmp_path, fresh_redis):
+    """V2: a second copy of the same gpu task message does nothing."""
+    server, telegram, env = voicy
+    item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
+    job_id = enqueue_fixture(server, telegram, item)
+    r = redis.Redis.from_url(fresh_redis)
+    celery_workers("io", env)
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        wait_until(lambda: r.llen("gpu") == 1, 60, "the transcription task to be queued")
+        message = r.lindex("gpu", 0)
+        r.lpush("gpu", message)  # exactly what a broker redelivery looks like
+        celery_workers("gpu", env)
+        jobs = wait_final(server, [job_id])
+        wait_until(lambda: r.llen("gpu") == 0, 30, "the duplicate to be consumed")
+    finally:
+        bridge.stop()
+    assert jobs[job_id]["status"] == "completed"
+    assert len(requests_for(server, job_id, "transcribe")) <= 1
+    assert len(requests_for(server, job_id, "result")) == 1
+    logs = "".join(p.read_text() for p in tmp_path.glob("worker-*gpu*.log"))
+    assert "already owned by another execution" in logs
+
+
+def test_secrets_never_reach_logs_task_messages_or_results(voicy, celery_workers, tmp_path, fresh_redis):
+    """S1: the Voicy token and the bot token appear in no log, task message or Redis value."""
+    server, telegram, env = voicy
+    item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
+    env = dict(env, LOG_LEVEL="DEBUG")
+    r = redis.Redis.from_url(fresh_redis)
+    seen: list[bytes] = []
+    job_id = enqueue_fixture(server, telegram, item)
+    bad = server.enqueue_job("fid-missing-for-s1", mime_type="audio/ogg")
+    celery_workers("io", env)
+    celery_workers("gpu", env)
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        wait_until(lambda: r.llen("gpu") or server.get_job(job_id)["status"] in FINAL, 60, "a gpu task")
+        for key in r.scan_iter("*"):
+            seen.append(repr(r.dump(key)).encode())
+        wait_final(server, [job_id, bad])
+    finally:
+        bridge.stop()
+    for key in r.scan_iter("*"):
+        seen.append(repr(r.dump(key)).encode())
+    blobs = b"".join(seen).decode(errors="replace")
+    logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))
+    failures = json.dumps([q["json"] for q in server.requests if q["path"].endswith("/failure")])
+    bot_secret = BOT_TOKEN.split(":", 1)[1]
+    for secret in (env["VOICY_WORKER_TOKEN"], BOT_TOKEN, bot_secret):
+        assert secret not in logs
+        assert secret not in blobs
+        assert secret not in failures
