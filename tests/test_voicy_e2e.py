@@ -94,24 +94,28 @@ def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_
     env = dict(env, VOICY_WORKER_READY_QUEUE_LIMIT=str(limit))
     env_b = dict(env, VOICY_WORKER_TOKEN=server.create_client("second", token=VOICY_TOKEN_MARK + "-b"))
     item = audio_manifest()[0]
-    for n in range(8):
-        enqueue_fixture(server, telegram, item, file_id=f"fid-{n}")
+    ids = [enqueue_fixture(server, telegram, item, file_id=f"fid-{n}") for n in range(8)]
     # No workers run: claimed jobs stay in the backlog, so the limit must stop both bridges.
     bridges = [start_bridge(env, tmp_path / "a.log"), start_bridge(env_b, tmp_path / "b.log")]
     try:
-        wait_until(lambda: sum(1 for r in server.requests if r["path"].endswith("claim-ready")) >= 10,
-                   30, "both bridges to keep polling")
+        for client in ("switchyard-test", "second"):
+            wait_until(lambda: sum(1 for r in server.requests if r["path"].endswith("claim-ready")
+                                   and r["client"] == client) >= 5, 30, f"bridge {client} to keep polling")
     finally:
         for b in bridges:
             b.stop()
     claims = [r for r in server.requests if r["path"].endswith("claim-download")]
     won = [r for r in claims if r["status"] == 200]
     assert len(won) == limit
-    assert sum(1 for j in server.db.transcriptionjobs.find({"status": "downloading"})) == limit
-    for client in ("switchyard-test", "second"):
-        buckets = [(r["json"] or {}).get("bucket") for r in claims if r.get("client") == client]
-        assert buckets, client
+    downloading = {str(j["_id"]) for j in server.db.transcriptionjobs.find({"status": "downloading"})}
+    assert len(downloading) == limit
+    # oldest, newest, oldest: the two oldest jobs and the newest one
+    assert downloading == {ids[0], ids[1], ids[-1]}
+    sequences = [[(r["json"] or {}).get("bucket", "oldest") for r in claims if r["client"] == c]
+                 for c in ("switchyard-test", "second")]
+    for buckets in sequences:
         assert buckets == ["oldest", "newest"] * (len(buckets) // 2) + ["oldest"] * (len(buckets) % 2)
+    assert sum(len(b) for b in sequences) >= limit
 
 
 def test_failures_are_reported_with_the_right_retryable_flag(voicy, celery_workers, tmp_path):
