@@ -1,0 +1,112 @@
+"""Pydantic models for the JSON job bodies core publishes (contract §4, reference §2.9).
+
+Unknown fields are ignored (core adds ``webhook_seen``, ``reason``,
+``issued_at``...). Required fields are validated, so a poison payload fails
+here and the bridge terms it with a failure envelope.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from workers.cairn import subjects
+
+
+class _Job(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str = ""
+    account_id: str = Field(min_length=1)
+    user_id: str = Field(min_length=1)
+    provider: str = ""
+
+
+class FetchSourceJob(_Job):
+    job_id: str = Field(min_length=1)
+    ext_id: str = Field(min_length=1)
+    fetch_streams: bool = True
+    reason: str = ""
+
+
+class ReconcileJob(_Job):
+    job_id: str = Field(min_length=1)
+    watermark: datetime | None = None
+    max_enqueue: int = Field(default=500, ge=0)
+    known_ext_ids: list[str] = Field(default_factory=list)
+
+    @field_validator("known_ext_ids", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+
+class BlobRef(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    url: str = Field(min_length=1)
+    expires_at: datetime | None = None
+    fallback_handle: str = ""
+
+
+class ParseBlobJob(FetchSourceJob):
+    blob: BlobRef
+    min_parser_version: str = "0.0"
+    source_id: str = ""
+
+    @field_validator("min_parser_version", mode="before")
+    @classmethod
+    def _legacy_integer(cls, value: Any) -> str:
+        """A legacy bare integer ``N`` reads as ``N.0`` (contract §1)."""
+        text = str(value).strip()
+        return text if "." in text else f"{int(text)}.0"
+
+
+class ImportGearJob(_Job):
+    reason: str = ""
+
+
+class ImportMetricsJob(_Job):
+    since_unix: int
+    until_unix: int
+
+
+class BackfillJob(_Job):
+    before: datetime | None = None
+    after: datetime | None = None
+
+
+JOB_MODELS: dict[str, type[_Job]] = {
+    subjects.FETCH_SOURCE: FetchSourceJob, subjects.RECONCILE: ReconcileJob,
+    subjects.PARSE_BLOB: ParseBlobJob, subjects.IMPORT_GEAR: ImportGearJob,
+    subjects.IMPORT_METRICS: ImportMetricsJob, subjects.BACKFILL: BackfillJob,
+}
+
+
+def parse_job(kind: str, raw: Any) -> _Job:
+    """Validate ``raw`` (a decoded JSON body) as a job of ``kind``; raises ``ValidationError``."""
+    return JOB_MODELS[kind].model_validate(raw)
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    major, _, minor = str(text).strip().partition(".")
+    return int(major), int(minor or 0)
+
+
+def parser_refusal(job: Any, parser_version: str) -> str | None:
+    """Why a parse_blob must be NAKed for a newer pooled instance (contract §1), or None.
+
+    ``min_parser_version`` above ours → NAK; another dataset (major) → NAK.
+    """
+    wanted = getattr(job, "min_parser_version", None)
+    if wanted is None:
+        return None
+    want_n, want_m = parse_version(wanted)
+    our_n, our_m = parse_version(parser_version)
+    if want_n != our_n:
+        return f"dataset {want_n} is not ours ({our_n})"
+    if want_m > our_m:
+        return f"min_parser_version {wanted} is above ours ({parser_version})"
+    return None

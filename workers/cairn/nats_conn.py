@@ -1,0 +1,101 @@
+"""One NATS connection per process, on a background asyncio loop, usable from sync code.
+
+Celery tasks are synchronous and nats-py is asyncio. Opening a connection per
+task would cost a TCP + auth handshake each time and, under auth-callout, a
+JWT mint. So each worker process (after fork) owns one ``NatsThread``: a daemon
+thread running an event loop with one connection; ``run(coro)`` submits
+coroutines to it and waits for the result.
+
+Authentication (reference/cairn.md §2.11, §3.1): production sends
+``CAIRN_WORKER_ENROLLMENT_TOKEN`` as the CONNECT token with the worker name as
+connection name and a fresh user nkey per connection; dev uses anonymous,
+user/password or a creds file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import nats
+
+from workers.cairn.settings import CairnSettings
+
+T = TypeVar("T")
+CONNECT_TIMEOUT_S = 10.0
+RECONNECT_WAIT_S = 2.0
+JETSTREAM_TIMEOUT_S = 10.0
+
+
+def _fresh_nkey_seed() -> bytes:
+    """A new user nkey seed (``SU...``) for this connection only."""
+    import os
+
+    import nkeys
+
+    return nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+
+
+def connect_options(settings: CairnSettings) -> dict[str, Any]:
+    """``nats.connect`` keyword arguments for the configured authentication mode."""
+    options: dict[str, Any] = {
+        "servers": [settings.nats_url], "name": settings.worker_name,
+        "connect_timeout": CONNECT_TIMEOUT_S, "reconnect_time_wait": RECONNECT_WAIT_S,
+        "max_reconnect_attempts": -1, "allow_reconnect": True,
+    }
+    if settings.worker_enrollment_token is not None:
+        options["token"] = settings.worker_enrollment_token.get_secret_value()
+        options["nkeys_seed_str"] = _fresh_nkey_seed().decode()  # nats-py signs the nonce with it
+    elif settings.nats_creds:
+        options["user_credentials"] = settings.nats_creds
+    elif settings.nats_user:
+        options["user"] = settings.nats_user
+        if settings.nats_password is not None:
+            options["password"] = settings.nats_password.get_secret_value()
+    return {k: v for k, v in options.items() if v is not None}
+
+
+class NatsThread:
+    """A daemon event-loop thread holding one NATS connection (connects lazily)."""
+
+    def __init__(self, settings: CairnSettings) -> None:
+        self.settings = settings
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="nats-loop", daemon=True)
+        self._thread.start()
+        self._nc: Any = None
+        self._js: Any = None
+        self._lock = threading.Lock()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the connection's loop and return its result (raises its exception)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def _ensure(self) -> None:
+        with self._lock:
+            if self._nc is None or self._nc.is_closed:
+                async def connect() -> Any:
+                    return await nats.connect(**connect_options(self.settings))
+
+                self._nc = self.run(connect(), CONNECT_TIMEOUT_S + 5)
+                self._js = self._nc.jetstream(timeout=JETSTREAM_TIMEOUT_S)
+
+    @property
+    def nc(self) -> Any:
+        self._ensure()
+        return self._nc
+
+    @property
+    def js(self) -> Any:
+        self._ensure()
+        return self._js
+
+    def close(self) -> None:
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                self.run(self._nc.drain(), 5)
+            except Exception:  # noqa: BLE001 - closing on the way out
+                pass
+        self.loop.call_soon_threadsafe(self.loop.stop)

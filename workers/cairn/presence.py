@@ -1,0 +1,66 @@
+"""Presence and manifest records (contract §1 Manifest, §2 Presence), written from inside the pool.
+
+Presence is written by each live provider-worker instance every ~20 s under
+``<worker_name>.<instance_id>``; the manifest under ``<worker_name>`` at start
+and every 10 minutes (the bucket TTL is 15 min). Both prove the pool runs.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from workers.cairn import subjects
+
+KV_TIMEOUT_S = 5.0
+PRESENCE_INTERVAL_S = 20.0
+MANIFEST_INTERVAL_S = 600.0
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def presence_record(settings: Any, provider: Any, instance_id: str) -> dict[str, Any]:
+    record = {
+        "worker_name": settings.worker_name, "worker_key": subjects.worker_key(settings.worker_name,
+                                                                             settings.provider),
+        "instance_id": instance_id, "version": str(provider.parser_version),
+        "release": str(getattr(settings, "release", "")), "provider": settings.provider,
+        "package": settings.worker_package, "webhooks": False,
+        "capabilities": dict(provider.declared_capabilities().data_types), "last_seen": _now(),
+    }
+    if not record["capabilities"]:
+        del record["capabilities"]
+    return record
+
+
+def manifest_record(settings: Any, provider: Any) -> dict[str, Any]:
+    record = {"worker_name": settings.worker_name, "version": str(provider.parser_version),
+              "provider": settings.provider, "package": settings.worker_package, "updated_at": _now()}
+    meta = provider.manifest_meta()
+    if meta:
+        record["provider_meta"] = meta
+    return record
+
+
+def _put(ctx: Any, bucket: str, key: str, record: dict[str, Any]) -> None:
+    async def put() -> None:
+        kv = await ctx.nats.js.key_value(bucket)
+        await kv.put(key, json.dumps(record, separators=(",", ":")).encode())
+
+    ctx.nats.run(put(), KV_TIMEOUT_S)
+
+
+def write_presence(ctx: Any, instance_id: str | None = None) -> dict[str, Any]:
+    instance_id = instance_id or ctx.settings.instance_id
+    record = presence_record(ctx.settings, ctx.provider, instance_id)
+    _put(ctx, subjects.PRESENCE_BUCKET, subjects.presence_key(ctx.settings.worker_name, instance_id), record)
+    return record
+
+
+def write_manifest(ctx: Any) -> dict[str, Any]:
+    record = manifest_record(ctx.settings, ctx.provider)
+    _put(ctx, subjects.MANIFEST_BUCKET, ctx.settings.worker_name, record)
+    return record

@@ -1,0 +1,177 @@
+"""The shared provider budget in the ``cairn_rate_limits`` KV, per provider app.
+
+Keys are ``<provider>.<app_id>.<window>`` (contract §3; a token without
+``app_id`` uses the pool: ``<provider>.<worker_name>.<window>``). Values are
+the Strava worker's limiter JSON ``{capacity, used, window_start,
+window_reset_at}`` (reference §3.8). ``reserve`` is a compare-and-set loop so
+any number of processes share one budget without overspending; ``observe``
+syncs the state from the provider's usage headers on every response.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from workers.cairn import subjects
+from workers.providers.base import ProviderRateLimited, WindowUsage
+
+CAS_ATTEMPTS = 200
+CAS_BACKOFF_MAX_S = 0.02
+KV_TIMEOUT_S = 5.0
+WINDOW_LENGTH_S = {"short": 15 * 60, "daily": 24 * 3600, "webhook": 15 * 60}
+DEFAULT_WINDOW_S = 15 * 60
+FALLBACK_CAPACITY = {"short": 100, "daily": 1000, "webhook": 20}
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _parse(t: str | None) -> datetime | None:
+    if not t:
+        return None
+    try:
+        return datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclass
+class WindowState:
+    capacity: int = 0
+    used: int = 0
+    window_start: datetime | None = None
+    window_reset_at: datetime | None = None
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> WindowState:
+        try:
+            d = json.loads(raw or b"{}")
+            return cls(int(d.get("capacity", 0)), int(d.get("used", 0)), _parse(d.get("window_start")),
+                       _parse(d.get("window_reset_at")))
+        except (ValueError, TypeError, AttributeError):
+            return cls()
+
+    def encode(self) -> bytes:
+        return json.dumps({"capacity": self.capacity, "used": self.used,
+                           "window_start": _iso(self.window_start or datetime.now(UTC)),
+                           "window_reset_at": _iso(self.window_reset_at or datetime.now(UTC))}).encode()
+
+
+class RateLimiter:
+    """KV-backed limiter; ``hook(app_id)`` gives the provider a ``RateLimitHook`` for one job."""
+
+    def __init__(self, nats_thread: Any, settings: Any) -> None:
+        self._nats = nats_thread
+        self.provider = str(settings.provider)
+        self.pool = str(settings.worker_name)
+        self._kv: Any = None
+
+    def _bucket(self) -> Any:
+        if self._kv is None:
+            self._kv = self._nats.run(self._nats.js.key_value(subjects.RATE_LIMIT_BUCKET), KV_TIMEOUT_S)
+        return self._kv
+
+    def key(self, app_id: str | None, window: str) -> str:
+        return subjects.rate_limit_key(self.provider, app_id or self.pool, window)
+
+    def _get(self, key: str) -> tuple[WindowState, int]:
+        from nats.js.errors import KeyNotFoundError
+
+        async def read() -> tuple[WindowState, int]:
+            try:
+                entry = await self._bucket().get(key)
+            except KeyNotFoundError:
+                return WindowState(), 0
+            return WindowState.decode(entry.value), entry.revision
+
+        return self._nats.run(read(), KV_TIMEOUT_S)
+
+    def reserve(self, app_id: str | None, window: str, n: int = 1) -> None:
+        """Spend ``n`` from ``window`` or raise ``ProviderRateLimited`` anchored to its reset."""
+        from nats.js.errors import KeyWrongLastSequenceError
+
+        key = self.key(app_id, window)
+        for attempt in range(CAS_ATTEMPTS):
+            state, revision = self._get(key)
+            now = datetime.now(UTC)
+            if state.window_reset_at is None or now >= state.window_reset_at:
+                length = WINDOW_LENGTH_S.get(window, DEFAULT_WINDOW_S)
+                state = WindowState(state.capacity or FALLBACK_CAPACITY.get(window, 0), 0, now,
+                                    now + timedelta(seconds=length))
+            if state.capacity <= 0:
+                return  # unknown window: unlimited
+            if state.used + n > state.capacity:
+                raise ProviderRateLimited(state.window_reset_at, window)  # type: ignore[arg-type]
+            state.used += n
+
+            async def write() -> None:
+                kv = self._bucket()
+                if revision == 0:
+                    await kv.create(key, state.encode())
+                else:
+                    await kv.update(key, state.encode(), last=revision)
+
+            try:
+                self._nats.run(write(), KV_TIMEOUT_S)
+                return
+            except (KeyWrongLastSequenceError, Exception) as exc:  # lost the CAS race
+                if not _is_cas_conflict(exc, KeyWrongLastSequenceError):
+                    raise
+                time.sleep(random.uniform(0, min(0.0002 * 2 ** min(attempt, 6), CAS_BACKOFF_MAX_S)))
+        raise ProviderRateLimited(datetime.now(UTC) + timedelta(milliseconds=60), window)
+
+    def sync(self, app_id: str | None, usage: Sequence[WindowUsage]) -> None:
+        """Unconditionally store what the provider reported (its numbers are the truth)."""
+        for w in usage:
+            if w.limit <= 0:
+                continue
+            state = WindowState(w.limit, w.used, datetime.now(UTC), w.reset_at)
+            key = self.key(app_id, w.window)
+            self._nats.run(self._bucket().put(key, state.encode()), KV_TIMEOUT_S)
+
+    def snapshot(self, app_id: str | None) -> dict[str, Any]:
+        """A RateLimitSnapshot (protojson dict) of the short and daily windows."""
+        short, _ = self._get(self.key(app_id, "short"))
+        daily, _ = self._get(self.key(app_id, "daily"))
+        body: dict[str, Any] = {"shortRemaining": max(0, short.capacity - short.used),
+                                "shortLimit": short.capacity,
+                                "longRemaining": max(0, daily.capacity - daily.used),
+                                "longLimit": daily.capacity}
+        if short.window_reset_at:
+            body["shortResetAt"] = _iso(short.window_reset_at)
+        if daily.window_reset_at:
+            body["longResetAt"] = _iso(daily.window_reset_at)
+        return body
+
+    def hook(self, app_id: str | None) -> AppHook:
+        return AppHook(self, app_id)
+
+
+def _is_cas_conflict(exc: BaseException, cls: type) -> bool:
+    if isinstance(exc, cls):
+        return True
+    from nats.js.errors import BadRequestError
+
+    return isinstance(exc, BadRequestError) and getattr(exc, "err_code", None) in (10071, 10164)
+
+
+@dataclass
+class AppHook:
+    """The provider-facing ``RateLimitHook`` for one app id."""
+
+    limiter: RateLimiter
+    app_id: str | None
+
+    def reserve(self, windows: Sequence[str]) -> None:
+        for window in windows:  # daily first, then short (reference §3.8)
+            self.limiter.reserve(self.app_id, window)
+
+    def observe(self, usage: Sequence[WindowUsage], headers: Mapping[str, str]) -> None:
+        self.limiter.sync(self.app_id, usage)

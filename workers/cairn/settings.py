@@ -1,0 +1,78 @@
+"""Cairn-side settings (``CAIRN_*``), with the Strava worker's variable names.
+
+Versions (contract §1 Versioning): ``WORKER_RELEASE`` is the core contract we
+implement (v0.7.x: major.minor follow core); the parser version ``N.M`` is the
+provider's (``Provider.parser_version``) and is what ``worker_version`` carries.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workers.config import load_settings
+from workers.logs import register_secret
+
+WORKER_RELEASE = "v0.7.0"
+DEFAULT_WORKER_PACKAGE = "switchyard.providers.strava"
+DEFAULT_ACK_WAIT_S = 30.0
+DEFAULT_MAX_DELIVER = 10  # above TERM_AFTER_DELIVERIES: we term with an envelope ourselves
+TERM_AFTER_DELIVERIES = 5
+NAME_PATTERN = r"^[a-z0-9_-]{1,48}$"
+
+
+def _default_instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class CairnSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CAIRN_", extra="ignore", env_ignore_empty=True)
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    worker_enrollment_token: SecretStr | None = None
+    nats_user: str | None = None
+    nats_password: SecretStr | None = None
+    nats_creds: str | None = None
+    provider: str = Field(default="strava", pattern=NAME_PATTERN)
+    worker_name: str = Field(default="strava-fetcher", pattern=NAME_PATTERN)
+    worker_package: str = DEFAULT_WORKER_PACKAGE
+    instance_id: str = Field(default_factory=_default_instance_id, validation_alias=AliasChoices(
+        "CAIRN_INSTANCE_ID", "CAIRN_WORKER_INSTANCE_ID"))
+    release: str = WORKER_RELEASE
+    ack_wait_s: float = Field(default=DEFAULT_ACK_WAIT_S, gt=0)
+    max_deliver: int = Field(default=DEFAULT_MAX_DELIVER, gt=TERM_AFTER_DELIVERIES)
+    term_after_deliveries: int = Field(default=TERM_AFTER_DELIVERIES, ge=1)
+    max_in_flight: int = Field(default=16, ge=1)
+    task_start_deadline_s: float = Field(default=60.0, gt=0)
+    discover_deadline_s: float = Field(default=30.0, gt=0)
+    exchange_deadline_s: float = Field(default=15.0, gt=0, le=20.0)
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_scheme(cls, value: str) -> str:
+        if not value.startswith(("nats://", "tls://", "ws://", "wss://")):
+            raise ValueError("must be a nats:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _auth_modes(self) -> CairnSettings:
+        if self.nats_password is not None and not self.nats_user:
+            raise ValueError("CAIRN_NATS_PASSWORD needs CAIRN_NATS_USER")
+        return self
+
+    @property
+    def worker_key(self) -> str:
+        return f"{self.worker_name}-{self.provider}"
+
+
+def load_cairn_settings(**overrides: object) -> CairnSettings:
+    settings = load_settings(CairnSettings, **overrides)
+    for secret in (settings.worker_enrollment_token, settings.nats_password):
+        if secret is not None:
+            register_secret(secret.get_secret_value())
+    return settings
