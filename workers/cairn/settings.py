@@ -30,7 +30,8 @@ def _default_instance_id() -> str:
 
 
 class CairnSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CAIRN_", extra="ignore", env_ignore_empty=True)
+    model_config = SettingsConfigDict(env_prefix="CAIRN_", extra="ignore", env_ignore_empty=True,
+                                      populate_by_name=True)
 
     nats_url: str = "nats://127.0.0.1:4222"
     worker_enrollment_token: SecretStr | None = None

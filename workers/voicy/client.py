@@ -60,7 +60,7 @@ class VoicyClient:
             return response
 
         retrying = Retrying(stop=stop_after_attempt(self._attempts),
-                            wait=wait_exponential_jitter(initial=RETRY_INITIAL_S, max=RETRY_MAX_S),
+                            wait=wait_exponential_jitter(multiplier=RETRY_INITIAL_S, max=RETRY_MAX_S),
                             retry=retry_if_exception_type(_Transient), reraise=True)
         try:
             return retrying(once)

@@ -24,7 +24,7 @@ CLOUD_BOT_API_MAX_BYTES = 20 * 1024 * 1024  # the cloud Bot API refuses larger d
 
 
 class VoicySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="VOICY_WORKER_", extra="ignore",
+    model_config = SettingsConfigDict(env_prefix="VOICY_WORKER_", extra="ignore", populate_by_name=True,
                                       env_ignore_empty=True)
 
     api_url: str

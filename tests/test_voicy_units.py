@@ -1,0 +1,178 @@
+"""Voicy domain parts against real servers on loopback: settings, client, Telegram, store, engine."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import boto3
+import pytest
+
+from deploy.devstack.telegram import FakeTelegram
+from deploy.devstack.voicy_api import DevVoicyServer
+from tests.voicy_stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
+from workers.errors import AuthError, ConfigError, PermanentJobError, RetryableJobError, StaleJobError
+from workers.transcribe.progress import ProgressThrottle
+from workers.voicy.client import VoicyClient
+from workers.voicy.media_store import LocalMediaStore, MediaTooLarge, S3MediaStore
+from workers.voicy.models import Source
+from workers.voicy.settings import load_voicy_settings
+from workers.voicy.telegram import TelegramFiles, extension_for, file_url, is_token_bearing
+
+TOKEN = "unit-voicy-token-SECRET-77aa"
+
+
+@pytest.fixture()
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    for key in ("VOICY_WORKER_API_URL", "VOICY_WORKER_TOKEN", "TOKEN", "VOICY_WORKER_TELEGRAM_BOT_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("VOICY_WORKER_WORK_DIR", str(tmp_path))
+    return monkeypatch
+
+
+def test_missing_and_invalid_variables_are_named(env) -> None:
+    with pytest.raises(ConfigError, match="VOICY_WORKER_API_URL.*VOICY_WORKER_TOKEN"):
+        load_voicy_settings()
+    env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1/")
+    env.setenv("VOICY_WORKER_TOKEN", TOKEN)
+    env.setenv("VOICY_WORKER_HEARTBEAT_INTERVAL_MS", "-5")
+    with pytest.raises(ConfigError, match="VOICY_WORKER_HEARTBEAT_INTERVAL_MS") as info:
+        load_voicy_settings()
+    assert TOKEN not in str(info.value)
+    env.setenv("VOICY_WORKER_HEARTBEAT_INTERVAL_MS", "")
+    env.setenv("VOICY_WORKER_PROGRESS_INTERVAL_MS", "10")
+    env.setenv("TOKEN", "42:bot-token-fallback")
+    s = load_voicy_settings()
+    assert s.api_url.endswith("/worker/v1") and s.progress_interval_ms == 1000
+    assert s.heartbeat_interval_ms == 30000 and s.ready_queue_limit == 2
+    assert s.telegram_bot_token.get_secret_value() == "42:bot-token-fallback"
+
+
+def test_client_maps_statuses_and_never_logs_the_token(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with DevVoicyServer() as server:
+        token = server.create_client("unit", token=TOKEN)
+        client = VoicyClient(server.url, token, timeout_s=5)
+        assert client.claim_download("oldest") is None
+        job_id = server.enqueue_job("fid-1")
+        job = client.claim_download("newest")
+        assert job and job.id == job_id and job.status == "downloading" and job.attempts == 1
+        with pytest.raises(StaleJobError):
+            client.transcribe(job_id)  # not ready yet: 404 job_not_found
+        server.inject_failure("heartbeat", status=503, times=2)
+        assert client.heartbeat(job_id).status == "downloading"  # retried past two 503s
+        server.inject_failure("heartbeat", status=503, times=50)
+        with pytest.raises(RetryableJobError):
+            VoicyClient(server.url, token, timeout_s=5, retry_attempts=2).heartbeat(job_id)
+        with pytest.raises(AuthError, match="VOICY_WORKER_TOKEN"):
+            VoicyClient(server.url, "wrong-token-value", timeout_s=5).claim_download("oldest")
+        assert client.failure(job_id, "boom", retryable=True).status == "queued_for_download"
+    assert TOKEN not in caplog.text
+
+
+def test_telegram_cloud_and_local_forms_and_token_safety(tmp_path: Path) -> None:
+    data = (AUDIO_DIR / audio_manifest()[0]["file"]).read_bytes()
+    for local in (False, True):
+        tg = FakeTelegram(BOT_TOKEN, local_mode=local).start()
+        try:
+            tg.add_file("fid", data)
+            settings = _settings(tg.url, tmp_path)
+            files = TelegramFiles(settings)
+            got = b"".join(files.open_source(Source(jobId="j", fileId="fid")))
+            assert got == data
+            with pytest.raises(RetryableJobError) as info:
+                b"".join(files.open_source(Source(jobId="j", fileId="missing")))
+            assert BOT_TOKEN not in str(info.value)
+            tg.fail_next("fid", status=404)
+            with pytest.raises(RetryableJobError):
+                b"".join(files.open_source(Source(jobId="j", fileId="fid")))
+        finally:
+            tg.stop()
+    no_token = _settings("http://127.0.0.1:9", tmp_path, bot_token=None)
+    with pytest.raises(PermanentJobError, match="required to resolve"):
+        TelegramFiles(no_token).open_source(Source(jobId="j", fileId="x"))
+
+
+def test_telegram_timeout_is_retryable(tmp_path: Path) -> None:
+    tg = FakeTelegram(BOT_TOKEN).start()
+    try:
+        tg.add_file("slow", b"x" * 10)
+        tg.delay("slow", 3.0)
+        files = TelegramFiles(_settings(tg.url, tmp_path, timeout_ms=300))
+        with pytest.raises(RetryableJobError, match="Timeout") as info:
+            b"".join(files.open_source(Source(jobId="j", fileId="slow")))
+        assert BOT_TOKEN not in str(info.value)
+    finally:
+        tg.stop()
+
+
+def test_url_rules() -> None:
+    assert is_token_bearing("https://api.telegram.org/file/bot123:AAbb_cc-dd/voice/x.oga")
+    assert not is_token_bearing("https://example.invalid/proof.ogg")
+    assert file_url("http://h", "1:t", "/voice/a b.oga") == "http://h/file/bot1:t/voice/a%20b.oga"
+    assert extension_for(Source(jobId="j", mimeType="audio/mpeg; x=1")) == ".mp3"
+    assert extension_for(Source(jobId="j", sourceKind="video_note")) == ".mp4"
+    assert extension_for(Source(jobId="j", filePath="voice/file_1.oga")) == ".oga"
+
+
+def test_local_store_is_atomic_and_bounded(tmp_path: Path) -> None:
+    store = LocalMediaStore(tmp_path)
+    assert store.put_stream("a.ogg", [b"12", b"34"], max_bytes=10) == 4
+    with pytest.raises(MediaTooLarge):
+        store.put_stream("b.ogg", [b"x" * 8, b"y" * 8], max_bytes=10)
+    assert not store.exists("b.ogg") and not list(tmp_path.glob(".*part"))
+    with store.local_path("a.ogg") as p:
+        assert p.read_bytes() == b"1234"
+    store.delete("a.ogg")
+    assert not store.exists("a.ogg")
+
+
+def test_s3_store_round_trip_against_moto_server(s3_endpoint: str) -> None:
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1",
+                          aws_access_key_id="test", aws_secret_access_key="test")
+    client.create_bucket(Bucket="media")
+    store = S3MediaStore("media", "jobs", client=client)
+    store.put_stream("j1.ogg", [b"abc"], max_bytes=100)
+    assert store.exists("j1.ogg") and store.describe("j1.ogg") == "s3://media/jobs/j1.ogg"
+    with store.local_path("j1.ogg") as p:
+        assert p.read_bytes() == b"abc" and p.suffix == ".ogg"
+    store.delete("j1.ogg")
+    assert not store.exists("j1.ogg")
+
+
+def test_engine_auto_device_streams_segments_and_rejects_garbage(tmp_path: Path) -> None:
+    from workers.transcribe.engine import Engine, pick_device
+
+    assert pick_device("auto") == "cpu"  # no GPU on these machines
+    settings = _settings("http://127.0.0.1:9", tmp_path, model=TINY_MODEL_DIR)
+    engine = Engine(settings)
+    assert engine.device == "cpu" and engine.compute_type == "int8"
+    story = max(audio_manifest(), key=lambda m: m["duration_s"])
+    seen: list[int] = []
+    transcript = engine.transcribe(AUDIO_DIR / story["file"], on_segment=lambda t: seen.append(len(t.parts)))
+    assert seen == sorted(seen) and len(seen) >= 3
+    body = engine.result_body(transcript).body()
+    assert body["engine"] == "faster-whisper" and body["metadata"]["computeType"] == "int8"
+    assert None not in body.values() and all(p["timeCode"] for p in body["parts"])
+    with pytest.raises(PermanentJobError):
+        engine.transcribe(AUDIO_DIR / "undecodable.ogg")
+
+
+def test_progress_throttle_needs_growth_and_interval() -> None:
+    now = [0.0]
+    throttle = ProgressThrottle(1.0, clock=lambda: now[0])
+    assert not throttle.should_send("hello")  # interval not yet passed
+    now[0] = 1.0
+    assert throttle.should_send("hello")
+    now[0] = 2.5
+    assert not throttle.should_send("hello")  # no growth
+    assert throttle.should_send("hello world")
+
+
+def _settings(tg_url: str, tmp: Path, bot_token: str | None = BOT_TOKEN, timeout_ms: int = 5000,
+              model: str = "large-v3"):
+    from workers.voicy.settings import VoicySettings
+
+    return VoicySettings(api_url="http://127.0.0.1:9/worker/v1", token=TOKEN, work_dir=tmp,
+                         telegram_api_url=tg_url, telegram_bot_token=bot_token,
+                         download_timeout_ms=timeout_ms, model=model, device="auto")
