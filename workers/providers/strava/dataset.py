@@ -1,0 +1,119 @@
+"""The raw archive ("dataset 1") and the one parser that reads it.
+
+Why the import parses its own archive: contract §1 requires that a re-parse
+reproduces the import. The surest way is that there is only one path from raw
+inputs to events: ``fetch_source`` builds the archive bytes, then runs
+``parse_archive`` on *those bytes*, exactly as ``parse_blob`` later does on
+the downloaded blob. Byte-identical output follows by construction (float
+repr, key order and nulls go through the same JSON round trip).
+
+Envelope (compatible with the published Go worker's dataset 1)::
+
+    {"version": 1,
+     "provenance": {"provider", "worker_name", "worker_version", "package", "archived_at"},
+     "activity": {…Strava DetailedActivity…},
+     "streams": {…key_by_type map…},          # omitted when the activity has none
+     "gear": [{…Strava DetailedGear…}]}       # additive: omitted when no lookup succeeded
+
+We archive Strava's full activity JSON (the Go worker kept only its decoded
+subset); both read the same, and the full object lets a later parser revision
+use a new field without a re-fetch. ``gear`` is additive to dataset 1:
+archives without it parse with gear id/name from the activity and no GEAR event.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from workers.providers.base import ProviderPermanentError, ProviderTransientError
+from workers.providers.strava.mapping import map_activity, map_gear, map_streams, ts
+from workers.providers.strava.models import StravaActivity, StravaGear
+
+DATASET_VERSION = 1
+PARSER_VERSION = "1.0"  # dataset 1, output revision 0; bump M on any output change
+PROVIDER = "strava"
+CONTENT_TYPE = "application/json"
+
+
+class UnsupportedDataset(ProviderTransientError):
+    """The archive is another dataset version: NAK so a pool that reads it takes the job."""
+
+    code = "unsupported_dataset"
+
+
+def build_archive(activity: dict[str, Any], streams: dict[str, Any] | None,
+                  gear: list[dict[str, Any]], *, worker_name: str = "", worker_version: str = "",
+                  package: str = "", archived_at: datetime | None = None) -> bytes:
+    """Serialize the raw inputs of one import as a dataset-1 envelope."""
+    envelope: dict[str, Any] = {
+        "version": DATASET_VERSION,
+        "provenance": {"provider": PROVIDER, "worker_name": worker_name,
+                       "worker_version": worker_version or PARSER_VERSION, "package": package,
+                       "archived_at": ts(archived_at or datetime.now(UTC))},
+        "activity": activity,
+    }
+    if streams:
+        envelope["streams"] = streams
+    if gear:
+        envelope["gear"] = gear
+    return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def read_archive(raw: bytes) -> dict[str, Any]:
+    """Decode and check an archive; the dataset version decides whether we may read it."""
+    try:
+        envelope = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ProviderTransientError("archive is not JSON") from None
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("activity"), dict):
+        raise ProviderTransientError("archive has no activity")
+    version = envelope.get("version", DATASET_VERSION)
+    try:
+        dataset = int(str(version).split(".", 1)[0])
+    except ValueError:
+        raise UnsupportedDataset(f"archive dataset {version!r} unreadable") from None
+    if dataset != DATASET_VERSION:
+        raise UnsupportedDataset(f"archive dataset {dataset}, this parser reads {DATASET_VERSION}")
+    return envelope
+
+
+def parse_archive(raw: bytes, *, user_id: str, account_id: str,
+                  ext_id: str = "") -> tuple[str, list[dict[str, Any]]]:
+    """``(ext_id, events)``: GEAR events then the ACTIVITY, as protojson ``WorkerEvent`` dicts."""
+    envelope = read_archive(raw)
+    try:
+        activity = StravaActivity.model_validate(envelope["activity"])
+        gears = [StravaGear.model_validate(g) for g in envelope.get("gear") or []
+                 if isinstance(g, dict)]
+    except ValidationError as exc:
+        raise ProviderPermanentError(f"unmappable activity: {exc.error_count()} field errors",
+                                     code="unmappable") from None
+    ext_id = ext_id or (str(activity.id) if activity.id else "")
+    if not ext_id:
+        raise ProviderPermanentError("archive names no activity id", code="missing_ext_id")
+
+    def ref(external_id: str) -> dict[str, Any]:
+        out = {"userId": user_id, "provider": PROVIDER, "externalId": external_id}
+        if account_id:
+            out["externalAccountId"] = account_id
+        return out
+
+    events: list[dict[str, Any]] = []
+    gear_id = activity.gear_id or activity.gear.id
+    by_id = {g.id: g for g in gears if g.id}
+    for gear in by_id.values():
+        events.append({"type": "WORKER_EVENT_TYPE_GEAR",
+                       "gear": {"ref": ref(gear.id), "payload": map_gear(gear)}})
+    imported: dict[str, Any] = {"ref": ref(ext_id),
+                                "payload": map_activity(activity, by_id.get(gear_id))}
+    streams = envelope.get("streams")
+    stream = map_streams(streams if isinstance(streams, dict) else None)
+    if stream is not None:
+        imported["stream"] = stream
+    events.append({"type": "WORKER_EVENT_TYPE_ACTIVITY", "activity": imported})
+    return ext_id, events

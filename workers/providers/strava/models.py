@@ -1,0 +1,113 @@
+"""Pydantic models of the Strava JSON we read (reference §4.2), tolerant by design.
+
+Why tolerant: Strava adds fields and sends ``null`` where a number is expected;
+an unknown field or a null must never make an import fail. Every field is
+optional with a neutral default; ``extra="ignore"`` drops what we do not use
+(the raw JSON is archived separately, so nothing is lost for a later parser).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class StravaModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _null_is_default(cls, value: Any, info: Any) -> Any:
+        """Strava's ``null`` means "unknown": fall back to the field default."""
+        if value is None:
+            field = cls.model_fields[info.field_name]
+            return field.get_default(call_default_factory=True)
+        return value
+
+
+class StravaLap(StravaModel):
+    lap_index: int = 0
+    name: str = ""
+    start_date: str = ""
+    elapsed_time: float = 0
+    moving_time: float = 0
+    distance: float = 0
+    average_speed: float = 0
+    average_heartrate: float = 0
+    max_heartrate: float = 0
+    average_watts: float = 0
+    average_cadence: float = 0
+    total_elevation_gain: float = 0
+
+
+class StravaGearSummary(StravaModel):
+    id: str = ""
+    name: str = ""
+    primary: bool = False
+    distance: float = 0
+    retired: bool = False
+
+
+class StravaGear(StravaModel):
+    """DetailedGear from ``GET /gear/{id}`` (also reads SummaryGear from ``/athlete``)."""
+
+    id: str = ""
+    name: str = ""
+    primary: bool = False
+    distance: float = 0
+    retired: bool = False
+    brand_name: str = ""
+    model_name: str = ""
+    description: str = ""
+    frame_type: int = 0
+
+
+class StravaAthleteRef(StravaModel):
+    id: int = 0
+
+
+class StravaActivity(StravaModel):
+    id: int = 0
+    name: str = ""
+    description: str = ""
+    type: str = ""
+    sport_type: str = ""
+    start_date: str = ""
+    start_date_local: str = ""
+    timezone: str = ""
+    elapsed_time: float = 0
+    moving_time: float = 0
+    distance: float = 0
+    total_elevation_gain: float = 0
+    elev_high: float = 0
+    elev_low: float = 0
+    average_speed: float = 0
+    max_speed: float = 0
+    average_heartrate: float = 0
+    max_heartrate: float = 0
+    has_heartrate: bool = False
+    average_watts: float = 0
+    weighted_average_watts: float = 0
+    max_watts: float = 0
+    average_cadence: float = 0
+    average_temp: float = 0
+    calories: float = 0
+    kilojoules: float = 0
+    trainer: bool = False
+    commute: bool = False
+    manual: bool = False
+    workout_type: int = 0
+    gear_id: str = ""
+    gear: StravaGearSummary = Field(default_factory=StravaGearSummary)
+    device_name: str = ""
+    athlete: StravaAthleteRef = Field(default_factory=StravaAthleteRef)
+    laps: list[StravaLap] = Field(default_factory=list)
+
+
+class StravaSummaryActivity(StravaModel):
+    """One entry of ``GET /athlete/activities``: only what listings need."""
+
+    id: int = 0
+    name: str = ""
+    start_date: str = ""

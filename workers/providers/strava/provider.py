@@ -1,0 +1,292 @@
+"""``StravaProvider``: the Strava API behind the provider interface.
+
+What it does per job kind (reference §3.6, §3.10–3.13, contract §4–§9b):
+
+* fetch_source — activity detail, streams (404 = no stream), gear detail for
+  the activity's gear (best effort, cached per account: a failed or
+  rate-limited gear lookup is skipped, never fails or delays the import), the
+  dataset-1 archive of all of it, then the events parsed *from that archive*.
+* parse_blob — the same parser over a downloaded archive.
+* reconcile — ``list_activities`` over a time window, pages of 100.
+* discover — up to 25 pages of 200 per round, partial replies on rate limits.
+* import_gear — ``/athlete`` bikes and shoes (retired included) with details.
+* OAuth exchange — code → tokens; the athlete id is the provider account id.
+
+Segments, photos and webhooks are not implemented by this provider yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Collection
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from workers.config import load_settings
+from workers.providers.base import (
+    FETCH_SOURCE,
+    IMPORT_GEAR,
+    PARSE_BLOB,
+    RECONCILE,
+    AccountJob,
+    ActivityRef,
+    Capabilities,
+    DiscoverItem,
+    DiscoverReply,
+    DiscoverRequest,
+    FetchJob,
+    FetchOutcome,
+    OAuthTokens,
+    Provider,
+    ProviderContext,
+    ProviderError,
+    ProviderNotFound,
+    ProviderPermanentError,
+    ProviderRateLimited,
+    RawArchive,
+)
+from workers.providers.strava import client as api
+from workers.providers.strava.dataset import (
+    CONTENT_TYPE,
+    DATASET_VERSION,
+    PARSER_VERSION,
+    PROVIDER,
+    build_archive,
+    parse_archive,
+)
+from workers.providers.strava.mapping import map_gear, parse_time
+from workers.providers.strava.models import StravaGear, StravaSummaryActivity
+from workers.providers.strava.settings import StravaSettings
+
+log = logging.getLogger(__name__)
+
+RECONCILE_PER_PAGE = 100
+DISCOVER_PER_PAGE = 200
+DISCOVER_MAX_PAGES = 25
+SCOPES = ("read", "activity:read_all", "profile:read_all")  # profile:read_all lists bikes and shoes
+ACTIVITY_URL_TEMPLATE = "https://www.strava.com/activities/{id}"
+SETUP_DOCS_URL = "https://developers.strava.com/docs/getting-started/"
+DISCOVER_RATE_LIMITED_ERROR = "rate_limited: provider budget exhausted, try again shortly"
+
+
+class StravaProvider(Provider):
+    """Stateless apart from a small per-account gear cache (saves budget: most rides share a bike)."""
+
+    name = PROVIDER
+    dataset_version = DATASET_VERSION
+    parser_version = PARSER_VERSION
+
+    def __init__(self, settings: StravaSettings | None = None, *, worker_name: str = "",
+                 package: str = "") -> None:
+        self.settings = settings or load_settings(StravaSettings)
+        self.worker_name, self.package = worker_name, package
+        self._gear_cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._gear_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: object | None = None) -> StravaProvider:
+        """Registry factory: accepts ``StravaSettings`` or any settings with worker identity."""
+        strava = settings if isinstance(settings, StravaSettings) else load_settings(StravaSettings)
+        return cls(strava, worker_name=str(getattr(settings, "worker_name", "") or ""),
+                   package=str(getattr(settings, "worker_package", "")
+                               or getattr(settings, "package", "") or ""))
+
+    # ------------------------------------------------------------------ declarations
+
+    def declared_capabilities(self) -> Capabilities:
+        activity = {"read": True, "write": False, "backfill": True, "granularity": "per-activity"}
+        return Capabilities(
+            jobs=frozenset({FETCH_SOURCE, RECONCILE, PARSE_BLOB, IMPORT_GEAR}),
+            data_types={"Activity": activity,
+                        "Lap": {"read": True, "write": False, "backfill": True},
+                        "Gear": {"read": True, "write": False, "backfill": False}},
+        )
+
+    def manifest_meta(self) -> dict[str, Any]:
+        return {
+            "display_name": "Strava",
+            "activity_url_template": ACTIVITY_URL_TEMPLATE,
+            "setup_docs_url": SETUP_DOCS_URL,
+            "auth_method": "oauth2",
+            "oauth": {"authorize_url": self.settings.authorize_url, "scopes": list(SCOPES),
+                      "scope_separator": ",", "pkce": False,
+                      "authorize_params": {"approval_prompt": "force"}},
+            "config_fields": [
+                {"key": "client_id", "label": "Client ID",
+                 "help": "From https://www.strava.com/settings/api (your API application)."},
+                {"key": "client_secret", "label": "Client secret", "secret": True},
+            ],
+        }
+
+    def new_http_client(self) -> httpx.Client:
+        return api.new_http_client()
+
+    def _client(self, ctx: ProviderContext) -> api.StravaClient:
+        return api.StravaClient(ctx.http, ctx.access_token, base_url=self.settings.base_url,
+                                rate_limit=ctx.rate_limit, bucket=ctx.bucket)
+
+    # ------------------------------------------------------------------ activities
+
+    def fetch_source(self, ctx: ProviderContext, job: FetchJob) -> FetchOutcome:
+        ext_id = str(job.ext_id or "").strip()
+        if not ext_id:
+            raise ProviderPermanentError("fetch_source without ext_id", code="missing_ext_id")
+        client = self._client(ctx)
+        activity = client.get_activity(ext_id)
+        streams = client.get_streams(ext_id) if job.fetch_streams else None
+        gear, gear_errors = [], 0
+        gear_id = _gear_id(activity)
+        if gear_id:
+            try:
+                gear.append(self._cached_gear(client, job.account_id, gear_id))
+            except ProviderError as exc:  # gear is optional data (contract §5)
+                gear_errors = 1
+                log.warning("strava gear %s lookup skipped: %s", gear_id, type(exc).__name__)
+        body = build_archive(activity, streams, gear, worker_name=self.worker_name,
+                             worker_version=self.parser_version, package=self.package)
+        outcome = self.parse_blob(body, job)
+        outcome.archive = RawArchive(body, DATASET_VERSION, CONTENT_TYPE)
+        outcome.gear_errors = gear_errors
+        return outcome
+
+    def parse_blob(self, raw: bytes, job: FetchJob) -> FetchOutcome:
+        ext_id, events = parse_archive(raw, user_id=job.user_id, account_id=job.account_id,
+                                       ext_id=str(getattr(job, "ext_id", "") or ""))
+        return FetchOutcome(ext_id=ext_id, wire_events=events)
+
+    def _cached_gear(self, client: api.StravaClient, account_id: str, gear_id: str) -> dict[str, Any]:
+        key, now = (account_id, gear_id), time.monotonic()
+        with self._gear_lock:
+            hit = self._gear_cache.get(key)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        gear = client.get_gear(gear_id)
+        with self._gear_lock:
+            self._gear_cache[key] = (now + self.settings.gear_cache_ttl_s, gear)
+        return gear
+
+    def list_activities(self, ctx: ProviderContext, after: datetime | None,
+                        before: datetime | None = None, limit: int | None = None,
+                        exclude: Collection[str] = (), *,
+                        per_page: int = RECONCILE_PER_PAGE) -> list[ActivityRef]:
+        """Walk pages until an empty or short page, or until ``limit`` new ids are found."""
+        client, found, excluded = self._client(ctx), [], set(exclude)
+        page = 1
+        while True:
+            rows = client.list_activities(page=page, per_page=per_page, after=_unix(after),
+                                          before=_unix(before))
+            for ref in _refs(rows):
+                if ref.ext_id in excluded:
+                    continue
+                found.append(ref)
+                if limit is not None and len(found) >= limit:
+                    return found
+            if len(rows) < per_page:
+                return found
+            page += 1
+
+    def discover(self, ctx: ProviderContext, request: DiscoverRequest) -> DiscoverReply:
+        """Contract §8 / reference §3.11: only an empty page means complete."""
+        client, items = self._client(ctx), []
+        page = max(request.start_page, 1)
+        for _ in range(DISCOVER_MAX_PAGES):
+            try:
+                rows = client.list_activities(page=page, per_page=DISCOVER_PER_PAGE)
+            except ProviderRateLimited:
+                if not items:
+                    return DiscoverReply(error=DISCOVER_RATE_LIMITED_ERROR)
+                return DiscoverReply(items=items, next_page=page, rate_limited=True)
+            except ProviderError as exc:
+                if not items:
+                    return DiscoverReply(error=f"{exc.code}: {exc}")
+                return DiscoverReply(items=items, next_page=page)
+            if not rows:
+                return DiscoverReply(items=items, complete=True)
+            for row in rows:
+                summary = StravaSummaryActivity.model_validate(row)
+                if summary.id:
+                    items.append(DiscoverItem(external_id=str(summary.id), item_time=summary.start_date))
+            page += 1
+        return DiscoverReply(items=items, next_page=page)
+
+    # ------------------------------------------------------------------ gear
+
+    def import_gear(self, ctx: ProviderContext, job: AccountJob) -> list[dict[str, Any]]:
+        """One GEAR event per bike and shoe on the athlete, retired included."""
+        client = self._client(ctx)
+        athlete = client.get_athlete()
+        events = []
+        for summary in list(athlete.get("bikes") or []) + list(athlete.get("shoes") or []):
+            if not isinstance(summary, dict) or not summary.get("id"):
+                continue
+            try:
+                detail = client.get_gear(str(summary["id"]))
+            except ProviderNotFound:
+                detail = {}
+            gear = StravaGear.model_validate({**summary, **detail})
+            ref = {"userId": job.user_id, "provider": PROVIDER, "externalId": gear.id}
+            if job.account_id:
+                ref["externalAccountId"] = job.account_id
+            events.append({"type": "WORKER_EVENT_TYPE_GEAR",
+                           "gear": {"ref": ref, "payload": map_gear(gear)}})
+        return events
+
+    # ------------------------------------------------------------------ OAuth
+
+    def exchange_oauth(self, http: httpx.Client, *, client_id: str, client_secret: str,
+                       code: str, redirect_uri: str,
+                       code_verifier: str | None = None) -> OAuthTokens:
+        """Contract §9b. Strava ignores ``redirect_uri`` at exchange (checked at authorize)."""
+        body = api.exchange_code(http, token_url=self.settings.effective_token_url,
+                                 client_id=client_id, client_secret=client_secret, code=code,
+                                 code_verifier=code_verifier)
+        athlete = body.get("athlete") if isinstance(body.get("athlete"), dict) else {}
+        athlete_id = athlete.get("id")
+        if not athlete_id:  # not in the reply: ask the API with the fresh token
+            athlete_id = api.StravaClient(http, body["access_token"],
+                                          base_url=self.settings.base_url).get_athlete().get("id")
+        if not athlete_id:
+            raise ProviderPermanentError("token reply names no athlete", code="exchange_failed")
+        return OAuthTokens(access_token=body["access_token"],
+                           refresh_token=str(body.get("refresh_token") or ""),
+                           expires_at=api.token_expiry(body), scope=str(body.get("scope") or ""),
+                           token_type=str(body.get("token_type") or "Bearer"),
+                           provider_account_id=str(athlete_id))
+
+    def refresh_oauth(self, http: httpx.Client, *, client_id: str, client_secret: str,
+                      refresh_token: str) -> OAuthTokens:
+        """Refresh an access token; an absent new refresh token keeps the old one."""
+        body = api.exchange_code(http, token_url=self.settings.effective_token_url,
+                                 client_id=client_id, client_secret=client_secret,
+                                 code=refresh_token, grant_type="refresh_token")
+        athlete = body.get("athlete") if isinstance(body.get("athlete"), dict) else {}
+        return OAuthTokens(access_token=body["access_token"],
+                           refresh_token=str(body.get("refresh_token") or refresh_token),
+                           expires_at=api.token_expiry(body), scope=str(body.get("scope") or ""),
+                           token_type=str(body.get("token_type") or "Bearer"),
+                           provider_account_id=str(athlete.get("id") or ""))
+
+
+def _gear_id(activity: dict[str, Any]) -> str:
+    gear = activity.get("gear") if isinstance(activity.get("gear"), dict) else {}
+    value = activity.get("gear_id") or gear.get("id") or ""
+    return str(value)
+
+
+def _unix(value: datetime | None) -> int | None:
+    return int(value.timestamp()) if value is not None else None
+
+
+def _refs(rows: list[Any]) -> list[ActivityRef]:
+    refs = []
+    for row in rows:
+        summary = StravaSummaryActivity.model_validate(row if isinstance(row, dict) else {})
+        start = parse_time(summary.start_date)
+        if summary.id and start is not None:
+            refs.append(ActivityRef(ext_id=str(summary.id), start_time=start))
+    return refs
+

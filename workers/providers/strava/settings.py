@@ -1,0 +1,37 @@
+"""Strava provider settings (``CAIRN_STRAVA_*``).
+
+Why a base URL setting: the dev stack and the tests point the provider at a
+fake Strava on loopback; production keeps the default. The API lives under
+``/api/v3`` and the OAuth endpoints under ``/oauth`` of the same origin.
+"""
+
+from __future__ import annotations
+
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workers.providers.strava.client import AUTHORIZE_PATH, DEFAULT_BASE_URL, TOKEN_PATH
+
+
+class StravaSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CAIRN_STRAVA_", extra="ignore")
+
+    base_url: str = DEFAULT_BASE_URL
+    token_url: str = ""  # CAIRN_STRAVA_TOKEN_URL: full URL overriding <base_url>/oauth/token
+    gear_cache_ttl_s: float = 3600.0
+
+    @property
+    def effective_token_url(self) -> str:
+        return self.token_url or self.base_url + TOKEN_PATH
+
+    @property
+    def authorize_url(self) -> str:
+        return self.base_url + AUTHORIZE_PATH
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value.startswith(("https://", "http://")):
+            raise ValueError("must be an http(s) URL")
+        return value
