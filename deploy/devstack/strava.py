@@ -1,0 +1,660 @@
+"""Fake Strava API v3 for tests, the demo and the benchmark.
+
+It behaves like the parts of www.strava.com the provider pool uses (reference
+``cairn.md`` §4): Bearer auth, the activity list / detail / streams / photos,
+segments, gear and athlete endpoints, the OAuth token endpoint, per-app usage
+headers on a 15-minute window aligned to :00/:15/:30/:45 and a daily window
+reset at 00:00 UTC (overall and read budgets), 429 when over budget, and
+injectable faults. Data is generated deterministically from the athlete id,
+responses are computed in memory (no artificial latency: the benchmark needs
+it fast). Runs on uvicorn in a background thread on 127.0.0.1, free port.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qs
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+API_PREFIX = "/api/v3"
+ACCESS_TOKEN_TTL_S = 6 * 3600  # Strava access tokens live six hours
+REFRESH_REISSUE_WINDOW_S = 3600  # a refresh returns the current token while it has more than 1 h left
+SHORT_WINDOW_S = 15 * 60
+DAY_S = 24 * 3600
+DEFAULT_LIMITS = (200, 2000)  # overall (15-min, daily) per application
+DEFAULT_READ_LIMITS = (100, 1000)  # read (GET) budget (15-min, daily)
+DEFAULT_PER_PAGE = 30
+MAX_PER_PAGE = 200
+STREAM_SAMPLES_MAX = 600  # samples per generated stream: realistic shape, small bodies
+ACTIVITY_SPACING_S = 22 * 3600  # generated activities are ~a day apart, newest first
+DEFAULT_CLIENT_ID = "12345"
+DEFAULT_SCOPE = "read,activity:read_all"
+SERVER_START_TIMEOUT_S = 10.0
+SERVER_STOP_TIMEOUT_S = 5.0
+ENDPOINTS = ("list_activities", "activity", "streams", "photos", "segment", "gear", "athlete", "token")
+STREAM_KEYS = ("time", "latlng", "altitude", "distance", "velocity_smooth", "heartrate",
+               "cadence", "watts", "temp", "grade_smooth", "moving")
+# (sport_type, legacy type, speed m/s, distance range km, has gps, has power, gear kind)
+SPORTS = (("Ride", "Ride", 8.0, (25, 70), True, True, "bike"),
+          ("Run", "Run", 3.1, (5, 15), True, False, "shoe"),
+          ("GravelRide", "Ride", 6.5, (30, 80), True, True, "bike"),
+          ("TrailRun", "Run", 2.6, (8, 20), True, False, "shoe"),
+          ("Swim", "Swim", 0.8, (1, 3), False, False, None),
+          ("Hike", "Hike", 1.3, (8, 16), True, False, "shoe"),
+          ("VirtualRide", "VirtualRide", 9.0, (20, 45), True, True, "bike"),
+          ("Walk", "Walk", 1.4, (3, 7), True, False, "shoe"),
+          ("WeightTraining", "WeightTraining", 0.0, (0, 0), False, False, None))
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def encode_polyline(points: list[list[float]], precision: int = 5) -> str:
+    """Google encoded polyline (what Strava's ``map.polyline`` carries)."""
+    factor, out, prev = 10 ** precision, [], (0, 0)
+    for lat, lon in points:
+        cur = (round(lat * factor), round(lon * factor))
+        for delta in (cur[0] - prev[0], cur[1] - prev[1]):
+            value = ~(delta << 1) if delta < 0 else delta << 1
+            while value >= 0x20:
+                out.append(chr((0x20 | (value & 0x1F)) + 63))
+                value >>= 5
+            out.append(chr(value + 63))
+        prev = cur
+    return "".join(out)
+
+
+@dataclass
+class FakeAthlete:
+    """One athlete: its current token pair for one app and its generated data."""
+
+    athlete_id: int
+    client_id: str
+    access_token: str
+    refresh_token: str
+    expires_at: int
+    activities: dict[int, dict[str, Any]] = field(default_factory=dict)  # id -> DetailedActivity
+    streams: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    gear: dict[str, dict[str, Any]] = field(default_factory=dict)
+    segments: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What the fake saw (never the Authorization header or form secrets)."""
+
+    method: str
+    path: str
+    endpoint: str
+    query: dict[str, str]
+    status: int
+    athlete_id: int | None
+    client_id: str | None
+    at: float
+
+
+@dataclass
+class _Usage:
+    short_window: int = -1
+    day: int = -1
+    short: int = 0
+    daily: int = 0
+    read_short: int = 0
+    read_daily: int = 0
+
+
+@dataclass
+class _Token:
+    athlete_id: int
+    client_id: str
+    expires_at: int
+
+
+class _Server(uvicorn.Server):
+    """uvicorn server that signals a thread event once it accepts connections."""
+
+    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
+        super().__init__(config)
+        self._ready = ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self._ready.set()
+
+
+class FakeStrava:
+    """In-memory Strava with the HTTP surface the provider pool talks to."""
+
+    def __init__(self, *, limits: tuple[int, int] = DEFAULT_LIMITS,
+                 read_limits: tuple[int, int] = DEFAULT_READ_LIMITS,
+                 clock: Callable[[], float] = time.time,
+                 client_id: str = DEFAULT_CLIENT_ID, client_secret: str | None = None,
+                 rotate_refresh_tokens: bool = True) -> None:
+        self.limits, self.read_limits, self.clock = limits, read_limits, clock
+        self.rotate_refresh_tokens = rotate_refresh_tokens
+        self.client_id = client_id
+        self.client_secret = client_secret or secrets.token_hex(20)
+        self._lock = threading.RLock()
+        self._apps: dict[str, str] = {client_id: self.client_secret}
+        self._athletes: dict[int, FakeAthlete] = {}
+        self._tokens: dict[str, _Token] = {}
+        self._refresh: dict[str, _Token] = {}
+        self._codes: dict[str, tuple[int, str, str]] = {}
+        self._usage: dict[str, _Usage] = {}
+        self._forced_429: list[tuple[str, float | None]] = []
+        self._faults: dict[str, list[int]] = {}
+        self._log: list[RequestRecord] = []
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+        self.app = Starlette(routes=[
+            Route(API_PREFIX + "/athlete/activities", self._list_activities),
+            Route(API_PREFIX + "/athlete", self._athlete),
+            Route(API_PREFIX + "/activities/{id:int}", self._activity),
+            Route(API_PREFIX + "/activities/{id:int}/streams", self._streams),
+            Route(API_PREFIX + "/activities/{id:int}/photos", self._photos),
+            Route(API_PREFIX + "/segments/{id:int}", self._segment),
+            Route(API_PREFIX + "/gear/{id}", self._gear),
+            Route("/oauth/token", self._oauth_token, methods=["POST"]),
+        ])
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        return self.base_url + API_PREFIX
+
+    @property
+    def token_url(self) -> str:
+        return self.base_url + "/oauth/token"
+
+    def start(self) -> FakeStrava:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        ready = threading.Event()
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        self._server = _Server(config, ready)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                        name="fake-strava", daemon=True)
+        self._thread.start()
+        if not ready.wait(SERVER_START_TIMEOUT_S):
+            raise RuntimeError("fake Strava did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(SERVER_STOP_TIMEOUT_S)
+            self._server = self._thread = None
+
+    def __enter__(self) -> FakeStrava:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- test control ----------------------------------------------------------------------
+    def add_app(self, client_id: str, client_secret: str) -> None:
+        with self._lock:
+            self._apps[client_id] = client_secret
+
+    def add_athlete(self, athlete_id: int, n_activities: int = 20, with_gear: bool = True, *,
+                    client_id: str | None = None, anchor: float | None = None) -> FakeAthlete:
+        """Create an athlete with a token pair and ``n_activities`` deterministic activities.
+
+        ``anchor`` (unix s, default: now floored to the hour) is the newest start time;
+        the others follow ``ACTIVITY_SPACING_S`` apart, so the default 20 fit the 30-day
+        reconcile window.
+        """
+        client_id = client_id or self.client_id
+        with self._lock:
+            ath = FakeAthlete(athlete_id, client_id, "", "", 0)
+            self._athletes[athlete_id] = ath
+            self._issue_tokens(ath)
+            if with_gear:
+                for idx, (kind, retired) in enumerate((("b", False), ("b", True), ("g", False), ("g", True))):
+                    gid = f"{kind}{athlete_id * 10 + idx}"
+                    bike = kind == "b"
+                    ath.gear[gid] = {
+                        "id": gid, "primary": idx in (0, 2), "name": f"{'Bike' if bike else 'Shoe'} {idx}",
+                        "nickname": f"{'Bike' if bike else 'Shoe'} {idx}", "resource_state": 3,
+                        "retired": retired, "distance": 0.0, "converted_distance": 0.0,
+                        "brand_name": "Canyon" if bike else "Hoka", "model_name": f"Model {idx}",
+                        "frame_type": 3 if bike else None, "description": "", "weight": 8.2 if bike else None}
+            anchor = anchor if anchor is not None else float(int(self.clock()) // 3600 * 3600)
+            for i in range(n_activities):
+                self._generate_activity(ath, i, anchor - i * ACTIVITY_SPACING_S)
+            return ath
+
+    def add_activity(self, athlete_id: int, start: float | None = None) -> dict[str, Any]:
+        """Append one more activity (newest by default), e.g. to test reconcile."""
+        with self._lock:
+            ath = self._athletes[athlete_id]
+            return self._generate_activity(ath, len(ath.activities), start or self.clock() - 3600)
+
+    def delete_activity(self, athlete_id: int, activity_id: int) -> None:
+        with self._lock:
+            self._athletes[athlete_id].activities.pop(activity_id, None)
+
+    def issue_code(self, athlete_id: int, client_id: str | None = None, scope: str = DEFAULT_SCOPE) -> str:
+        """An authorization code as the authorize redirect would deliver it (one use)."""
+        code = secrets.token_hex(20)
+        with self._lock:
+            self._codes[code] = (athlete_id, client_id or self.client_id, scope)
+        return code
+
+    def expire_token(self, athlete_id: int) -> None:
+        """Make the athlete's current access token expired (forces the refresh path)."""
+        with self._lock:
+            ath = self._athletes[athlete_id]
+            ath.expires_at = int(self.clock()) - 1
+            self._tokens[ath.access_token].expires_at = ath.expires_at
+
+    def revoke(self, athlete_id: int) -> None:
+        """Deauthorize: every token of the athlete stops working (401 / invalid grant)."""
+        with self._lock:
+            for table in (self._tokens, self._refresh):
+                for tok in [k for k, v in table.items() if v.athlete_id == athlete_id]:
+                    del table[tok]
+
+    def force_429(self, times: int = 1, window: str = "short", retry_after_s: float | None = None) -> None:
+        """The next ``times`` API calls answer 429 as if ``window`` ("short"|"daily") were spent."""
+        if window not in ("short", "daily"):
+            raise ValueError("window must be 'short' or 'daily'")
+        with self._lock:
+            self._forced_429.extend([(window, retry_after_s)] * times)
+
+    def fail(self, endpoint: str, status: int, times: int = 1) -> None:
+        """The next ``times`` calls to ``endpoint`` (one of ``ENDPOINTS``) answer ``status``."""
+        if endpoint not in ENDPOINTS:
+            raise ValueError(f"unknown endpoint {endpoint!r}, expected one of {ENDPOINTS}")
+        with self._lock:
+            self._faults.setdefault(endpoint, []).extend([status] * times)
+
+    def set_usage(self, short: int, daily: int, *, read_short: int | None = None,
+                  read_daily: int | None = None, client_id: str | None = None) -> None:
+        with self._lock:
+            usage = self._current_usage(client_id or self.client_id)
+            usage.short, usage.daily = short, daily
+            usage.read_short = short if read_short is None else read_short
+            usage.read_daily = daily if read_daily is None else read_daily
+
+    def usage(self, client_id: str | None = None) -> dict[str, int]:
+        with self._lock:
+            u = self._current_usage(client_id or self.client_id)
+            return {"short": u.short, "daily": u.daily, "read_short": u.read_short, "read_daily": u.read_daily}
+
+    def athlete(self, athlete_id: int) -> FakeAthlete:
+        return self._athletes[athlete_id]
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self._log)
+
+    def clear_requests(self) -> None:
+        with self._lock:
+            self._log.clear()
+
+    # ---- data generation -------------------------------------------------------------------
+    def _issue_tokens(self, ath: FakeAthlete) -> None:
+        ath.access_token, ath.refresh_token = secrets.token_hex(20), secrets.token_hex(20)
+        ath.expires_at = int(self.clock()) + ACCESS_TOKEN_TTL_S
+        self._tokens[ath.access_token] = _Token(ath.athlete_id, ath.client_id, ath.expires_at)
+        self._refresh[ath.refresh_token] = _Token(ath.athlete_id, ath.client_id, ath.expires_at)
+
+    def _generate_activity(self, ath: FakeAthlete, i: int, start: float) -> dict[str, Any]:
+        rng = random.Random(f"{ath.athlete_id}:{i}")
+        sport, legacy, speed, (dmin, dmax), gps, power, gear_kind = SPORTS[i % len(SPORTS)]
+        aid = ath.athlete_id * 100_000 + i + 1
+        start = float(int(start))
+        distance = round(rng.uniform(dmin, dmax) * 1000, 1) if speed else 0.0
+        moving = int(distance / speed) if speed else rng.randint(2400, 4200)
+        elapsed = moving + rng.randint(0, 600)
+        n = min(elapsed + 1, STREAM_SAMPLES_MAX)
+        times = [round(k * elapsed / (n - 1)) for k in range(n)]
+        lat0, lon0 = 47.3 + (ath.athlete_id % 50) * 0.01, 8.5 + (i % 20) * 0.01
+        radius = max(distance, 1000.0) / (2 * math.pi) / 111_000
+        latlng = [[round(lat0 + radius * math.sin(2 * math.pi * k / n), 6),
+                   round(lon0 + radius * (1 - math.cos(2 * math.pi * k / n)), 6)] for k in range(n)]
+        altitude = [round(420 + 60 * math.sin(k / 40) + rng.random(), 1) for k in range(n)]
+        hr = [int(120 + 30 * math.sin(k / 60) + rng.randint(0, 8)) for k in range(n)]
+        streams: dict[str, list[Any]] = {
+            "time": times, "distance": [round(distance * t / elapsed, 1) for t in times],
+            "velocity_smooth": [round(max(speed + rng.uniform(-0.5, 0.5), 0), 2) if speed else 0.0
+                                for _ in range(n)],
+            "heartrate": hr, "moving": [True] * n, "temp": [18 + (k * 4) // n for k in range(n)],
+            "cadence": [rng.randint(80, 95) if legacy != "Run" else rng.randint(84, 90) for _ in range(n)]}
+        if gps:
+            streams.update(latlng=latlng, altitude=altitude,
+                           grade_smooth=[round(rng.uniform(-4, 4), 1) for _ in range(n)])
+        if power:
+            streams["watts"] = [rng.randint(140, 260) for _ in range(n)]
+        gear_ids = [g for g, rec in ath.gear.items() if g[0] == ("b" if gear_kind == "bike" else "g")]
+        gear_id = gear_ids[i % len(gear_ids)] if gear_kind and gear_ids else None
+        avg_w = round(sum(streams["watts"]) / n, 1) if power else None
+        act: dict[str, Any] = {
+            "resource_state": 3, "athlete": {"id": ath.athlete_id, "resource_state": 1},
+            "name": f"{sport} #{i + 1}", "distance": distance, "moving_time": moving,
+            "elapsed_time": elapsed, "total_elevation_gain": round(rng.uniform(20, 900), 1) if gps else 0,
+            "type": legacy, "sport_type": sport, "workout_type": None, "id": aid,
+            "start_date": _iso(start), "start_date_local": _iso(start + 3600),
+            "timezone": "(GMT+01:00) Europe/Zurich", "utc_offset": 3600.0,
+            "location_city": None, "location_state": None, "location_country": "Switzerland",
+            "achievement_count": 0, "kudos_count": rng.randint(0, 20), "comment_count": 0,
+            "athlete_count": 1, "photo_count": 0,
+            "map": {"id": f"a{aid}", "polyline": encode_polyline(latlng) if gps else None,
+                    "summary_polyline": encode_polyline(latlng[::10]) if gps else None, "resource_state": 3},
+            "trainer": sport == "VirtualRide", "commute": i % 7 == 3, "manual": False, "private": False,
+            "visibility": "everyone", "flagged": False, "gear_id": gear_id,
+            "start_latlng": latlng[0] if gps else [], "end_latlng": latlng[-1] if gps else [],
+            "average_speed": round(distance / moving, 3) if distance else 0.0,
+            "max_speed": round(max(streams["velocity_smooth"]), 3),
+            "average_cadence": round(sum(streams["cadence"]) / n, 1), "average_temp": 19,
+            "has_heartrate": True, "average_heartrate": round(sum(hr) / n, 1), "max_heartrate": float(max(hr)),
+            "heartrate_opt_out": False, "display_hide_heartrate_option": True,
+            "elev_high": max(altitude) if gps else None, "elev_low": min(altitude) if gps else None,
+            "upload_id": aid * 10, "external_id": f"garmin_ping_{aid}.fit", "from_accepted_tag": False,
+            "pr_count": 0, "total_photo_count": 0, "has_kudoed": False,
+            "description": f"Generated activity {i + 1}", "calories": round(moving * 0.2, 1),
+            "device_name": "Garmin Edge 840" if legacy == "Ride" else "Garmin Forerunner 965",
+            "embed_token": f"{rng.getrandbits(64):016x}", "photos": {"primary": None, "count": 0},
+            "segment_efforts": [], "laps": [], "available_zones": [],
+        }
+        if power:
+            act.update(average_watts=avg_w, weighted_average_watts=int(avg_w * 1.05),
+                       max_watts=max(streams["watts"]), kilojoules=round(avg_w * moving / 1000, 1),
+                       device_watts=True)
+        if gear_id:
+            g = ath.gear[gear_id]
+            g["distance"] = round(g["distance"] + distance, 1)
+            g["converted_distance"] = round(g["distance"] / 1000, 1)
+            act["gear"] = {k: g[k] for k in ("id", "primary", "name", "nickname", "retired", "distance",
+                                              "converted_distance")} | {"resource_state": 2}
+        n_laps = max(1, min(6, int(distance // 10_000)))
+        for lap in range(n_laps):
+            lo, hi = lap * n // n_laps, (lap + 1) * n // n_laps - 1
+            lap_elapsed = max(times[hi] - times[lo], 1)
+            act["laps"].append({
+                "id": aid * 100 + lap, "resource_state": 2, "name": f"Lap {lap + 1}",
+                "activity": {"id": aid, "resource_state": 1}, "athlete": {"id": ath.athlete_id, "resource_state": 1},
+                "elapsed_time": lap_elapsed, "moving_time": lap_elapsed, "start_date": _iso(start + times[lo]),
+                "start_date_local": _iso(start + times[lo] + 3600), "distance": round(distance / n_laps, 1),
+                "start_index": lo, "end_index": hi, "total_elevation_gain": round(rng.uniform(0, 100), 1),
+                "average_speed": round(distance / n_laps / lap_elapsed, 3), "max_speed": act["max_speed"],
+                "average_cadence": act["average_cadence"], "average_heartrate": act["average_heartrate"],
+                "max_heartrate": act["max_heartrate"], "average_watts": avg_w, "lap_index": lap + 1,
+                "split": lap + 1})
+        if gps and legacy in ("Ride", "Run"):
+            seg_id = 900_000 + (ath.athlete_id % 1000) * 10 + (i % 3)
+            lo, hi = n // 4, n // 2
+            seg = {"id": seg_id, "resource_state": 3, "name": f"Climb {i % 3}", "activity_type": legacy,
+                   "distance": round(distance / 4, 1), "average_grade": 4.2, "maximum_grade": 9.1,
+                   "elevation_high": max(altitude[lo:hi]), "elevation_low": min(altitude[lo:hi]),
+                   "climb_category": i % 3, "starred": False, "total_elevation_gain": 80.0,
+                   "map": {"id": f"s{seg_id}", "polyline": encode_polyline(latlng[lo:hi]), "resource_state": 3}}
+            ath.segments[seg_id] = seg
+            act["segment_efforts"].append({
+                "id": aid * 1000 + 1, "resource_state": 2, "name": seg["name"],
+                "activity": {"id": aid, "resource_state": 1}, "athlete": {"id": ath.athlete_id, "resource_state": 1},
+                "elapsed_time": times[hi] - times[lo], "moving_time": times[hi] - times[lo],
+                "start_date": _iso(start + times[lo]), "start_date_local": _iso(start + times[lo] + 3600),
+                "distance": seg["distance"], "start_index": lo, "end_index": hi,
+                "average_heartrate": act["average_heartrate"], "max_heartrate": act["max_heartrate"],
+                "average_cadence": act["average_cadence"], "average_watts": avg_w,
+                "segment": {k: v for k, v in seg.items() if k not in ("map", "total_elevation_gain")}})
+        ath.activities[aid] = act
+        ath.streams[aid] = {k: {"data": v, "series_type": "distance", "original_size": n,
+                                "resolution": "high"} for k, v in streams.items()}
+        return act
+
+    # ---- HTTP plumbing ---------------------------------------------------------------------
+    def _current_usage(self, client_id: str) -> _Usage:
+        now = self.clock()
+        usage = self._usage.setdefault(client_id, _Usage())
+        if usage.short_window != int(now // SHORT_WINDOW_S):
+            usage.short_window, usage.short, usage.read_short = int(now // SHORT_WINDOW_S), 0, 0
+        if usage.day != int(now // DAY_S):
+            usage.day, usage.daily, usage.read_daily = int(now // DAY_S), 0, 0
+        return usage
+
+    def _rate_headers(self, usage: _Usage, forced: str | None = None) -> dict[str, str]:
+        short, daily, rshort, rdaily = usage.short, usage.daily, usage.read_short, usage.read_daily
+        if forced == "short":
+            short, rshort = max(short, self.limits[0]), max(rshort, self.read_limits[0])
+        elif forced == "daily":
+            daily, rdaily = max(daily, self.limits[1]), max(rdaily, self.read_limits[1])
+        return {"X-RateLimit-Limit": f"{self.limits[0]},{self.limits[1]}",
+                "X-RateLimit-Usage": f"{short},{daily}",
+                "X-ReadRateLimit-Limit": f"{self.read_limits[0]},{self.read_limits[1]}",
+                "X-ReadRateLimit-Usage": f"{rshort},{rdaily}"}
+
+    @staticmethod
+    def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+        return Response(json.dumps(body, separators=(",", ":")), status, headers=headers,
+                        media_type="application/json; charset=utf-8")
+
+    @staticmethod
+    def _error_body(status: int, resource: str = "Application", fld: str = "") -> dict[str, Any]:
+        message = {400: "Bad Request", 401: "Authorization Error", 403: "Forbidden",
+                   404: "Record Not Found", 429: "Rate Limit Exceeded"}.get(status, "Internal Server Error")
+        code = {404: "not found", 429: "exceeded"}.get(status, "invalid")
+        return {"message": message, "errors": [{"resource": resource, "field": fld, "code": code}]}
+
+    def _record(self, request: Request, endpoint: str, status: int, token: _Token | None) -> None:
+        self._log.append(RequestRecord(request.method, request.url.path, endpoint, dict(request.query_params),
+                                       status, token.athlete_id if token else None,
+                                       token.client_id if token else None, self.clock()))
+
+    def _api(self, request: Request, endpoint: str,
+             handler: Callable[[FakeAthlete], tuple[int, Any]]) -> Response:
+        """Auth → forced 429 → budget → usage → injected fault → handler, as Strava orders them."""
+        with self._lock:
+            auth = request.headers.get("authorization", "")
+            token = self._tokens.get(auth[7:]) if auth[:7].lower() == "bearer " else None
+            if token is None or token.expires_at <= self.clock() or token.athlete_id not in self._athletes:
+                self._record(request, endpoint, 401, None)
+                return self._json(self._error_body(401, "Athlete", "access_token"), 401)
+            usage = self._current_usage(token.client_id)
+            if self._forced_429:
+                window, retry_after = self._forced_429.pop(0)
+                headers = self._rate_headers(usage, window)
+                if retry_after is not None:
+                    headers["Retry-After"] = str(int(math.ceil(retry_after)))
+                self._record(request, endpoint, 429, token)
+                return self._json(self._error_body(429, "Application", "rate limit"), 429, headers)
+            is_read = request.method == "GET"
+            over = (usage.short >= self.limits[0] or usage.daily >= self.limits[1]
+                    or (is_read and (usage.read_short >= self.read_limits[0]
+                                     or usage.read_daily >= self.read_limits[1])))
+            if over:
+                self._record(request, endpoint, 429, token)
+                return self._json(self._error_body(429, "Application", "rate limit"), 429,
+                                  self._rate_headers(usage))
+            usage.short, usage.daily = usage.short + 1, usage.daily + 1
+            if is_read:
+                usage.read_short, usage.read_daily = usage.read_short + 1, usage.read_daily + 1
+            headers = self._rate_headers(usage)
+            faults = self._faults.get(endpoint)
+            if faults:
+                status = faults.pop(0)
+                self._record(request, endpoint, status, token)
+                return self._json(self._error_body(status), status, headers)
+            status, body = handler(self._athletes[token.athlete_id])
+            self._record(request, endpoint, status, token)
+            return self._json(body, status, headers)
+
+    # ---- endpoints -------------------------------------------------------------------------
+    async def _list_activities(self, request: Request) -> Response:
+        def handle(ath: FakeAthlete) -> tuple[int, Any]:
+            q = request.query_params
+            try:
+                after = int(q["after"]) if q.get("after") else None
+                before = int(q["before"]) if q.get("before") else None
+                page = int(q.get("page") or 1)
+                per_page = min(int(q.get("per_page") or DEFAULT_PER_PAGE), MAX_PER_PAGE)
+            except ValueError:
+                return 400, self._error_body(400, "Application", "page")
+            if page < 1 or per_page < 1:
+                return 400, self._error_body(400, "Application", "page")
+            rows = []
+            for act in ath.activities.values():
+                ts = datetime.strptime(act["start_date"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+                if (after is None or ts > after) and (before is None or ts < before):
+                    rows.append((ts, act))
+            # Strava lists newest first, but oldest first when only ``after`` is given.
+            rows.sort(key=lambda r: r[0], reverse=not (after is not None and before is None))
+            chunk = rows[(page - 1) * per_page: page * per_page]
+            return 200, [self._summary(act) for _, act in chunk]
+
+        return self._api(request, "list_activities", handle)
+
+    @staticmethod
+    def _summary(act: dict[str, Any]) -> dict[str, Any]:
+        drop = ("description", "calories", "segment_efforts", "laps", "gear", "photos", "device_name",
+                "embed_token", "available_zones")
+        out = {k: v for k, v in act.items() if k not in drop}
+        out["resource_state"] = 2
+        out["map"] = {"id": act["map"]["id"], "summary_polyline": act["map"]["summary_polyline"],
+                      "resource_state": 2}
+        return out
+
+    async def _activity(self, request: Request) -> Response:
+        aid = request.path_params["id"]
+        return self._api(request, "activity", lambda ath: (200, ath.activities[aid]) if aid in ath.activities
+                         else (404, self._error_body(404, "Activity", "id")))
+
+    async def _streams(self, request: Request) -> Response:
+        aid = request.path_params["id"]
+
+        def handle(ath: FakeAthlete) -> tuple[int, Any]:
+            if aid not in ath.activities:
+                return 404, self._error_body(404, "Activity", "id")
+            have = ath.streams.get(aid, {})
+            keys = [k for k in (request.query_params.get("keys") or "").split(",") if k]
+            wanted = [k for k in dict.fromkeys(keys + ["distance"]) if k in have] if keys else ["distance"]
+            wanted = [k for k in wanted if k in have]
+            if request.query_params.get("key_by_type", "").lower() == "true":
+                return 200, {k: have[k] for k in wanted}
+            return 200, [{"type": k} | have[k] for k in wanted]
+
+        return self._api(request, "streams", handle)
+
+    async def _photos(self, request: Request) -> Response:
+        aid = request.path_params["id"]
+        return self._api(request, "photos", lambda ath: (200, []) if aid in ath.activities
+                         else (404, self._error_body(404, "Activity", "id")))
+
+    async def _segment(self, request: Request) -> Response:
+        sid = request.path_params["id"]
+        return self._api(request, "segment", lambda ath: (200, ath.segments[sid]) if sid in ath.segments
+                         else (404, self._error_body(404, "Segment", "id")))
+
+    async def _gear(self, request: Request) -> Response:
+        gid = request.path_params["id"]
+        return self._api(request, "gear", lambda ath: (200, ath.gear[gid]) if gid in ath.gear
+                         else (404, self._error_body(404, "Gear", "id")))
+
+    async def _athlete(self, request: Request) -> Response:
+        def handle(ath: FakeAthlete) -> tuple[int, Any]:
+            summary = [{k: g[k] for k in ("id", "primary", "name", "nickname", "retired", "distance",
+                                          "converted_distance")} | {"resource_state": 2} for g in ath.gear.values()]
+            return 200, {"id": ath.athlete_id, "username": f"athlete{ath.athlete_id}", "resource_state": 3,
+                         "firstname": "Test", "lastname": f"Athlete {ath.athlete_id}", "city": "Zurich",
+                         "country": "Switzerland", "sex": "F", "premium": False, "summit": False,
+                         "created_at": "2020-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+                         "measurement_preference": "meters", "weight": 62.0, "ftp": None,
+                         "bikes": [g for g in summary if g["id"].startswith("b")],
+                         "shoes": [g for g in summary if g["id"].startswith("g")], "clubs": []}
+
+        return self._api(request, "athlete", handle)
+
+    async def _oauth_token(self, request: Request) -> Response:
+        form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
+        form.update({k: v for k, v in request.query_params.items() if k not in form})
+        with self._lock:
+            faults = self._faults.get("token")
+            if faults:
+                status = faults.pop(0)
+                self._record(request, "token", status, None)
+                return self._json(self._error_body(status), status)
+            client_id = form.get("client_id", "")
+            if self._apps.get(client_id) is None or self._apps[client_id] != form.get("client_secret"):
+                self._record(request, "token", 401, None)
+                return self._json({"message": "Bad Request", "errors": [
+                    {"resource": "Application", "field": "client_id", "code": "invalid"}]}, 401)
+            grant = form.get("grant_type")
+            if grant == "authorization_code":
+                entry = self._codes.pop(form.get("code", ""), None)
+                if entry is None or entry[1] != client_id or entry[0] not in self._athletes:
+                    self._record(request, "token", 400, None)
+                    return self._json({"message": "Bad Request", "errors": [
+                        {"resource": "AuthorizationCode", "field": "code", "code": "invalid"}]}, 400)
+                ath = self._athletes[entry[0]]
+                ath.client_id = client_id
+                self._issue_tokens(ath)
+                body = self._token_body(ath) | {"athlete": {
+                    "id": ath.athlete_id, "username": f"athlete{ath.athlete_id}", "resource_state": 2,
+                    "firstname": "Test", "lastname": f"Athlete {ath.athlete_id}"}}
+                self._record(request, "token", 200, self._tokens[ath.access_token])
+                return self._json(body)
+            if grant == "refresh_token":
+                old = self._refresh.get(form.get("refresh_token", ""))
+                if old is None or old.client_id != client_id or old.athlete_id not in self._athletes:
+                    self._record(request, "token", 400, None)
+                    return self._json({"message": "Bad Request", "errors": [
+                        {"resource": "RefreshToken", "field": "refresh_token", "code": "invalid"}]}, 400)
+                ath = self._athletes[old.athlete_id]
+                if ath.expires_at - self.clock() <= REFRESH_REISSUE_WINDOW_S:
+                    previous_refresh = ath.refresh_token
+                    self._issue_tokens(ath)
+                    if not self.rotate_refresh_tokens:
+                        del self._refresh[ath.refresh_token]
+                        ath.refresh_token = previous_refresh
+                    elif previous_refresh != ath.refresh_token:
+                        self._refresh.pop(previous_refresh, None)
+                self._record(request, "token", 200, self._tokens[ath.access_token])
+                return self._json(self._token_body(ath))
+            self._record(request, "token", 400, None)
+            return self._json({"message": "Bad Request", "errors": [
+                {"resource": "Application", "field": "grant_type", "code": "invalid"}]}, 400)
+
+    def _token_body(self, ath: FakeAthlete) -> dict[str, Any]:
+        return {"token_type": "Bearer", "access_token": ath.access_token, "expires_at": ath.expires_at,
+                "expires_in": max(int(ath.expires_at - self.clock()), 0), "refresh_token": ath.refresh_token}
+
+
+def main() -> None:  # pragma: no cover - manual use
+    """Run standalone: prints the base URL and one athlete's token."""
+    strava = FakeStrava().start()
+    ath = strava.add_athlete(1001)
+    print(f"fake Strava on {strava.base_url}; athlete 1001 access token {ath.access_token}", flush=True)
+    try:
+        threading.Event().wait()
+    finally:
+        strava.stop()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
