@@ -86,6 +86,7 @@ class Service:
 def start_redis(workdir: Path | None = None, port: int | None = None) -> Service:
     """Start redis-server on loopback with ``noeviction`` (kombu and redbeat keys must never be evicted)."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-redis-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     proc = subprocess.Popen(
         [find_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
@@ -100,6 +101,7 @@ def start_redis(workdir: Path | None = None, port: int | None = None) -> Service
 def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
     """Start nats-server with JetStream on loopback, its store in ``workdir``."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-nats-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     proc = subprocess.Popen(
         [find_binary("nats-server"), "-js", "-a", "127.0.0.1", "-p", str(port),

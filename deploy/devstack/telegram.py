@@ -87,7 +87,14 @@ class FakeTelegram:
                     return Response(data, media_type="application/octet-stream")
             return JSONResponse({"ok": False, "error_code": 404, "description": "Not Found"}, 404)
 
+        async def get_me(request: Request) -> Response:
+            if request.path_params["token"] != self.token:
+                return JSONResponse({"ok": False, "error_code": 401, "description": "Unauthorized"}, 401)
+            return JSONResponse({"ok": True, "result": {"id": int(self.token.split(":")[0] or 0),
+                                                        "is_bot": True, "username": "switchyard_dev_bot"}})
+
         return Starlette(routes=[
+            Route("/bot{token}/getMe", get_me, methods=["GET", "POST"]),
             Route("/bot{token}/getFile", get_file, methods=["GET", "POST"]),
             Route("/file/bot{token}/{path:path}", download),
         ])
