@@ -53,13 +53,15 @@ class BlobRef(BaseModel):
 
 class ParseBlobJob(FetchSourceJob):
     blob: BlobRef
-    min_parser_version: str = "0.0"
+    min_parser_version: str | None = None
     source_id: str = ""
 
     @field_validator("min_parser_version", mode="before")
     @classmethod
-    def _legacy_integer(cls, value: Any) -> str:
+    def _legacy_integer(cls, value: Any) -> str | None:
         """A legacy bare integer ``N`` reads as ``N.0`` (contract §1)."""
+        if value is None or str(value).strip() == "":
+            return None
         text = str(value).strip()
         return text if "." in text else f"{int(text)}.0"
 

@@ -74,6 +74,8 @@ class NatsThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def _ensure(self) -> None:
+        if threading.current_thread() is self._thread and (self._nc is None or self._nc.is_closed):
+            raise RuntimeError("NatsThread.nc/js first used on its own loop: resolve them before awaiting")
         with self._lock:
             if self._nc is None or self._nc.is_closed:
                 async def connect() -> Any:

@@ -46,8 +46,10 @@ def manifest_record(settings: Any, provider: Any) -> dict[str, Any]:
 
 
 def _put(ctx: Any, bucket: str, key: str, record: dict[str, Any]) -> None:
+    js = ctx.nats.js  # resolve (and maybe connect) outside the coroutine, never on the loop thread
+
     async def put() -> None:
-        kv = await ctx.nats.js.key_value(bucket)
+        kv = await js.key_value(bucket)
         await kv.put(key, json.dumps(record, separators=(",", ":")).encode())
 
     ctx.nats.run(put(), KV_TIMEOUT_S)

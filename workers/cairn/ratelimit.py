@@ -84,9 +84,11 @@ class RateLimiter:
     def _get(self, key: str) -> tuple[WindowState, int]:
         from nats.js.errors import KeyNotFoundError
 
+        kv = self._bucket()  # outside the coroutine: opening it blocks on the loop thread
+
         async def read() -> tuple[WindowState, int]:
             try:
-                entry = await self._bucket().get(key)
+                entry = await kv.get(key)
             except KeyNotFoundError:
                 return WindowState(), 0
             return WindowState.decode(entry.value), entry.revision
@@ -111,8 +113,9 @@ class RateLimiter:
                 raise ProviderRateLimited(state.window_reset_at, window)  # type: ignore[arg-type]
             state.used += n
 
+            kv = self._bucket()
+
             async def write() -> None:
-                kv = self._bucket()
                 if revision == 0:
                     await kv.create(key, state.encode())
                 else:

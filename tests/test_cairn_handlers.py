@@ -1,0 +1,420 @@
+"""Cairn job handlers against a real nats-server + JetStream, moto S3, the dev core and fake Strava.
+
+Nothing of ours is mocked: the handlers, credentials RPCs, the KV rate limiter,
+claim-check (presign → PUT → publish) and the Strava provider run for real.
+Core and Strava are the dev doubles (deploy/devstack), which ingest strictly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+
+from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.strava import FakeStrava
+from workers.cairn import sealed, wire
+from workers.cairn.disposition import Disposition, ack, nak, term
+from workers.cairn.handlers import Delivery, JobContext, discover, exchange, handle_job
+from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, window_start
+from workers.cairn.nats_conn import NatsThread
+from workers.cairn.ratelimit import RateLimiter
+from workers.cairn.settings import CairnSettings
+from workers.providers.strava.provider import StravaProvider
+from workers.providers.strava.settings import StravaSettings
+from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
+
+PACKAGE = "switchyard.providers.strava"
+PROVIDER = "strava"
+INGEST_TIMEOUT_S = 15.0
+
+
+@pytest.fixture(scope="module")
+def core(nats_url: str, s3_endpoint: str) -> Iterator[DevCairnCore]:
+    with DevCairnCore(nats_url, s3_endpoint, bucket=f"handlers-{uuid.uuid4().hex[:8]}") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def strava() -> Iterator[FakeStrava]:
+    with FakeStrava() as fake:
+        yield fake
+
+
+@pytest.fixture()
+def pool() -> str:
+    return f"pool-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture()
+def ctx(nats_url: str, fresh_redis: str, strava: FakeStrava, pool: str) -> Iterator[JobContext]:
+    settings = CairnSettings(nats_url=nats_url, provider=PROVIDER, worker_name=pool, worker_package=PACKAGE)
+    nt = NatsThread(settings)
+    provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=pool, package=PACKAGE)
+    limiter = RateLimiter(nt, settings)
+    kv = limiter._bucket()  # open the KV bucket off the loop thread (see context._build)
+    _forget_budget(nt, kv)  # every test starts with a fresh shared budget (a 429 test exhausts it)
+    client = redis.Redis.from_url(fresh_redis)
+    context = JobContext(settings=settings, nats=nt, redis=client, provider=provider,
+                         http=provider.new_http_client(), limiter=limiter)
+    yield context
+    context.http.close()
+    context.blob_http.close()
+    client.close()
+    nt.close()
+
+
+def _forget_budget(nt: NatsThread, kv: Any) -> None:
+    async def purge() -> None:
+        try:
+            keys = await kv.keys()
+        except Exception:  # noqa: BLE001 - nats NoKeysError: nothing stored yet
+            return
+        for key in keys:
+            await kv.purge(key)
+
+    nt.run(purge(), 10)
+
+
+class Athlete:
+    def __init__(self, core: DevCairnCore, strava: FakeStrava, pool: str, n: int = 6) -> None:
+        self.id = int(uuid.uuid4().int % 9000) + 1000
+        self.fake = strava.add_athlete(self.id, n_activities=n)
+        self.user_id = str(uuid.uuid4())
+        self.acct = core.connect_account(PROVIDER, None, self.fake.access_token, self.fake.refresh_token,
+                                         self.fake.expires_at, user_id=self.user_id, worker_name=pool,
+                                         external_id=self.id, client_id=strava.client_id,
+                                         client_secret=strava.client_secret)
+        self.account_id = self.acct.account_id
+
+    def ext(self, i: int) -> str:
+        return str(self.id * 100_000 + i + 1)
+
+    def fetch_job(self, i: int = 0, **extra: Any) -> dict[str, Any]:
+        return {"job_id": str(uuid.uuid4()), "account_id": self.account_id, "user_id": self.user_id,
+                "provider": PROVIDER, "ext_id": self.ext(i), "fetch_streams": True, "reason": "queue", **extra}
+
+
+@pytest.fixture()
+def athlete(core: DevCairnCore, strava: FakeStrava, pool: str) -> Athlete:
+    return Athlete(core, strava, pool)
+
+
+def ingested_since(core: DevCairnCore, before: int, n: int = 1) -> list[Any]:
+    return core.wait_for_ingested(before + n, INGEST_TIMEOUT_S)[before:]
+
+
+def assert_json_and_secret_free(value: Any, *secrets: str) -> None:
+    text = json.dumps(value)
+    for secret in secrets:
+        assert secret not in text
+
+
+# --------------------------------------------------------------------------- unit pieces
+
+
+def test_disposition_constructors_are_json_and_redacted() -> None:
+    assert ack().model_dump() == {"action": "ack", "delay_s": None, "reason": ""}
+    assert nak(12.5, "rate").model_dump()["delay_s"] == 12.5
+    assert term("gone").action == "term"
+    restored = Disposition.model_validate(json.loads(json.dumps(nak(3).model_dump())))
+    assert restored == nak(3)
+    leaky = term("url?X-Amz-Signature=abcdef123456&x=1")
+    assert "abcdef123456" not in leaky.reason
+
+
+def test_sealed_park_unpark_reads_once(fresh_redis: str) -> None:
+    client = redis.Redis.from_url(fresh_redis)
+    key = sealed.park(client, {"client_secret": "s3cr3t-value", "code": "c0de-value"}, 5.0)
+    assert "s3cr3t" not in key and 0 < client.pttl(key) <= 5000
+    assert sealed.unpark(client, key) == {"client_secret": "s3cr3t-value", "code": "c0de-value"}
+    with pytest.raises(sealed.SealedMissing, match="gone"):
+        sealed.unpark(client, key)
+    assert sealed.unpark(client, key, missing_ok=True) is None
+
+
+def test_reconcile_window_is_bounded() -> None:
+    now = datetime(2026, 7, 1, tzinfo=UTC)
+    assert window_start(None, now) == now - timedelta(days=30)
+    assert window_start(now - timedelta(days=2), now) == now - timedelta(days=2, hours=1)
+    assert window_start(now - timedelta(days=90), now) == now - timedelta(days=30)
+
+
+# --------------------------------------------------------------------------- fetch_source
+
+
+def test_fetch_source_end_to_end_claim_checked_with_stamp_and_gear_first(
+        core: DevCairnCore, ctx: JobContext, athlete: Athlete, pool: str) -> None:
+    before = len(core.ingested)
+    job = athlete.fetch_job(0)
+    disposition = handle_job(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=7))
+    assert disposition.action == "ack", disposition
+    [rec] = ingested_since(core, before)
+    assert rec.claim_checked and rec.kind == "events" and rec.msg_id == f"result:{job['job_id']}:d1"
+    data = rec.data
+    assert (data["workerName"], data["workerVersion"], data["workerPackage"]) == (pool, "1.0", PACKAGE)
+    types = [e["type"] for e in data["events"]]
+    assert types[-1] == "WORKER_EVENT_TYPE_ACTIVITY" and "WORKER_EVENT_TYPE_GEAR" in types
+    assert types.index("WORKER_EVENT_TYPE_GEAR") < types.index("WORKER_EVENT_TYPE_ACTIVITY")
+    activity = data["events"][-1]["activity"]
+    assert activity["ref"]["externalId"] == athlete.ext(0)
+    raw_key = activity["rawBlobId"]
+    assert raw_key.startswith(f"users/{athlete.user_id}/strava/") and core.blobs.exists(raw_key)
+    assert json.loads(core.blobs.get(raw_key))["version"] == 1
+    assert_json_and_secret_free(disposition.model_dump(), athlete.fake.access_token)
+
+
+def test_rate_limited_naks_until_the_real_window_reset(core: DevCairnCore, ctx: JobContext,
+                                                       athlete: Athlete, strava: FakeStrava) -> None:
+    before = len(core.ingested) + len(core.rejected)
+    strava.force_429(1, "short")
+    now = datetime.now(UTC)
+    disposition = handle_job(ctx, "fetch_source", athlete.fetch_job(1), 1)
+    expected = (next_short_reset(now) - now).total_seconds() + RESET_GRACE_S
+    assert disposition.action == "nak"
+    assert disposition.delay_s is not None and abs(disposition.delay_s - expected) < 3.0
+    assert "rate_limited" in disposition.reason
+    assert len(core.ingested) + len(core.rejected) == before  # nothing published
+
+
+def test_presign_failure_naks_and_the_retry_publishes(core: DevCairnCore, ctx: JobContext,
+                                                      athlete: Athlete) -> None:
+    job = athlete.fetch_job(2)
+    before = len(core.ingested)
+    core.inject_fault("presign_upload", {"error": "s3 unavailable"})
+    first = handle_job(ctx, "fetch_source", job, 1)
+    assert first.action == "nak" and first.delay_s and "transient" in first.reason
+    second = handle_job(ctx, "fetch_source", job, 2)
+    assert second.action == "ack"
+    [rec] = ingested_since(core, before)
+    assert rec.msg_id == f"result:{job['job_id']}:d2"  # the retry publishes past the first's dedup
+
+
+def test_not_found_publishes_failure_envelope_then_terms(core: DevCairnCore, ctx: JobContext,
+                                                         athlete: Athlete, strava: FakeStrava) -> None:
+    before = len(core.ingested)
+    strava.fail("activity", 404)
+    job = athlete.fetch_job(3)
+    disposition = handle_job(ctx, "fetch_source", job, 2)
+    assert disposition.action == "term" and disposition.reason.startswith("not_found")
+    [rec] = ingested_since(core, before)
+    data = rec.data
+    assert rec.kind == "failure" and rec.msg_id == f"failed:strava:{athlete.ext(3)}:d2"
+    assert data["error"]["code"] == "not_found" and data["error"]["class"] == "ERROR_CLASS_NOT_FOUND"
+    assert data["failedRef"] == {"userId": athlete.user_id, "provider": PROVIDER,
+                                 "externalAccountId": athlete.account_id, "externalId": athlete.ext(3)}
+    assert "events" not in data and "payloadRef" not in data
+
+
+def test_poison_payload_terms_with_envelope(core: DevCairnCore, ctx: JobContext, athlete: Athlete) -> None:
+    before = len(core.ingested)
+    job = athlete.fetch_job(0)
+    del job["ext_id"]
+    disposition = handle_job(ctx, "fetch_source", job, 1)
+    assert disposition.action == "term" and "bad_payload" in disposition.reason
+    [rec] = ingested_since(core, before)
+    assert rec.kind == "failure" and rec.data["error"]["code"] == "bad_payload"
+
+
+def test_unknown_account_terms(core: DevCairnCore, ctx: JobContext, athlete: Athlete) -> None:
+    before = len(core.ingested)
+    job = athlete.fetch_job(0, account_id=str(uuid.uuid4()))
+    disposition = handle_job(ctx, "fetch_source", job, 1)
+    assert disposition.action == "term" and disposition.reason.startswith("account_gone")
+    assert ingested_since(core, before)[0].data["error"]["class"] == "ERROR_CLASS_AUTH_INVALID"
+
+
+def test_transient_token_reply_naks_with_core_retry_after(core: DevCairnCore, ctx: JobContext,
+                                                          athlete: Athlete) -> None:
+    core.inject_fault("tokens.get", {"error": "transient", "retry_after": 30,
+                                     "expires_at": "0001-01-01T00:00:00Z"})
+    disposition = handle_job(ctx, "fetch_source", athlete.fetch_job(0), 1)
+    assert disposition == nak(30.0, disposition.reason) and disposition.delay_s == 30.0
+
+
+# --------------------------------------------------------------------------- reconcile
+
+
+def _drain_subjobs(ctx: JobContext, pool: str) -> list[Any]:
+    js = ctx.nats.js
+
+    async def fetch() -> list[Any]:
+        sub = await js.pull_subscribe(f"cairn.jobs.fetch_source.strava.{pool}", durable=f"t-{pool}")
+        out: list[Any] = []
+        while True:
+            try:
+                msgs = await sub.fetch(50, timeout=0.5)
+            except Exception:  # noqa: BLE001 - nats TimeoutError: nothing left
+                return out
+            for m in msgs:
+                await m.ack()
+            out.extend(msgs)
+
+    return ctx.nats.run(fetch(), 15)
+
+
+def test_reconcile_enqueues_caps_publishes_and_coalesces(core: DevCairnCore, ctx: JobContext,
+                                                         strava: FakeStrava, pool: str) -> None:
+    ath = Athlete(core, strava, pool, n=10)
+    known = [ath.ext(0), ath.ext(1)]
+    before = len(core.ingested)
+    job = {"job_id": str(uuid.uuid4()), "account_id": ath.account_id, "user_id": ath.user_id,
+           "provider": PROVIDER, "max_enqueue": 5, "known_ext_ids": known, "reason": "scheduled"}
+    disposition = handle_job(ctx, "reconcile", job, 1)
+    assert disposition.action == "ack"
+    [rec] = ingested_since(core, before)
+    assert rec.kind == "reconcile" and rec.msg_id == f"result:{job['job_id']}"
+    assert rec.subject == f"cairn.results.reconcile.strava.{ath.account_id}"
+    assert rec.data["workerName"] == pool and "newWatermark" in rec.data
+    assert core.account(ath.account_id).last_sync_at is not None
+    subjobs = _drain_subjobs(ctx, pool)
+    assert len(subjobs) == 5
+    ids = {json.loads(m.data)["ext_id"] for m in subjobs}
+    assert not ids & set(known)
+    for m in subjobs:
+        body = json.loads(m.data)
+        assert m.headers["Nats-Msg-Id"] == f"reconcile:strava:{ath.account_id}:{body['ext_id']}"
+        assert body["reason"] == "reconcile" and body["account_id"] == ath.account_id
+    # A second reconcile of the same account inside the window: cheap ack, result still published.
+    strava.clear_requests()
+    again = dict(job, job_id=str(uuid.uuid4()), watermark="2026-01-01T00:00:00.123456789Z")
+    before = len(core.ingested)
+    coalesced = handle_job(ctx, "reconcile", again, 1)
+    assert coalesced.action == "ack" and coalesced.reason == "coalesced"
+    [rec2] = ingested_since(core, before)
+    assert rec2.kind == "reconcile" and rec2.msg_id == f"result:{again['job_id']}"
+    assert not strava.requests and not _drain_subjobs(ctx, pool)
+    assert 0 < ctx.redis.ttl(f"cairn:reconcile:coalesce:strava:{ath.account_id}") <= RECONCILE_COALESCE_S
+
+
+def test_reconcile_with_nothing_new_still_publishes(core: DevCairnCore, ctx: JobContext,
+                                                    strava: FakeStrava, pool: str) -> None:
+    ath = Athlete(core, strava, pool, n=3)
+    watermark = datetime.now(UTC) - timedelta(days=5)
+    job = {"job_id": str(uuid.uuid4()), "account_id": ath.account_id, "user_id": ath.user_id,
+           "provider": PROVIDER, "watermark": watermark.isoformat(),
+           "known_ext_ids": [ath.ext(i) for i in range(3)]}
+    before = len(core.ingested)
+    assert handle_job(ctx, "reconcile", job, 1).action == "ack"
+    [rec] = ingested_since(core, before)
+    assert rec.kind == "reconcile"
+    published = rec.result.new_watermark.ToDatetime(tzinfo=UTC)
+    assert abs((published - watermark).total_seconds()) < 1  # echoed: nothing newer was enqueued
+    assert not _drain_subjobs(ctx, pool)
+
+
+def test_reconcile_rate_limited_naks_and_releases_the_coalesce_claim(
+        core: DevCairnCore, ctx: JobContext, strava: FakeStrava, pool: str) -> None:
+    ath = Athlete(core, strava, pool, n=3)
+    job = {"job_id": str(uuid.uuid4()), "account_id": ath.account_id, "user_id": ath.user_id,
+           "provider": PROVIDER}
+    strava.force_429(1, "short")
+    assert handle_job(ctx, "reconcile", job, 1).action == "nak"
+    assert ctx.redis.get(f"cairn:reconcile:coalesce:strava:{ath.account_id}") is None
+    _forget_budget(ctx.nats, ctx.limiter._bucket())  # the 429 really spent the shared window
+    assert handle_job(ctx, "reconcile", job, 2).action == "ack"
+
+
+# --------------------------------------------------------------------------- parse_blob, gear
+
+
+def test_parse_blob_is_byte_identical_to_the_import_and_re_presigns(
+        core: DevCairnCore, ctx: JobContext, athlete: Athlete) -> None:
+    before = len(core.ingested)
+    job = athlete.fetch_job(4)
+    assert handle_job(ctx, "fetch_source", job, 1).action == "ack"
+    [imported] = ingested_since(core, before)
+    raw_key = imported.data["events"][-1]["activity"]["rawBlobId"]
+    cases = [
+        core.blobs.presign_download(raw_key)["url"],  # valid URL
+        core.blobs.presign_download(raw_key)["url"].replace("X-Amz-Signature=", "X-Amz-Signature=00"),  # 403
+    ]
+    for i, url in enumerate(cases):
+        reparse = dict(job, job_id=f"reparse:{uuid.uuid4()}", min_parser_version="1.0",
+                       blob={"url": url, "expires_at": (datetime.now(UTC) + timedelta(minutes=10)).isoformat(),
+                             "fallback_handle": raw_key})
+        start = len(core.ingested)
+        assert handle_job(ctx, "parse_blob", reparse, 1).action == "ack", i
+        [rec] = ingested_since(core, start)
+        assert rec.job_type == "parse_blob" and rec.claim_checked
+        assert wire.encode_result(rec.result) == wire.encode_result(imported.result), i
+    expired = dict(job, job_id="reparse:expired", min_parser_version="1.0",
+                   blob={"url": "http://127.0.0.1:9/gone", "expires_at": "2020-01-01T00:00:00Z",
+                         "fallback_handle": raw_key})
+    assert handle_job(ctx, "parse_blob", expired, 1).action == "ack"
+    newer = dict(expired, job_id="reparse:newer", min_parser_version="1.7")
+    refused = handle_job(ctx, "parse_blob", newer, 1)
+    assert refused.action == "nak" and "parser" in refused.reason
+
+
+def test_import_gear_one_event_per_gear_retired_included(core: DevCairnCore, ctx: JobContext,
+                                                         athlete: Athlete) -> None:
+    before = len(core.ingested)
+    job = {"job_id": str(uuid.uuid4()), "account_id": athlete.account_id, "user_id": athlete.user_id,
+           "provider": PROVIDER, "reason": "connect"}
+    assert handle_job(ctx, "import_gear", job, 1).action == "ack"
+    [rec] = ingested_since(core, before)
+    events = rec.data["events"]
+    assert rec.msg_id == f"result:{job['job_id']}" and not rec.claim_checked
+    assert {e["gear"]["ref"]["externalId"] for e in events} == set(athlete.fake.gear)
+    assert all(e["type"] == "WORKER_EVENT_TYPE_GEAR" for e in events)
+    metrics = {"job_id": "m1", "account_id": athlete.account_id, "user_id": athlete.user_id,
+               "provider": PROVIDER, "since_unix": 0, "until_unix": 1}
+    assert handle_job(ctx, "import_metrics", metrics, 1).action == "term"  # Strava declares no metrics
+
+
+# --------------------------------------------------------------------------- discover, exchange
+
+
+def test_discover_shapes(ctx: JobContext, athlete: Athlete, strava: FakeStrava) -> None:
+    reply = discover(ctx, {"account_id": athlete.account_id, "start_page": 1})
+    assert reply["complete"] is True and len(reply["items"]) == 6
+    assert {i["item_type"] for i in reply["items"]} == {"activity"}
+    assert all(i["item_time"].endswith("Z") for i in reply["items"])
+    strava.force_429(1, "short")
+    limited = discover(ctx, {"account_id": athlete.account_id, "start_page": 1})
+    assert "rate_limited" in limited["error"] and "items" not in limited
+    gone = discover(ctx, {"account_id": str(uuid.uuid4()), "start_page": 1})
+    assert gone == {"error": "account_gone"}
+    assert discover(ctx, {"start_page": "x"}) == {"error": "bad_request"}
+    strava.fail("list_activities", 500)
+    failed = discover(ctx, {"account_id": athlete.account_id})
+    assert failed["error"] and not failed.get("items")
+    assert_json_and_secret_free([reply, limited, failed], athlete.fake.access_token, strava.client_secret)
+
+
+def test_exchange_returns_athlete_id_and_errors(ctx: JobContext, athlete: Athlete, strava: FakeStrava,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="workers")
+    code = strava.issue_code(athlete.id)
+    request = {"connection_id": str(uuid.uuid4()), "client_id": strava.client_id,
+               "client_secret": strava.client_secret, "code": code,
+               "redirect_uri": "https://cairn.example/auth/oauth/strava/callback"}
+    reply = exchange(ctx, request)
+    assert reply["provider_account_id"] == str(athlete.id)
+    assert reply["access_token"] and reply["token_type"] == "Bearer" and reply["expires_at"].endswith("Z")
+    again = exchange(ctx, request)  # a code is single-use
+    assert again["error"] == "exchange_failed" and code not in again["message"]
+    assert exchange(ctx, {"client_id": "x"})["error"] == "bad_request"
+    for secret in (strava.client_secret, code, reply["access_token"], reply["refresh_token"]):
+        assert secret not in caplog.text
+
+
+def test_no_token_reaches_logs_or_dispositions(core: DevCairnCore, ctx: JobContext, athlete: Athlete,
+                                               strava: FakeStrava, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="workers")
+    outcomes = [handle_job(ctx, "fetch_source", athlete.fetch_job(5), 1)]
+    strava.fail("activity", 401)
+    outcomes.append(handle_job(ctx, "fetch_source", athlete.fetch_job(1), 1))
+    assert [o.action for o in outcomes] == ["ack", "term"]
+    secrets = (athlete.fake.access_token, athlete.fake.refresh_token, strava.client_secret)
+    assert_json_and_secret_free([o.model_dump() for o in outcomes], *secrets)
+    for secret in secrets:
+        assert secret not in caplog.text
+    assert core.account(athlete.account_id).status == "needs_reauth"  # a 401 tells core

@@ -1,0 +1,212 @@
+"""Per-job credentials from core: OAuth tokens (``cairn.tokens.<p>.get``) and creds slots.
+
+Why per job and in memory only: contract §9 (and S2) — the worker persists no
+provider credentials; core is the token store. Every value read here is
+registered with the log redactor before anything else happens to it, lives in
+a model whose ``repr`` hides it, and is dropped with the job.
+
+Reply mapping (reference §2.5, §3.7): ``account_gone`` and ``needs_reauth``
+can never succeed → :class:`CredentialsRevoked` (failure envelope + Term);
+``transient`` → :class:`CredentialsUnavailable` with core's ``retry_after``
+(NAK with that delay); anything else (``bad_request``, no reply) is also
+unavailable (NAK). An access token close to expiry is refreshed with the
+provider (when it can) and stored back with optimistic concurrency
+(``previous_expires_at``); ``stale_store`` means another instance refreshed
+first, so we read core's token again.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from workers.errors import PermanentJobError, RetryableJobError
+from workers.logs import register_secret
+from workers.providers.base import ProviderAuthError, ProviderError
+
+if TYPE_CHECKING:
+    from workers.cairn.handlers.context import JobContext
+
+log = logging.getLogger(__name__)
+
+TOKEN_TIMEOUT_S = 5.0  # the published SDK's token RPC timeout
+TOKEN_FRESH_MARGIN_S = 60.0  # "fresh" = expiring more than this far away (reference §3.7)
+TRANSIENT_RETRY_DEFAULT_S = 30.0  # core's retry_after when it does not say
+
+
+class CredentialsRevoked(PermanentJobError):
+    """The account is gone or needs re-authorisation: the job can never succeed."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.error_class = "ERROR_CLASS_AUTH_EXPIRED" if code == "needs_reauth" else "ERROR_CLASS_AUTH_INVALID"
+
+
+class CredentialsUnavailable(RetryableJobError):
+    """Core could not answer now; retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class _Secretive(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Tokens(_Secretive):
+    """A token-get reply; ``access_token``, ``refresh_token`` and ``client_secret`` are secrets."""
+
+    access_token: str = Field(default="", repr=False)
+    refresh_token: str = Field(default="", repr=False)
+    expires_at: datetime | None = None
+    scope: str = ""
+    token_type: str = "Bearer"
+    client_id: str = ""
+    client_secret: str = Field(default="", repr=False)
+    app_id: str = ""
+
+    @field_validator("expires_at", mode="before")
+    @classmethod
+    def _zero_time_is_none(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.startswith("0001-01-01"):
+            return None
+        return value or None
+
+    def fresh(self, now: datetime | None = None) -> bool:
+        now = now or datetime.now(UTC)
+        if not self.access_token:
+            return False
+        if self.expires_at is None:
+            return True
+        return self.expires_at.astimezone(UTC) - now > timedelta(seconds=TOKEN_FRESH_MARGIN_S)
+
+
+class Creds(_Secretive):
+    """A creds-get reply: the connection's two slots (0.7 aliases email/password accepted)."""
+
+    client_id: str = Field(default="", repr=False)
+    client_secret: str = Field(default="", repr=False)
+
+
+def _register(*values: str | None) -> None:
+    for value in values:
+        register_secret(value)
+
+
+def _raise_for_error(reply: dict[str, Any], what: str) -> None:
+    error = str(reply.get("error") or "")
+    if not error:
+        return
+    if error in ("account_gone", "needs_reauth", "revoked"):
+        raise CredentialsRevoked(error, f"{what}: {error}")
+    if error == "transient":
+        retry = reply.get("retry_after")
+        delay = float(retry) if isinstance(retry, (int, float)) and retry > 0 else TRANSIENT_RETRY_DEFAULT_S
+        raise CredentialsUnavailable(f"{what}: transient", delay)
+    raise CredentialsUnavailable(f"{what}: {error[:80]}")
+
+
+def _request(ctx: JobContext, subject: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+    from workers.cairn.handlers.context import CoreRequestError
+
+    try:
+        reply = ctx.request(subject, body, TOKEN_TIMEOUT_S)
+    except CoreRequestError as exc:
+        raise CredentialsUnavailable(f"{what}: {exc}") from None
+    for key in ("access_token", "refresh_token", "client_secret", "password"):
+        value = reply.get(key)
+        if isinstance(value, str):
+            register_secret(value)
+    return reply
+
+
+def get_tokens(ctx: JobContext, account_id: str) -> Tokens:
+    """Core's current token state for ``account_id`` (one ``get``), no refresh."""
+    from workers.cairn.handlers.context import token_subject
+
+    reply = _request(ctx, token_subject(ctx.provider_name, "get"), {"account_id": account_id}, "token get")
+    _raise_for_error(reply, "token get")
+    tokens = Tokens.model_validate(reply)
+    if not tokens.access_token:
+        raise CredentialsRevoked("account_gone", "token get: no access token stored")
+    return tokens
+
+
+def fetch_tokens(ctx: JobContext, account_id: str) -> Tokens:
+    """A usable access token: core's, or refreshed with the provider and stored back."""
+    tokens = get_tokens(ctx, account_id)
+    if tokens.fresh():
+        return tokens
+    refresh = getattr(ctx.provider, "refresh_oauth", None)
+    if refresh is None or not tokens.refresh_token:
+        return tokens  # nothing we can do; the provider answers 401 if it really expired
+    try:
+        new = refresh(ctx.http, client_id=tokens.client_id, client_secret=tokens.client_secret,
+                      refresh_token=tokens.refresh_token)
+    except ProviderAuthError as exc:
+        _needs_reauth(ctx, account_id, exc.code or "refresh_failed")
+        raise CredentialsRevoked("needs_reauth", f"token refresh refused ({exc.code})") from None
+    except ProviderError as exc:
+        raise CredentialsUnavailable(f"token refresh: {exc.code}") from None
+    _register(new.access_token, new.refresh_token)
+    return _store(ctx, account_id, tokens, new)
+
+
+def _store(ctx: JobContext, account_id: str, old: Tokens, new: Any) -> Tokens:
+    from workers.cairn.handlers.context import token_subject
+
+    expires = new.expires_at.astimezone(UTC)
+    body = {"account_id": account_id, "access_token": new.access_token,
+            "refresh_token": new.refresh_token, "expires_at": rfc3339(expires),
+            "scope": new.scope, "token_type": new.token_type,
+            "previous_expires_at": rfc3339(old.expires_at) if old.expires_at else "0001-01-01T00:00:00Z"}
+    reply = _request(ctx, token_subject(ctx.provider_name, "store"), body, "token store")
+    if reply.get("ok"):
+        return old.model_copy(update={"access_token": new.access_token,
+                                      "refresh_token": new.refresh_token or old.refresh_token,
+                                      "expires_at": expires, "scope": new.scope or old.scope})
+    error = str(reply.get("error") or "")
+    if error == "stale_store":  # another instance refreshed first: use core's state
+        return get_tokens(ctx, account_id)
+    _raise_for_error(reply, "token store")
+    raise CredentialsUnavailable("token store: not stored")
+
+
+def _needs_reauth(ctx: JobContext, account_id: str, reason: str) -> None:
+    from workers.cairn.handlers.context import token_subject
+
+    try:
+        ctx.request(token_subject(ctx.provider_name, "needs_reauth"),
+                    {"account_id": account_id, "reason": reason}, TOKEN_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - best effort; the Term stands anyway
+        log.warning("needs_reauth for account %s not delivered: %s", account_id, type(exc).__name__)
+
+
+def report_needs_reauth(ctx: JobContext, account_id: str, reason: str = "unauthorized") -> None:
+    """Tell core the provider refused the token (a 401 on an API call)."""
+    _needs_reauth(ctx, account_id, reason)
+
+
+def fetch_creds(ctx: JobContext, account_id: str) -> Creds:
+    """The connection's ``client_id``/``client_secret`` slots (credential providers)."""
+    from workers.cairn.handlers.context import creds_subject
+
+    reply = _request(ctx, creds_subject(ctx.provider_name), {"account_id": account_id}, "creds get")
+    _raise_for_error(reply, "creds get")
+    creds = Creds(client_id=str(reply.get("client_id") or reply.get("email") or ""),
+                  client_secret=str(reply.get("client_secret") or reply.get("password") or ""))
+    _register(creds.client_id, creds.client_secret)
+    return creds
+
+
+def rfc3339(ts: datetime) -> str:
+    ts = ts.astimezone(UTC)
+    text = ts.strftime("%Y-%m-%dT%H:%M:%S")
+    if ts.microsecond:
+        text += f".{ts.microsecond:06d}".rstrip("0")
+    return text + "Z"

@@ -1,0 +1,230 @@
+"""``JobContext``: the per-process objects every Cairn handler uses, built once after fork.
+
+Why one object: a provider task runs many jobs in one process; the NATS
+connection (a background asyncio loop, ``NatsThread``), the provider's pooled
+HTTP client, the Redis client used for reconcile coalescing, the shared rate
+limiter and an HTTP client for presigned URLs are all expensive to create and
+safe to reuse. ``build_context()`` is called lazily by the task module (after
+the prefork fork, never in the parent). Per-delivery facts (attempt number,
+stream sequence) travel separately in :class:`Delivery`, because the context is
+shared by every job of the process.
+
+The two NATS primitives the handlers need are methods here so every handler
+speaks to core the same way: ``request`` (core request/reply, JSON in and
+out, ``Nats-Error`` replies become :class:`CoreRequestError`) and
+``publish`` (JetStream publish with a ``Nats-Msg-Id`` for stream subjects).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from workers.providers.base import Provider
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 5.0  # token/creds/presign requests (the published worker uses 3-5 s)
+PUBLISH_TIMEOUT_S = 10.0  # one JetStream publish, PubAck included
+BLOB_HTTP_TIMEOUT_S = 30.0  # presigned PUT/GET of one body (reference §3.9)
+
+
+class CoreRequestError(Exception):
+    """A request/reply to core failed: no responder, timeout, or a ``Nats-Error`` reply.
+
+    Always transient from the job's point of view (NAK): core was unreachable
+    or refused this one request. The message never carries the request body.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """The facts of one JetStream delivery the bridge handed to the task."""
+
+    attempt: int = 1
+    stream_seq: int = 0
+    subject: str = ""
+    lost: Callable[[], bool] | threading.Event | None = None
+
+    @classmethod
+    def coerce(cls, value: Delivery | int | dict[str, Any] | None) -> Delivery:
+        if isinstance(value, Delivery):
+            return value
+        if isinstance(value, dict):
+            return cls(attempt=int(value.get("attempt") or value.get("delivery") or 1),
+                       stream_seq=int(value.get("stream_seq") or value.get("seq") or 0),
+                       subject=str(value.get("subject") or ""))
+        return cls(attempt=max(1, int(value or 1)))
+
+    @property
+    def is_lost(self) -> bool:
+        """True when the task's lease was lost (another copy may own the job now)."""
+        lost = self.lost
+        if lost is None:
+            return False
+        if isinstance(lost, threading.Event):
+            return lost.is_set()
+        try:
+            return bool(lost())
+        except Exception:  # noqa: BLE001 - a broken probe must not fail the job
+            return False
+
+
+@dataclasses.dataclass
+class JobContext:
+    """Everything a handler needs; see the module docstring for why it is shared."""
+
+    settings: Any
+    nats: Any  # workers.cairn.nats_conn.NatsThread (``run(coro, timeout)``, ``nc``, ``js``)
+    redis: Any  # redis.Redis, reconcile coalescing
+    provider: Provider
+    http: httpx.Client  # the provider's pooled client
+    limiter: Any = None  # workers.cairn.ratelimit limiter (None: run without a shared budget)
+    blob_http: httpx.Client = dataclasses.field(
+        default_factory=lambda: httpx.Client(timeout=BLOB_HTTP_TIMEOUT_S))
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def provider_name(self) -> str:
+        return str(getattr(self.settings, "provider", "") or self.provider.name)
+
+    @property
+    def worker_name(self) -> str:
+        return str(self.settings.worker_name)
+
+    @property
+    def worker_package(self) -> str:
+        return str(getattr(self.settings, "worker_package", "") or getattr(self.settings, "package", ""))
+
+    @property
+    def worker_version(self) -> str:
+        """The parser version ``N.M`` (contract §1: ``worker_version`` is the parser version)."""
+        return str(self.provider.parser_version)
+
+    def stamp(self) -> dict[str, str]:
+        """The worker stamp every ``JobResult`` carries (contract §1, invariant C3)."""
+        return {"workerName": self.worker_name, "workerVersion": self.worker_version,
+                "workerPackage": self.worker_package}
+
+    # ------------------------------------------------------------------ NATS
+
+    def _nc(self) -> Any:
+        nc = getattr(self.nats, "nc", None)
+        if callable(nc) and not hasattr(nc, "request"):
+            nc = nc()
+        return nc
+
+    def _js(self) -> Any:
+        js = getattr(self.nats, "js", None)
+        if callable(js) and not hasattr(js, "publish"):
+            js = js()
+        return js
+
+    def request(self, subject: str, body: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
+        """Core request/reply with a JSON body; the reply must be a JSON object."""
+        data = json.dumps(body, separators=(",", ":")).encode()
+
+        nc = self._nc()  # connects lazily: must happen here, never on the loop thread
+
+        async def call() -> Any:
+            return await nc.request(subject, data, timeout=timeout_s)
+
+        try:
+            msg = self.nats.run(call(), timeout_s + 1.0)
+        except Exception as exc:  # noqa: BLE001 - timeout, no responders, disconnected
+            raise CoreRequestError(f"request {subject}: {type(exc).__name__}") from None
+        headers = getattr(msg, "headers", None) or {}
+        if headers.get("Nats-Error"):
+            raise CoreRequestError(f"request {subject}: core refused: {headers['Nats-Error'][:200]}")
+        try:
+            reply = json.loads(msg.data or b"null")
+        except ValueError:
+            raise CoreRequestError(f"request {subject}: reply is not JSON") from None
+        if not isinstance(reply, dict):
+            raise CoreRequestError(f"request {subject}: reply is not an object")
+        return reply
+
+    def publish(self, subject: str, data: bytes, msg_id: str, timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
+        """JetStream publish with ``Nats-Msg-Id``; a dedup hit counts as success."""
+        js = self._js()  # connects lazily: must happen here, never on the loop thread
+
+        async def call() -> Any:
+            return await js.publish(subject, data, timeout=timeout_s, headers={"Nats-Msg-Id": msg_id})
+
+        self.nats.run(call(), timeout_s + 1.0)
+
+
+_context: JobContext | None = None
+_context_lock = threading.Lock()
+
+
+def build_context(settings: Any = None) -> JobContext:
+    """The process's context, built on first use (after fork)."""
+    global _context
+    with _context_lock:
+        if _context is None or settings is not None:
+            _context = _build(settings)
+        return _context
+
+
+def reset_context() -> None:
+    """Forget the context (``worker_process_init`` in a forked child, tests)."""
+    global _context
+    with _context_lock:
+        _context = None
+
+
+def _build(settings: Any) -> JobContext:
+    import redis
+
+    from workers.cairn.nats_conn import NatsThread
+    from workers.cairn.settings import load_cairn_settings
+    from workers.providers.registry import get_provider
+
+    settings = settings or load_cairn_settings()
+    provider = get_provider(str(settings.provider), settings)
+    nats_thread = NatsThread(settings)
+    redis_url = str(settings.redis_url)
+    limiter = None
+    try:
+        from workers.cairn.ratelimit import RateLimiter
+
+        limiter = RateLimiter(nats_thread, settings)
+        # Open the KV bucket from this thread: the limiter opens it lazily from
+        # inside a coroutine on the loop thread, which would wait on itself.
+        warm = getattr(limiter, "_bucket", None)
+        if callable(warm):
+            warm()
+    except Exception as exc:  # noqa: BLE001 - the published worker runs without a limiter too
+        log.warning("running without the shared rate limiter: %s", type(exc).__name__)
+    return JobContext(settings=settings, nats=nats_thread, redis=redis.Redis.from_url(redis_url),
+                      provider=provider, http=provider.new_http_client(), limiter=limiter)
+
+
+# --------------------------------------------------------------------------- subjects
+# Re-exported from ``workers.cairn.subjects`` so handlers import one place.
+from workers.cairn.subjects import (  # noqa: E402
+    creds_subject,
+    job_subject,
+    presign_download_subject,
+    presign_upload_subject,
+    reconcile_result_subject,
+    result_subject,
+    token_subject,
+)
+
+
+def presign_subject(provider: str, direction: str) -> str:
+    """``direction`` is ``upload`` or ``download``."""
+    return presign_upload_subject(provider) if direction == "upload" else presign_download_subject(provider)
+
+
+__all__ = ["CoreRequestError", "Delivery", "JobContext", "build_context", "creds_subject", "job_subject",
+           "presign_subject", "reconcile_result_subject", "reset_context", "result_subject", "token_subject"]

@@ -1,0 +1,63 @@
+"""discover (contract §8): one round of "what could be imported", answered in the pool.
+
+The provider walks its listing under the shared budget and already returns
+partial pages with ``rate_limited``/``next_page`` and errors in the reply.
+Everything that goes wrong *around* it (token fetch, core unreachable, a bug)
+becomes ``{"error": ...}`` here: never an empty success when the real cause
+was an error or a rate limit — the UI would show "0 importable activities".
+Core marks the account rate-limited when the error text says ``rate_limited``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, fetch_tokens
+from workers.cairn.handlers.fetch_source import provider_context
+from workers.logs import redact
+from workers.providers.base import DiscoverReply, DiscoverRequest, ProviderError, ProviderRateLimited
+
+if TYPE_CHECKING:
+    from workers.cairn.handlers.context import JobContext
+
+log = logging.getLogger(__name__)
+
+RATE_LIMITED_ERROR = "rate_limited: provider budget exhausted, try again shortly"
+
+
+def discover(ctx: JobContext, request: dict[str, Any]) -> dict[str, Any]:
+    """The §8 reply dict (JSON-able, no secrets)."""
+    try:
+        req = DiscoverRequest.model_validate(request or {})
+    except ValidationError:
+        return {"error": "bad_request"}
+    if not req.account_id:
+        return {"error": "bad_request"}
+    try:
+        tokens = fetch_tokens(ctx, req.account_id)
+        reply = ctx.provider.discover(provider_context(ctx, req, tokens.access_token, tokens.app_id), req)
+    except CredentialsRevoked as exc:
+        return {"error": exc.code}
+    except CredentialsUnavailable:
+        return {"error": "transient: token service unavailable, try again"}
+    except ProviderRateLimited:
+        return {"error": RATE_LIMITED_ERROR}
+    except ProviderError as exc:
+        return {"error": f"{exc.code}: {redact(str(exc))[:200]}"}
+    except Exception as exc:  # noqa: BLE001 - any failure must be an error reply, not an empty success
+        log.warning("discover failed: %s", type(exc).__name__)
+        return {"error": f"discover failed: {type(exc).__name__}"}
+    return _checked(reply)
+
+
+def _checked(reply: DiscoverReply) -> dict[str, Any]:
+    body = reply.to_wire()
+    if body.get("error"):
+        return {"error": str(body["error"])}  # an error reply carries nothing that looks like success
+    if not body.get("items") and not body.get("complete") and not body.get("rate_limited"):
+        if not body.get("next_page"):
+            return {"error": "discover returned no items and no continuation"}
+    return body

@@ -1,0 +1,131 @@
+"""Failure envelopes (contract §6) and the one mapping from errors to dispositions.
+
+Why one mapping: every handler fails the same ways (rate limit, core or S3
+unreachable, provider refusal, unmappable data), and the contract's ack
+discipline (§3) must hold for all of them: a rate limit NAKs with a delay
+anchored to the real window reset, anything transient NAKs, and anything that
+can never succeed publishes a failure envelope and then Terms, so core fails
+the import-queue item with the true reason instead of "stale: no result".
+
+Envelope = worker stamp + ``error {class, code, message}`` + ``failed_ref``,
+no events. The stamp is not required by §6 but C3 asks for it on every
+``JobResult`` and core ignores every other field once ``error`` is set.
+Messages are redacted and short; they are built from our own error texts,
+which never carry tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable
+from workers.cairn.disposition import Disposition, nak, term
+from workers.cairn.handlers.publish import BlobTransferError, publish_inline
+from workers.cairn.subjects import failure_msg_id
+from workers.errors import PermanentJobError, RetryableJobError
+from workers.logs import redact
+from workers.providers.base import (
+    ProviderAuthError,
+    ProviderError,
+    ProviderNotFound,
+    ProviderPermanentError,
+    ProviderRateLimited,
+)
+
+if TYPE_CHECKING:
+    from workers.cairn.handlers.context import Delivery, JobContext
+
+log = logging.getLogger(__name__)
+
+MESSAGE_MAX_CHARS = 240
+TRANSIENT_NAK_DELAY_S = 5.0  # a plain NAK without delay hot-loops (reference §6 #21)
+UNEXPECTED_NAK_DELAY_S = 30.0  # a bug: slow down; the bridge Terms after ~5 deliveries anyway
+ENVELOPE_FAILED_NAK_DELAY_S = 5.0
+ERROR_CLASSES = frozenset({"ERROR_CLASS_TRANSIENT", "ERROR_CLASS_RATE_LIMITED", "ERROR_CLASS_AUTH_EXPIRED",
+                           "ERROR_CLASS_AUTH_INVALID", "ERROR_CLASS_NOT_FOUND", "ERROR_CLASS_INVALID_INPUT",
+                           "ERROR_CLASS_PROVIDER_DOWN", "ERROR_CLASS_WORKER_BUG"})
+
+
+class Permanent(PermanentJobError):
+    """A handler-level permanent failure with the envelope's code and class."""
+
+    def __init__(self, code: str, message: str, error_class: str = "ERROR_CLASS_INVALID_INPUT") -> None:
+        super().__init__(message)
+        self.code, self.error_class = code, error_class
+
+
+def failure_envelope(ctx: JobContext, job: Any, *, code: str, message: str,
+                     error_class: str = "ERROR_CLASS_INVALID_INPUT") -> dict[str, Any]:
+    """The §6 ``JobResult``: stamp, ``error`` and ``failed_ref`` (protojson dict)."""
+    if error_class not in ERROR_CLASSES:
+        error_class = "ERROR_CLASS_INVALID_INPUT"
+    ref: dict[str, Any] = {"provider": ctx.provider_name}
+    for key, attr in (("userId", "user_id"), ("externalAccountId", "account_id"), ("externalId", "ext_id")):
+        value = str(getattr(job, attr, "") or (job.get(attr, "") if isinstance(job, dict) else "") or "")
+        if value:
+            ref[key] = value
+    error = {"class": error_class, "code": code or "failed"}
+    text = redact(message or "")[:MESSAGE_MAX_CHARS]
+    if text:
+        error["message"] = text
+    return {**ctx.stamp(), "error": error, "failedRef": ref}
+
+
+def publish_failure(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *, code: str,
+                    message: str, error_class: str = "ERROR_CLASS_INVALID_INPUT") -> None:
+    """Publish the envelope on the job's result subject (msg-id ``failed:<p>:<ext|job>:d<n>``)."""
+    from workers.cairn.handlers.context import reconcile_result_subject, result_subject
+
+    envelope = failure_envelope(ctx, job, code=code, message=message, error_class=error_class)
+    get = (lambda k: str(job.get(k) or "")) if isinstance(job, dict) else (lambda k: str(getattr(job, k, "") or ""))
+    account_id = get("account_id")
+    if kind == "reconcile" and account_id:
+        subject = reconcile_result_subject(ctx.provider_name, account_id)
+    else:
+        subject = result_subject(kind, ctx.provider_name, ctx.worker_name)
+    ident = get("ext_id") or get("job_id") or account_id
+    publish_inline(ctx, subject, envelope, failure_msg_id(ctx.provider_name, ident, delivery.attempt))
+
+
+def terminate(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *, code: str, message: str,
+              error_class: str = "ERROR_CLASS_INVALID_INPUT") -> Disposition:
+    """Envelope then Term; if the envelope cannot be published, NAK (never Term silently)."""
+    try:
+        publish_failure(ctx, kind, job, delivery, code=code, message=message, error_class=error_class)
+    except Exception as exc:  # noqa: BLE001 - no envelope, no Term: core would mask the cause
+        log.warning("%s failure envelope not published (%s); nak", kind, type(exc).__name__)
+        return nak(ENVELOPE_FAILED_NAK_DELAY_S, reason=f"failure envelope not published: {code}")
+    log.info("%s job terminated: %s", kind, code)
+    return term(f"{code}: {redact(message)[:MESSAGE_MAX_CHARS]}")
+
+
+def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, exc: BaseException) -> Disposition:
+    """The contract's ack discipline for an error raised by a handler."""
+    if isinstance(exc, ProviderRateLimited):
+        delay = exc.delay_s()
+        log.info("%s rate limited (%s window); nak %.0fs", kind, exc.window, delay)
+        return nak(delay, reason=f"rate_limited: {exc.window} window")
+    if isinstance(exc, CredentialsUnavailable):
+        return nak(exc.retry_after_s or TRANSIENT_NAK_DELAY_S, reason=str(exc))
+    if isinstance(exc, CredentialsRevoked):
+        return terminate(ctx, kind, job, delivery, code=exc.code, message=str(exc), error_class=exc.error_class)
+    if isinstance(exc, ProviderAuthError):
+        from workers.cairn.credentials import report_needs_reauth
+
+        account_id = str(getattr(job, "account_id", "") or "")
+        if account_id:
+            report_needs_reauth(ctx, account_id, exc.code or "unauthorized")
+        return terminate(ctx, kind, job, delivery, code=exc.code, message=str(exc), error_class=exc.error_class)
+    if isinstance(exc, (ProviderNotFound, ProviderPermanentError, Permanent)):
+        code = getattr(exc, "code", "invalid_input")
+        error_class = getattr(exc, "error_class", "ERROR_CLASS_INVALID_INPUT")
+        return terminate(ctx, kind, job, delivery, code=code, message=str(exc), error_class=error_class)
+    if isinstance(exc, PermanentJobError):  # e.g. BadResult: our output does not fit the schema
+        return terminate(ctx, kind, job, delivery, code=getattr(exc, "code", "invalid_input"),
+                         message=str(exc), error_class="ERROR_CLASS_INVALID_INPUT")
+    if isinstance(exc, (BlobTransferError, ProviderError, RetryableJobError)):
+        log.info("%s transient failure (%s); nak", kind, type(exc).__name__)
+        return nak(TRANSIENT_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}: {redact(str(exc))[:120]}")
+    log.warning("%s unexpected failure %s; nak", kind, type(exc).__name__)
+    return nak(UNEXPECTED_NAK_DELAY_S, reason=f"unexpected: {type(exc).__name__}")

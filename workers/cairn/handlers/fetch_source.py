@@ -1,0 +1,92 @@
+"""fetch_source: import one activity (contract §4, §5; reference §3.6).
+
+Order, and why:
+
+1. tokens from core (per job, memory only);
+2. the provider fetch (every API call reserves shared budget first and syncs
+   it from the usage headers; a 429 or an exhausted budget is
+   ``ProviderRateLimited`` → NAK until the real window reset);
+3. the raw archive (dataset-N envelope, presign kind ``raw``) *before* the
+   result, so the activity names its ``raw_blob_id`` and a later re-parse
+   reproduces this import; a failed archive NAKs (a source without its raw
+   inputs could only ever be re-fetched, spending quota);
+4. the claim-checked result: GEAR events first, then the ACTIVITY that
+   references them, msg-id ``result:<job_id>:d<delivery>`` so a deferred
+   retry re-publishes past the dedup window (ingest is idempotent).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from workers.cairn.credentials import fetch_tokens
+from workers.cairn.disposition import Disposition, ack
+from workers.cairn.handlers.publish import archive_raw, publish_claim_checked
+from workers.cairn.subjects import activity_result_msg_id
+from workers.providers.base import FetchOutcome, ProviderContext
+
+if TYPE_CHECKING:
+    from workers.cairn.handlers.context import Delivery, JobContext
+
+log = logging.getLogger(__name__)
+
+KIND = "fetch_source"
+WEBHOOK_REASON = "webhook"
+
+
+def provider_context(ctx: JobContext, job: Any, access_token: str, app_id: str = "") -> ProviderContext:
+    """The provider's view of one job: token, HTTP client, the shared budget hook."""
+    bucket = "webhook" if str(getattr(job, "reason", "") or "") == WEBHOOK_REASON else "short"
+    hook = rate_limit_hook(ctx, app_id)
+    kwargs: dict[str, Any] = {"access_token": access_token, "http": ctx.http, "bucket": bucket}
+    if hook is not None:
+        kwargs["rate_limit"] = hook
+    return ProviderContext(**kwargs)
+
+
+def rate_limit_hook(ctx: JobContext, app_id: str = "") -> Any:
+    """The limiter bound to this job's app bucket (``<provider>:<app_id|worker_name>:<window>``)."""
+    limiter = ctx.limiter
+    if limiter is None:
+        return None
+    scope = app_id or ctx.worker_name
+    for name in ("hook", "for_app", "bind"):
+        factory = getattr(limiter, name, None)
+        if callable(factory):
+            return factory(scope)
+    return limiter  # already a RateLimitHook
+
+
+def result_msg_id(job_id: str, ext_id: str, delivery: Delivery) -> str:
+    """``result:<job_id>:d<n>``; a webhook job without a job id falls back to its ext id."""
+    return activity_result_msg_id(job_id or f"ext-{ext_id}", delivery.attempt)
+
+
+def activity_result(ctx: JobContext, outcome: FetchOutcome) -> dict[str, Any]:
+    """The full ``JobResult`` (protojson dict): stamp + events in dependency order."""
+    gear = [e for e in outcome.wire_events if "gear" in e]
+    rest = [e for e in outcome.wire_events if "gear" not in e]
+    return {**ctx.stamp(), "events": gear + rest}
+
+
+def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
+    tokens = fetch_tokens(ctx, job.account_id)
+    pctx = provider_context(ctx, job, tokens.access_token, tokens.app_id)
+    outcome = ctx.provider.fetch_source(pctx, job)
+    if outcome.archive is not None:
+        blob_id = archive_raw(ctx, outcome.archive.body, outcome.archive.content_type, job.user_id)
+        outcome.attach_raw_blob(blob_id, size_bytes=outcome.archive.size_bytes,
+                                content_type=outcome.archive.content_type)
+    subject = _result_subject(ctx)
+    publish_claim_checked(ctx, subject, activity_result(ctx, outcome),
+                          result_msg_id(str(getattr(job, "job_id", "") or ""), outcome.ext_id, delivery))
+    log.info("fetch_source %s imported (%d events, %d gear lookups skipped)", outcome.ext_id,
+             len(outcome.wire_events), outcome.gear_errors)
+    return ack()
+
+
+def _result_subject(ctx: JobContext) -> str:
+    from workers.cairn.handlers.context import result_subject
+
+    return result_subject(KIND, ctx.provider_name, ctx.worker_name)

@@ -1,0 +1,61 @@
+"""import_gear and import_metrics: account-level data jobs (contract §4, §5).
+
+import_gear answers with one GEAR event per gear on the account, retired
+included; the result is small and event-only, published inline (§5 allows
+it) with msg-id ``result:<job_id>``. import_metrics is served only when the
+provider declares it (Strava has no health metrics, so its pool never
+creates that consumer); its METRIC events are claim-checked like any
+event-carrying result. A kind the provider does not serve is a permanent
+failure: envelope + Term, never a NAK loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from workers.cairn.credentials import fetch_tokens
+from workers.cairn.disposition import Disposition, ack
+from workers.cairn.handlers.failure import Permanent
+from workers.cairn.handlers.fetch_source import provider_context
+from workers.cairn.handlers.publish import publish_claim_checked, publish_inline
+from workers.cairn.subjects import result_msg_id
+from workers.providers.base import IMPORT_GEAR, IMPORT_METRICS
+
+if TYPE_CHECKING:
+    from workers.cairn.handlers.context import Delivery, JobContext
+
+log = logging.getLogger(__name__)
+
+
+def _declared(ctx: JobContext, kind: str) -> bool:
+    return kind in ctx.provider.declared_capabilities().jobs
+
+
+def handle_gear(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
+    from workers.cairn.handlers.context import result_subject
+
+    if not _declared(ctx, IMPORT_GEAR):
+        raise Permanent("unsupported_job", f"{ctx.provider_name} does not serve import_gear")
+    tokens = fetch_tokens(ctx, job.account_id)
+    events = ctx.provider.import_gear(provider_context(ctx, job, tokens.access_token, tokens.app_id), job)
+    result = {**ctx.stamp(), "events": list(events)}
+    publish_inline(ctx, result_subject(IMPORT_GEAR, ctx.provider_name, ctx.worker_name), result,
+                   result_msg_id(str(job.job_id or f"gear-{job.account_id}")))
+    log.info("import_gear for account %s: %d gear", job.account_id, len(events))
+    return ack()
+
+
+def handle_metrics(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
+    from workers.cairn.handlers.context import result_subject
+
+    importer = getattr(ctx.provider, "import_metrics", None)
+    if not _declared(ctx, IMPORT_METRICS) or importer is None:
+        raise Permanent("unsupported_job", f"{ctx.provider_name} declares no metrics")
+    tokens = fetch_tokens(ctx, job.account_id)
+    events = importer(provider_context(ctx, job, tokens.access_token, tokens.app_id), job)
+    result = {**ctx.stamp(), "events": list(events)}
+    job_id = str(getattr(job, "job_id", "") or f"metrics-{job.account_id}-{getattr(job, 'since_unix', 0)}")
+    publish_claim_checked(ctx, result_subject(IMPORT_METRICS, ctx.provider_name, ctx.worker_name), result,
+                          result_msg_id(job_id))
+    return ack()
