@@ -348,3 +348,19 @@ def test_presence_reading_and_liveness(core: DevCairnCore, pool: str) -> None:
     core.kv_put("cairn_worker_presence", f"{pool}.b", stale)
     assert set(core.presence(pool)) == {f"{pool}.a", f"{pool}.b"}
     assert set(core.live_presence(pool)) == {f"{pool}.a"}
+
+
+def test_gear_results_inline_and_owner_check(core: DevCairnCore, acct: Any, pool: str) -> None:
+    def gear_result(user_id: str) -> bytes:
+        return json.dumps({"workerName": pool, "workerVersion": "1.0", "workerPackage": PACKAGE, "events": [{
+            "type": "WORKER_EVENT_TYPE_GEAR", "gear": {
+                "ref": {"userId": user_id, "provider": PROVIDER, "externalAccountId": acct.account_id,
+                        "externalId": "b42"},
+                "payload": {"name": "Road bike", "retired": True}}}]}).encode()
+
+    subject = f"cairn.results.import_gear.strava.{pool}"
+    run(_publish_inline(core.nats_url, subject, gear_result(acct.user_id)))
+    run(_publish_inline(core.nats_url, subject, gear_result(str(uuid.uuid4()))))
+    ok, bad = wait_decided(core, pool, 2)
+    assert len(ok) == 1 and [r.reason for r in bad] == ["user_mismatch"]
+    assert core.router.gear[(acct.account_id, "b42")].payload.retired

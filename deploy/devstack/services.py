@@ -114,8 +114,12 @@ def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
 
 def start_moto(port: int | None = None) -> Service:
     """Start moto's S3 in server mode (a real HTTP endpoint, so presigned URLs work)."""
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    # werkzeug logs every request line, presigned query signatures included (S1).
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = port or free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

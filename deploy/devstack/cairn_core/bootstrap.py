@@ -19,22 +19,25 @@ from nats.js.api import (AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy
                          ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig)
 from nats.js.errors import BadRequestError, NotFoundError
 
+from workers.cairn import subjects
+
 MINUTE_S = 60.0
 HOUR_S = 3600.0
 DAY_S = 86400.0
 
-STREAM_JOBS = "CAIRN_JOBS"
-STREAM_RESULTS = "CAIRN_RESULTS"
-STREAM_EVENTS = "CAIRN_EVENTS"
-STREAM_DLQ = "CAIRN_DLQ"
-STREAM_WEBHOOKS = "CAIRN_WEBHOOKS"
+STREAM_JOBS = subjects.JOBS_STREAM
+STREAM_RESULTS = subjects.RESULTS_STREAM
+STREAM_EVENTS = subjects.EVENTS_STREAM
+STREAM_DLQ = subjects.DLQ_STREAM
+STREAM_WEBHOOKS = subjects.WEBHOOKS_STREAM
 
-KV_PRESENCE = "cairn_worker_presence"
-KV_MANIFESTS = "cairn_worker_manifests"
-KV_RATE_LIMITS = "cairn_rate_limits"
+KV_PRESENCE = subjects.PRESENCE_BUCKET
+KV_MANIFESTS = subjects.MANIFEST_BUCKET
+KV_RATE_LIMITS = subjects.RATE_LIMIT_BUCKET
+KV_CORE = subjects.CORE_BUCKET
+KV_CORE_INFO_KEY = subjects.CORE_INFO_KEY
+# LOCAL (not in workers/cairn/subjects.py: workers never touch them): core-only buckets.
 KV_BLOB_HANDLES = "cairn_blob_handles"
-KV_CORE = "cairn_core"
-KV_CORE_INFO_KEY = "info"
 OBJECT_STORE_TRANSIENT = "cairn_transient"
 OBJECT_STORE_TRANSIENT_MAX_BYTES = 1 << 30
 
@@ -42,7 +45,7 @@ INGEST_ROUTER_DURABLE = "ingest-router"
 REAUTH_NOTIFIER_DURABLE = "reauth-notifier"
 JOB_ACK_WAIT_S = 5 * MINUTE_S  # CAIRN_NATS_JOB_ACK_WAIT default
 JOB_MAX_DELIVER = 5  # CAIRN_NATS_JOB_MAX_DELIVER default
-NEEDS_REAUTH_EVENT_SUBJECT = "cairn.events.external_account.needs_reauth"
+NEEDS_REAUTH_EVENT_SUBJECT = subjects.NEEDS_REAUTH_EVENT
 MAX_DELIVERIES_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 DEFAULT_RELEASE = "v0.7.0"
 

@@ -20,7 +20,7 @@ from typing import Any
 from nats.aio.msg import Msg
 
 from deploy.devstack.cairn_core.accounts import (STATUS_ACTIVE, STATUS_NEEDS_REAUTH, Account,
-                                                 AccountRegistry, is_uuid, utcnow)
+                                                 AccountRegistry, is_uuid)
 from deploy.devstack.cairn_core.blobs import BlobStore, PresignError, key_provider_ok
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Go zero time, sent as expires_at on token errors
@@ -240,6 +240,3 @@ class Responders:
             return
         await self._reply(msg, {"account_id": acct.account_id, "user_id": acct.user_id})
 
-
-def utc_iso_now() -> str:
-    return rfc3339(utcnow())

@@ -36,7 +36,6 @@ METRICS_INTERVAL = timedelta(days=1)
 SCHEDULER_TICK_S = 60.0
 POLLING_INTERVAL_S = 60 * 60.0  # CAIRN_SCHEDULER_POLLING_INTERVAL default
 METRIC_DATA_TYPES = frozenset({"Steps", "HRV", "RestingHR", "Sleep", "Weight", "WaterIntake"})
-JOB_KINDS = ("fetch_source", "reconcile", "parse_blob", "import_metrics", "import_gear", "backfill")
 
 
 def uuid7() -> str:

@@ -13,7 +13,8 @@ from typing import Any
 from workers.cairn import subjects as _wire_subjects
 from workers.cairn import wire as _wire
 
-# Core-side subscription wildcards (core listens on every provider / pool).
+# LOCAL (core-side only, so not in workers/cairn/subjects.py): the wildcards core
+# subscribes to, covering every provider / pool.
 RESULTS_ALL = "cairn.results.>"
 TOKENS_ALL = "cairn.tokens.*.*"
 CREDS_GET_ALL = "cairn.creds.*.get"
