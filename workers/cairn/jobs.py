@@ -75,9 +75,29 @@ class ImportMetricsJob(_Job):
     until_unix: int
 
 
+BACKFILL_DEFAULT_PAGE_SIZE = 100
+BACKFILL_MAX_PAGE_SIZE = 200
+
+
 class BackfillJob(_Job):
+    """Legacy full-history walk (reference §3.12); core never issues it, a MAY for 0.7."""
+
+    athlete_id: str | int | None = None
+    since: datetime | None = None
+    page_size: int = BACKFILL_DEFAULT_PAGE_SIZE
+    max_activities: int | None = Field(default=None, ge=1)
     before: datetime | None = None
     after: datetime | None = None
+
+    @field_validator("page_size", mode="before")
+    @classmethod
+    def _page_size(cls, value: Any) -> int:
+        """1-200 as given, anything else the published default of 100."""
+        try:
+            size = int(value)
+        except (TypeError, ValueError):
+            return BACKFILL_DEFAULT_PAGE_SIZE
+        return size if 1 <= size <= BACKFILL_MAX_PAGE_SIZE else BACKFILL_DEFAULT_PAGE_SIZE
 
 
 JOB_MODELS: dict[str, type[_Job]] = {
@@ -112,3 +132,43 @@ def parser_refusal(job: Any, parser_version: str) -> str | None:
     if want_m > our_m:
         return f"min_parser_version {wanted} is above ours ({parser_version})"
     return None
+
+
+# Request/reply bodies and KV records live in ``messages`` (one concept per module);
+# re-exported here so callers find every contract JSON shape under ``jobs``.
+from workers.cairn.messages import (  # noqa: E402
+    AccountLookupReply,
+    AccountLookupRequest,
+    AccountRequest,
+    Capability,
+    ConfigField,
+    CredsReply,
+    DiscoverItem,
+    DiscoverReply,
+    DiscoverRequest,
+    ManifestRecord,
+    NeedsReauthRequest,
+    OAuthExchangeError,
+    OAuthExchangeReply,
+    OAuthExchangeRequest,
+    OAuthMeta,
+    OkReply,
+    PresenceRecord,
+    PresignDownloadReply,
+    PresignDownloadRequest,
+    PresignUploadReply,
+    PresignUploadRequest,
+    ProviderMeta,
+    TokenReply,
+    TokenStoreRequest,
+)
+
+__all__ = [
+    "AccountLookupReply", "AccountLookupRequest", "AccountRequest", "BackfillJob", "BlobRef", "Capability",
+    "ConfigField", "CredsReply", "DiscoverItem", "DiscoverReply", "DiscoverRequest", "FetchSourceJob",
+    "ImportGearJob", "ImportMetricsJob", "JOB_MODELS", "ManifestRecord", "NeedsReauthRequest",
+    "OAuthExchangeError", "OAuthExchangeReply", "OAuthExchangeRequest", "OAuthMeta", "OkReply", "ParseBlobJob",
+    "PresenceRecord", "PresignDownloadReply", "PresignDownloadRequest", "PresignUploadReply",
+    "PresignUploadRequest", "ProviderMeta", "ReconcileJob", "TokenReply", "TokenStoreRequest", "parse_job",
+    "parse_version", "parser_refusal",
+]

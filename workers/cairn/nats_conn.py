@@ -27,6 +27,7 @@ T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10.0
 RECONNECT_WAIT_S = 2.0
 JETSTREAM_TIMEOUT_S = 10.0
+DRAIN_TIMEOUT_S = 5.0
 
 
 def _fresh_nkey_seed() -> bytes:
@@ -68,9 +69,16 @@ class NatsThread:
         self._nc: Any = None
         self._js: Any = None
         self._lock = threading.Lock()
+        self._closed = False
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the connection's loop and return its result (raises its exception)."""
+        """Run ``coro`` on the connection's loop and return its result (raises its exception).
+
+        Never call it from the loop thread itself (a coroutine waiting on its own loop deadlocks).
+        """
+        if self.loop.is_closed():
+            coro.close()
+            raise RuntimeError("NatsThread is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def _ensure(self) -> None:
@@ -95,9 +103,30 @@ class NatsThread:
         return self._js
 
     def close(self) -> None:
+        """Drain the connection, cancel what is left on the loop, stop and close it (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._nc is not None and not self._nc.is_closed:
             try:
-                self.run(self._nc.drain(), 5)
+                self.run(self._nc.drain(), DRAIN_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - closing on the way out
-                pass
+                try:
+                    self.run(self._nc.close(), DRAIN_TIMEOUT_S)
+                except Exception:  # noqa: BLE001
+                    pass
+
+        async def cancel_rest() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            self.run(cancel_rest(), DRAIN_TIMEOUT_S)
+        except Exception:  # noqa: BLE001
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(DRAIN_TIMEOUT_S)
+        if not self._thread.is_alive():
+            self.loop.close()

@@ -3,6 +3,11 @@
 Presence is written by each live provider-worker instance every ~20 s under
 ``<worker_name>.<instance_id>``; the manifest under ``<worker_name>`` at start
 and every 10 minutes (the bucket TTL is 15 min). Both prove the pool runs.
+
+Both records go through the pydantic models in :mod:`workers.cairn.messages`
+(every contract field, parser version ``N.M``, https-only provider meta), so a
+malformed record fails here, loudly, instead of silently hiding the pool from
+core's worker list or connect form.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workers.cairn import subjects
+from workers.cairn.messages import ManifestRecord, PresenceRecord
 
 KV_TIMEOUT_S = 5.0
 PRESENCE_INTERVAL_S = 20.0
@@ -23,6 +29,8 @@ def _now() -> str:
 
 
 def presence_record(settings: Any, provider: Any, instance_id: str) -> dict[str, Any]:
+    """Contract §2: worker_name, worker_key, instance_id, version, release, provider, package,
+    webhooks, capabilities, last_seen."""
     record = {
         "worker_name": settings.worker_name, "worker_key": subjects.worker_key(settings.worker_name,
                                                                              settings.provider),
@@ -33,7 +41,7 @@ def presence_record(settings: Any, provider: Any, instance_id: str) -> dict[str,
     }
     if not record["capabilities"]:
         del record["capabilities"]
-    return record
+    return PresenceRecord.model_validate(record).to_wire()
 
 
 def manifest_record(settings: Any, provider: Any) -> dict[str, Any]:
@@ -42,7 +50,7 @@ def manifest_record(settings: Any, provider: Any) -> dict[str, Any]:
     meta = provider.manifest_meta()
     if meta:
         record["provider_meta"] = meta
-    return record
+    return ManifestRecord.model_validate(record).to_wire()
 
 
 def _put(ctx: Any, bucket: str, key: str, record: dict[str, Any]) -> None:

@@ -1,11 +1,17 @@
-"""Regenerate ``workers/cairn/pb`` from ``proto/`` (``make proto``).
+"""Regenerate ``workers/cairn/pb`` from ``proto/`` (``make proto``, or
+``python -m workers.cairn.proto_build [--out DIR]``).
 
 protoc emits ``from cairn.v1 import activity_pb2``; we rewrite those imports
-to ``workers.cairn.pb.cairn.v1`` so the generated package works in place.
+to ``workers.cairn.pb.cairn.v1`` so the generated package works in place
+(``import workers.cairn.pb.cairn.worker.v1.worker_pb2``) without putting
+``workers/cairn/pb`` on ``sys.path``. ``--out`` writes elsewhere (the test
+regenerates into a temporary directory and compares with the committed files,
+so a .proto edit without regeneration fails CI).
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -16,22 +22,29 @@ OUT_DIR = ROOT / "workers" / "cairn" / "pb"
 PACKAGE = "workers.cairn.pb"
 
 
-def main() -> int:
+def build(out_dir: Path = OUT_DIR) -> int:
+    """Compile every ``proto/**/*.proto`` into ``out_dir``; returns protoc's exit code."""
     import grpc_tools
     from grpc_tools import protoc
 
     protos = sorted(str(p.relative_to(PROTO_DIR)) for p in PROTO_DIR.rglob("*.proto"))
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     include = str(Path(grpc_tools.__file__).parent / "_proto")
-    code = protoc.main(["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={OUT_DIR}", *protos])
+    code = protoc.main(["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={out_dir}", *protos])
     if code:
-        return code
-    for path in OUT_DIR.rglob("*_pb2.py"):
+        return int(code)
+    for path in out_dir.rglob("*_pb2.py"):
         text = re.sub(r"^from cairn\.", f"from {PACKAGE}.cairn.", path.read_text(), flags=re.M)
         path.write_text(text)
-    for directory in [OUT_DIR, *[d for d in OUT_DIR.rglob("*") if d.is_dir() and d.name != "__pycache__"]]:
+    for directory in [out_dir, *[d for d in out_dir.rglob("*") if d.is_dir() and d.name != "__pycache__"]]:
         (directory / "__init__.py").touch()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="output directory (default: %(default)s)")
+    return build(parser.parse_args(argv).out)
 
 
 if __name__ == "__main__":

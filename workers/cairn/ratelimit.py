@@ -27,6 +27,27 @@ KV_TIMEOUT_S = 5.0
 WINDOW_LENGTH_S = {"short": 15 * 60, "daily": 24 * 3600, "webhook": 15 * 60}
 DEFAULT_WINDOW_S = 15 * 60
 FALLBACK_CAPACITY = {"short": 100, "daily": 1000, "webhook": 20}
+RESET_GRACE_S = 5.0  # the provider's window boundary plus a little: wake after it, not before
+MIN_NAK_DELAY_S = 1.0
+
+
+def next_quarter_hour(now: datetime, grace_s: float = RESET_GRACE_S) -> datetime:
+    """Strava's short window resets on the quarter hour (reference §3.8), plus grace."""
+    now = now.astimezone(UTC)
+    base = now.replace(minute=(now.minute // 15) * 15, second=0, microsecond=0)
+    return base + timedelta(minutes=15, seconds=grace_s)
+
+
+def next_midnight_utc(now: datetime, grace_s: float = RESET_GRACE_S) -> datetime:
+    """The daily window resets at 00:00 UTC, plus grace."""
+    now = now.astimezone(UTC)
+    return now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1, seconds=grace_s)
+
+
+def nak_delay_s(reset_at: datetime, now: datetime | None = None) -> float:
+    """The NAK delay anchored to the real window reset (contract §3), never below one second."""
+    now = now or datetime.now(UTC)
+    return max(MIN_NAK_DELAY_S, (reset_at - now).total_seconds())
 
 
 def _iso(t: datetime) -> str:
@@ -152,6 +173,14 @@ class RateLimiter:
         if daily.window_reset_at:
             body["longResetAt"] = _iso(daily.window_reset_at)
         return body
+
+    def snapshot_pb(self, app_id: str | None) -> Any:
+        """The same snapshot as a ``cairn.worker.v1.RateLimitSnapshot`` message."""
+        from google.protobuf import json_format
+
+        from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
+
+        return json_format.ParseDict(self.snapshot(app_id), pb.RateLimitSnapshot())
 
     def hook(self, app_id: str | None) -> AppHook:
         return AppHook(self, app_id)

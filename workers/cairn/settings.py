@@ -1,8 +1,16 @@
 """Cairn-side settings (``CAIRN_*``), with the Strava worker's variable names.
 
-Versions (contract §1 Versioning): ``WORKER_RELEASE`` is the core contract we
-implement (v0.7.x: major.minor follow core); the parser version ``N.M`` is the
-provider's (``Provider.parser_version``) and is what ``worker_version`` carries.
+Versions (contract §1 Versioning) are three independent things:
+
+* ``WORKER_VERSION`` (= ``WORKER_RELEASE``) is the release ``vX.Y.Z``: the core
+  contract we implement (v0.7.x: major.minor follow core; checked against the
+  ``cairn_core`` KV ``info`` record before the pool runs). It goes into the
+  presence record as ``release``.
+* the dataset ``N`` is the archive format of the raw blob;
+* the parser version ``N.M`` is what ``JobResult.worker_version`` and the
+  presence/manifest ``version`` carry. ``PARSER_VERSION`` is the contract
+  layer's default; a provider declares its own (``Provider.parser_version``),
+  which always wins.
 """
 
 from __future__ import annotations
@@ -18,6 +26,12 @@ from workers.config import load_settings
 from workers.logs import register_secret
 
 WORKER_RELEASE = "v0.7.0"
+WORKER_VERSION = WORKER_RELEASE  # the release string, not the parser version
+PARSER_VERSION = "1.0"  # dataset 1, output revision 0
+RELEASE_PATTERN = r"^(?:v\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?|dev[0-9A-Za-z.+-]*)$"  # dev builds are exempt
+PARSER_VERSION_PATTERN = r"^\d+\.\d+$"
+DEFAULT_STRAVA_BASE_URL = "https://www.strava.com"
+DEFAULT_MAX_IN_FLIGHT = 16
 DEFAULT_WORKER_PACKAGE = "switchyard.providers.strava"
 DEFAULT_ACK_WAIT_S = 30.0
 DEFAULT_MAX_DELIVER = 10  # above TERM_AFTER_DELIVERIES: we term with an envelope ourselves
@@ -43,11 +57,12 @@ class CairnSettings(BaseSettings):
     worker_package: str = DEFAULT_WORKER_PACKAGE
     instance_id: str = Field(default_factory=_default_instance_id, validation_alias=AliasChoices(
         "CAIRN_INSTANCE_ID", "CAIRN_WORKER_INSTANCE_ID"))
-    release: str = WORKER_RELEASE
+    strava_base_url: str = DEFAULT_STRAVA_BASE_URL
+    release: str = Field(default=WORKER_RELEASE, pattern=RELEASE_PATTERN)
     ack_wait_s: float = Field(default=DEFAULT_ACK_WAIT_S, gt=0)
     max_deliver: int = Field(default=DEFAULT_MAX_DELIVER, gt=TERM_AFTER_DELIVERIES)
     term_after_deliveries: int = Field(default=TERM_AFTER_DELIVERIES, ge=1)
-    max_in_flight: int = Field(default=16, ge=1)
+    max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
     task_start_deadline_s: float = Field(default=60.0, gt=0)
     discover_deadline_s: float = Field(default=30.0, gt=0)
     exchange_deadline_s: float = Field(default=15.0, gt=0, le=20.0)
@@ -59,6 +74,13 @@ class CairnSettings(BaseSettings):
         if not value.startswith(("nats://", "tls://", "ws://", "wss://")):
             raise ValueError("must be a nats:// URL")
         return value
+
+    @field_validator("strava_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://")):
+            raise ValueError("must be an http(s) URL")
+        return value.rstrip("/")
 
     @model_validator(mode="after")
     def _auth_modes(self) -> CairnSettings:

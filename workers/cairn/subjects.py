@@ -12,7 +12,10 @@ from __future__ import annotations
 
 JOBS_STREAM = "CAIRN_JOBS"
 RESULTS_STREAM = "CAIRN_RESULTS"
+EVENTS_STREAM = "CAIRN_EVENTS"
+DLQ_STREAM = "CAIRN_DLQ"
 WEBHOOKS_STREAM = "CAIRN_WEBHOOKS"
+STREAM_NAMES_API = "$JS.API.STREAM.NAMES"  # request {"subject": s} → which stream captures s
 
 PRESENCE_BUCKET = "cairn_worker_presence"
 MANIFEST_BUCKET = "cairn_worker_manifests"
@@ -27,6 +30,14 @@ IMPORT_GEAR = "import_gear"
 IMPORT_METRICS = "import_metrics"
 BACKFILL = "backfill"
 JOB_KINDS = (FETCH_SOURCE, RECONCILE, PARSE_BLOB, IMPORT_GEAR, IMPORT_METRICS, BACKFILL)
+
+# Core request/reply responders answered by the pool share one queue group per pool,
+# so exactly one instance spends provider budget on each request (the published
+# worker used no queue group and every instance answered).
+DISCOVER_QUEUE = "discover"
+OAUTH_EXCHANGE_QUEUE = "oauth_exchange"
+SOURCE_DELETED_UPSTREAM = "cairn.events.source.deleted_upstream"
+NEEDS_REAUTH_EVENT = "cairn.events.external_account.needs_reauth"
 
 
 def job_subject(kind: str, provider: str, worker_name: str) -> str:
@@ -74,6 +85,15 @@ def worker_key(worker_name: str, provider: str) -> str:
     return f"{worker_name}-{provider}"
 
 
+def worker_subject_prefix(key: str) -> str:
+    """``cairn.workers.<worker_key>.>``: the pool's own subjects under the permission template."""
+    return f"cairn.workers.{key}.>"
+
+
+def worker_cmd_subject(key: str, command: str) -> str:
+    return f"cairn.cmd.worker.{key}.{command}"
+
+
 def webhook_event_subject(key: str) -> str:
     return f"cairn.webhooks.{key}.event"
 
@@ -87,12 +107,30 @@ def durable_name(worker_name: str, kind: str) -> str:
     return f"{worker_name}_{kind}".replace(".", "_")
 
 
+def webhook_durable_name(worker_name: str) -> str:
+    return f"{worker_name}__webhook_event"
+
+
 def presence_key(worker_name: str, instance_id: str) -> str:
     return f"{worker_name}.{instance_id}"
 
 
+def manifest_key(worker_name: str) -> str:
+    return worker_name
+
+
 def rate_limit_key(provider: str, app_id: str, window: str) -> str:
+    """KV key ``<provider>.<app_id>.<window>`` of bucket ``<provider>:<app_id>:<window>``.
+
+    ``app_id`` is the token reply's; without one (older core) pass the pool's
+    worker name (contract §3).
+    """
     return f"{provider}.{app_id}.{window}"
+
+
+def rate_limit_bucket(provider: str, app_id: str, window: str) -> str:
+    """The bucket's contract name (``:``-separated); the KV key replaces ``:`` by ``.``."""
+    return f"{provider}:{app_id}:{window}"
 
 
 # --- Nats-Msg-Id formats (contract §5) --------------------------------------------------------
@@ -109,5 +147,23 @@ def reconcile_subjob_msg_id(provider: str, account_id: str, ext_id: str) -> str:
     return f"reconcile:{provider}:{account_id}:{ext_id}"
 
 
+def segment_result_msg_id(job_id: str, delivery: int) -> str:
+    """The second fetch_source result (segments + efforts) of the published worker."""
+    return f"result:{job_id}:d{delivery}:seg"
+
+
+def backfill_subjob_msg_id(provider: str, account_id: str, ext_id: str) -> str:
+    return f"backfill:{provider}:{account_id}:{ext_id}"
+
+
+def webhook_fetch_msg_id(provider: str, owner_id: str, object_id: str) -> str:
+    return f"fetch:{provider}:{owner_id}:{object_id}"
+
+
+def deleted_upstream_msg_id(provider: str, ext_id: str) -> str:
+    return f"deleted:{provider}:{ext_id}"
+
+
 def failure_msg_id(provider: str, job_id: str, delivery: int) -> str:
+    """Failure envelopes: ``failed:<provider>:<job or ext id>:d<attempt>`` (the published form)."""
     return f"failed:{provider}:{job_id}:d{delivery}"

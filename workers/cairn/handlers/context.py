@@ -88,6 +88,7 @@ class JobContext:
     limiter: Any = None  # workers.cairn.ratelimit limiter (None: run without a shared budget)
     blob_http: httpx.Client = dataclasses.field(
         default_factory=lambda: httpx.Client(timeout=BLOB_HTTP_TIMEOUT_S))
+    router: Any = None  # workers.cairn.claimcheck.PublishRouter, created on first publish
 
     # ------------------------------------------------------------------ identity
 
@@ -152,13 +153,13 @@ class JobContext:
         return reply
 
     def publish(self, subject: str, data: bytes, msg_id: str, timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
-        """JetStream publish with ``Nats-Msg-Id``; a dedup hit counts as success."""
-        js = self._js()  # connects lazily: must happen here, never on the loop thread
+        """Publish with ``Nats-Msg-Id``: JetStream (dedup hit = success) when a stream captures
+        ``subject``, core NATS otherwise (contract §5 publish routing, decided once per subject)."""
+        if self.router is None:
+            from workers.cairn.claimcheck import PublishRouter
 
-        async def call() -> Any:
-            return await js.publish(subject, data, timeout=timeout_s, headers={"Nats-Msg-Id": msg_id})
-
-        self.nats.run(call(), timeout_s + 1.0)
+            self.router = PublishRouter(self.nats)
+        self.router.publish(subject, data, msg_id, timeout_s=timeout_s)
 
 
 _context: JobContext | None = None

@@ -1,0 +1,153 @@
+"""Shared rate limiter over the real ``cairn_rate_limits`` KV (nats-server with JetStream)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from deploy.devstack import services
+from workers.cairn import subjects
+from workers.cairn.nats_conn import NatsThread
+from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.ratelimit import (
+    RateLimiter,
+    WindowState,
+    nak_delay_s,
+    next_midnight_utc,
+    next_quarter_hour,
+)
+from workers.cairn.settings import CairnSettings
+from workers.providers.base import ProviderRateLimited, WindowUsage
+
+POOL = "strava-fetcher"
+KV_TTL_S = 15 * 60
+
+
+@pytest.fixture(scope="module")
+def nats_url() -> Iterator[str]:
+    with services.nats_server() as svc:
+        admin = NatsThread(CairnSettings(nats_url=svc.url, worker_name="cairn-core"))
+        js = admin.js
+        admin.run(js.create_key_value(bucket=subjects.RATE_LIMIT_BUCKET, ttl=KV_TTL_S, history=1), 10)
+        admin.close()
+        yield svc.url
+
+
+@pytest.fixture()
+def limiter(nats_url: str) -> Iterator[RateLimiter]:
+    thread = NatsThread(CairnSettings(nats_url=nats_url, worker_name=POOL))
+    yield RateLimiter(thread, CairnSettings(nats_url=nats_url, worker_name=POOL))
+    thread.close()
+
+
+def app() -> str:
+    return uuid.uuid4().hex[:12]  # a fresh provider app per test: tests never share a budget
+
+
+def stored(limiter: RateLimiter, key: str) -> dict[str, Any]:
+    kv = limiter._bucket()
+    return json.loads(limiter._nats.run(kv.get(key), 5).value)
+
+
+def test_reserve_spends_until_capacity_then_denies_at_the_reset(limiter: RateLimiter) -> None:
+    app_id = app()
+    reset = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=7)
+    limiter.sync(app_id, [WindowUsage("short", limit=3, used=1, reset_at=reset)])
+    limiter.reserve(app_id, "short")
+    limiter.reserve(app_id, "short")
+    with pytest.raises(ProviderRateLimited) as denied:
+        limiter.reserve(app_id, "short")
+    assert denied.value.window == "short" and denied.value.reset_at == reset
+    assert 6 * 60 < denied.value.delay_s() <= 7 * 60
+    state = stored(limiter, f"strava.{app_id}.short")
+    assert state["capacity"] == 3 and state["used"] == 3
+    assert state["window_reset_at"].endswith("Z")
+
+
+def test_key_layout_with_and_without_app_id(limiter: RateLimiter) -> None:
+    assert limiter.key("abc", "daily") == "strava.abc.daily"
+    assert limiter.key(None, "daily") == f"strava.{POOL}.daily"  # older core: the pool's bucket
+
+
+def test_first_reserve_opens_a_window_at_the_fallback_capacity(limiter: RateLimiter) -> None:
+    app_id = app()
+    before = datetime.now(UTC)
+    limiter.hook(app_id).reserve(["daily", "short"])  # daily first, then short (reference §3.8)
+    daily = WindowState.decode(json.dumps(stored(limiter, f"strava.{app_id}.daily")).encode())
+    assert (daily.capacity, daily.used) == (1000, 1)
+    assert timedelta(hours=23, minutes=59) < daily.window_reset_at - before <= timedelta(hours=24, seconds=5)
+    assert stored(limiter, f"strava.{app_id}.short")["used"] == 1
+
+
+def test_an_elapsed_window_restarts_with_the_known_capacity(limiter: RateLimiter) -> None:
+    app_id = app()
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    limiter.sync(app_id, [WindowUsage("short", limit=7, used=7, reset_at=past)])
+    limiter.reserve(app_id, "short")  # would be denied if the old window still counted
+    state = stored(limiter, f"strava.{app_id}.short")
+    assert (state["capacity"], state["used"]) == (7, 1)
+
+
+def test_two_reservers_never_exceed_the_budget(nats_url: str) -> None:
+    """Two connections (two worker processes) race on one key; CAS lets exactly ``capacity`` through."""
+    app_id, capacity = app(), 40
+    settings = CairnSettings(nats_url=nats_url, worker_name=POOL)
+    threads = [NatsThread(settings), NatsThread(settings)]
+    limiters = [RateLimiter(t, settings) for t in threads]
+    reset = datetime.now(UTC) + timedelta(minutes=10)
+    limiters[0].sync(app_id, [WindowUsage("short", limit=capacity, used=0, reset_at=reset)])
+    for lim in limiters:
+        lim._bucket()  # open the bucket from this thread (never from the loop thread)
+    granted = [0, 0]
+    start = threading.Barrier(2)
+
+    def run(i: int) -> None:
+        start.wait()
+        while True:
+            try:
+                limiters[i].reserve(app_id, "short")
+            except ProviderRateLimited:
+                return
+            granted[i] += 1
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    try:
+        assert sum(granted) == capacity, granted
+        assert min(granted) > 0, f"no contention exercised: {granted}"
+        assert stored(limiters[0], f"strava.{app_id}.short")["used"] == capacity
+    finally:
+        for t in threads:
+            t.close()
+
+
+def test_snapshot_is_a_rate_limit_snapshot(limiter: RateLimiter) -> None:
+    app_id = app()
+    now = datetime.now(UTC).replace(microsecond=0)
+    limiter.sync(app_id, [WindowUsage("short", limit=100, used=87, reset_at=now + timedelta(minutes=3)),
+                          WindowUsage("daily", limit=1000, used=900, reset_at=now + timedelta(hours=5)),
+                          WindowUsage("webhook", limit=0, used=0, reset_at=now)])  # limit <= 0: skipped
+    snap = limiter.snapshot_pb(app_id)
+    assert isinstance(snap, pb.RateLimitSnapshot)
+    assert (snap.short_remaining, snap.short_limit, snap.long_remaining, snap.long_limit) == (13, 100, 100, 1000)
+    assert snap.short_reset_at.ToDatetime(tzinfo=UTC) == now + timedelta(minutes=3)
+    with pytest.raises(Exception):  # noqa: B017 - KeyNotFoundError: the skipped window was never written
+        stored(limiter, f"strava.{app_id}.webhook")
+
+
+def test_reset_helpers_anchor_to_real_windows() -> None:
+    now = datetime(2026, 7, 20, 12, 7, 30, tzinfo=UTC)
+    assert next_quarter_hour(now) == datetime(2026, 7, 20, 12, 15, 5, tzinfo=UTC)
+    assert next_quarter_hour(now, grace_s=0) == datetime(2026, 7, 20, 12, 15, tzinfo=UTC)
+    assert next_midnight_utc(now) == datetime(2026, 7, 21, 0, 0, 5, tzinfo=UTC)
+    assert nak_delay_s(now + timedelta(seconds=90), now) == 90.0
+    assert nak_delay_s(now - timedelta(seconds=5), now) == 1.0  # never a hot loop

@@ -1,0 +1,347 @@
+"""Claim-check results, raw archives and publish routing (contract §5, reference §3.9, §3.10).
+
+Why a claim-check: event-carrying results (streams, segments) routinely exceed
+the broker's ``max_payload``; an oversized inline publish used to be Term'd
+and wedge the import queue. So the full ``JobResult`` is marshalled once
+(protojson), hashed, uploaded through a URL core presigns, and only a small
+envelope (worker stamp + ``payload_ref``) is published with the contract's
+``Nats-Msg-Id``. The same bytes are hashed and uploaded; the sha256 travels as
+lower-case hex to core and core's ``x-amz-checksum-sha256`` header (base64)
+travels back to S3 untouched.
+
+Why every failure raises: presign and upload failures are transient (NAK +
+retry). A result body is never dropped silently, so presign, PUT and publish
+each raise a specific :class:`ClaimCheckError` subclass the caller NAKs on.
+Their messages name the step and a status or exception type only: presigned
+URLs carry signatures (S1), and the worker holds no S3 credentials (S2).
+
+Why routing: results and sub-jobs go to JetStream streams and need a
+JetStream publish (PubAck, dedup); other subjects are core NATS. A JetStream
+publish to a subject no stream captures waits for an ack that never comes and
+delivers twice on retry, so :class:`PublishRouter` asks the server once per
+subject (``$JS.API.STREAM.NAMES`` with a subject filter) and caches the answer.
+
+Everything here is synchronous on top of :class:`~workers.cairn.nats_conn.NatsThread`
+(Celery tasks are sync); the connection objects are resolved in the calling
+thread, never inside a coroutine on the loop thread (that would wait on itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections import OrderedDict
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from workers.cairn import subjects, wire
+from workers.cairn.messages import (
+    PresignDownloadReply,
+    PresignDownloadRequest,
+    PresignUploadReply,
+    PresignUploadRequest,
+)
+from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.errors import RetryableJobError
+
+RESULT_CONTENT_TYPE = "application/json"
+ARCHIVE_CONTENT_TYPE = "application/json"
+KIND_RESULT = "result"
+KIND_RAW = "raw"
+PRESIGN_TIMEOUT_S = 5.0  # the published worker uses 3 s; core may sign slowly under load
+PUT_TIMEOUT_S = 30.0  # reference §3.9: 30 s client timeout for one body
+PUBLISH_TIMEOUT_S = 10.0  # one JetStream publish including its PubAck
+STREAM_LOOKUP_TIMEOUT_S = 5.0
+NEGATIVE_ROUTE_TTL_S = 30.0  # "no stream" may change when core (re)creates streams
+ROUTE_CACHE_MAX_ENTRIES = 4096  # reconcile result subjects carry account ids: bound the cache
+
+
+class ClaimCheckError(RetryableJobError):
+    """A claim-check step failed; transient: NAK the job and retry, never drop the body."""
+
+    code = "claim_check"
+
+
+class PresignError(ClaimCheckError):
+    """Core did not presign (no responder, timeout, ``Nats-Error``, malformed reply)."""
+
+    code = "presign_failed"
+
+
+class UploadError(ClaimCheckError):
+    """The presigned PUT failed (network or non-2xx)."""
+
+    code = "upload_failed"
+
+
+class PublishError(ClaimCheckError):
+    """The envelope (or an inline result) could not be published."""
+
+    code = "publish_failed"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerStamp:
+    """``worker_name``, ``worker_version`` (parser ``N.M``), ``worker_package``: on every result (C3)."""
+
+    worker_name: str
+    worker_version: str
+    worker_package: str
+
+    def apply(self, result: pb.JobResult) -> pb.JobResult:
+        return wire.stamp(result, worker_name=self.worker_name, worker_version=self.worker_version,
+                          worker_package=self.worker_package)
+
+
+@dataclasses.dataclass(frozen=True)
+class UploadedBlob:
+    """What a finished upload left in S3: core's key verbatim plus what we sent."""
+
+    blob_id: str
+    size_bytes: int
+    content_type: str
+    content_sha256: str
+
+    def payload_ref(self) -> pb.PayloadRef:
+        return pb.PayloadRef(blob_id=self.blob_id, size_bytes=self.size_bytes,
+                             content_type=self.content_type, content_sha256=self.content_sha256)
+
+
+def _resolve(nats: Any, name: str) -> Any:
+    """``nats.nc`` / ``nats.js`` from the calling thread (connects lazily, never on the loop)."""
+    value = getattr(nats, name)
+    return value() if callable(value) and not hasattr(value, "publish") else value
+
+
+class PublishRouter:
+    """JetStream publish for stream-captured subjects, core publish otherwise; decided once per subject."""
+
+    def __init__(self, nats: Any, *, negative_ttl_s: float = NEGATIVE_ROUTE_TTL_S) -> None:
+        self._nats = nats
+        self._negative_ttl_s = negative_ttl_s
+        self._cache: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.lookups = 0  # how many times the server was asked (tests, metrics)
+
+    def stream_for(self, subject: str) -> str | None:
+        """The stream capturing ``subject`` or None; raises :class:`PublishError` if the lookup fails."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(subject)
+            if hit is not None and (hit[0] is not None or now < hit[1]):
+                self._cache.move_to_end(subject)
+                return hit[0]
+        stream = self._lookup(subject)
+        with self._lock:
+            self._cache[subject] = (stream, now + self._negative_ttl_s)
+            while len(self._cache) > ROUTE_CACHE_MAX_ENTRIES:
+                self._cache.popitem(last=False)
+        return stream
+
+    def forget(self, subject: str) -> None:
+        with self._lock:
+            self._cache.pop(subject, None)
+
+    def _lookup(self, subject: str) -> str | None:
+        import nats.errors
+
+        nc = _resolve(self._nats, "nc")
+        body = json.dumps({"subject": subject}).encode()
+
+        async def ask() -> Any:
+            return await nc.request(subjects.STREAM_NAMES_API, body, timeout=STREAM_LOOKUP_TIMEOUT_S)
+
+        self.lookups += 1
+        try:
+            msg = self._nats.run(ask(), STREAM_LOOKUP_TIMEOUT_S + 1.0)
+        except nats.errors.NoRespondersError:
+            return None  # no JetStream on this server: nothing captures anything
+        except Exception as exc:  # noqa: BLE001 - timeout, disconnected: retry later, cache nothing
+            raise PublishError(f"stream lookup for {subject}: {type(exc).__name__}") from None
+        try:
+            reply = json.loads(msg.data or b"{}")
+        except ValueError:
+            raise PublishError(f"stream lookup for {subject}: reply is not JSON") from None
+        if reply.get("error"):
+            raise PublishError(f"stream lookup for {subject}: {str(reply['error'])[:200]}")
+        streams = reply.get("streams") or []
+        return str(streams[0]) if streams else None
+
+    def publish(self, subject: str, data: bytes, msg_id: str | None = None,
+                headers: dict[str, str] | None = None, timeout_s: float = PUBLISH_TIMEOUT_S) -> Any:
+        """Publish ``data``; returns the PubAck for stream subjects (a dedup hit is success), else None."""
+        all_headers = dict(headers or {})
+        if msg_id:
+            all_headers["Nats-Msg-Id"] = msg_id
+        stream = self.stream_for(subject)
+        if stream is not None:
+            js = _resolve(self._nats, "js")
+
+            async def js_publish() -> Any:
+                return await js.publish(subject, data, timeout=timeout_s, headers=all_headers or None)
+
+            try:
+                return self._nats.run(js_publish(), timeout_s + 1.0)
+            except Exception as exc:  # noqa: BLE001 - timeout, stream gone, disconnected: all transient
+                self.forget(subject)  # the stream may have changed; ask again next time
+                raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
+        nc = _resolve(self._nats, "nc")
+
+        async def core_publish() -> None:
+            await nc.publish(subject, data, headers=all_headers or None)
+            await nc.flush(timeout=timeout_s)
+
+        try:
+            self._nats.run(core_publish(), timeout_s + 1.0)
+        except Exception as exc:  # noqa: BLE001
+            raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
+        return None
+
+
+class ClaimCheck:
+    """Presign → PUT → publish envelope, inline results, raw archives, for one provider pool."""
+
+    def __init__(self, nats: Any, *, provider: str, stamp: WorkerStamp, http: httpx.Client | None = None,
+                 router: PublishRouter | None = None, presign_timeout_s: float = PRESIGN_TIMEOUT_S) -> None:
+        self._nats = nats
+        self.provider = provider
+        self.stamp = stamp
+        self.http = http or httpx.Client(timeout=PUT_TIMEOUT_S)
+        self.router = router or PublishRouter(nats)
+        self.presign_timeout_s = presign_timeout_s
+
+    # ------------------------------------------------------------------ core request/reply
+
+    def _request(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
+        nc = _resolve(self._nats, "nc")
+        data = json.dumps(body, separators=(",", ":")).encode()
+
+        async def call() -> Any:
+            return await nc.request(subject, data, timeout=self.presign_timeout_s)
+
+        try:
+            msg = self._nats.run(call(), self.presign_timeout_s + 1.0)
+        except Exception as exc:  # noqa: BLE001 - no responders, timeout, disconnected
+            raise PresignError(f"request {subject}: {type(exc).__name__}") from None
+        refused = (getattr(msg, "headers", None) or {}).get("Nats-Error")
+        if refused:  # core's presign errors: plain text body + Nats-Error header (reference §2.4)
+            raise PresignError(f"request {subject}: core refused: {refused[:200]}")
+        try:
+            reply = json.loads(msg.data or b"null")
+        except ValueError:
+            raise PresignError(f"request {subject}: reply is not JSON") from None
+        if not isinstance(reply, dict):
+            raise PresignError(f"request {subject}: reply is not an object")
+        if reply.get("error"):
+            raise PresignError(f"request {subject}: {str(reply['error'])[:200]}")
+        return reply
+
+    def presign_upload(self, *, kind: str, body: bytes, content_type: str, user_id: str | None = None,
+                       source_id: str | None = None) -> PresignUploadReply:
+        """A presigned PUT bound to ``body``'s length and sha256."""
+        request = PresignUploadRequest(provider=self.provider, kind=kind, content_type=content_type,
+                                       content_length=len(body), content_sha256=wire.sha256_hex(body),
+                                       user_id=user_id or None, source_id=source_id or None)
+        reply = self._request(subjects.presign_upload_subject(self.provider), request.to_wire())
+        try:
+            return PresignUploadReply.model_validate(reply)
+        except ValidationError:
+            raise PresignError(f"presign upload ({kind}): reply without url or blob_id") from None
+
+    def presign_download(self, blob_id: str) -> PresignDownloadReply:
+        """A fresh presigned GET (parse_blob with an expired URL: the fallback handle is the key)."""
+        request = PresignDownloadRequest(blob_id=blob_id, handle=blob_id)
+        reply = self._request(subjects.presign_download_subject(self.provider), request.to_wire())
+        try:
+            return PresignDownloadReply.model_validate(reply)
+        except ValidationError:
+            raise PresignError("presign download: reply without url") from None
+
+    # ------------------------------------------------------------------ blob transfer
+
+    def put(self, presigned: PresignUploadReply, body: bytes, content_type: str) -> None:
+        """PUT ``body`` sending every ``required_headers`` entry verbatim (case-insensitively de-duplicated)."""
+        headers: dict[str, str] = {}
+        seen: set[str] = set()
+        for name, value in presigned.required_headers.items():
+            lower = name.lower()
+            if lower in seen or lower == "host":  # httpx derives Host from the URL, which was signed
+                continue
+            seen.add(lower)
+            headers[name] = str(value)
+        if "content-type" not in seen:
+            headers["Content-Type"] = content_type
+        method = (presigned.method or "PUT").upper()
+        try:
+            response = self.http.request(method, presigned.url, content=body, headers=headers,
+                                         timeout=PUT_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            raise UploadError(f"blob {method}: {type(exc).__name__}") from None
+        if not 200 <= response.status_code < 300:
+            raise UploadError(f"blob {method}: HTTP {response.status_code}")
+
+    def upload(self, *, kind: str, body: bytes, content_type: str, user_id: str | None = None,
+               source_id: str | None = None) -> UploadedBlob:
+        presigned = self.presign_upload(kind=kind, body=body, content_type=content_type, user_id=user_id,
+                                        source_id=source_id)
+        self.put(presigned, body, content_type)
+        return UploadedBlob(blob_id=presigned.blob_id, size_bytes=len(body), content_type=content_type,
+                            content_sha256=wire.sha256_hex(body))
+
+    # ------------------------------------------------------------------ results
+
+    def publish_claim_checked(self, subject: str, result: pb.JobResult, msg_id: str) -> UploadedBlob:
+        """Upload the full stamped result, then publish only the envelope (stamp + watermark + payload_ref)."""
+        full = pb.JobResult()
+        full.CopyFrom(result)
+        self.stamp.apply(full)
+        body = wire.encode_result(full)
+        blob = self.upload(kind=KIND_RESULT, body=body, content_type=RESULT_CONTENT_TYPE)
+        envelope = self.stamp.apply(pb.JobResult())
+        if full.HasField("new_watermark"):
+            envelope.new_watermark.CopyFrom(full.new_watermark)
+        envelope.more_available = full.more_available
+        envelope.payload_ref.CopyFrom(blob.payload_ref())
+        self.router.publish(subject, wire.encode_result(envelope), msg_id)
+        return blob
+
+    def publish_inline(self, subject: str, result: pb.JobResult, msg_id: str) -> None:
+        """Event-free results (reconcile watermark, backfill stamp, failure envelope) go inline."""
+        inline = pb.JobResult()
+        inline.CopyFrom(result)
+        self.router.publish(subject, wire.encode_result(self.stamp.apply(inline)), msg_id)
+
+    def publish_result(self, subject: str, result: pb.JobResult, msg_id: str) -> UploadedBlob | None:
+        """Claim-check when the result carries events (MUST), inline otherwise."""
+        if len(result.events):
+            return self.publish_claim_checked(subject, result, msg_id)
+        self.publish_inline(subject, result, msg_id)
+        return None
+
+    # ------------------------------------------------------------------ raw archive (dataset N)
+
+    def archive_raw(self, *, dataset: int, inputs: dict[str, Any], user_id: str,
+                    source_id: str | None = None, archived_at: datetime | None = None) -> UploadedBlob:
+        """Archive every parser input as a dataset-``N`` envelope (reference §3.10).
+
+        ``{"version": N, "provenance": {...}, **inputs}``; core mints the key
+        under ``users/<user>/<provider>/...`` and we hand it back verbatim as
+        ``raw_blob_id``. The caller decides whether a failure fails the import
+        (the published worker treats archiving as best effort).
+        """
+        if "version" in inputs or "provenance" in inputs:
+            raise ValueError("archive inputs must not use the envelope keys version/provenance")
+        document = {"version": int(dataset),
+                    "provenance": {"provider": self.provider, "worker_name": self.stamp.worker_name,
+                                   "worker_version": self.stamp.worker_version,
+                                   "package": self.stamp.worker_package,
+                                   "archived_at": wire.rfc3339(archived_at or datetime.now(UTC))},
+                    **inputs}
+        body = json.dumps(document, separators=(",", ":")).encode()
+        return self.upload(kind=KIND_RAW, body=body, content_type=ARCHIVE_CONTENT_TYPE, user_id=user_id,
+                           source_id=source_id)

@@ -1,0 +1,332 @@
+"""Pydantic models for the JSON request/reply bodies and KV records of contract 0.7.
+
+Job payloads are in :mod:`workers.cairn.jobs`; this module holds everything
+else that crosses the wire as plain JSON: discover (§8), OAuth exchange
+(§9b), token/creds replies (§9, reference §2.5), presign (reference §2.6),
+account lookup (§9a), and the presence (§2) and manifest (§1) records.
+
+Inbound models ignore unknown fields (core adds fields between releases);
+outbound models are built by us and serialized with :func:`to_wire`, which
+drops unset optionals and renders timestamps as RFC 3339 UTC with ``Z`` (Go
+parses nothing without a zone). Secret-bearing fields are ``repr=False`` so a
+model never prints a token, code or client secret.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from datetime import datetime
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+from workers.cairn.wire import parse_rfc3339, rfc3339
+
+SHA256_HEX_PATTERN = r"^[0-9a-f]{64}$"
+DISCOVER_ERRORS = ("bad_request", "rate_limited", "transient", "account_gone")
+EXCHANGE_ERRORS = ("exchange_failed", "bad_request", "transient")
+
+
+class Inbound(BaseModel):
+    """A body core sends us: unknown fields ignored, never an error."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class Outbound(BaseModel):
+    """A body we send: no extra fields, timestamps as RFC 3339 ``Z``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_serializer("*", when_used="json")
+    def _times(self, value: Any) -> Any:
+        return rfc3339(value) if isinstance(value, datetime) else value
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def _go_time(value: Any) -> Any:
+    """Go's zero time (``0001-01-01T00:00:00Z``) and "" mean "no time"."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return parse_rfc3339(value)
+    return value
+
+
+def https_or_loopback(url: str) -> str:
+    """Manifest URLs must be https; http only on a loopback host (contract §1)."""
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return url
+    if parts.scheme == "http" and parts.hostname:
+        host = parts.hostname
+        try:
+            if host == "localhost" or ipaddress.ip_address(host).is_loopback:
+                return url
+        except ValueError:
+            pass
+    raise ValueError("must be an https URL (http only on a loopback host)")
+
+
+# --------------------------------------------------------------------------- discover (§8)
+
+class DiscoverRequest(Inbound):
+    account_id: str = Field(min_length=1)
+    start_page: int = 1
+
+    @field_validator("start_page", mode="before")
+    @classmethod
+    def _at_least_one(cls, value: Any) -> int:
+        return max(1, int(value or 1))
+
+
+class DiscoverItem(Outbound):
+    item_type: str = "activity"
+    external_id: str = Field(min_length=1)
+    item_time: datetime | None = None
+
+
+class DiscoverReply(Outbound):
+    """``items`` + ``next_page``, or ``complete``, or ``rate_limited`` partial, or ``error``.
+
+    Never an empty success when the cause was an error or a rate limit: build
+    an error reply with :meth:`failed` instead.
+    """
+
+    items: list[DiscoverItem] | None = None
+    next_page: int | None = None
+    complete: bool | None = None
+    rate_limited: bool | None = None
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, error: str) -> DiscoverReply:
+        return cls(error=error)
+
+
+# --------------------------------------------------------------------------- OAuth exchange (§9b)
+
+class OAuthExchangeRequest(Inbound):
+    connection_id: str = ""
+    client_id: str = Field(min_length=1)
+    client_secret: str = Field(min_length=1, repr=False)
+    code: str = Field(min_length=1, repr=False)
+    redirect_uri: str = ""
+    code_verifier: str | None = Field(default=None, repr=False)
+
+
+class OAuthExchangeReply(Outbound):
+    access_token: str = Field(repr=False)
+    refresh_token: str = Field(default="", repr=False)
+    expires_at: datetime
+    scope: str = ""
+    token_type: str = "Bearer"
+    provider_account_id: str = Field(min_length=1)
+
+
+class OAuthExchangeError(Outbound):
+    error: Literal["exchange_failed", "bad_request", "transient"]
+    message: str = ""
+
+
+# --------------------------------------------------------------------------- tokens / creds (§9)
+
+class AccountRequest(Outbound):
+    """``{"account_id"}``: token get and creds get."""
+
+    account_id: str = Field(min_length=1)
+
+
+class TokenReply(Inbound):
+    """A ``cairn.tokens.<p>.get`` reply; ``expires_at`` is Go's zero time on error replies."""
+
+    access_token: str = Field(default="", repr=False)
+    refresh_token: str = Field(default="", repr=False)
+    expires_at: datetime | None = None
+    scope: str = ""
+    token_type: str = "Bearer"
+    client_id: str = ""
+    client_secret: str = Field(default="", repr=False)
+    app_id: str = ""
+    error: str = ""
+    retry_after: float | None = None
+
+    @field_validator("expires_at", mode="before")
+    @classmethod
+    def _zero_time(cls, value: Any) -> Any:
+        return _go_time(value)
+
+
+class TokenStoreRequest(Outbound):
+    account_id: str = Field(min_length=1)
+    access_token: str = Field(min_length=1, repr=False)
+    refresh_token: str = Field(default="", repr=False)
+    expires_at: datetime
+    scope: str = ""
+    token_type: str = "Bearer"
+    previous_expires_at: datetime | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        body = super().to_wire()
+        body.setdefault("previous_expires_at", "0001-01-01T00:00:00Z")  # "no token yet" (Go zero)
+        return body
+
+
+class OkReply(Inbound):
+    """``{"ok": true}`` / ``{"ok": false, "error": ...}`` (token store, needs_reauth)."""
+
+    ok: bool = False
+    error: str = ""
+
+
+class NeedsReauthRequest(Outbound):
+    account_id: str = Field(min_length=1)
+    reason: str = "refresh_failed"
+
+
+class CredsReply(Inbound):
+    """``cairn.creds.<p>.get``: the connection's slots (``email``/``password`` aliases until 0.8)."""
+
+    client_id: str = Field(default="", repr=False)
+    client_secret: str = Field(default="", repr=False)
+    email: str = Field(default="", repr=False)
+    password: str = Field(default="", repr=False)
+    error: str = ""
+
+    @property
+    def login(self) -> tuple[str, str]:
+        return self.client_id or self.email, self.client_secret or self.password
+
+
+# --------------------------------------------------------------------------- presign (reference §2.6)
+
+class PresignUploadRequest(Outbound):
+    provider: str = Field(min_length=1)
+    kind: Literal["result", "raw"] = "result"
+    content_type: str = Field(min_length=1)
+    content_length: int = Field(ge=0)
+    content_sha256: str | None = Field(default=None, pattern=SHA256_HEX_PATTERN)
+    user_id: str | None = None
+    source_id: str | None = None
+
+
+class PresignUploadReply(Inbound):
+    method: str = "PUT"
+    url: str = Field(min_length=1, repr=False)  # carries the signature
+    blob_id: str = Field(min_length=1)
+    expires_at: datetime | None = None
+    required_headers: dict[str, str] = Field(default_factory=dict, repr=False)
+
+    @field_validator("expires_at", mode="before")
+    @classmethod
+    def _zero_time(cls, value: Any) -> Any:
+        return _go_time(value)
+
+
+class PresignDownloadRequest(Outbound):
+    blob_id: str = Field(min_length=1)
+    handle: str | None = None
+
+
+class PresignDownloadReply(Inbound):
+    method: str = "GET"
+    url: str = Field(min_length=1, repr=False)
+    blob_id: str = ""
+    expires_at: datetime | None = None
+
+    @field_validator("expires_at", mode="before")
+    @classmethod
+    def _zero_time(cls, value: Any) -> Any:
+        return _go_time(value)
+
+
+# --------------------------------------------------------------------------- account lookup (§9a)
+
+class AccountLookupRequest(Outbound):
+    external_id: str = Field(min_length=1)
+    subscription_id: str | None = None
+
+
+class AccountLookupReply(Inbound):
+    account_id: str = ""
+    user_id: str = ""
+    error: str = ""
+
+
+# --------------------------------------------------------------------------- presence / manifest
+
+class Capability(Outbound):
+    read: bool = False
+    write: bool = False
+    backfill: bool = False
+    granularity: str | None = None
+
+
+class PresenceRecord(Outbound):
+    """Contract §2: written every ~20 s under ``<worker_name>.<instance_id>``."""
+
+    worker_name: str = Field(min_length=1)
+    worker_key: str = Field(min_length=1)
+    instance_id: str = Field(min_length=1)
+    version: str = Field(pattern=r"^\d+\.\d+$")  # parser N.M
+    release: str = Field(min_length=1)  # vX.Y.Z
+    provider: str = Field(min_length=1)
+    package: str = Field(min_length=1)
+    webhooks: bool = False
+    capabilities: dict[str, Capability] | None = None
+    last_seen: datetime
+
+
+class OAuthMeta(Outbound):
+    authorize_url: str
+    scopes: list[str] = Field(default_factory=list)
+    scope_separator: str = " "
+    pkce: bool = False
+    authorize_params: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("authorize_url")
+    @classmethod
+    def _https(cls, value: str) -> str:
+        return https_or_loopback(value)
+
+
+class ConfigField(Outbound):
+    key: Literal["client_id", "client_secret"]  # only these two slots exist
+    label: str = Field(min_length=1)
+    help: str | None = None
+    secret: bool | None = None
+
+
+class ProviderMeta(Outbound):
+    display_name: str = Field(min_length=1)
+    activity_url_template: str | None = None
+    setup_docs_url: str | None = None
+    auth_method: Literal["oauth2", "credentials"]
+    oauth: OAuthMeta | None = None
+    config_fields: list[ConfigField] = Field(default_factory=list)
+
+    @field_validator("activity_url_template", "setup_docs_url")
+    @classmethod
+    def _https(cls, value: str | None) -> str | None:
+        return None if value is None else https_or_loopback(value)
+
+    @field_validator("oauth")
+    @classmethod
+    def _oauth_needs_block(cls, value: OAuthMeta | None, info: Any) -> OAuthMeta | None:
+        if info.data.get("auth_method") == "oauth2" and value is None:
+            raise ValueError("auth_method oauth2 needs an oauth block")
+        return value
+
+
+class ManifestRecord(Outbound):
+    """Contract §1: under ``<worker_name>`` at start and again within the 15-min TTL."""
+
+    worker_name: str = Field(min_length=1)
+    version: str = Field(pattern=r"^\d+\.\d+$")
+    provider: str = Field(min_length=1)
+    package: str = Field(min_length=1)
+    updated_at: datetime
+    provider_meta: ProviderMeta | None = None  # MUST for a pool that links accounts; parser-only pools omit
