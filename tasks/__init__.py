@@ -14,6 +14,7 @@ app.conf.update(celery_config())
 
 # Importing registers the tasks and signal handlers with ``app``.
 from tasks import voicy as _voicy  # noqa: E402,F401
+from tasks import cairn as _cairn  # noqa: E402,F401
 from tasks import beat as _beat  # noqa: E402,F401
 
 __all__ = ["app"]

@@ -1,0 +1,243 @@
+"""Thin Celery tasks for Cairn: take the lease, call ``workers.cairn.handlers``, return the outcome.
+
+The bridge (``bridges/cairn.py``) owns every NATS message; these tasks only do
+the provider work and return what the bridge should do with it:
+
+* ``cairn.job(kind, payload, meta)`` → ``Disposition.model_dump()``. ``meta``
+  carries the delivery attempt, the stream sequence, the subject and the lease
+  token the bridge granted; job payloads from core hold no secret (S1).
+* ``cairn.discover(request)`` → the §8 reply dict.
+* ``cairn.exchange(request_key)`` → ``{"reply_key": ...}``: request and reply
+  (client secret, code, tokens) stay parked in Redis (``workers.cairn.sealed``).
+* ``cairn.presence()`` arrives through a kombu ``Broadcast`` queue that every
+  worker consuming ``provider`` also consumes, so *each live instance* writes its
+  own ``<worker_name>.<instance_id>`` record from inside the pool.
+* ``cairn.manifest()`` at worker start and from beat.
+
+Per-process state (the NATS connection thread, Redis, the provider's HTTP
+client) is built lazily on first use, after the prefork fork, and dropped in
+``worker_process_init``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from typing import Any
+
+from celery import shared_task
+from celery.signals import beat_init, celeryd_after_setup, worker_process_init, worker_ready
+from kombu import Queue
+from kombu.common import Broadcast
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tasks import app
+from tasks.routes import QUEUE_PROVIDER
+from workers.cairn.presence import MANIFEST_INTERVAL_S, PRESENCE_INTERVAL_S
+from workers.config import load_settings
+from workers.lease import LeaseKeeper, Leases
+from workers.logs import setup_logging
+
+log = logging.getLogger(__name__)
+
+JOB_TASK = "cairn.job"
+DISCOVER_TASK = "cairn.discover"
+EXCHANGE_TASK = "cairn.exchange"
+PRESENCE_TASK = "cairn.presence"
+MANIFEST_TASK = "cairn.manifest"
+PRESENCE_BROADCAST = "cairn.presence"  # fanout exchange (and queue alias) of the presence broadcast
+LEASE_NAMESPACE = "cairn"
+DEFAULT_LEASE_TTL_S = 15.0  # a SIGKILLed task is noticed by the bridge about this long after
+EXCHANGE_REPLY_TTL_S = 30.0  # the parked token reply waits this long for the bridge
+_INSTANCE_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_=-]+")  # KV keys: no '@', and '.' separates the key
+
+# Every process (beat, bridge, workers) knows the broadcast queue, so a route by
+# its alias resolves to the fanout exchange; workers only *consume* it when they
+# consume ``provider`` (added at ``celeryd_after_setup``).
+# Redis fanout delivers on the topic ``<exchange>/<routing key>``: publisher and
+# consumers must use the same explicit routing key, and a publisher must have
+# declared the exchange as fanout in its process (Celery never declares a
+# Broadcast on publish), else kombu treats it as direct and nothing arrives.
+PRESENCE_QUEUE = Broadcast(PRESENCE_BROADCAST, routing_key=PRESENCE_BROADCAST)
+PRESENCE_OPTIONS = {"queue": PRESENCE_BROADCAST, "exchange": PRESENCE_BROADCAST,
+                    "routing_key": PRESENCE_BROADCAST}
+app.conf.task_queues = (*tuple(app.conf.task_queues or ()), PRESENCE_QUEUE)
+
+
+def declare_presence_exchange() -> None:
+    """Make this process publish the presence broadcast as fanout (beat, tests, worker start)."""
+    with app.connection_for_write() as conn:
+        PRESENCE_QUEUE.exchange(conn.default_channel).declare()
+
+
+def broadcast_presence(expires_s: float = PRESENCE_INTERVAL_S) -> None:
+    """Ask every live provider-pool instance to write its presence record now."""
+    presence.apply_async(expires=expires_s, declare=[PRESENCE_QUEUE.exchange], **PRESENCE_OPTIONS)
+
+
+class CairnTaskSettings(BaseSettings):
+    """Task-side tunables (``CAIRN_LEASE_TTL_S``); the contract settings are ``CairnSettings``."""
+
+    model_config = SettingsConfigDict(env_prefix="CAIRN_", extra="ignore", env_ignore_empty=True)
+
+    lease_ttl_s: float = Field(default=DEFAULT_LEASE_TTL_S, gt=0)
+
+
+class CairnRuntime:
+    """The per-process objects every Cairn task uses."""
+
+    def __init__(self) -> None:
+        from workers.cairn.handlers.context import build_context
+
+        self.ctx = build_context()
+        self.redis = self.ctx.redis
+        self.leases = Leases(self.redis, LEASE_NAMESPACE)
+        self.lease_ttl_s = load_settings(CairnTaskSettings).lease_ttl_s
+
+
+_runtime: CairnRuntime | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> CairnRuntime:
+    """The process's Cairn runtime, built on first use (after fork, never in the parent)."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            _runtime = CairnRuntime()
+        return _runtime
+
+
+@worker_process_init.connect
+def _reset_after_fork(**_: object) -> None:
+    """A forked child must not reuse the parent's NATS loop thread or sockets."""
+    global _runtime
+    _runtime = None
+    if cairn_configured():
+        from workers.cairn.handlers.context import reset_context
+
+        reset_context()
+    setup_logging()
+
+
+def cairn_configured() -> bool:
+    return bool(os.environ.get("CAIRN_NATS_URL"))
+
+
+def _consumes_provider(consumer_app: Any) -> bool:
+    consume_from = consumer_app.amqp.queues.consume_from
+    return not consume_from or QUEUE_PROVIDER in consume_from
+
+
+def instance_queue(hostname: str) -> Queue:
+    """This worker instance's own queue: a fanout sent before its consumer subscribed is lost,
+    a list queue is not, so the start-up presence goes here."""
+    return Queue(f"{PRESENCE_BROADCAST}.{hostname}", routing_key=f"{PRESENCE_BROADCAST}.{hostname}",
+                 auto_delete=True)
+
+
+@celeryd_after_setup.connect
+def _consume_presence_broadcast(sender: str, instance: Any, **_: object) -> None:
+    """Workers of the provider pool also consume the presence broadcast (and their own queue)."""
+    if cairn_configured() and _consumes_provider(instance.app):
+        instance.app.amqp.queues.select_add(PRESENCE_QUEUE)
+        instance.app.amqp.queues.select_add(instance_queue(sender))
+
+
+@worker_ready.connect
+def _manifest_at_start(sender: Any = None, **_: object) -> None:
+    """Contract §1/§2: manifest and this instance's presence at startup (then beat keeps them fresh)."""
+    if cairn_configured() and _consumes_provider(app):
+        manifest.apply_async(expires=MANIFEST_INTERVAL_S)
+        hostname = getattr(sender, "hostname", None)
+        if hostname:
+            presence.apply_async(queue=instance_queue(hostname), expires=PRESENCE_INTERVAL_S)
+
+
+@beat_init.connect
+def _declare_for_beat(**_: object) -> None:
+    if cairn_configured():
+        declare_presence_exchange()
+
+
+def instance_id(hostname: str | None) -> str:
+    """``CAIRN_WORKER_INSTANCE_ID``, else the Celery node name made KV-safe (``provider@host`` → ``provider-host``)."""
+    explicit = (os.environ.get("CAIRN_WORKER_INSTANCE_ID") or os.environ.get("CAIRN_INSTANCE_ID") or "").strip()
+    base = explicit or hostname or os.uname().nodename
+    return _INSTANCE_ID_UNSAFE.sub("-", base).strip("-") or "instance"
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@shared_task(name=JOB_TASK, bind=True)
+def job(self: Any, kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """Run one JetStream job under its lease and return the disposition for the bridge."""
+    from workers.cairn.disposition import nak
+    from workers.cairn.handlers import handle_job
+
+    rt = runtime()
+    seq, token = str(meta["seq"]), str(meta["lease_token"])
+    running = rt.leases.take(seq, token, rt.lease_ttl_s)
+    if running is None:
+        # The bridge revoked this copy (start deadline, shutdown) or a newer delivery owns the job.
+        log.info("cairn job seq %s: lease not granted to this task; skipping", seq)
+        return nak(reason="lease not granted to this task").model_dump()
+    try:
+        with LeaseKeeper(rt.leases, seq, running, rt.lease_ttl_s) as keeper:
+            delivery = _delivery(meta, keeper)
+            disposition = handle_job(rt.ctx, kind, payload, delivery)
+    finally:
+        rt.leases.release(seq, running)
+    return disposition.model_dump()
+
+
+def _delivery(meta: dict[str, Any], keeper: LeaseKeeper) -> Any:
+    from workers.cairn.handlers.context import Delivery
+
+    return Delivery(attempt=int(meta["delivery"]), stream_seq=int(meta["seq"]),
+                    subject=str(meta.get("subject", "")), lost=keeper.lost)
+
+
+@shared_task(name=DISCOVER_TASK)
+def discover(request: dict[str, Any]) -> dict[str, Any]:
+    """Contract §8 in the pool: errors and rate limits are in the reply, never an empty success."""
+    from workers.cairn.handlers import discover as handle_discover
+
+    return handle_discover(runtime().ctx, request)
+
+
+@shared_task(name=EXCHANGE_TASK)
+def exchange(request_key: str) -> dict[str, Any]:
+    """Contract §9b in the pool; only parking keys cross Celery."""
+    from workers.cairn.handlers import exchange as handle_exchange
+    from workers.cairn.sealed import park, unpark
+
+    rt = runtime()
+    request = unpark(rt.redis, request_key, missing_ok=True)
+    if not isinstance(request, dict):
+        reply: dict[str, Any] = {"error": "transient", "message": "exchange request expired before it ran"}
+    else:
+        reply = handle_exchange(rt.ctx, request)
+    return {"reply_key": park(rt.redis, reply, EXCHANGE_REPLY_TTL_S)}
+
+
+
+@shared_task(name=PRESENCE_TASK, bind=True, ignore_result=True)
+def presence(self: Any) -> None:
+    """Write this instance's presence record (contract §2)."""
+    from workers.cairn.presence import write_presence
+
+    write_presence(runtime().ctx, instance_id(self.request.hostname))
+
+
+@shared_task(name=MANIFEST_TASK, ignore_result=True)
+def manifest() -> None:
+    """Write the pool's manifest (contract §1, within its 15 min TTL)."""
+    from workers.cairn.presence import write_manifest
+
+    write_manifest(runtime().ctx)

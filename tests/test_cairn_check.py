@@ -1,0 +1,78 @@
+"""``switchyard check cairn`` against our real pool, and against a pool missing a consumer.
+
+The pool is real (bridge process + Celery provider worker, see
+``test_cairn_e2e.CairnStack``); the checker runs as its own process, exactly as
+an operator or CI would run it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import nats
+import pytest
+
+from tests.conftest import wait_until
+from tests.test_cairn_e2e import PROVIDER, ROOT, WAIT_S, CairnStack
+
+CHECK_TIMEOUT_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
+    s = CairnStack(tmp_path_factory.mktemp("cairn-check"), redis_url, s3_endpoint).start()
+    try:
+        s.start_worker()
+        s.start_bridge()
+        wait_until(lambda: s.core.live_presence(s.pool), WAIT_S, "the pool's presence")  # type: ignore[union-attr]
+        yield s
+    finally:
+        s.stop()
+
+
+def run_check(stack: CairnStack, *extra: str, worker_name: str | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "bridges.cli", "check", "cairn", "--nats", stack.nats.url,  # type: ignore[union-attr]
+           "--provider", PROVIDER, "--worker-name", worker_name or stack.pool, "--timeout", "15", *extra]
+    return subprocess.run(cmd, cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=120)
+
+
+def test_check_passes_against_our_pool(stack: CairnStack) -> None:
+    acct = stack.connect_athlete()
+    out = run_check(stack, "--active", "--account-id", acct.account_id, "--user-id", acct.user_id)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    for name in ("presence heartbeat", f"consumer for cairn.jobs.fetch_source.{PROVIDER}.{stack.pool}",
+                 f"consumer for cairn.jobs.reconcile.{PROVIDER}.{stack.pool}",
+                 f"consumer for cairn.jobs.parse_blob.{PROVIDER}.{stack.pool}",
+                 "discover request/reply", "reconcile round-trip"):
+        assert f"PASS  {name}" in lines, out.stdout
+    assert lines[-1] == "worker is contract-compliant"
+
+
+def test_check_fails_for_an_unknown_pool(stack: CairnStack) -> None:
+    out = run_check(stack, worker_name="nobody-here")
+    assert out.returncode == 1, out.stdout
+    assert any(line.startswith("FAIL  presence heartbeat") for line in out.stdout.splitlines())
+    assert any(line.startswith("FAIL  discover request/reply") for line in out.stdout.splitlines())
+
+
+def test_check_fails_when_a_required_consumer_is_missing(stack: CairnStack) -> None:
+    """Run last: it deletes the pool's reconcile consumer (the §3 incident class)."""
+    subject = f"cairn.jobs.reconcile.{PROVIDER}.{stack.pool}"
+    durable = stack.consumer("reconcile")["name"]
+
+    async def delete() -> None:
+        nc = await nats.connect(stack.nats.url)  # type: ignore[union-attr]
+        try:
+            await nc.jetstream().delete_consumer("CAIRN_JOBS", durable)
+        finally:
+            await nc.close()
+    asyncio.run(delete())
+    out = run_check(stack)
+    assert out.returncode == 1, out.stdout
+    fail = [line for line in out.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(fail) == 1 and subject in fail[0] and "accumulate" in fail[0], out.stdout
+    assert "1 violation(s)" in out.stdout

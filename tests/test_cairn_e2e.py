@@ -1,0 +1,561 @@
+"""Cairn end to end: real bridge process, real Celery provider workers, dev core, fake Strava.
+
+Everything is real except the external systems: nats-server with JetStream
+(one per module), Redis, moto S3 behind the dev core's presign responders,
+``python -m bridges cairn``, ``celery -A tasks worker -Q provider``. Cairn core
+is ``DevCairnCore`` and Strava is ``FakeStrava``; a small gate in front of the
+fake's activity endpoint lets a test hold a job mid-flight for as long as it
+needs (a slow provider), which is how C1 and the SIGKILL case are staged.
+
+AckWait is 1 s here (``CAIRN_ACK_WAIT_S``), so "five AckWaits" takes five seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from deploy.devstack import services
+from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.strava import FakeStrava
+from tests.conftest import CeleryWorker, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+PROVIDER = "strava"
+ACK_WAIT_S = 1.0
+LEASE_TTL_S = 3.0
+START_DEADLINE_S = 20.0
+GATE_MAX_HOLD_S = 60.0
+WAIT_S = 30.0
+ATHLETE_BASE = 7000
+
+
+# --------------------------------------------------------------------------- the stack
+class StravaGate:
+    """Holds requests to one Strava endpoint until released: a slow provider, on demand."""
+
+    ACTIVITY = re.compile(r"/api/v3/activities/\d+$")
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+
+    def arm(self) -> None:
+        self.arrived.clear()
+        self.release.clear()
+        self.armed = True
+
+    def open(self) -> None:
+        self.armed = False
+        self.release.set()
+
+
+class _GateMiddleware:
+    def __init__(self, app: Any, gate: StravaGate) -> None:
+        self.app, self.gate = app, gate
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.gate.armed and self.gate.ACTIVITY.search(scope["path"]):
+            self.gate.arrived.set()
+            await asyncio.to_thread(self.gate.release.wait, GATE_MAX_HOLD_S)
+        await self.app(scope, receive, send)
+
+
+@dataclass
+class Proc:
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@dataclass
+class CairnStack:
+    """One dev Cairn world for a test module; ``start()`` brings the pool up."""
+
+    tmp: Path
+    redis_url: str
+    s3_endpoint: str
+    pool: str = field(default_factory=lambda: f"sy-{uuid.uuid4().hex[:6]}")
+    nats: services.Service | None = None
+    core: DevCairnCore | None = None
+    strava: FakeStrava | None = None
+    gate: StravaGate = field(default_factory=StravaGate)
+    workers: list[CeleryWorker] = field(default_factory=list)
+    bridge: Proc | None = None
+    _athletes: int = 0
+
+    def start(self) -> CairnStack:
+        redis.Redis.from_url(self.redis_url).flushall()
+        self.nats = services.start_nats(self.tmp / "nats")
+        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
+        self.strava = FakeStrava()
+        self.strava.app.add_middleware(_GateMiddleware, gate=self.gate)
+        self.strava.start()
+        return self
+
+    def stop(self) -> None:
+        if self.bridge is not None:
+            self.bridge.stop()
+        for w in self.workers:
+            w.stop()
+        if self.strava is not None:
+            self.gate.open()
+            self.strava.stop()
+        if self.core is not None:
+            self.core.stop()
+        if self.nats is not None:
+            self.nats.stop()
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
+        env.update({
+            "REDIS_URL": self.redis_url,
+            "CAIRN_NATS_URL": self.nats.url if self.nats else "",
+            "CAIRN_PROVIDER": PROVIDER,
+            "CAIRN_WORKER_NAME": self.pool,
+            "CAIRN_ACK_WAIT_S": str(ACK_WAIT_S),
+            "CAIRN_LEASE_TTL_S": str(LEASE_TTL_S),
+            "CAIRN_TASK_START_DEADLINE_S": str(START_DEADLINE_S),
+            "CAIRN_MAX_IN_FLIGHT": "4",
+            "CAIRN_STRAVA_BASE_URL": self.strava.base_url if self.strava else "",
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    def start_worker(self, concurrency: int = 2) -> CeleryWorker:
+        name = f"provider-{len(self.workers)}-{uuid.uuid4().hex[:4]}@test"
+        worker = CeleryWorker("provider", self.env, self.tmp / f"worker-{len(self.workers)}.log",
+                              concurrency=concurrency, name=name)
+        self.workers.append(worker)
+        worker.wait_ready(self.redis_url)
+        return worker
+
+    def spawn_bridge(self, name: str = "bridge", env: dict[str, str] | None = None) -> Proc:
+        log_path = self.tmp / f"{name}.log"
+        log = open(log_path, "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "bridges", "cairn"], cwd=ROOT, env=env or self.env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return Proc(proc, log_path)
+
+    def start_bridge(self) -> Proc:
+        self.bridge = self.spawn_bridge()
+        wait_until(lambda: "cairn bridge started" in self.bridge.log() or self.bridge.proc.poll() is not None,
+                   WAIT_S, "the bridge to start")
+        assert self.bridge.proc.poll() is None, self.bridge.log()[-3000:]
+        return self.bridge
+
+    def connect_athlete(self, n_activities: int = 3, *, own_app: bool = False) -> Any:
+        """A connected account; ``own_app`` gives it its own Strava app (its own rate-limit budget)."""
+        assert self.core is not None and self.strava is not None
+        self._athletes += 1
+        athlete_id = ATHLETE_BASE + self._athletes
+        client_id, secret = self.strava.client_id, self.strava.client_secret
+        if own_app:
+            client_id, secret = f"app-{athlete_id}", f"secret-{uuid.uuid4().hex}"
+            self.strava.add_app(client_id, secret)
+        ath = self.strava.add_athlete(athlete_id, n_activities=n_activities, with_gear=False, client_id=client_id)
+        return self.core.connect_account(PROVIDER, None, ath.access_token, ath.refresh_token, ath.expires_at,
+                                         worker_name=self.pool, external_id=athlete_id,
+                                         client_id=client_id, client_secret=secret)
+
+    def first_activity_id(self, acct: Any) -> str:
+        assert self.strava is not None
+        ath = self.strava.athlete(int(acct.external_id))
+        return str(sorted(ath.activities)[0])
+
+    def fetch_job(self, acct: Any, ext_id: str, job_id: str | None = None) -> dict[str, Any]:
+        return {"job_id": job_id or f"job-{uuid.uuid4().hex[:10]}", "account_id": acct.account_id,
+                "user_id": acct.user_id, "provider": PROVIDER, "ext_id": ext_id, "fetch_streams": True,
+                "reason": "backfill"}
+
+    def publish_raw(self, kind: str, body: bytes) -> None:
+        async def run() -> None:
+            nc = await nats.connect(self.nats.url)  # type: ignore[union-attr]
+            try:
+                await nc.jetstream().publish(f"cairn.jobs.{kind}.{PROVIDER}.{self.pool}", body,
+                                             headers={"Nats-Msg-Id": f"raw:{uuid.uuid4().hex}"})
+            finally:
+                await nc.close()
+        asyncio.run(run())
+
+    def consumer(self, kind: str) -> dict[str, Any]:
+        assert self.core is not None
+        subject = f"cairn.jobs.{kind}.{PROVIDER}.{self.pool}"
+        return next(c for c in self.core.consumers() if c["filter_subject"] == subject)
+
+    def results_for(self, job_id: str) -> list[Any]:
+        assert self.core is not None
+        return [r for r in self.core.ingested if r.msg_id and f":{job_id}" in r.msg_id]
+
+    def all_logs(self) -> str:
+        parts = [w.log() for w in self.workers]
+        if self.bridge is not None:
+            parts.append(self.bridge.log())
+        return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
+    s = CairnStack(tmp_path_factory.mktemp("cairn-e2e"), redis_url, s3_endpoint).start()
+    try:
+        s.start_worker()
+        s.start_bridge()
+        yield s
+    finally:
+        s.stop()
+
+
+def _failures(core: DevCairnCore) -> list[Any]:
+    return [r for r in core.ingested if r.kind == "failure"]
+
+
+# --------------------------------------------------------------------------- tests
+def test_fetch_source_is_claim_checked_and_stamped(stack: CairnStack) -> None:
+    """C3: the stamp on every result, claim-check for events, contract msg-ids."""
+    acct = stack.connect_athlete()
+    job = stack.fetch_job(acct, stack.first_activity_id(acct))
+    stack.core.enqueue_job("fetch_source", job)
+    stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the activity result")
+    (result,) = stack.results_for(job["job_id"])
+    assert result.kind == "events" and result.claim_checked
+    assert result.msg_id == f"result:{job['job_id']}:d1"
+    for r in stack.core.ingested:
+        data = r.data
+        assert data.get("workerName") == stack.pool
+        assert data.get("workerVersion") and data.get("workerPackage")
+
+
+def test_long_job_is_never_redelivered(stack: CairnStack) -> None:
+    """C1: a job held for 5 × AckWait gets in_progress and is delivered exactly once."""
+    acct = stack.connect_athlete()
+    ext_id = stack.first_activity_id(acct)
+    job = stack.fetch_job(acct, ext_id)
+    before = stack.consumer("fetch_source")
+    stack.gate.arm()
+    stack.core.enqueue_job("fetch_source", job)
+    assert stack.gate.arrived.wait(WAIT_S), "the job never reached Strava"
+    threading.Timer(5 * ACK_WAIT_S, stack.gate.open).start()  # the provider is slow for 5 AckWaits
+    stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the slow job's result")
+    (result,) = stack.results_for(job["job_id"])
+    assert result.msg_id == f"result:{job['job_id']}:d1"
+    detail_calls = [r for r in stack.strava.requests if r.path.endswith(f"/activities/{ext_id}")]
+    assert len(detail_calls) == 1
+    after = stack.consumer("fetch_source")
+    assert after["num_ack_pending"] == 0
+    assert before is not None
+
+
+def test_sigkilled_worker_job_is_redelivered_and_ingested_once(stack: CairnStack) -> None:
+    acct = stack.connect_athlete()
+    ext_id = stack.first_activity_id(acct)
+    job = stack.fetch_job(acct, ext_id)
+    stack.gate.arm()
+    stack.core.enqueue_job("fetch_source", job)
+    assert stack.gate.arrived.wait(WAIT_S)
+    victim = stack.workers[-1]
+    victim.kill(signal.SIGKILL)
+    stack.gate.open()
+    stack.start_worker()
+    stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S + LEASE_TTL_S,
+                           "the redelivered job's result")
+    results = stack.results_for(job["job_id"])
+    assert len(results) == 1, [r.msg_id for r in results]
+    assert results[0].msg_id == f"result:{job['job_id']}:d2"
+    key = (PROVIDER, acct.account_id, ext_id)
+    assert key in stack.core.router.sources
+    assert "lease expired" in stack.bridge.log()
+
+
+_json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                            lambda inner: st.lists(inner, max_size=3)
+                            | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+_poison = st.one_of(
+    st.binary(min_size=1, max_size=40).filter(lambda b: not b.strip().startswith(b"{")),
+    _json_values.filter(lambda v: not isinstance(v, dict)).map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries({"job_id": st.integers() | st.none(), "ext_id": st.lists(st.integers(), max_size=2)},
+                          optional={"account_id": st.text(max_size=5)}).map(lambda v: json.dumps(v).encode()),
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=_poison)
+def test_poison_payloads_get_an_envelope_and_a_term(stack: CairnStack, body: bytes) -> None:
+    seen = len(_failures(stack.core))
+    stack.publish_raw("fetch_source", body)
+    stack.core.router.wait(lambda: len(_failures(stack.core)) > seen, WAIT_S, "a failure envelope")
+    envelope = _failures(stack.core)[-1].data
+    assert envelope["error"]["code"] == "bad_payload"
+    wait_until(lambda: stack.consumer("fetch_source")["num_ack_pending"] == 0, WAIT_S, "the term")
+    assert stack.consumer("fetch_source")["num_pending"] == 0
+    assert stack.bridge.proc.poll() is None
+
+
+def test_fifth_delivery_of_a_failing_job_is_termed_with_an_envelope(stack: CairnStack) -> None:
+    """C2: no NAK loop forever."""
+    acct = stack.connect_athlete()
+    ext_id = stack.first_activity_id(acct)
+    job = stack.fetch_job(acct, ext_id)
+    stack.strava.fail("activity", 500, times=20)
+    try:
+        stack.core.enqueue_job("fetch_source", job)
+        stack.core.router.wait(lambda: bool(_envelopes_for(stack, ext_id)), 90.0, "the give-up envelope")
+    finally:
+        stack.strava._faults.pop("activity", None)  # the fake has no public "clear faults"
+    (env,) = _envelopes_for(stack, ext_id)
+    assert env.data["error"]["code"] == "max_deliveries"
+    assert env.data["failedRef"]["externalAccountId"] == acct.account_id
+    assert env.msg_id == f"failed:{PROVIDER}:{ext_id}:d5"
+    wait_until(lambda: re.search(r"term fetch_source seq \d+ \(delivery 5\)", stack.bridge.log()), WAIT_S,
+               "the term after the envelope")
+    assert not stack.results_for(job["job_id"])
+
+
+def _envelopes_for(stack: CairnStack, ext_id: str) -> list[Any]:
+    return [r for r in _failures(stack.core) if r.data.get("failedRef", {}).get("externalId") == ext_id]
+
+
+def test_rate_limit_nak_is_anchored_to_the_window_reset(stack: CairnStack) -> None:
+    acct = stack.connect_athlete(own_app=True)  # the spent window must not starve the other tests
+    job = stack.fetch_job(acct, stack.first_activity_id(acct))
+    offset = len(stack.bridge.log())
+    stack.strava.force_429(times=1, window="short")
+    stack.core.enqueue_job("fetch_source", job)
+    now = datetime.now(UTC)
+    reset = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0) + timedelta(minutes=15)
+    match = wait_until(lambda: re.search(r"nak fetch_source seq \d+ \(delivery 1\) delay ([\d.]+)s: rate_limited",
+                                         stack.bridge.log()[offset:]), WAIT_S, "the rate-limit NAK")
+    delay = float(match.group(1))  # type: ignore[union-attr]
+    expected = (reset - now).total_seconds()
+    assert expected - 5 <= delay <= expected + 120, (delay, expected)
+
+
+def test_presign_failure_naks_and_the_result_is_ingested_later(stack: CairnStack) -> None:
+    acct = stack.connect_athlete()
+    job = stack.fetch_job(acct, stack.first_activity_id(acct))
+    stack.core.inject_fault("presign_upload", {"error": "transient"}, times=1)
+    stack.core.enqueue_job("fetch_source", job)
+    stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the later result")
+    (result,) = stack.results_for(job["job_id"])
+    assert result.msg_id == f"result:{job['job_id']}:d2"
+
+
+def test_discover_and_exchange_run_through_the_pool_without_leaking_secrets(stack: CairnStack) -> None:
+    acct = stack.connect_athlete(n_activities=5)
+    reply = stack.core.discover(acct.account_id)
+    assert reply.get("items") and not reply.get("error"), reply
+
+    athlete_id = ATHLETE_BASE + 900
+    stack.strava.add_athlete(athlete_id, n_activities=1, with_gear=False)
+    code = stack.strava.issue_code(athlete_id)
+    linked = stack.core.oauth_exchange(PROVIDER, stack.pool, code, stack.strava.client_id,
+                                       stack.strava.client_secret, "http://127.0.0.1/auth/oauth/strava/callback")
+    assert linked.external_id == str(athlete_id) and linked.access_token
+    secrets = [stack.strava.client_secret, code, linked.access_token, linked.refresh_token or "unused"]
+
+    r = redis.Redis.from_url(stack.redis_url)
+    stored = b"".join(r.get(k) or b"" for k in r.scan_iter("celery-task-meta-*"))
+    queued = b"".join(b"".join(r.lrange(k, 0, -1)) for k in r.scan_iter("*")
+                      if r.type(k) == b"list")
+    logs = stack.all_logs()
+    for secret in secrets:
+        assert secret.encode() not in stored, "a secret reached the result backend"
+        assert secret.encode() not in queued, "a secret sits in a task message"
+        assert secret not in logs, "a secret reached a log"
+    assert not list(r.scan_iter("cairn:sealed:*")), "a parked secret outlived its exchange"
+
+
+def test_cairn_side_holds_no_s3_credentials(stack: CairnStack) -> None:
+    """S2: every blob goes through presigned URLs; no process of the pool has AWS_* variables."""
+    pids = [stack.bridge.proc.pid] + [w.proc.pid for w in stack.workers if w.proc.poll() is None]
+    for pid in pids:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert not [e for e in environ if e.startswith(b"AWS_")], pid
+
+
+def test_presence_and_manifest_are_written_by_the_pool(stack: CairnStack) -> None:
+    """Every live instance writes its own record: at start, and on each beat broadcast."""
+    live = [w for w in stack.workers if w.proc.poll() is None]
+    keys = {f"{stack.pool}.{w.name.replace('@', '-')}" for w in live}
+    records = wait_until(lambda: keys <= set(stack.core.live_presence(stack.pool)) and
+                         stack.core.live_presence(stack.pool), WAIT_S, "start-up presence of every instance")
+    first_seen = {k: records[k]["last_seen"] for k in keys}  # type: ignore[index]
+    # What beat sends every 20 s: one broadcast, answered by each instance.
+    subprocess.run([sys.executable, "-c", "from tasks.cairn import broadcast_presence; broadcast_presence()"],
+                   cwd=ROOT, env=stack.env, check=True, timeout=60)
+    wait_until(lambda: all(stack.core.presence(stack.pool)[k]["last_seen"] > first_seen[k] for k in keys),
+               WAIT_S, "a fresh record from every instance after the broadcast")
+    record = stack.core.presence(stack.pool)[next(iter(keys))]
+    for key in ("worker_name", "worker_key", "instance_id", "version", "release", "provider", "package",
+                "webhooks", "last_seen"):
+        assert key in record
+    assert record["capabilities"]  # Strava declares Activity, Lap, Gear
+    assert record["worker_key"] == f"{stack.pool}-{PROVIDER}"
+    assert stack.pool in stack.core.manifests()
+
+
+def test_incompatible_core_is_refused_and_missing_info_only_warns(stack: CairnStack) -> None:
+    stack.core.set_release("v0.9.0")
+    try:
+        refused = stack.spawn_bridge("bridge-refused")
+        assert refused.proc.wait(WAIT_S) != 0
+        assert "incompatible" in refused.log()
+    finally:
+        stack.core.set_release("v0.7.0")
+
+    async def drop_info() -> None:
+        nc = await nats.connect(stack.nats.url)  # type: ignore[union-attr]
+        try:
+            await (await nc.jetstream().key_value("cairn_core")).delete("info")
+        finally:
+            await nc.close()
+    asyncio.run(drop_info())
+    try:
+        second = stack.spawn_bridge("bridge-no-info")
+        wait_until(lambda: "cairn bridge started" in second.log() or second.proc.poll() is not None,
+                   WAIT_S, "the second bridge")
+        assert second.proc.poll() is None, second.log()[-2000:]
+        assert "no release" in second.log() or "publishes no release" in second.log()
+        assert second.stop() == 0
+    finally:
+        stack.core.set_release("v0.7.0")
+
+
+def test_reconcile_result_and_sub_job_msg_ids_follow_the_contract(stack: CairnStack) -> None:
+    """C3 for reconcile: ``result:<job_id>`` on the account-suffixed subject, sub-jobs
+    ``reconcile:<provider>:<account_id>:<ext_id>`` (sniffed on core NATS as they are published)."""
+    acct = stack.connect_athlete(n_activities=3)
+    seen: list[tuple[str, str]] = []
+    ready, done = threading.Event(), threading.Event()
+
+    async def sniff() -> None:
+        nc = await nats.connect(stack.nats.url)  # type: ignore[union-attr]
+
+        async def record(msg: Any) -> None:
+            seen.append(((msg.headers or {}).get("Nats-Msg-Id", ""), str(json.loads(msg.data).get("ext_id"))))
+
+        await nc.subscribe(f"cairn.jobs.fetch_source.{PROVIDER}.{stack.pool}", cb=record)
+        await nc.flush()
+        ready.set()
+        while not done.is_set():
+            await asyncio.sleep(0.05)
+        await nc.close()
+
+    sniffer = threading.Thread(target=asyncio.run, args=(sniff(),), daemon=True)
+    sniffer.start()
+    assert ready.wait(WAIT_S)
+    try:
+        job_id = f"rec-{uuid.uuid4().hex[:8]}"
+        stack.core.enqueue_job("reconcile", {"job_id": job_id, "account_id": acct.account_id,
+                                             "user_id": acct.user_id, "provider": PROVIDER,
+                                             "max_enqueue": 2, "known_ext_ids": []})
+        stack.core.router.wait(lambda: any(r.kind == "reconcile" and r.account_id == acct.account_id
+                                           for r in stack.core.ingested), WAIT_S, "the reconcile result")
+        wait_until(lambda: len(seen) >= 2, WAIT_S, "two fetch_source sub-jobs")
+    finally:
+        done.set()
+        sniffer.join(5)
+    rec = next(r for r in stack.core.ingested if r.kind == "reconcile" and r.account_id == acct.account_id)
+    assert rec.subject == f"cairn.results.reconcile.{PROVIDER}.{acct.account_id}"
+    assert rec.msg_id == f"result:{job_id}"
+    assert rec.data["workerName"] == stack.pool and rec.data["workerPackage"] and rec.data["workerVersion"]
+    for msg_id, ext_id in seen:
+        assert msg_id == f"reconcile:{PROVIDER}:{acct.account_id}:{ext_id}"
+
+
+class TaskEvents:
+    """What Flower sees: the task events (``task-sent`` carries args, ``task-succeeded`` the result)."""
+
+    def __init__(self, redis_url: str) -> None:
+        from celery import Celery
+
+        self.app = Celery("flower-probe", broker=redis_url)
+        self.events: list[dict[str, Any]] = []
+        self.subscribed = threading.Event()
+        self._receiver: Any = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _on(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "worker-heartbeat":
+            self.subscribed.set()
+        self.events.append(event)
+
+    def _run(self) -> None:
+        with self.app.connection() as conn:
+            self._receiver = self.app.events.Receiver(conn, handlers={"*": self._on})
+            self._receiver.capture(limit=None, timeout=None, wakeup=True)
+
+    def __enter__(self) -> TaskEvents:
+        self._thread.start()
+        assert self.subscribed.wait(WAIT_S), "no worker heartbeat: event capture not subscribed"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._receiver is not None:
+            self._receiver.should_stop = True
+        self._thread.join(10)
+
+    def text(self) -> str:
+        return "\n".join(json.dumps(e, default=str) for e in self.events)
+
+
+def test_exchange_secrets_never_reach_task_events(stack: CairnStack) -> None:
+    """S1 as Flower would show it: args of every sent/received task and every result."""
+    athlete_id = ATHLETE_BASE + 901
+    stack.strava.add_athlete(athlete_id, n_activities=1, with_gear=False)
+    code = stack.strava.issue_code(athlete_id)
+    with TaskEvents(stack.redis_url) as events:
+        linked = stack.core.oauth_exchange(PROVIDER, stack.pool, code, stack.strava.client_id,
+                                           stack.strava.client_secret,
+                                           "http://127.0.0.1/auth/oauth/strava/callback")
+        wait_until(lambda: any(e.get("type") == "task-succeeded" for e in events.events), WAIT_S,
+                   "the exchange task's events")
+    names = {e.get("name") for e in events.events if e.get("type") in ("task-sent", "task-received")}
+    assert "cairn.exchange" in names, names
+    text = events.text()
+    for secret in (stack.strava.client_secret, code, linked.access_token, linked.refresh_token or "unused"):
+        assert secret not in text
+
+
+def test_parse_blob_our_parser_cannot_read_is_naked_for_a_newer_instance(stack: CairnStack) -> None:
+    acct = stack.connect_athlete()
+    offset = len(stack.bridge.log())
+    job = stack.fetch_job(acct, stack.first_activity_id(acct))
+    job |= {"blob": {"url": "http://127.0.0.1:1/never-fetched", "fallback_handle": "users/x/strava/raw.json"},
+            "min_parser_version": "99.0"}  # another dataset
+    stack.core.enqueue_job("parse_blob", job)
+    wait_until(lambda: re.search(r"nak parse_blob seq \d+ \(delivery 1\) delay [\d.]+s: dataset 99",
+                                 stack.bridge.log()[offset:]), WAIT_S, "the parser-version NAK")
+    assert not stack.results_for(job["job_id"])
+    assert not [r for r in _failures(stack.core) if r.data.get("failedRef", {}).get("externalId") == job["ext_id"]]
