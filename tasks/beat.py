@@ -14,6 +14,8 @@ import os
 from celery import shared_task
 
 from tasks import app
+from tasks.cairn import (MANIFEST_INTERVAL_S, MANIFEST_TASK, PRESENCE_INTERVAL_S, PRESENCE_OPTIONS,
+                         PRESENCE_TASK)
 from tasks.voicy import dispatch_transcription, runtime
 from workers.voicy import pipeline
 
@@ -55,6 +57,13 @@ def build_schedule() -> dict[str, dict[str, object]]:
         reap_s = min(REAP_INTERVAL_S, _ms_env("VOICY_WORKER_LEASE_TTL_MS", 30.0) / 2)
         schedule["voicy-reap"] = {"task": "voicy.reap", "schedule": reap_s,
                                   "options": {"expires": reap_s * BEAT_EXPIRY_FACTOR}}
+    if os.environ.get("CAIRN_NATS_URL"):
+        # Presence goes to the fanout broadcast so every live pool instance writes its own record.
+        schedule["cairn-presence"] = {"task": PRESENCE_TASK, "schedule": PRESENCE_INTERVAL_S,
+                                      "options": {**PRESENCE_OPTIONS,
+                                                  "expires": PRESENCE_INTERVAL_S * BEAT_EXPIRY_FACTOR}}
+        schedule["cairn-manifest"] = {"task": MANIFEST_TASK, "schedule": MANIFEST_INTERVAL_S,
+                                      "options": {"expires": MANIFEST_INTERVAL_S * BEAT_EXPIRY_FACTOR}}
     return schedule
 
 
