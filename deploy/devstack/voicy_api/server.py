@@ -1,26 +1,36 @@
-"""Run the dev Voicy Worker API in a background thread on 127.0.0.1."""
+"""Run the dev Voicy Worker API in a background thread on 127.0.0.1, with a test side channel."""
 
 from __future__ import annotations
 
-import itertools
 import threading
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 import uvicorn
-from bson import ObjectId
 
-from deploy.devstack.services import free_port
+from deploy.devstack.services import free_port, wait_for_port
+from deploy.devstack.voicy_api.admin import job_document
 from deploy.devstack.voicy_api.app import Fault, ServerState, build_app
-from deploy.devstack.voicy_api.store import Store, now
+from deploy.devstack.voicy_api.policy import Policy
+from deploy.devstack.voicy_api.store import Store
 
 SERVER_START_TIMEOUT_S = 10.0
-_message_ids = itertools.count(1000)
+SERVER_STOP_TIMEOUT_S = 10.0
 
 
 class DevVoicyServer:
-    def __init__(self, port: int | None = None, mongo_url: str | None = None) -> None:
-        self.state = ServerState(Store(mongo_url))
+    """``with DevVoicyServer() as server:`` -> ``server.url`` is the ``/worker/v1`` base.
+
+    ``env`` overrides the server-side variables (``VOICY_WORKER_MAX_ATTEMPTS``,
+    ``VOICY_WORKER_STALE_ACTIVE_JOB_MS``, ``VOICY_PROGRESS_EDIT_INTERVAL_MS``,
+    ``VOICY_DISABLE_TELEGRAM_PUBLISH``) for this server only; otherwise
+    ``os.environ`` is read on every request.
+    """
+
+    def __init__(self, port: int | None = None, mongo_url: str | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.state = ServerState(Store(mongo_url), Policy(env))
         self.port = port or free_port()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -30,17 +40,33 @@ class DevVoicyServer:
         return f"http://127.0.0.1:{self.port}/worker/v1"
 
     @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
     def db(self) -> Any:
         return self.state.store.db
 
     @property
+    def env(self) -> dict[str, str]:
+        """Per-server overrides of the server's environment variables (mutable)."""
+        return self.state.policy.overrides
+
+    @property
     def requests(self) -> list[dict[str, Any]]:
+        """Every request received: ``method, path, status, json, client, endpoint, bucket|job_id, at``."""
         with self.state.lock:
             return list(self.state.requests)
 
     @property
     def edits(self) -> list[dict[str, Any]]:
-        return list(self.state.edits)
+        """Visible Telegram edits/sends the real server would make: ``jobId, phase, kind, text, at``."""
+        return list(self.state.publisher.edits)
+
+    def requests_for(self, endpoint: str, job_id: str | None = None) -> list[dict[str, Any]]:
+        """Requests routed to ``endpoint`` (``claim-download``, ``progress``, ``job``, ...)."""
+        return [r for r in self.requests if r.get("endpoint") == endpoint
+                and (job_id is None or r.get("job_id") == job_id)]
 
     def start(self) -> DevVoicyServer:
         config = uvicorn.Config(build_app(self.state), host="127.0.0.1", port=self.port,
@@ -48,15 +74,14 @@ class DevVoicyServer:
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="dev-voicy", daemon=True)
         self._thread.start()
-        from deploy.devstack.services import wait_for_port
-
         wait_for_port(self.port, timeout_s=SERVER_START_TIMEOUT_S)
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
+        if self._server is not None and self._thread is not None:
             self._server.should_exit = True
-            self._thread.join(SERVER_START_TIMEOUT_S)  # type: ignore[union-attr]
+            self._thread.join(SERVER_STOP_TIMEOUT_S)
+            self._server = None
 
     def __enter__(self) -> DevVoicyServer:
         return self.start()
@@ -66,34 +91,42 @@ class DevVoicyServer:
 
     # --- side channel (the real API has no job-creation endpoint) -----------------------------
     def create_client(self, name: str, token: str | None = None) -> str:
+        """Returns the token once; only its SHA-256 is stored, ``enabled=True``. Duplicate names raise."""
         return self.state.store.create_client(name, token)
 
     def disable_client(self, name: str) -> None:
         self.state.store.disable_client(name)
 
-    def enqueue_job(self, file_id: str, *, file_path: str | None = None, file_size: int | None = None,
-                    mime_type: str | None = "audio/ogg", source_kind: str = "voice",
-                    language: str | None = None, source_url: str | None = None,
-                    chat_type: str = "private", status: str = "queued_for_download") -> str:
-        t = now()
-        doc = {"status": status, "chatId": "chat-1", "telegramChatId": "1001",
-               "telegramChatType": chat_type, "sourceMessageId": next(_message_ids),
-               "statusMessageId": next(_message_ids), "fileId": file_id, "filePath": file_path,
-               "fileSize": file_size, "mimeType": mime_type, "sourceKind": source_kind,
-               "sourceUrl": source_url, "recognitionLanguageHint": language, "attempts": 0,
-               "mediaCacheKey": f"telegram:{source_kind}:file_id:{file_id}", "createdAt": t, "updatedAt": t}
-        doc = {k: v for k, v in doc.items() if v is not None}
-        return str(self.state.store.jobs.insert_one(doc).inserted_id)
+    def enqueue_job(self, file_id: str, **kwargs: Any) -> str:
+        """Create a job as the bot does from a Telegram message; see ``admin.job_document`` for keywords
+        (``file_path, file_size, mime_type, source_kind, language, source_url, chat_type, status,
+        file_unique_id, file_name, silent, status_message, created_at``)."""
+        return self.state.store.insert_job(job_document(file_id, **kwargs))
 
     def get_job(self, job_id: str) -> dict[str, Any]:
-        job = self.state.store.jobs.find_one({"_id": ObjectId(job_id)})
+        """The raw stored job (every field, including the hidden ones ``serializeJob`` leaves out)."""
+        job = self.state.store.get_job(job_id)
         if job is None:
             raise KeyError(job_id)
         return job
 
-    def inject_failure(self, endpoint: str, status: int = 503, times: int = 1) -> None:
-        """Make the next ``times`` calls to ``endpoint`` (e.g. ``result``) answer ``status``."""
-        self.state.faults[endpoint] = Fault(status, times)
+    def update_job(self, job_id: str, fields: dict[str, Any]) -> None:
+        """Set raw fields (e.g. an old ``heartbeatAt``) behind the API's back."""
+        from bson import ObjectId
+
+        self.state.store.update_job({"_id": ObjectId(job_id)}, {"$set": fields})
+
+    def inject_failure(self, endpoint: str, status: int = 503, times: int = 1,
+                       error: str = "worker_api_error") -> None:
+        """Make the next ``times`` authenticated calls to ``endpoint`` answer ``status`` ``{"error": error}``.
+
+        Endpoints: ``claim-download, claim-ready, claim, job, source, downloaded, transcribe,
+        heartbeat, progress, result, failure``; and ``publish``: the final Telegram publish of
+        ``/result`` fails, so the result is stored but the job stays transcribing and the
+        response is 500 ``worker_api_error`` (reference §1.10 step 2).
+        """
+        with self.state.lock:
+            self.state.faults[endpoint] = Fault(status, times, error)
 
     def advance_clock(self, seconds: float) -> None:
         """Move the server's clock forward, e.g. to make a heartbeat stale."""

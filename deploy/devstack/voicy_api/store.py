@@ -1,12 +1,16 @@
 """The dev server's Mongo store: a real MongoDB when ``VOICY_DEV_MONGO_URL`` is set, mongomock otherwise.
 
+Collections and field names are Voicy's (``transcriptionjobs``,
+``workerclients``, ``voices``, ``transcriptionresultcaches``; reference §2),
+so a real Voicy shell pointed at the same MongoDB would read the same data.
 Every transition is one conditional ``find_one_and_update`` (compare-and-set),
-as in the real server. mongomock is not atomic across threads, so updates run
-under one lock; a real MongoDB gives the same guarantee on its own.
+as in the real server. mongomock is not atomic across threads, so every
+operation runs under one lock; a real MongoDB gives the same guarantee itself.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import secrets
@@ -14,20 +18,32 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
+from bson import ObjectId
 from pymongo import ReturnDocument
 
 DB_NAME = "voicy_dev"
+TOKEN_PREFIX = "voicy_worker_"
 TOKEN_BYTES = 32
 
 
 def now() -> datetime:
-    """Mongo keeps milliseconds; so do we, so reads and writes compare equal."""
+    """Naive UTC with millisecond precision, as Mongo stores it, so reads and writes compare equal."""
     t = datetime.now(timezone.utc)
     return t.replace(microsecond=t.microsecond // 1000 * 1000, tzinfo=None)
 
 
 def sha256_hex(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    """Voicy's format: ``voicy_worker_`` + base64url(32 random bytes) without padding (56 chars)."""
+    raw = base64.urlsafe_b64encode(secrets.token_bytes(TOKEN_BYTES)).decode().rstrip("=")
+    return TOKEN_PREFIX + raw
+
+
+class DuplicateClientError(ValueError):
+    """``yarn worker:create-client`` refuses a name that exists (unique index on ``name``)."""
 
 
 class Store:
@@ -36,7 +52,7 @@ class Store:
         if mongo_url:
             import pymongo
 
-            self.client: Any = pymongo.MongoClient(mongo_url)
+            self.client: Any = pymongo.MongoClient(mongo_url, tz_aware=False)
         else:
             import mongomock
 
@@ -45,28 +61,61 @@ class Store:
         self.jobs = self.db.transcriptionjobs
         self.clients = self.db.workerclients
         self.voices = self.db.voices
-        self._lock = threading.Lock()
+        self.caches = self.db.transcriptionresultcaches
+        self._lock = threading.RLock()
 
-    def update_one_job(self, flt: dict[str, Any], update: dict[str, Any],
-                       sort: list[tuple[str, int]] | None = None) -> dict[str, Any] | None:
-        update = dict(update)
-        update.setdefault("$set", {})["updatedAt"] = now()
+    # --- jobs -----------------------------------------------------------------------------------
+    def update_job(self, flt: dict[str, Any], update: dict[str, Any], t: datetime | None = None,
+                   sort: list[tuple[str, int]] | None = None) -> dict[str, Any] | None:
+        """One atomic conditional update; returns the document after it, or None (no match)."""
+        update = {k: dict(v) for k, v in update.items()}
+        update.setdefault("$set", {})["updatedAt"] = t or now()
         with self._lock:
             return self.jobs.find_one_and_update(flt, update, sort=sort,
                                                  return_document=ReturnDocument.AFTER)
 
-    def authenticate(self, token: str) -> dict[str, Any] | None:
+    def find_job(self, flt: dict[str, Any]) -> dict[str, Any] | None:
+        with self._lock:
+            return self.jobs.find_one(flt)
+
+    def insert_job(self, doc: dict[str, Any]) -> str:
+        with self._lock:
+            return str(self.jobs.insert_one(doc).inserted_id)
+
+    def get_job(self, job_id: str) -> dict[str, Any] | None:
+        return self.find_job({"_id": ObjectId(job_id)})
+
+    # --- other collections ------------------------------------------------------------------------
+    def upsert(self, collection: Any, flt: dict[str, Any], fields: dict[str, Any], t: datetime) -> None:
+        with self._lock:
+            collection.update_one(flt, {"$set": {**fields, "updatedAt": t},
+                                        "$setOnInsert": {"createdAt": t}}, upsert=True)
+
+    # --- worker clients ---------------------------------------------------------------------------
+    def authenticate(self, token: str, t: datetime) -> dict[str, Any] | None:
+        """``findOneAndUpdate({tokenHash, enabled: true}, {$set: {lastSeenAt}})`` (reference §1.0)."""
         with self._lock:
             return self.clients.find_one_and_update(
-                {"tokenHash": sha256_hex(token), "enabled": True}, {"$set": {"lastSeenAt": now()}},
-                return_document=ReturnDocument.AFTER)
+                {"tokenHash": sha256_hex(token), "enabled": True},
+                {"$set": {"lastSeenAt": t, "updatedAt": t}}, return_document=ReturnDocument.AFTER)
+
+    def touch_client(self, client_id: Any, fields: dict[str, Any]) -> None:
+        with self._lock:
+            self.clients.update_one({"_id": client_id}, {"$set": fields})
 
     def create_client(self, name: str, token: str | None = None) -> str:
         """Like ``yarn worker:create-client``: returns the token once, stores only its SHA-256."""
-        token = token or "vwk_" + secrets.token_urlsafe(TOKEN_BYTES)
-        self.clients.update_one({"name": name}, {"$set": {"name": name, "tokenHash": sha256_hex(token),
-                                                          "enabled": True}}, upsert=True)
+        token = token or new_token()
+        t = now()
+        with self._lock:
+            if self.clients.find_one({"$or": [{"name": name}, {"tokenHash": sha256_hex(token)}]}):
+                raise DuplicateClientError(f"worker client {name!r} (or its token) already exists")
+            self.clients.insert_one({"name": name, "tokenHash": sha256_hex(token), "enabled": True,
+                                     "createdAt": t, "updatedAt": t})
         return token
 
     def disable_client(self, name: str) -> None:
-        self.clients.update_one({"name": name}, {"$set": {"enabled": False}})
+        """The documented way to revoke a token: set ``enabled`` to false."""
+        with self._lock:
+            if self.clients.update_one({"name": name}, {"$set": {"enabled": False}}).matched_count == 0:
+                raise KeyError(name)

@@ -24,6 +24,22 @@ def js_len(s: str) -> int:
     return len(s.encode("utf-16-le")) // 2
 
 
+def js_slice(s: str, units: int) -> str:
+    """JavaScript ``s.slice(0, units)``: cut at ``units`` UTF-16 code units (may split a pair)."""
+    if js_len(s) <= units:
+        return s
+    return s.encode("utf-16-le")[: units * 2].decode("utf-16-le", errors="ignore")
+
+
+def js_truthy(value: Any) -> bool:
+    """JavaScript ``Boolean(value)``: ``{}``, ``[]`` and ``"false"`` are true; ``0``, ``""``, null false."""
+    if isinstance(value, (dict, list)):
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return bool(value)
+
+
 def object_id(raw: str) -> ObjectId:
     """bson 4.x ``isValid``: 24 hex characters, or any 12-byte string."""
     if _HEX24.match(raw):
@@ -41,7 +57,8 @@ def _parts(body: dict[str, Any]) -> list[dict[str, Any]] | None:
         raise ApiError(400, "invalid_result_parts")
     out = []
     for item in parts:
-        if not item or not isinstance(item, (dict, list)):
+        # JS: ``!item || typeof item !== "object"``; ``{}`` and ``[]`` are truthy objects there.
+        if not isinstance(item, (dict, list)):
             raise ApiError(400, "invalid_result_part")
         item = item if isinstance(item, dict) else {}
         if "timeCode" in item and not isinstance(item["timeCode"], str):
