@@ -73,6 +73,9 @@ class VoicyBridge:
             slot = self.rt.fleet.reserve_backlog(self.backlog_limit)
             if slot is None:
                 break
+            if self._stop.is_set():  # SIGTERM while reserving: claim nothing more
+                self.rt.fleet.cancel_backlog(slot)
+                break
             try:
                 job = self.rt.client.claim_download(self._download_buckets.take())
             except BaseException:
@@ -94,7 +97,7 @@ class VoicyBridge:
         while not self._stop.is_set() and self.rt.fleet.gpu_load() < self.gpu_capacity:
             first = self._ready_buckets.take()
             job = self.rt.client.claim_ready(first)
-            if job is None:
+            if job is None and not self._stop.is_set():
                 job = self.rt.client.claim_ready(BUCKETS[BUCKETS.index(first) ^ 1])
             if job is None:
                 break
@@ -154,4 +157,10 @@ class VoicyBridge:
         log.info("voicy bridge stopped")
 
     def stop(self) -> None:
+        """Stop claiming (called from the SIGTERM handler); ``run()`` returns within a poll interval.
+
+        A claim already answered is still adopted and dispatched before the loop
+        exits, so nothing claimed is dropped; the job's lease, the workers and the
+        beat reaper finish it without this process (it holds no job in memory).
+        """
         self._stop.set()

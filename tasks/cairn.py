@@ -189,18 +189,26 @@ def job(self: Any, kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> 
         return nak(reason="lease not granted to this task").model_dump()
     try:
         with LeaseKeeper(rt.leases, seq, running, rt.lease_ttl_s) as keeper:
-            delivery = _delivery(meta, keeper)
+            delivery = _delivery(meta, keeper, rt.leases, seq)
             disposition = handle_job(rt.ctx, kind, payload, delivery)
     finally:
         rt.leases.release(seq, running)
     return disposition.model_dump()
 
 
-def _delivery(meta: dict[str, Any], keeper: LeaseKeeper) -> Any:
+def _delivery(meta: dict[str, Any], keeper: LeaseKeeper, leases: Leases, seq: str) -> Any:
+    """The delivery facts, with a live ownership probe: the keeper's flag, or a direct lease read.
+
+    Handlers ask it right before publishing, so a copy whose message was handed
+    to another instance (e.g. after a bridge's shutdown grace) does not publish too.
+    """
     from workers.cairn.handlers.context import Delivery
 
+    def lost() -> bool:
+        return keeper.lost.is_set() or leases.holder(seq) != keeper.value
+
     return Delivery(attempt=int(meta["delivery"]), stream_seq=int(meta["seq"]),
-                    subject=str(meta.get("subject", "")), lost=keeper.lost)
+                    subject=str(meta.get("subject", "")), lost=lost)
 
 
 @shared_task(name=DISCOVER_TASK)

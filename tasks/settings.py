@@ -52,6 +52,19 @@ PROVIDER_HARD_TIME_LIMIT_S = PROVIDER_SOFT_TIME_LIMIT_S + 30
 # default; we load lazily on the first task, and still give init some room.
 WORKER_PROC_ALIVE_TIMEOUT_S = 60.0
 
+# --- shutdown (Heroku: SIGTERM to every process of the dyno, SIGKILL 30 s later) --------
+# The Procfile runs workers with REMAP_SIGTERM=SIGQUIT: SIGTERM starts a *cold*
+# shutdown and pool children ignore SIGTERM (billiard), so nothing dies at once.
+# Celery then waits this soft-shutdown window for running tasks (it sleeps the
+# whole window whenever a task is running), so a short transcription or a
+# download finishes here instead of being redone; then it cancels what still
+# runs with the terminate signal, the task sees SystemExit and hands its job back
+# (``workers.voicy.pipeline.hand_back``; Cairn tasks release their lease and the
+# bridge NAKs). 10 s + cancel + exit stays well inside the 30 s before SIGKILL,
+# and a SIGKILL is still safe: the lease expires and the reaper recovers the job.
+# ``WORKER_SOFT_SHUTDOWN_TIMEOUT_S`` overrides it per process (0 = hand back at once).
+WORKER_SOFT_SHUTDOWN_TIMEOUT_S = 10.0
+
 RESULT_EXPIRES_S = 3600
 BROKER_SOCKET_TIMEOUT_S = 30.0
 BROKER_HEALTH_CHECK_INTERVAL_S = 25.0
@@ -64,6 +77,8 @@ class FleetSettings(BaseSettings):
 
     redis_url: str = Field(default=DEFAULT_REDIS_URL, validation_alias="REDIS_URL",
                            pattern=r"^rediss?://")
+    soft_shutdown_timeout_s: float = Field(default=WORKER_SOFT_SHUTDOWN_TIMEOUT_S, ge=0,
+                                           validation_alias="WORKER_SOFT_SHUTDOWN_TIMEOUT_S")
 
 
 def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
@@ -92,6 +107,7 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
         "worker_disable_prefetch": WORKER_DISABLE_PREFETCH,
         "worker_proc_alive_timeout": WORKER_PROC_ALIVE_TIMEOUT_S,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_soft_shutdown_timeout": settings.soft_shutdown_timeout_s,
         "worker_hijack_root_logger": False,
         "task_routes": TASK_ROUTES,
         "task_queues": TASK_QUEUES,

@@ -5,7 +5,8 @@ Every step first *takes* the job's lease (``workers.lease``): a duplicate
 delivery, or a task whose job was recovered elsewhere, finds the lease in
 another state and returns without touching Voicy (V2). Every outcome ends the
 job exactly one way (V1): result posted, failure posted (Voicy requeues a
-retryable one), or handed back to the reaper by letting the lease expire.
+retryable one), or handed back to the reaper by letting the lease expire (a
+killed process) or releasing it (a process shut down mid-job, :func:`hand_back`).
 """
 
 from __future__ import annotations
@@ -101,11 +102,41 @@ def report_failure(rt: VoicyRuntime, job_id: str, exc: BaseException, lease_valu
     finish(rt, job_id, lease_value)
 
 
+def hand_back(rt: VoicyRuntime, job_id: str, lease_value: str) -> bool:
+    """The process is exiting mid-job: release the lease so the reaper recovers the job *now*.
+
+    Only called while ``SystemExit`` unwinds the task, i.e. when this execution
+    can no longer go on, so releasing cannot let two executions overlap (V2).
+    The fleet records stay: the reaper needs them to redispatch the
+    transcription (media in the store) or report a retryable failure (none).
+    Without this the job waits a full lease TTL before the reaper sees it.
+    """
+    try:
+        released = rt.leases.release(job_id, lease_value)
+    except redis.RedisError as exc:  # the lease then simply expires: recovery is only slower
+        log.warning("job %s: could not hand back the lease: %s", job_id, exc)
+        return False
+    if released:
+        log.warning("job %s: worker shutting down mid-job; handed back for recovery", job_id)
+    return released
+
+
 def _guarded(rt: VoicyRuntime, job_id: str, lease_value: str, body) -> object:  # type: ignore[no-untyped-def]
-    """Run ``body(keeper)`` under a renewed lease and map every failure to one outcome."""
+    """Run ``body(keeper)`` under a renewed lease and map every failure to one outcome.
+
+    ``SystemExit`` means the pool process is being shut down under us: Celery's
+    cold shutdown (``REMAP_SIGTERM=SIGQUIT``, after ``worker_soft_shutdown_timeout``)
+    cancels the task with the terminate signal, and a SIGTERM sent to the child
+    itself (Heroku signals every process of the dyno) does the same; billiard turns
+    either into ``SystemExit`` in the task. We post nothing (the job is not failed)
+    and hand it back instead (:func:`hand_back`).
+    """
     with LeaseKeeper(rt.leases, job_id, lease_value, rt.lease_ttl_s) as keeper:
         try:
             return body(keeper)
+        except SystemExit:
+            hand_back(rt, job_id, lease_value)
+            raise
         except LeaseLost:
             log.warning("job %s: lease lost, leaving the job to its new owner", job_id)
             return None

@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from workers.cairn.credentials import fetch_tokens
-from workers.cairn.disposition import Disposition, ack
+from workers.cairn.disposition import Disposition, ack, nak
 from workers.cairn.handlers.publish import archive_raw, publish_claim_checked
 from workers.cairn.subjects import activity_result_msg_id
 from workers.providers.base import FetchOutcome, ProviderContext
@@ -78,6 +78,8 @@ def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
         blob_id = archive_raw(ctx, outcome.archive.body, outcome.archive.content_type, job.user_id)
         outcome.attach_raw_blob(blob_id, size_bytes=outcome.archive.size_bytes,
                                 content_type=outcome.archive.content_type)
+    if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
+        return nak(reason="lease lost before publishing")
     subject = _result_subject(ctx)
     publish_claim_checked(ctx, subject, activity_result(ctx, outcome),
                           result_msg_id(str(getattr(job, "job_id", "") or ""), outcome.ext_id, delivery))

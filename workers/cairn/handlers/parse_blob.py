@@ -112,6 +112,8 @@ def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
     outcome = ctx.provider.parse_blob(raw, job)
     if blob_id:
         outcome.attach_raw_blob(blob_id, size_bytes=len(raw), content_type=ARCHIVE_CONTENT_TYPE)
+    if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
+        return nak(reason="lease lost before publishing")
     from workers.cairn.handlers.context import result_subject
 
     publish_claim_checked(ctx, result_subject(KIND, ctx.provider_name, ctx.worker_name),
