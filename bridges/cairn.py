@@ -78,6 +78,14 @@ class Held:
     settled: bool = False
 
 
+INITIAL_CONNECT_TIMEOUT_S = 30.0
+EXIT_NATS_UNREACHABLE = 5
+
+
+class NatsUnreachableError(Exception):
+    """NATS did not answer at start; the message names the variable to check."""
+
+
 class CairnBridge:
     """One bridge instance; ``await run()`` until ``stop()``."""
 
@@ -101,11 +109,32 @@ class CairnBridge:
         self._resubscribe = False
 
     # ------------------------------------------------------------------ lifecycle
+    async def _connect(self) -> nats.NATS | None:
+        """The first connection: bounded, and abandoned at once on SIGTERM.
+
+        nats-py retries forever with ``max_reconnect_attempts=-1`` (right once we
+        are connected); at start an unreachable server must stop the process with
+        a message naming the variable instead of hanging.
+        """
+        connect = asyncio.ensure_future(nats.connect(
+            **connect_options(self.settings), error_cb=self._nats_error,
+            disconnected_cb=self._nats_disconnected, reconnected_cb=self._nats_reconnected))
+        stop = asyncio.ensure_future(self._stopping.wait())
+        done, _ = await asyncio.wait({connect, stop}, timeout=INITIAL_CONNECT_TIMEOUT_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if connect in done:
+            return connect.result()
+        connect.cancel()
+        if self._stopping.is_set():
+            return None
+        raise NatsUnreachableError(f"cannot reach CAIRN_NATS_URL within {INITIAL_CONNECT_TIMEOUT_S:.0f}s")
+
     async def run(self) -> None:
         self._slots = asyncio.Semaphore(self.settings.max_in_flight)
-        self.nc = await nats.connect(**connect_options(self.settings), error_cb=self._nats_error,
-                                     disconnected_cb=self._nats_disconnected,
-                                     reconnected_cb=self._nats_reconnected)
+        self.nc = await self._connect()
+        if self.nc is None:
+            return  # stopped before NATS answered
         self.js = self.nc.jetstream()
         self._sync_redis = redis.Redis.from_url(self.redis_url)
         self._aredis = aioredis.Redis.from_url(self.redis_url)
@@ -367,6 +396,9 @@ def main() -> None:
         asyncio.run(_run())
         if bridge.failed:
             raise SystemExit(EXIT_LOOP_FAILED)
+    except NatsUnreachableError as exc:
+        print(f"switchyard cairn bridge: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_NATS_UNREACHABLE) from None
     except IncompatibleCoreError as exc:
         log.error("refusing to start: %s", exc)
         print(f"switchyard cairn bridge: refusing to start: {exc}", file=sys.stderr)

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
+import redis
+
 from workers.errors import AuthError, JobError, StaleJobError
 from workers.logs import redact
 from workers.voicy.fleet import Stage
@@ -139,6 +141,12 @@ class VoicyBridge:
                               "stopped; checking again every %.0fs", AUTH_RECHECK_INTERVAL_S)
                 self.authorized = False
                 self._stop.wait(AUTH_RECHECK_INTERVAL_S)
+                continue
+            except redis.RedisError as exc:
+                log.warning("Redis unavailable at REDIS_URL (%s); retrying in %.1fs",
+                            type(exc).__name__, backoff_s)
+                self._stop.wait(backoff_s)
+                backoff_s = min(backoff_s * 2, ERROR_BACKOFF_MAX_S)
                 continue
             except JobError as exc:
                 log.warning("Voicy API unavailable (%s); retrying in %.1fs",

@@ -81,6 +81,21 @@ class FleetSettings(BaseSettings):
                                            validation_alias="WORKER_SOFT_SHUTDOWN_TIMEOUT_S")
 
 
+def _redis_ssl(url: str) -> dict[str, Any]:
+    """TLS options for ``rediss://`` (Heroku Redis presents a self-signed certificate).
+
+    ``REDIS_SSL_CERT_REQS`` is ``none`` (Heroku's documented setting), ``optional`` or ``required``.
+    """
+    if not url.startswith("rediss://"):
+        return {}
+    import ssl
+    import os
+
+    reqs = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}[
+        os.environ.get("REDIS_SSL_CERT_REQS", "none").lower()]
+    return {"broker_use_ssl": {"ssl_cert_reqs": reqs}, "redis_backend_use_ssl": {"ssl_cert_reqs": reqs}}
+
+
 def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
     """The Celery configuration mapping (``app.conf.update(celery_config())``)."""
     from tasks.routes import TASK_ROUTES, TASK_QUEUES
@@ -91,7 +106,9 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
         "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
         "health_check_interval": BROKER_HEALTH_CHECK_INTERVAL_S,
     }
+    ssl = _redis_ssl(settings.redis_url)
     return {
+        **ssl,
         "broker_url": settings.redis_url,
         "result_backend": settings.redis_url,
         "broker_transport_options": dict(transport),

@@ -22,6 +22,9 @@ def env_name(cls: type[BaseSettings], field: str) -> str:
     info = cls.model_fields.get(field)
     if info is not None and isinstance(info.validation_alias, str):
         return info.validation_alias
+    choices = getattr(info.validation_alias, "choices", None) if info is not None else None
+    if choices and isinstance(choices[0], str):
+        return choices[0]
     prefix = cls.model_config.get("env_prefix", "") or ""
     return f"{prefix}{field}".upper()
 
