@@ -133,6 +133,14 @@ class FakeTelegram:
             self.requests.append(entry)
         return entry
 
+    async def _get_me(self, request: Request) -> Response:
+        """``getMe``: what ``switchyard doctor`` calls to check the bot token."""
+        if request.path_params["token"] != self.token:
+            return JSONResponse({"ok": False, "error_code": 401, "description": "Unauthorized"}, 401)
+        bot_id = self.token.split(":", 1)[0]
+        return JSONResponse({"ok": True, "result": {"id": int(bot_id) if bot_id.isdigit() else 0,
+                                                    "is_bot": True, "username": "switchyard_dev_bot"}})
+
     async def _get_file(self, request: Request) -> Response:
         file_id = request.query_params.get("file_id", "")
         if not file_id and request.method == "POST":
@@ -182,6 +190,7 @@ class FakeTelegram:
 
     def app(self) -> Starlette:
         return Starlette(routes=[
+            Route("/bot{token}/getMe", self._get_me, methods=["GET", "POST"]),
             Route("/bot{token}/getFile", self._get_file, methods=["GET", "POST"]),
             Route("/file/bot{token}/{path:path}", self._download),
         ])

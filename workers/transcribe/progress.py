@@ -1,8 +1,11 @@
 """When to post a partial transcript: only when it grew and the interval has passed.
 
 The server stores every progress call and throttles visible Telegram edits
-itself; we still avoid sending one per segment, which would be a request per
-second of audio on a fast GPU.
+itself (``VOICY_PROGRESS_EDIT_INTERVAL_MS``, reference/voicy.md §4); we still
+avoid one request per segment, and the contract asks workers to post only
+"meaningful transcript changes". The first post also waits one interval from
+the start, so a short voice message goes straight to its result. The interval
+boundary itself is allowed (``>=``), like the server's throttle.
 """
 
 from __future__ import annotations
@@ -10,14 +13,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from workers.voicy.settings import VoicySettings
+
 
 class ProgressThrottle:
+    """Decide per partial transcript whether to send it; ``clock`` is injectable for tests."""
+
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
         self._clock = clock
         self._last_sent_at: float | None = None
         self._last_len = 0
         self._started_at = clock()
+
+    @classmethod
+    def from_settings(cls, settings: VoicySettings,
+                      clock: Callable[[], float] = time.monotonic) -> ProgressThrottle:
+        """``VOICY_WORKER_PROGRESS_INTERVAL_MS`` (already clamped to at least 1000 ms)."""
+        return cls(settings.progress_interval_s, clock)
 
     def should_send(self, text: str) -> bool:
         """True when ``text`` is longer than the last sent one and ``interval_s`` has passed."""

@@ -1,56 +1,102 @@
 """Voicy-side settings, with the same ``VOICY_WORKER_*`` names as Voicy's own worker client.
 
-Numbers follow the client's rule (reference/voicy.md §6.1): unset or empty
-means the default, anything negative is a configuration error naming the
-variable. ``VOICY_WORKER_PROGRESS_INTERVAL_MS`` below 1000 is clamped to 1000,
-matching the server's own clamp of its edit interval.
+Why the same names: an operator who ran Voicy's bundled client moves its
+environment over unchanged (reference/voicy.md §6.1). Differences, on purpose:
+
+* ``POLL_INTERVAL_MS`` defaults to 1000 (Voicy: 5000): the bridge claims only
+  while it has capacity, so a short idle poll costs little and picks work up sooner.
+* ``PROGRESS_INTERVAL_MS`` (ours) below 1000 is **clamped** to 1000, mirroring
+  the server's own clamp of its edit interval (§4); faster progress posts
+  would only be stored, never shown.
+* ``MAX_MEDIA_BYTES`` bounds a download (Voicy streams without a limit, §6.4).
+  The default is the cloud Bot API's 20 MiB cap; ``VOICY_MAX_MEDIA_FILE_SIZE_MB``
+  (the server's variable) is honoured when ours is unset.
+* ``LEASE_TTL_MS``, ``MEDIA_STORE``, ``DEVICE``, ``COMPUTE_TYPE``, ``BEAM_SIZE``
+  are ours; the transcriber-command variables of Voicy's client are gone
+  (the engine runs in-process).
+
+Numbers follow the client's rule: unset or empty means the default; a value
+that is not a number or is negative is a ``ConfigError`` naming the variable
+(``load_voicy_settings``). Secrets are ``SecretStr`` and are registered with
+the log redactor the moment settings load.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AfterValidator, AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.config import load_settings
+from workers.errors import ConfigError
 from workers.logs import register_secret
 
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org"
+DEFAULT_ENGINE = "faster-whisper"
 DEFAULT_MODEL = "large-v3"
-MIN_PROGRESS_INTERVAL_MS = 1000
+DEFAULT_POLL_INTERVAL_MS = 1000.0
+DEFAULT_HEARTBEAT_INTERVAL_MS = 30000.0
+DEFAULT_DOWNLOAD_TIMEOUT_MS = 300000.0
+DEFAULT_RESTART_DELAY_MS = 10000.0
+DEFAULT_PROGRESS_INTERVAL_MS = 2500.0
+MIN_PROGRESS_INTERVAL_MS = 1000.0  # the server clamps its visible-edit interval to this too
+DEFAULT_STALE_ACTIVE_JOB_MS = 900000.0  # the server's claim-ready cutoff (15 min)
+DEFAULT_LEASE_TTL_MS = 30000.0
+MIN_LEASE_TTL_MS = 100.0
 CLOUD_BOT_API_MAX_BYTES = 20 * 1024 * 1024  # the cloud Bot API refuses larger downloads
+BYTES_PER_MB = 1024 * 1024
+SERVER_MAX_MEDIA_ENV = "VOICY_MAX_MEDIA_FILE_SIZE_MB"  # the server's variable, honoured as a fallback
+TRUE_FLAGS = frozenset({"1", "true"})  # Voicy's IDLE_EXIT rule: only these two strings
+
+
+def _non_negative(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("must be a non-negative number")
+    return value
+
+
+NonNegative = Annotated[float, AfterValidator(_non_negative)]
+NonNegativeInt = Annotated[int, AfterValidator(_non_negative)]
 
 
 class VoicySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="VOICY_WORKER_", extra="ignore", populate_by_name=True,
-                                      env_ignore_empty=True)
+    """Everything the Voicy side reads from the environment (``VOICY_WORKER_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="VOICY_WORKER_", extra="ignore",
+                                      populate_by_name=True, env_ignore_empty=True)
 
     api_url: str
     token: SecretStr
     work_dir: Path = Field(default_factory=lambda: Path.cwd() / "tmp" / "voicy-worker")
-    media_store: str | None = None
-    poll_interval_ms: float = Field(default=1000, ge=0)
-    heartbeat_interval_ms: float = Field(default=30000, ge=0)
-    download_timeout_ms: float = Field(default=300000, ge=0)
-    download_concurrency: int = Field(default=2, ge=0)
-    transcription_concurrency: int = Field(default=1, ge=0)
-    ready_queue_limit: int | None = Field(default=None, ge=0)
-    stale_active_job_ms: float = Field(default=900000, ge=0)
-    lease_ttl_ms: float = Field(default=30000, ge=100)
+    media_store: str | None = None  # a directory or s3://bucket/prefix; default: work_dir
+    poll_interval_ms: NonNegative = DEFAULT_POLL_INTERVAL_MS
+    heartbeat_interval_ms: NonNegative = DEFAULT_HEARTBEAT_INTERVAL_MS  # 0 disables
+    download_timeout_ms: NonNegative = DEFAULT_DOWNLOAD_TIMEOUT_MS
+    restart_delay_ms: NonNegative = DEFAULT_RESTART_DELAY_MS
+    download_concurrency: NonNegativeInt = 2
+    transcription_concurrency: NonNegativeInt = 1
+    ready_queue_limit: NonNegativeInt | None = None
+    idle_exit: bool = False
+    stale_active_job_ms: NonNegative = DEFAULT_STALE_ACTIVE_JOB_MS
+    lease_ttl_ms: NonNegative = DEFAULT_LEASE_TTL_MS
     telegram_api_url: str = DEFAULT_TELEGRAM_API_URL
     telegram_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("VOICY_WORKER_TELEGRAM_BOT_TOKEN", "TOKEN"))
-    max_media_bytes: int = Field(default=CLOUD_BOT_API_MAX_BYTES, ge=1)
+    max_media_bytes: NonNegativeInt | None = None
+    max_media_file_size_mb: NonNegative | None = Field(
+        default=None, validation_alias=AliasChoices(SERVER_MAX_MEDIA_ENV, "max_media_file_size_mb"))
     language: str | None = None
-    engine: str = "faster-whisper"
+    engine: str = DEFAULT_ENGINE
     model: str = Field(default=DEFAULT_MODEL, validation_alias=AliasChoices(
-        "VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL"))
+        "VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL", "model"))
     device: str = Field(default="auto", pattern="^(auto|cuda|cpu)$")
-    compute_type: str | None = None
+    compute_type: str | None = None  # default chosen by the engine: float16 on CUDA, int8 on CPU
     beam_size: int = Field(default=5, ge=1)
-    progress_interval_ms: float = Field(default=2500, ge=0)
+    progress_interval_ms: NonNegative = DEFAULT_PROGRESS_INTERVAL_MS
 
     @field_validator("api_url", "telegram_api_url")
     @classmethod
@@ -60,10 +106,29 @@ class VoicySettings(BaseSettings):
             raise ValueError("must be an http(s) URL")
         return value
 
+    @field_validator("idle_exit", mode="before")
+    @classmethod
+    def _flag(cls, value: object) -> bool:
+        return value if isinstance(value, bool) else str(value).strip().lower() in TRUE_FLAGS
+
     @field_validator("progress_interval_ms")
     @classmethod
     def _clamp_progress(cls, value: float) -> float:
         return max(MIN_PROGRESS_INTERVAL_MS, value)
+
+    @field_validator("lease_ttl_ms")
+    @classmethod
+    def _lease_floor(cls, value: float) -> float:
+        if value < MIN_LEASE_TTL_MS:
+            raise ValueError(f"must be at least {MIN_LEASE_TTL_MS:g}")
+        return value
+
+    @field_validator("max_media_bytes")
+    @classmethod
+    def _positive_bound(cls, value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise ValueError("must be at least 1")
+        return value
 
     @model_validator(mode="after")
     def _derive(self) -> VoicySettings:
@@ -74,18 +139,57 @@ class VoicySettings(BaseSettings):
         self.ready_queue_limit = max(1, self.ready_queue_limit)
         if not self.media_store:
             self.media_store = str(self.work_dir)
-        mb = os.environ.get("VOICY_MAX_MEDIA_FILE_SIZE_MB", "").strip()
-        if mb and "VOICY_WORKER_MAX_MEDIA_BYTES" not in os.environ:
-            self.max_media_bytes = int(float(mb) * 1024 * 1024)
+        if self.max_media_bytes is None:
+            mb = self.max_media_file_size_mb
+            self.max_media_bytes = int(mb * BYTES_PER_MB) if mb else CLOUD_BOT_API_MAX_BYTES
         return self
 
+    # --- derived values, in the units the code uses ----------------------------------------
     @property
     def timeout_s(self) -> float:
+        """Voicy uses the download timeout for every API call and getFile too (§6.1)."""
         return self.download_timeout_ms / 1000.0
+
+    @property
+    def heartbeat_interval_s(self) -> float | None:
+        """``None`` when heartbeats are disabled (``HEARTBEAT_INTERVAL_MS=0``)."""
+        return self.heartbeat_interval_ms / 1000.0 if self.heartbeat_interval_ms > 0 else None
+
+    @property
+    def poll_interval_s(self) -> float:
+        return self.poll_interval_ms / 1000.0
+
+    @property
+    def progress_interval_s(self) -> float:
+        return self.progress_interval_ms / 1000.0
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return self.lease_ttl_ms / 1000.0
+
+
+def _check_number_env(name: str) -> None:
+    """Validate a non-prefixed numeric variable ourselves so the error names it exactly.
+
+    (``workers.config.env_name`` derives names from the field plus our prefix,
+    which would misname a variable that does not carry the prefix.)
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return
+    try:
+        _non_negative(float(raw))
+    except ValueError:
+        raise ConfigError(f"invalid configuration: {name}: must be a non-negative number") from None
 
 
 def load_voicy_settings(**overrides: object) -> VoicySettings:
-    """Load from the environment (``ConfigError`` names a bad variable) and register secrets."""
+    """Load from the environment (``ConfigError`` names a bad variable) and register secrets.
+
+    The bot token is registered whole and by its secret half (after ``<bot id>:``),
+    because a URL or message could carry either.
+    """
+    _check_number_env(SERVER_MAX_MEDIA_ENV)
     settings = load_settings(VoicySettings, **overrides)
     register_secret(settings.token.get_secret_value())
     if settings.telegram_bot_token is not None:

@@ -3,15 +3,28 @@
 Follows Voicy's client (reference/voicy.md §6.4): a legacy ``sourceUrl`` only
 when it is not token-bearing (§3.4 pattern) and passes the allow-list; else
 ``filePath``; else ``getFile`` for the ``fileId``. Cloud Bot API paths are
-relative and downloaded over HTTP; a local Bot API server (``--local``) returns
-absolute paths, copied from disk when the API host is loopback. File URLs
-contain ``/file/bot<TOKEN>/``, so errors name the step and status only.
+relative and downloaded over HTTP (``{TG}/file/bot<TOKEN>/<path>``); a local
+Bot API server (``--local``) returns absolute paths, copied from disk when the
+API host is loopback.
+
+Why the token never leaks: every URL we build carries the placeholder
+``TOKEN_MARK`` instead of the token, and only :class:`BotTokenTransport`
+swaps the real token in, right before the bytes go on the wire and only for
+the Bot API's own origin. httpx's request log line, its exceptions and our
+messages therefore only ever see ``/bot__BOT_TOKEN__/``.
+
+Classification (§6.8): a missing bot token and a refused source URL are
+permanent; getFile or download HTTP errors, timeouts and file-system errors
+are retryable, except Telegram's "file is too big" and our size bound, which
+no retry can fix.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from urllib.parse import quote, urlsplit
@@ -19,15 +32,17 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from workers.errors import PermanentJobError, RetryableJobError
-from workers.voicy.media_store import MediaStore
+from workers.voicy.media_store import MediaStore, MediaTooLarge
 from workers.voicy.models import Source
 from workers.voicy.settings import VoicySettings
 
 log = logging.getLogger(__name__)
 
 TOKEN_URL_RE = re.compile(r"/(?:file/)?bot\d+:[A-Za-z0-9_-]+(?=/|\?|\Z)", re.ASCII)
+TOKEN_MARK = "__BOT_TOKEN__"  # stands for the bot token in every URL outside the transport
 CHUNK_BYTES = 64 * 1024
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1"})
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1"})  # Voicy's rule; it never matches [::1]
+ENCODE_URI_COMPONENT_SAFE = "!'()*-._~"  # what JavaScript's encodeURIComponent leaves alone
 MIME_EXTENSIONS = {
     "audio/aac": ".aac", "audio/aiff": ".aiff", "audio/x-aiff": ".aiff", "audio/amr": ".amr",
     "audio/flac": ".flac", "audio/mp4": ".m4a", "audio/x-m4a": ".m4a", "audio/mpeg": ".mp3",
@@ -36,11 +51,15 @@ MIME_EXTENSIONS = {
     "video/mp4": ".mp4", "video/mpeg": ".mpeg", "video/quicktime": ".mov", "video/x-m4v": ".m4v",
     "video/x-matroska": ".mkv", "video/x-msvideo": ".avi",
 }
+DEFAULT_EXTENSION = ".ogg"
 NO_TOKEN_RESOLVE = "VOICY_WORKER_TELEGRAM_BOT_TOKEN or TOKEN is required to resolve Telegram file ids"
 NO_TOKEN_DOWNLOAD = "VOICY_WORKER_TELEGRAM_BOT_TOKEN or TOKEN is required to download Telegram media"
+NOT_ALLOWED = "Worker source URL is not allowed"
+FILE_TOO_BIG = "file is too big"  # Telegram's description for media over the cloud cap
 
 
 def is_token_bearing(url: str) -> bool:
+    """Voicy's exact test (§3.4): ``/bot<digits>:<token>`` followed by ``/``, ``?`` or the end."""
     return bool(TOKEN_URL_RE.search(url))
 
 
@@ -49,15 +68,20 @@ def extension_for(source: Source) -> str:
     mime = (source.mime_type or "").lower().split(";")[0].strip()
     if mime in MIME_EXTENSIONS:
         return MIME_EXTENSIONS[mime]
-    for name in (source.file_name,):
-        if name and PurePosixPath(name).suffix:
-            return PurePosixPath(name).suffix.lower()
+    if source.file_name and PurePosixPath(source.file_name).suffix:
+        return PurePosixPath(source.file_name).suffix.lower()
     if source.source_kind in ("video_note", "video"):
         return ".mp4"
-    for candidate in (urlsplit(source.source_url).path if source.source_url else None, source.file_path):
-        if candidate and PurePosixPath(candidate).suffix:
-            return PurePosixPath(candidate).suffix.lower()
-    return ".ogg"
+    if source.source_url:
+        return PurePosixPath(urlsplit(source.source_url).path).suffix.lower() or DEFAULT_EXTENSION
+    if source.file_path:
+        return _suffix(source.file_path) or DEFAULT_EXTENSION
+    return DEFAULT_EXTENSION
+
+
+def _suffix(path: str) -> str:
+    pure = PureWindowsPath(path) if "\\" in path else PurePosixPath(path)
+    return pure.suffix.lower()
 
 
 def _is_loopback(url: str) -> bool:
@@ -69,12 +93,14 @@ def _is_absolute(path: str) -> bool:
 
 
 def file_url(api_url: str, token: str, file_path: str) -> str:
-    """``{TG}/file/bot{TOKEN}/{path}``, each segment percent-encoded like encodeURIComponent."""
+    """``{TG}/file/bot{TOKEN}/{path}``: leading ``/`` stripped, each segment encodeURIComponent-ed."""
     segments = file_path.lstrip("/").split("/")
-    return f"{api_url}/file/bot{token}/" + "/".join(quote(s, safe="!'()*-._~") for s in segments)
+    return f"{api_url}/file/bot{token}/" + "/".join(quote(s, safe=ENCODE_URI_COMPONENT_SAFE)
+                                                    for s in segments)
 
 
 def _allowed(url: str, api_url: str) -> bool:
+    """Voicy's allow-list for a legacy ``sourceUrl`` (§6.4 step 5)."""
     u, api = urlsplit(url), urlsplit(api_url)
     if (u.scheme, u.netloc) == (api.scheme, api.netloc) and (u.scheme == "https" or _is_loopback(url)):
         return True
@@ -83,50 +109,97 @@ def _allowed(url: str, api_url: str) -> bool:
     return u.scheme == "https" and u.hostname == "api.telegram.org"
 
 
+class BotTokenTransport(httpx.BaseTransport):
+    """Replaces ``/bot__BOT_TOKEN__/`` with the real token on the wire, for the Bot API origin only."""
+
+    def __init__(self, api_url: str, token: str | None, inner: httpx.BaseTransport | None = None) -> None:
+        api = httpx.URL(api_url)
+        self._origin = (api.scheme, api.host, api.port)
+        self._mark = f"/bot{TOKEN_MARK}/".encode()
+        self._real = f"/bot{token}/".encode() if token else None
+        self._inner = inner or httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if self._real and self._mark in url.raw_path and (url.scheme, url.host, url.port) == self._origin:
+            wire = httpx.Request(request.method, url.copy_with(raw_path=url.raw_path.replace(
+                self._mark, self._real, 1)), headers=request.headers, stream=request.stream,
+                extensions=request.extensions)
+            return self._inner.handle_request(wire)
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
 class TelegramFiles:
     """getFile and download against the cloud or a local Bot API server."""
 
-    def __init__(self, settings: VoicySettings, http: httpx.Client | None = None) -> None:
+    def __init__(self, settings: VoicySettings, transport: httpx.BaseTransport | None = None) -> None:
         self.api_url = settings.telegram_api_url
-        self._token = settings.telegram_bot_token.get_secret_value() if settings.telegram_bot_token else None
-        self._http = http or httpx.Client(timeout=settings.timeout_s, follow_redirects=False)
+        self._has_token = settings.telegram_bot_token is not None
+        token = settings.telegram_bot_token.get_secret_value() if settings.telegram_bot_token else None
+        inner = transport or httpx.HTTPTransport(proxy=_env_proxy(self.api_url))
+        # trust_env=False: httpx would otherwise mount env proxies *beside* our transport.
+        self._http = httpx.Client(timeout=settings.timeout_s, follow_redirects=False, trust_env=False,
+                                  transport=BotTokenTransport(self.api_url, token, inner))
+        self._timeout_s = settings.timeout_s
         self._max_bytes = settings.max_media_bytes
 
+    def close(self) -> None:
+        self._http.close()
+
     def get_file_path(self, file_id: str) -> str:
-        if not self._token:
+        """``getFile`` → ``result.file_path`` (``ok`` is not checked, like Voicy's client)."""
+        if not self._has_token:
             raise PermanentJobError(NO_TOKEN_RESOLVE)
         try:
-            response = self._http.get(f"{self.api_url}/bot{self._token}/getFile", params={"file_id": file_id})
+            response = self._http.get(f"{self.api_url}/bot{TOKEN_MARK}/getFile", params={"file_id": file_id})
         except httpx.TransportError as exc:
             raise RetryableJobError(f"Telegram getFile failed: {type(exc).__name__}") from None
+        payload = _json(response)
         if response.status_code != 200:
-            raise RetryableJobError(f"Telegram getFile failed: HTTP {response.status_code}")
-        path = ((response.json() or {}).get("result") or {}).get("file_path")
+            description = str(payload.get("description") or "")
+            if response.status_code == 400 and FILE_TOO_BIG in description.lower():
+                raise PermanentJobError("Telegram getFile failed: file is too big for the Bot API")
+            hint = " (check VOICY_WORKER_TELEGRAM_BOT_TOKEN)" if response.status_code == 401 else ""
+            raise RetryableJobError(f"Telegram getFile failed: HTTP {response.status_code}{hint}")
+        result = payload.get("result")
+        path = result.get("file_path") if isinstance(result, dict) else None
         if not path:
             raise RetryableJobError("Telegram getFile response did not include file_path")
         return str(path)
 
     def chunks(self, url: str) -> Iterator[bytes]:
-        """Stream ``url``; errors say only which step failed, never the URL."""
+        """Stream ``url`` within the download timeout and the size bound; errors never hold the URL."""
+        deadline = time.monotonic() + self._timeout_s
         try:
             with self._http.stream("GET", url) as response:
                 if response.status_code != 200:
                     raise RetryableJobError(f"Telegram media download failed: HTTP {response.status_code}")
-                yield from response.iter_bytes(CHUNK_BYTES)
+                declared = response.headers.get("content-length", "")
+                if self._max_bytes is not None and declared.isdigit() and int(declared) > self._max_bytes:
+                    raise MediaTooLarge(f"media is larger than {self._max_bytes} bytes")
+                for chunk in response.iter_bytes(CHUNK_BYTES):
+                    if time.monotonic() > deadline:
+                        raise RetryableJobError("Telegram media download failed: Timeout "
+                                                f"(over {self._timeout_s:g}s)")
+                    yield chunk
         except httpx.TransportError as exc:
             raise RetryableJobError(f"Telegram media download failed: {type(exc).__name__}") from None
 
     def _from_path(self, file_path: str) -> Iterator[bytes]:
         if _is_loopback(self.api_url) and _is_absolute(file_path):
             return _read_file(Path(file_path))
-        if not self._token:
+        if not self._has_token:
             raise PermanentJobError(NO_TOKEN_DOWNLOAD)
-        return self.chunks(file_url(self.api_url, self._token, file_path))
+        return self.chunks(file_url(self.api_url, TOKEN_MARK, file_path))
 
     def open_source(self, source: Source) -> Iterator[bytes]:
+        """The media's bytes, lazily; resolution errors are raised now, transfer errors while iterating."""
         if source.source_url and not is_token_bearing(source.source_url):
             if not _allowed(source.source_url, self.api_url):
-                raise PermanentJobError("Worker source URL is not allowed")
+                raise PermanentJobError(NOT_ALLOWED)
             return self.chunks(source.source_url)
         if source.file_path:
             return self._from_path(source.file_path)
@@ -135,24 +208,47 @@ class TelegramFiles:
         raise RetryableJobError("Job source has no URL or Telegram file id")
 
 
+def _env_proxy(url: str) -> str | None:
+    """The ``HTTPS_PROXY``/``HTTP_PROXY`` for ``url`` unless ``NO_PROXY`` exempts its host."""
+    parts = urlsplit(url)
+    if urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
+def _json(response: httpx.Response) -> dict:
+    try:
+        payload = response.json()
+    except ValueError:
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
 def _read_file(path: Path) -> Iterator[bytes]:
+    """A local Bot API server's file, copied from disk; fs errors are retryable (§6.8)."""
     try:
         with open(path, "rb") as fh:
             while chunk := fh.read(CHUNK_BYTES):
                 yield chunk
-    except FileNotFoundError:
-        raise RetryableJobError("local Bot API file is missing") from None
+    except OSError as exc:
+        raise RetryableJobError(f"local Bot API file could not be read: {type(exc).__name__}") from None
 
 
-_files: TelegramFiles | None = None
+_files: dict[tuple[object, ...], TelegramFiles] = {}
+
+
+def telegram_files(settings: VoicySettings) -> TelegramFiles:
+    """One ``TelegramFiles`` (one connection pool) per process and configuration."""
+    token = settings.telegram_bot_token.get_secret_value() if settings.telegram_bot_token else None
+    key = (settings.telegram_api_url, token, settings.timeout_s, settings.max_media_bytes)
+    if key not in _files:
+        _files[key] = TelegramFiles(settings)
+    return _files[key]
 
 
 def download_to_store(source: Source, store: MediaStore, settings: VoicySettings) -> str:
     """Download the job's media into ``store`` under ``<job id><ext>``; return the key."""
-    global _files
-    if _files is None:
-        _files = TelegramFiles(settings)
     key = f"{source.job_id}{extension_for(source)}"
-    size = store.put_stream(key, _files.open_source(source), settings.max_media_bytes)
-    log.info("job %s: stored %d bytes of media", source.job_id, size)
+    size = store.put_stream(key, telegram_files(settings).open_source(source), settings.max_media_bytes)  # type: ignore[arg-type]
+    log.info("job %s: stored %d bytes of media as %s", source.job_id, size, key)
     return key

