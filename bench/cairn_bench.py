@@ -1,0 +1,358 @@
+"""Cairn benchmark: N ``fetch_source`` jobs through the fleet and through a minimal baseline, in one run.
+
+One rig for both sides: nats-server (JetStream), Redis, moto S3 in its own
+process, the dev Cairn core (strict result router, presign responders) and the
+fake Strava with its budget raised out of the way (the fake adds no latency of
+its own; "instant" means it never rate-limits and answers from memory).
+
+* **fleet** — ``python -m bridges cairn`` + ``celery -A tasks worker -Q provider``
+  (prefork), the production path: bridge → Celery (Redis) → task with its lease
+  → handlers (token get, Strava with the KV rate limiter, raw archive, claim-
+  checked result) → disposition back through the result backend → ack.
+* **baseline** — ``python -m bench.cairn_baseline``: one asyncio process doing the
+  same wire work from the same durable consumer (see that module).
+
+Each side gets fresh athletes/accounts and its own ``N`` jobs, published as
+one burst once the side is warm (a few warm-up jobs first, not counted).
+Latency is per job: the monotonic time the bench handed the job to core's
+publisher → the time core's router finished ingesting its result (the router is
+wrapped on this instance to stamp each accepted ``result:<job_id>:…``), so no
+polling granularity enters the figures. Throughput is N over (last ingested −
+first enqueued).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+
+from deploy.devstack import services
+from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.strava import FakeStrava
+
+ROOT = Path(__file__).resolve().parents[1]
+PROVIDER = "strava"
+
+# --- the fleet's settings (tuned on the 2-core dev box; see docs/BENCHMARKS.md) -----------------
+FLEET_CONCURRENCY = int(os.environ.get("BENCH_CAIRN_CONCURRENCY", "8"))  # celery -c (prefork children)
+FLEET_POOL = os.environ.get("BENCH_CAIRN_POOL", "prefork")
+FLEET_MAX_IN_FLIGHT = int(os.environ.get("BENCH_CAIRN_MAX_IN_FLIGHT", "16"))  # CAIRN_MAX_IN_FLIGHT (bridge)
+FLEET_PREFETCH_MULTIPLIER = 1  # tasks/settings.py: one reserved message per child, prefetch disabled
+FLEET_LOG_LEVEL = "WARNING"  # no per-job log lines on either side
+# --- the baseline's -------------------------------------------------------------------------
+BASELINE_MAX_IN_FLIGHT = int(os.environ.get("BENCH_CAIRN_BASELINE_IN_FLIGHT", "32"))
+
+WARMUP_JOBS = 8
+ATHLETES_PER_SIDE = 10  # jobs spread over this many accounts (all on the fake's one app)
+ATHLETE_ID_BASE = 910_000
+STRAVA_BUDGET = (10**9, 10**9)  # 15-min and daily limits nothing reaches: no 429 in a throughput run
+PHASE_TIMEOUT_S = 300.0
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+ACK_WAIT_S = 30.0
+# Streams are the heavy part of a fetch_source (the fake's 600 samples x 10 keys through strict
+# protojson: ~25 ms of CPU per job on this box in either implementation, on top of core's strict
+# decode). Off by default so the run measures orchestration, not protobuf; core sets the flag
+# per job. ``BENCH_CAIRN_FETCH_STREAMS=1`` runs the heavy variant.
+FETCH_STREAMS = os.environ.get("BENCH_CAIRN_FETCH_STREAMS", "0") not in ("0", "false", "no")
+
+
+@dataclass
+class Proc:
+    """A child process in its own session (so stopping it stops its pool children too)."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def cpu_s(self) -> float:
+        """User+system CPU of the process and its children (still alive), for the report."""
+        try:
+            root = psutil.Process(self.proc.pid)
+            total = 0.0
+            for p in [root, *root.children(recursive=True)]:
+                t = p.cpu_times()
+                total += t.user + t.system
+            return total
+        except psutil.Error:
+            return 0.0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def spawn(name: str, cmd: list[str], env: dict[str, str], workdir: Path) -> Proc:
+    log_path = workdir / f"{name}.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    return Proc(name, proc, log_path)
+
+
+def start_moto_process(workdir: Path) -> tuple[str, Proc]:
+    """moto S3 as its own process: in-process it would share the rig's GIL with core and Strava."""
+    port = services.free_port()
+    proc = spawn("moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                 dict(os.environ), workdir)
+    services.wait_for_port(port, proc.proc)
+    return f"http://127.0.0.1:{port}", proc
+
+
+def disable_nagle(strava: FakeStrava) -> None:
+    """Set TCP_NODELAY on the fake's listening socket (accepted sockets inherit it on Linux).
+
+    ``FakeStrava.start()`` binds ``socket.socket(AF_INET, SOCK_STREAM)``, whose ``proto`` is 0,
+    so asyncio's transports skip their own ``TCP_NODELAY`` (it checks ``proto == IPPROTO_TCP``);
+    uvicorn writes headers and body separately, and every keep-alive response after the first
+    then waits ~40 ms for the client's delayed ACK. That would make the "instant" fake the slowest
+    part of the rig. A no-op once the fake sets the option itself (reported to the lead).
+    """
+    server = getattr(strava, "_server", None)
+    for listener in getattr(server, "servers", None) or []:
+        for sock in listener.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(round(q / 100.0 * len(ordered) + 0.5))))
+    return ordered[rank - 1]
+
+
+def job_id_of(msg_id: str | None) -> str | None:
+    """``result:<job_id>:d<n>`` → ``<job_id>``."""
+    if not msg_id or not msg_id.startswith("result:"):
+        return None
+    return msg_id[len("result:"):].rsplit(":d", 1)[0]
+
+
+@dataclass
+class Rig:
+    """Everything both sides share; ``ingested_at`` is filled from core's loop thread."""
+
+    workdir: Path
+    pool: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:6]}")
+    ingested_at: dict[str, float] = field(default_factory=dict)
+    procs: list[Proc] = field(default_factory=list)
+    _athletes: int = 0
+
+    def start(self) -> Rig:
+        self.redis = services.start_redis(self.workdir / "redis")
+        self.nats = services.start_nats(self.workdir / "nats")
+        self.s3_endpoint, moto = start_moto_process(self.workdir)
+        self.procs.append(moto)
+        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
+        self._instrument_router()
+        self.strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET).start()
+        disable_nagle(self.strava)
+        return self
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        for stop in (getattr(self, "strava", None) and self.strava.stop,
+                     getattr(self, "core", None) and self.core.stop,
+                     getattr(self, "nats", None) and self.nats.stop,
+                     getattr(self, "redis", None) and self.redis.stop):
+            if stop:
+                stop()
+
+    def cpu_s(self) -> float:
+        """CPU of the rig: this process (core, fake Strava) plus the moto and service processes."""
+        me = psutil.Process().cpu_times()
+        total = me.user + me.system + sum(p.cpu_s() for p in self.procs)
+        for svc in (self.redis, self.nats):
+            if svc.proc is not None:
+                t = psutil.Process(svc.proc.pid).cpu_times()
+                total += t.user + t.system
+        return total
+
+    def _instrument_router(self) -> None:
+        """Stamp each accepted result when core's router is done with it (claim-check fetched,
+        verified, ingested, blob deleted): the end of a job's latency."""
+        original = self.core.router.handle
+        stamps = self.ingested_at
+
+        async def timed(subject: str, data: bytes, msg_id: str | None) -> bool:
+            ok = await original(subject, data, msg_id)
+            job_id = job_id_of(msg_id)
+            if ok and job_id is not None:
+                stamps.setdefault(job_id, time.monotonic())
+            return ok
+
+        self.core.router.handle = timed  # type: ignore[method-assign]
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
+        env.update({"REDIS_URL": self.redis.url, "CAIRN_NATS_URL": self.nats.url, "CAIRN_PROVIDER": PROVIDER,
+                    "CAIRN_WORKER_NAME": self.pool, "CAIRN_STRAVA_BASE_URL": self.strava.base_url,
+                    "CAIRN_ACK_WAIT_S": str(ACK_WAIT_S), "LOG_LEVEL": FLEET_LOG_LEVEL,
+                    "PYTHONUNBUFFERED": "1"})
+        return env
+
+    def make_jobs(self, n: int, tag: str) -> list[dict[str, Any]]:
+        """Fresh athletes and accounts, ``n`` activities spread over them, one job per activity."""
+        jobs: list[dict[str, Any]] = []
+        per_athlete = -(-n // ATHLETES_PER_SIDE)
+        while len(jobs) < n:
+            self._athletes += 1
+            athlete_id = ATHLETE_ID_BASE + self._athletes
+            count = min(per_athlete, n - len(jobs))
+            ath = self.strava.add_athlete(athlete_id, n_activities=count, with_gear=False)
+            acct = self.core.connect_account(PROVIDER, None, ath.access_token, ath.refresh_token, ath.expires_at,
+                                             worker_name=self.pool, external_id=athlete_id,
+                                             client_id=self.strava.client_id,
+                                             client_secret=self.strava.client_secret)
+            for ext_id in sorted(ath.activities):
+                jobs.append({"job_id": f"{tag}-{len(jobs):05d}-{uuid.uuid4().hex[:6]}",
+                             "account_id": acct.account_id, "user_id": acct.user_id, "provider": PROVIDER,
+                             "ext_id": str(ext_id), "fetch_streams": FETCH_STREAMS, "reason": "backfill"})
+        return jobs
+
+    def burst(self, jobs: list[dict[str, Any]], timeout_s: float = PHASE_TIMEOUT_S) -> dict[str, Any]:
+        """Publish ``jobs`` back to back, wait until every result is ingested, return the figures."""
+        enqueued: dict[str, float] = {}
+        before = len(self.core.ingested)
+        for job in jobs:
+            enqueued[job["job_id"]] = time.monotonic()
+            self.core.enqueue_job("fetch_source", job)
+        published_s = time.monotonic() - min(enqueued.values())
+        ids = set(enqueued)
+        self.core.router.wait(lambda: ids <= self.ingested_at.keys(), timeout_s,
+                              f"{len(jobs)} results")
+        latencies = [self.ingested_at[j] - enqueued[j] for j in ids]
+        wall = max(self.ingested_at[j] for j in ids) - min(enqueued.values())
+        rejected = [r.reason for r in self.core.rejected]
+        mine = [r.msg_id or "" for r in self.core.ingested[before:] if job_id_of(r.msg_id) in ids]
+        redelivered = sum(1 for m in mine if not m.endswith(":d1"))
+        return {"jobs": len(jobs), "wall_s": round(wall, 3), "jobs_per_s": round(len(jobs) / wall, 1),
+                "publish_s": round(published_s, 3),
+                "latency_ms": {"p50": round(percentile(latencies, 50) * 1000, 1),
+                               "p90": round(percentile(latencies, 90) * 1000, 1),
+                               "p99": round(percentile(latencies, 99) * 1000, 1),
+                               "max": round(max(latencies) * 1000, 1),
+                               "mean": round(statistics.fmean(latencies) * 1000, 1)},
+                "results_ingested": len(mine), "results_from_redeliveries": redelivered,
+                "rejected_total": len(rejected)}
+
+    def solo_latency(self, jobs: list[dict[str, Any]]) -> dict[str, float]:
+        """One job at a time (an idle pipeline): the service latency without queueing."""
+        samples = []
+        for job in jobs:
+            t0 = time.monotonic()
+            self.core.enqueue_job("fetch_source", job)
+            self.core.router.wait(lambda j=job["job_id"]: j in self.ingested_at, READY_TIMEOUT_S, "a solo job")
+            samples.append(self.ingested_at[job["job_id"]] - t0)
+        return {"p50": round(percentile(samples, 50) * 1000, 1), "max": round(max(samples) * 1000, 1)}
+
+
+# --------------------------------------------------------------------------- the two sides
+def start_fleet(rig: Rig) -> list[Proc]:
+    env = rig.env | {"CAIRN_MAX_IN_FLIGHT": str(FLEET_MAX_IN_FLIGHT)}
+    name = f"provider-bench-{uuid.uuid4().hex[:4]}@bench"
+    worker = spawn("celery-provider", [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "provider",
+                                       "-P", FLEET_POOL, "-c", str(FLEET_CONCURRENCY), "-n", name,
+                                       "-l", FLEET_LOG_LEVEL, "--prefetch-multiplier",
+                                       str(FLEET_PREFETCH_MULTIPLIER), "--without-mingle", "--without-gossip",
+                                       "--without-heartbeat"], env, rig.workdir)
+    bridge = spawn("bridge", [sys.executable, "-m", "bridges", "cairn"], env, rig.workdir)
+    return [worker, bridge]
+
+
+def start_baseline(rig: Rig) -> list[Proc]:
+    proc = spawn("baseline", [sys.executable, "-m", "bench.cairn_baseline", "--max-in-flight",
+                              str(BASELINE_MAX_IN_FLIGHT)], rig.env, rig.workdir)
+    return [proc]
+
+
+def run_side(rig: Rig, tag: str, start: Callable[[Rig], list[Proc]], jobs: int) -> dict[str, Any]:
+    """Start one side, warm it up (its first jobs prove it ready), measure a burst, stop it."""
+    warm, solo, measured = (rig.make_jobs(WARMUP_JOBS, f"{tag}w"), rig.make_jobs(5, f"{tag}s"),
+                            rig.make_jobs(jobs, tag))
+    procs = start(rig)
+    try:
+        for job in warm:
+            rig.core.enqueue_job("fetch_source", job)
+        warm_ids = {j["job_id"] for j in warm}
+        try:
+            rig.core.router.wait(lambda: warm_ids <= rig.ingested_at.keys(), READY_TIMEOUT_S, f"{tag} warm-up")
+        except TimeoutError:
+            logs = "\n".join(f"--- {p.name}\n{p.log()[-3000:]}" for p in procs)
+            raise RuntimeError(f"{tag} side never completed its warm-up jobs:\n{logs}") from None
+        idle = rig.solo_latency(solo)
+        cpu_before = sum(p.cpu_s() for p in procs), rig.cpu_s()
+        figures = rig.burst(measured)
+        figures["cpu_s_side"] = round(sum(p.cpu_s() for p in procs) - cpu_before[0], 1)
+        figures["cpu_s_rig"] = round(rig.cpu_s() - cpu_before[1], 1)
+        figures["idle_latency_ms"] = idle
+        return figures
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg()
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+            "loadavg_at_start": [round(x, 2) for x in load]}
+
+
+def run(jobs: int = 1000) -> dict[str, Any]:
+    """Both sides over ``jobs`` jobs each; JSON-able figures (``python -m bench cairn``)."""
+    workdir = Path(tempfile.mkdtemp(prefix="sy-cairn-bench-"))
+    rig = Rig(workdir)
+    info = machine()
+    started = time.monotonic()
+    try:
+        rig.start()
+        fleet = run_side(rig, "fleet", start_fleet, jobs)
+        redis.Redis.from_url(rig.redis.url).flushall()  # the baseline uses none of the fleet's keys
+        baseline = run_side(rig, "base", start_baseline, jobs)
+    finally:
+        rig.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    ratio = fleet["jobs_per_s"] / baseline["jobs_per_s"] if baseline["jobs_per_s"] else 0.0
+    return {
+        "benchmark": "cairn fetch_source throughput",
+        "machine": info,
+        "jobs_per_side": jobs,
+        "fleet_settings": {"celery_pool": FLEET_POOL, "celery_concurrency": FLEET_CONCURRENCY,
+                           "cairn_max_in_flight": FLEET_MAX_IN_FLIGHT,
+                           "prefetch_multiplier": FLEET_PREFETCH_MULTIPLIER,
+                           "log_level": FLEET_LOG_LEVEL, "ack_wait_s": ACK_WAIT_S},
+        "baseline_settings": {"max_in_flight": BASELINE_MAX_IN_FLIGHT},
+        "jobs_fetch_streams": FETCH_STREAMS, "accounts_per_side": ATHLETES_PER_SIDE,
+        "fleet": fleet,
+        "baseline": baseline,
+        "fleet_vs_baseline": round(ratio, 2),
+        "targets": {"fleet_vs_baseline_min": 0.5, "fleet_jobs_per_s_min": 100.0,
+                    "met_ratio": ratio >= 0.5, "met_absolute": fleet["jobs_per_s"] >= 100.0},
+        "run_s": round(time.monotonic() - started, 1),
+    }
