@@ -71,16 +71,9 @@ class _Wire(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
-class Job(_Wire):
-    """``serializeJob`` (§1.0). Only fields a worker can use are typed; the rest are ignored."""
+class _Media(_Wire):
+    """The media fields a job and its ``/source`` answer share (§1.0, §1.7)."""
 
-    id: str
-    status: str
-    attempts: int = 0
-    chat_id: str | None = Field(default=None, alias="chatId")
-    telegram_chat_id: str | None = Field(default=None, alias="telegramChatId")
-    telegram_chat_type: str | None = Field(default=None, alias="telegramChatType")
-    source_message_id: int | None = Field(default=None, alias="sourceMessageId")
     file_id: str | None = Field(default=None, alias="fileId")
     file_unique_id: str | None = Field(default=None, alias="fileUniqueId")
     file_path: str | None = Field(default=None, alias="filePath")
@@ -90,6 +83,18 @@ class Job(_Wire):
     file_name: str | None = Field(default=None, alias="fileName")
     source_kind: str | None = Field(default=None, alias="sourceKind")
     source_url: str | None = Field(default=None, alias="sourceUrl")
+
+
+class Job(_Media):
+    """``serializeJob`` (§1.0). Only fields a worker can use are typed; the rest are ignored."""
+
+    id: str
+    status: str
+    attempts: int = 0
+    chat_id: str | None = Field(default=None, alias="chatId")
+    telegram_chat_id: str | None = Field(default=None, alias="telegramChatId")
+    telegram_chat_type: str | None = Field(default=None, alias="telegramChatType")
+    source_message_id: int | None = Field(default=None, alias="sourceMessageId")
     recognition_language_hint: str | None = Field(default=None, alias="recognitionLanguageHint")
     claimed_at: str | None = Field(default=None, alias="claimedAt")
     downloaded_at: str | None = Field(default=None, alias="downloadedAt")
@@ -103,19 +108,10 @@ class JobResponse(_Wire):
     job: Job
 
 
-class Source(_Wire):
+class Source(_Media):
     """``GET /jobs/:id/source`` (§1.7); token-bearing ``sourceUrl`` values never arrive."""
 
     job_id: str = Field(alias="jobId")
-    file_id: str | None = Field(default=None, alias="fileId")
-    file_unique_id: str | None = Field(default=None, alias="fileUniqueId")
-    file_path: str | None = Field(default=None, alias="filePath")
-    local_source_path: str | None = Field(default=None, alias="localSourcePath")
-    file_size: int | None = Field(default=None, alias="fileSize")
-    mime_type: str | None = Field(default=None, alias="mimeType")
-    file_name: str | None = Field(default=None, alias="fileName")
-    source_kind: str | None = Field(default=None, alias="sourceKind")
-    source_url: str | None = Field(default=None, alias="sourceUrl")
 
 
 class SourceResponse(_Wire):
