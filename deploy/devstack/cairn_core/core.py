@@ -153,7 +153,9 @@ class DevCairnCore:
         await asyncio.gather(*leftovers, return_exceptions=True)
 
     # ---- loops (loop thread) ---------------------------------------------------------------
-    async def _route_loop(self, sub: JetStreamContext.PullSubscription) -> None:
+    @staticmethod
+    async def _messages(sub: JetStreamContext.PullSubscription) -> Any:
+        """Every message of a pull subscription, forever; timeouts and reconnects are retried."""
         while True:
             try:
                 msgs = await sub.fetch(ROUTER_FETCH_BATCH, timeout=ROUTER_FETCH_TIMEOUT_S)
@@ -164,29 +166,24 @@ class DevCairnCore:
                 await asyncio.sleep(FETCH_RETRY_S)
                 continue
             for msg in msgs:
-                msg_id = (msg.headers or {}).get("Nats-Msg-Id")
-                try:
-                    ok = await self.router.handle(msg.subject, msg.data, msg_id)
-                except Exception:  # noqa: BLE001 - a router bug must not stop ingestion
-                    log.exception("result router failed on %s; nak", msg.subject)
-                    await msg.nak()
-                    continue
-                await (msg.ack() if ok else msg.term())
+                yield msg
+
+    async def _route_loop(self, sub: JetStreamContext.PullSubscription) -> None:
+        async for msg in self._messages(sub):
+            msg_id = (msg.headers or {}).get("Nats-Msg-Id")
+            try:
+                ok = await self.router.handle(msg.subject, msg.data, msg_id)
+            except Exception:  # noqa: BLE001 - a router bug must not stop ingestion
+                log.exception("result router failed on %s; nak", msg.subject)
+                await msg.nak()
+                continue
+            await (msg.ack() if ok else msg.term())
 
     async def _reauth_loop(self, sub: JetStreamContext.PullSubscription) -> None:
-        while True:
-            try:
-                msgs = await sub.fetch(ROUTER_FETCH_BATCH, timeout=ROUTER_FETCH_TIMEOUT_S)
-            except (NatsTimeoutError, asyncio.TimeoutError):
-                continue
-            except Exception:  # noqa: BLE001 - e.g. a reconnect; back off, keep consuming
-                log.warning("fetch failed; retrying", exc_info=True)
-                await asyncio.sleep(FETCH_RETRY_S)
-                continue
-            for msg in msgs:
-                with contextlib.suppress(ValueError):
-                    self.reauth_events.append(json.loads(msg.data))
-                await msg.ack()
+        async for msg in self._messages(sub):
+            with contextlib.suppress(ValueError):
+                self.reauth_events.append(json.loads(msg.data))
+            await msg.ack()
 
     async def _advisory(self, msg: Msg) -> None:
         with contextlib.suppress(ValueError, KeyError, TypeError):
