@@ -57,7 +57,6 @@ FETCH_ERROR_BACKOFF_S = 1.0
 LEASE_CHECK_INTERVAL_S = 1.0  # how often a waiting message looks at its task's lease
 LOST_TASK_GRACE_S = 3.0  # lease gone: the result may still be on its way (released just before return)
 TASK_FAILURE_NAK_DELAY_S = 2.0  # a task that raised: redeliver soon, but not in a hot loop
-PARSER_TOO_OLD_NAK_DELAY_S = 30.0  # leave a parse_blob we cannot read to a newer instance
 SHUTDOWN_GRACE_S = 20.0  # SIGTERM: running tasks get this long before their messages are NAKed
 LEASE_NAMESPACE = "cairn"
 EXIT_INCOMPATIBLE_CORE = 3
@@ -323,7 +322,7 @@ class CairnBridge:
         if kind == glue.PARSE_BLOB:
             refusal = glue.parse_blob_refusal(self.provider, job)
             if refusal:
-                return glue.nak(delay_s=PARSER_TOO_OLD_NAK_DELAY_S, reason=refusal)
+                return glue.nak(delay_s=glue.PARSER_REFUSED_NAK_DELAY_S, reason=refusal)
         if held.delivery >= self.settings.term_after_deliveries:
             reason = f"gave up after {held.delivery} deliveries"
             return await glue.terminate(self, held, raw, code="max_deliveries", message=reason,

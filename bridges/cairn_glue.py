@@ -20,6 +20,7 @@ from workers.cairn import subjects
 from workers.cairn.disposition import Disposition
 from workers.cairn.disposition import nak as _nak
 from workers.cairn.disposition import term as _term
+from workers.cairn.jobs import PARSER_REFUSED_NAK_DELAY_S
 from workers.cairn.settings import CairnSettings
 from workers.cairn.subjects import JOB_KINDS, PARSE_BLOB
 from workers.providers.base import Provider
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from bridges.cairn import CairnBridge, Held
 
 REQUIRED_KINDS = (subjects.FETCH_SOURCE, subjects.RECONCILE)
-__all__ = ["PARSE_BLOB", "Disposition"]
+__all__ = ["PARSE_BLOB", "PARSER_REFUSED_NAK_DELAY_S", "Disposition"]
 
 
 # --------------------------------------------------------------------------- settings

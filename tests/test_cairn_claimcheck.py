@@ -216,19 +216,14 @@ def test_put_failure_raises_without_leaking_the_signature(stack: dict[str, Any],
     assert next_results(stack, timeout_s=0.5) == []
 
 
-def test_archive_raw_dataset_envelope(stack: dict[str, Any], check: ClaimCheck) -> None:
-    inputs = {"activity": {"id": 123, "name": "Ride"}, "streams": {"time": {"data": [0, 1]}}}
-    blob = check.archive_raw(dataset=1, inputs=inputs, user_id=USER)
+def test_raw_upload_is_user_scoped_and_reads_back_through_a_fresh_presign(stack: dict[str, Any],
+                                                                          check: ClaimCheck) -> None:
+    body = json.dumps({"version": 1, "activity": {"id": 123, "name": "Ride"}}).encode()
+    blob = check.upload(kind="raw", body=body, content_type="application/json", user_id=USER)
     req = stack["responder"].requests[-1]
     assert req["kind"] == "raw" and req["user_id"] == USER
     assert blob.blob_id.startswith(f"users/{USER}/strava/")
-    doc = json.loads(stack["s3"].get_object(Bucket=BUCKET, Key=blob.blob_id)["Body"].read())
-    assert doc["version"] == 1 and doc["activity"] == inputs["activity"] and doc["streams"] == inputs["streams"]
-    assert doc["provenance"]["worker_name"] == POOL and doc["provenance"]["worker_version"] == "1.0"
-    assert doc["provenance"]["package"] == STAMP.worker_package
-    assert doc["provenance"]["archived_at"].endswith("Z")
-    with pytest.raises(ValueError):
-        check.archive_raw(dataset=1, inputs={"version": 2}, user_id=USER)
+    assert stack["s3"].get_object(Bucket=BUCKET, Key=blob.blob_id)["Body"].read() == body
     # the archived object comes back through a fresh presigned GET (parse_blob's fallback handle)
     url = check.presign_download(blob.blob_id).url
-    assert json.loads(check.http.get(url).content) == doc
+    assert check.get(url).content == body

@@ -65,7 +65,7 @@ def ctx(nats_url: str, fresh_redis: str, strava: FakeStrava, pool: str) -> Itera
                          http=provider.new_http_client(), limiter=limiter)
     yield context
     context.http.close()
-    context.blob_http.close()
+    context.claimcheck.http.close()
     client.close()
     nt.close()
 

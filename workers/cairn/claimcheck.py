@@ -1,4 +1,4 @@
-"""Claim-check results, raw archives and publish routing (contract §5, reference §3.9, §3.10).
+"""Claim-check results, blob transfer through presigned URLs, and publish routing (contract §5, reference §3.9).
 
 Why a claim-check: event-carrying results (streams, segments) routinely exceed
 the broker's ``max_payload``; an oversized inline publish used to be Term'd
@@ -33,7 +33,6 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -47,10 +46,10 @@ from workers.cairn.messages import (
     PresignUploadRequest,
 )
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
-from workers.errors import RetryableJobError
+from workers.cairn.nats_conn import CoreRequestError, request_json
+from workers.errors import PermanentJobError, RetryableJobError
 
 RESULT_CONTENT_TYPE = "application/json"
-ARCHIVE_CONTENT_TYPE = "application/json"
 KIND_RESULT = "result"
 KIND_RAW = "raw"
 PRESIGN_TIMEOUT_S = 5.0  # the published worker uses 3 s; core may sign slowly under load
@@ -79,10 +78,22 @@ class UploadError(ClaimCheckError):
     code = "upload_failed"
 
 
+class DownloadError(ClaimCheckError):
+    """A presigned GET failed at the network level (an HTTP status is the caller's to judge)."""
+
+    code = "download_failed"
+
+
 class PublishError(ClaimCheckError):
-    """The envelope (or an inline result) could not be published."""
+    """The envelope (or an inline result, or a sub-job) could not be published."""
 
     code = "publish_failed"
+
+
+class BadResult(PermanentJobError):
+    """The result does not fit the contract schema (a mapping bug or unmappable data): envelope + Term."""
+
+    code = "unmappable"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,12 +121,6 @@ class UploadedBlob:
     def payload_ref(self) -> pb.PayloadRef:
         return pb.PayloadRef(blob_id=self.blob_id, size_bytes=self.size_bytes,
                              content_type=self.content_type, content_sha256=self.content_sha256)
-
-
-def _resolve(nats: Any, name: str) -> Any:
-    """``nats.nc`` / ``nats.js`` from the calling thread (connects lazily, never on the loop)."""
-    value = getattr(nats, name)
-    return value() if callable(value) and not hasattr(value, "publish") else value
 
 
 class PublishRouter:
@@ -150,7 +155,7 @@ class PublishRouter:
     def _lookup(self, subject: str) -> str | None:
         import nats.errors
 
-        nc = _resolve(self._nats, "nc")
+        nc = self._nats.nc  # resolved in this thread: a first use connects, never on the loop
         body = json.dumps({"subject": subject}).encode()
 
         async def ask() -> Any:
@@ -180,7 +185,7 @@ class PublishRouter:
             all_headers["Nats-Msg-Id"] = msg_id
         stream = self.stream_for(subject)
         if stream is not None:
-            js = _resolve(self._nats, "js")
+            js = self._nats.js
 
             async def js_publish() -> Any:
                 return await js.publish(subject, data, timeout=timeout_s, headers=all_headers or None)
@@ -190,7 +195,7 @@ class PublishRouter:
             except Exception as exc:  # noqa: BLE001 - timeout, stream gone, disconnected: all transient
                 self.forget(subject)  # the stream may have changed; ask again next time
                 raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
-        nc = _resolve(self._nats, "nc")
+        nc = self._nats.nc
 
         async def core_publish() -> None:
             await nc.publish(subject, data, headers=all_headers or None)
@@ -204,39 +209,35 @@ class PublishRouter:
 
 
 class ClaimCheck:
-    """Presign → PUT → publish envelope, inline results, raw archives, for one provider pool."""
+    """Presign → PUT → publish envelope, inline results and blob transfer, for one provider pool.
+
+    One per process (``JobContext.claimcheck``), sharing the process's NATS
+    thread and publish router; the HTTP client for presigned URLs is created
+    on first use, so a context that only publishes envelopes (the bridge's) never opens one.
+    """
 
     def __init__(self, nats: Any, *, provider: str, stamp: WorkerStamp, http: httpx.Client | None = None,
                  router: PublishRouter | None = None, presign_timeout_s: float = PRESIGN_TIMEOUT_S) -> None:
         self._nats = nats
         self.provider = provider
         self.stamp = stamp
-        self.http = http or httpx.Client(timeout=PUT_TIMEOUT_S)
+        self._http = http
         self.router = router or PublishRouter(nats)
         self.presign_timeout_s = presign_timeout_s
+
+    @property
+    def http(self) -> httpx.Client:
+        if self._http is None:
+            self._http = httpx.Client(timeout=PUT_TIMEOUT_S)
+        return self._http
 
     # ------------------------------------------------------------------ core request/reply
 
     def _request(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
-        nc = _resolve(self._nats, "nc")
-        data = json.dumps(body, separators=(",", ":")).encode()
-
-        async def call() -> Any:
-            return await nc.request(subject, data, timeout=self.presign_timeout_s)
-
         try:
-            msg = self._nats.run(call(), self.presign_timeout_s + 1.0)
-        except Exception as exc:  # noqa: BLE001 - no responders, timeout, disconnected
-            raise PresignError(f"request {subject}: {type(exc).__name__}") from None
-        refused = (getattr(msg, "headers", None) or {}).get("Nats-Error")
-        if refused:  # core's presign errors: plain text body + Nats-Error header (reference §2.4)
-            raise PresignError(f"request {subject}: core refused: {refused[:200]}")
-        try:
-            reply = json.loads(msg.data or b"null")
-        except ValueError:
-            raise PresignError(f"request {subject}: reply is not JSON") from None
-        if not isinstance(reply, dict):
-            raise PresignError(f"request {subject}: reply is not an object")
+            reply = request_json(self._nats, subject, body, self.presign_timeout_s)
+        except CoreRequestError as exc:
+            raise PresignError(str(exc)) from None
         if reply.get("error"):
             raise PresignError(f"request {subject}: {str(reply['error'])[:200]}")
         return reply
@@ -285,8 +286,16 @@ class ClaimCheck:
         if not 200 <= response.status_code < 300:
             raise UploadError(f"blob {method}: HTTP {response.status_code}")
 
+    def get(self, url: str) -> httpx.Response:
+        """GET a presigned URL; the caller decides what a 403/404 means (expired, gone)."""
+        try:
+            return self.http.get(url, timeout=PUT_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            raise DownloadError(f"blob GET: {type(exc).__name__}") from None
+
     def upload(self, *, kind: str, body: bytes, content_type: str, user_id: str | None = None,
                source_id: str | None = None) -> UploadedBlob:
+        """Presign and PUT ``body``; ``kind`` is ``result`` or ``raw`` (a dataset-N archive)."""
         presigned = self.presign_upload(kind=kind, body=body, content_type=content_type, user_id=user_id,
                                         source_id=source_id)
         self.put(presigned, body, content_type)
@@ -311,7 +320,7 @@ class ClaimCheck:
         return blob
 
     def publish_inline(self, subject: str, result: pb.JobResult, msg_id: str) -> None:
-        """Event-free results (reconcile watermark, backfill stamp, failure envelope) go inline."""
+        """Event-free results (reconcile watermark, failure envelope, a small gear list) go inline."""
         inline = pb.JobResult()
         inline.CopyFrom(result)
         self.router.publish(subject, wire.encode_result(self.stamp.apply(inline)), msg_id)
@@ -323,25 +332,17 @@ class ClaimCheck:
         self.publish_inline(subject, result, msg_id)
         return None
 
-    # ------------------------------------------------------------------ raw archive (dataset N)
 
-    def archive_raw(self, *, dataset: int, inputs: dict[str, Any], user_id: str,
-                    source_id: str | None = None, archived_at: datetime | None = None) -> UploadedBlob:
-        """Archive every parser input as a dataset-``N`` envelope (reference §3.10).
+def strict_result(body: dict[str, Any]) -> pb.JobResult:
+    """A ``JobResult`` from a protojson dict, strictly: a field outside the schema is :class:`BadResult`.
 
-        ``{"version": N, "provenance": {...}, **inputs}``; core mints the key
-        under ``users/<user>/<provider>/...`` and we hand it back verbatim as
-        ``raw_blob_id``. The caller decides whether a failure fails the import
-        (the published worker treats archiving as best effort).
-        """
-        if "version" in inputs or "provenance" in inputs:
-            raise ValueError("archive inputs must not use the envelope keys version/provenance")
-        document = {"version": int(dataset),
-                    "provenance": {"provider": self.provider, "worker_name": self.stamp.worker_name,
-                                   "worker_version": self.stamp.worker_version,
-                                   "package": self.stamp.worker_package,
-                                   "archived_at": wire.rfc3339(archived_at or datetime.now(UTC))},
-                    **inputs}
-        body = json.dumps(document, separators=(",", ":")).encode()
-        return self.upload(kind=KIND_RAW, body=body, content_type=ARCHIVE_CONTENT_TYPE, user_id=user_id,
-                           source_id=source_id)
+    Core parses results with unknown fields rejected (reference §1.1), so a
+    mapping bug fails here, in the worker, as a permanent error instead of
+    being Term'd by core as ``bad_payload``.
+    """
+    from google.protobuf import json_format
+
+    try:
+        return wire.result_from_dict(body)
+    except json_format.ParseError as exc:
+        raise BadResult(f"result does not fit cairn.worker.v1.JobResult: {str(exc)[:200]}") from None

@@ -112,7 +112,7 @@ def _raise_for_error(reply: dict[str, Any], what: str) -> None:
 
 
 def _request(ctx: JobContext, subject: str, body: dict[str, Any], what: str) -> dict[str, Any]:
-    from workers.cairn.handlers.context import CoreRequestError
+    from workers.cairn.nats_conn import CoreRequestError
 
     try:
         reply = ctx.request(subject, body, TOKEN_TIMEOUT_S)

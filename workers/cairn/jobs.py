@@ -13,6 +13,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workers.cairn import subjects
+from workers.cairn.wire import parse_rfc3339
+
+
+def _go_time(value: Any) -> Any:
+    """Go's zero ``time.Time`` (``0001-01-01T00:00:00Z``) means unset; other strings parse strictly."""
+    return parse_rfc3339(value) if isinstance(value, str) else value
 
 
 class _Job(BaseModel):
@@ -37,6 +43,8 @@ class ReconcileJob(_Job):
     max_enqueue: int = Field(default=500, ge=0)
     known_ext_ids: list[str] = Field(default_factory=list)
 
+    _unset_watermark = field_validator("watermark", mode="before")(_go_time)
+
     @field_validator("known_ext_ids", mode="before")
     @classmethod
     def _null_is_empty(cls, value: Any) -> Any:
@@ -49,6 +57,8 @@ class BlobRef(BaseModel):
     url: str = Field(min_length=1)
     expires_at: datetime | None = None
     fallback_handle: str = ""
+
+    _unset_expiry = field_validator("expires_at", mode="before")(_go_time)
 
 
 class ParseBlobJob(FetchSourceJob):
@@ -115,6 +125,9 @@ def parse_job(kind: str, raw: Any) -> _Job:
 def parse_version(text: str) -> tuple[int, int]:
     major, _, minor = str(text).strip().partition(".")
     return int(major), int(minor or 0)
+
+
+PARSER_REFUSED_NAK_DELAY_S = 30.0  # leave a parse_blob our parser must not read to a newer instance
 
 
 def parser_refusal(job: Any, parser_version: str) -> str | None:

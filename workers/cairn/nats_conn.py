@@ -6,6 +6,11 @@ JWT mint. So each worker process (after fork) owns one ``NatsThread``: a daemon
 thread running an event loop with one connection; ``run(coro)`` submits
 coroutines to it and waits for the result.
 
+``request_json`` is the one way sync code asks core something over
+request/reply (tokens, creds, presign): JSON in, a JSON object out, and a
+``Nats-Error`` reply (core's refusal: plain text body plus that header,
+reference §2.4) or no reply at all becomes :class:`CoreRequestError`.
+
 Authentication (reference/cairn.md §2.11, §3.1): production sends
 ``CAIRN_WORKER_ENROLLMENT_TOKEN`` as the CONNECT token with the worker name as
 connection name and a fresh user nkey per connection; dev uses anonymous,
@@ -15,6 +20,7 @@ user/password or a creds file.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -28,6 +34,18 @@ CONNECT_TIMEOUT_S = 10.0
 RECONNECT_WAIT_S = 2.0
 JETSTREAM_TIMEOUT_S = 10.0
 DRAIN_TIMEOUT_S = 5.0
+REQUEST_TIMEOUT_S = 5.0  # token/creds/presign requests (the published worker uses 3-5 s)
+LOOP_HANDOFF_S = 1.0  # extra wait for the loop thread beyond a request's own timeout
+NATS_ERROR_HEADER = "Nats-Error"
+REFUSAL_MAX_CHARS = 200
+
+
+class CoreRequestError(Exception):
+    """A request/reply to core failed: no responder, timeout, a refusal or a malformed reply.
+
+    Transient from a job's point of view (NAK): core was unreachable or refused
+    this one request. The message names the subject and the cause, never the body.
+    """
 
 
 def _fresh_nkey_seed() -> bytes:
@@ -130,3 +148,33 @@ class NatsThread:
         self._thread.join(DRAIN_TIMEOUT_S)
         if not self._thread.is_alive():
             self.loop.close()
+
+
+def request_json(nats: Any, subject: str, body: dict[str, Any],
+                 timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
+    """Core request/reply from sync code: ``body`` as compact JSON, the reply as a JSON object.
+
+    ``nats`` is a :class:`NatsThread` (or anything with ``nc`` and ``run``, like
+    the bridge's loop adapter). ``nc`` is resolved here, in the calling thread,
+    because a first use connects and must never happen on the loop thread.
+    """
+    data = json.dumps(body, separators=(",", ":")).encode()
+    nc = nats.nc
+
+    async def call() -> Any:
+        return await nc.request(subject, data, timeout=timeout_s)
+
+    try:
+        msg = nats.run(call(), timeout_s + LOOP_HANDOFF_S)
+    except Exception as exc:  # noqa: BLE001 - timeout, no responders, disconnected
+        raise CoreRequestError(f"request {subject}: {type(exc).__name__}") from None
+    refused = (getattr(msg, "headers", None) or {}).get(NATS_ERROR_HEADER)
+    if refused:
+        raise CoreRequestError(f"request {subject}: core refused: {refused[:REFUSAL_MAX_CHARS]}")
+    try:
+        reply = json.loads(msg.data or b"null")
+    except ValueError:
+        raise CoreRequestError(f"request {subject}: reply is not JSON") from None
+    if not isinstance(reply, dict):
+        raise CoreRequestError(f"request {subject}: reply is not an object")
+    return reply

@@ -3,22 +3,22 @@
 Why one object: a provider task runs many jobs in one process; the NATS
 connection (a background asyncio loop, ``NatsThread``), the provider's pooled
 HTTP client, the Redis client used for reconcile coalescing, the shared rate
-limiter and an HTTP client for presigned URLs are all expensive to create and
-safe to reuse. ``build_context()`` is called lazily by the task module (after
+limiter and the claim-check (presigned-URL client and cached publish routes)
+are all expensive to create and safe to reuse. ``build_context()`` is called lazily by the task module (after
 the prefork fork, never in the parent). Per-delivery facts (attempt number,
 stream sequence) travel separately in :class:`Delivery`, because the context is
 shared by every job of the process.
 
-The two NATS primitives the handlers need are methods here so every handler
+The NATS primitives the handlers need are reached here so every handler
 speaks to core the same way: ``request`` (core request/reply, JSON in and
-out, ``Nats-Error`` replies become :class:`CoreRequestError`) and
-``publish`` (JetStream publish with a ``Nats-Msg-Id`` for stream subjects).
+out, ``Nats-Error`` replies become :class:`CoreRequestError`), ``publish``
+(JetStream publish with a ``Nats-Msg-Id`` for stream subjects, through the
+claim-check's cached routes) and ``claimcheck`` (presign, PUT, envelope).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -26,21 +26,14 @@ from typing import Any
 
 import httpx
 
+from workers.cairn.claimcheck import ClaimCheck, WorkerStamp
+from workers.cairn.nats_conn import REQUEST_TIMEOUT_S, CoreRequestError, request_json
 from workers.providers.base import Provider
 
 log = logging.getLogger(__name__)
 
-REQUEST_TIMEOUT_S = 5.0  # token/creds/presign requests (the published worker uses 3-5 s)
 PUBLISH_TIMEOUT_S = 10.0  # one JetStream publish, PubAck included
 BLOB_HTTP_TIMEOUT_S = 30.0  # presigned PUT/GET of one body (reference §3.9)
-
-
-class CoreRequestError(Exception):
-    """A request/reply to core failed: no responder, timeout, or a ``Nats-Error`` reply.
-
-    Always transient from the job's point of view (NAK): core was unreachable
-    or refused this one request. The message never carries the request body.
-    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,9 +79,8 @@ class JobContext:
     provider: Provider
     http: httpx.Client  # the provider's pooled client
     limiter: Any = None  # workers.cairn.ratelimit limiter (None: run without a shared budget)
-    blob_http: httpx.Client = dataclasses.field(
-        default_factory=lambda: httpx.Client(timeout=BLOB_HTTP_TIMEOUT_S))
-    router: Any = None  # workers.cairn.claimcheck.PublishRouter, created on first publish
+    blob_http: httpx.Client | None = None  # presigned PUT/GET; None: the claim-check opens one on first use
+    _claimcheck: ClaimCheck | None = dataclasses.field(default=None, repr=False)
 
     # ------------------------------------------------------------------ identity
 
@@ -109,57 +101,29 @@ class JobContext:
         """The parser version ``N.M`` (contract §1: ``worker_version`` is the parser version)."""
         return str(self.provider.parser_version)
 
-    def stamp(self) -> dict[str, str]:
-        """The worker stamp every ``JobResult`` carries (contract §1, invariant C3)."""
-        return {"workerName": self.worker_name, "workerVersion": self.worker_version,
-                "workerPackage": self.worker_package}
+    @property
+    def worker_stamp(self) -> WorkerStamp:
+        """The stamp every ``JobResult`` carries (contract §1, invariant C3)."""
+        return WorkerStamp(self.worker_name, self.worker_version, self.worker_package)
 
     # ------------------------------------------------------------------ NATS
 
-    def _nc(self) -> Any:
-        nc = getattr(self.nats, "nc", None)
-        if callable(nc) and not hasattr(nc, "request"):
-            nc = nc()
-        return nc
-
-    def _js(self) -> Any:
-        js = getattr(self.nats, "js", None)
-        if callable(js) and not hasattr(js, "publish"):
-            js = js()
-        return js
+    @property
+    def claimcheck(self) -> ClaimCheck:
+        """Presign → PUT → publish for this pool; it stamps every result it publishes."""
+        if self._claimcheck is None:
+            self._claimcheck = ClaimCheck(self.nats, provider=self.provider_name, stamp=self.worker_stamp,
+                                          http=self.blob_http)
+        return self._claimcheck
 
     def request(self, subject: str, body: dict[str, Any], timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
         """Core request/reply with a JSON body; the reply must be a JSON object."""
-        data = json.dumps(body, separators=(",", ":")).encode()
-
-        nc = self._nc()  # connects lazily: must happen here, never on the loop thread
-
-        async def call() -> Any:
-            return await nc.request(subject, data, timeout=timeout_s)
-
-        try:
-            msg = self.nats.run(call(), timeout_s + 1.0)
-        except Exception as exc:  # noqa: BLE001 - timeout, no responders, disconnected
-            raise CoreRequestError(f"request {subject}: {type(exc).__name__}") from None
-        headers = getattr(msg, "headers", None) or {}
-        if headers.get("Nats-Error"):
-            raise CoreRequestError(f"request {subject}: core refused: {headers['Nats-Error'][:200]}")
-        try:
-            reply = json.loads(msg.data or b"null")
-        except ValueError:
-            raise CoreRequestError(f"request {subject}: reply is not JSON") from None
-        if not isinstance(reply, dict):
-            raise CoreRequestError(f"request {subject}: reply is not an object")
-        return reply
+        return request_json(self.nats, subject, body, timeout_s)
 
     def publish(self, subject: str, data: bytes, msg_id: str, timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
         """Publish with ``Nats-Msg-Id``: JetStream (dedup hit = success) when a stream captures
         ``subject``, core NATS otherwise (contract §5 publish routing, decided once per subject)."""
-        if self.router is None:
-            from workers.cairn.claimcheck import PublishRouter
-
-            self.router = PublishRouter(self.nats)
-        self.router.publish(subject, data, msg_id, timeout_s=timeout_s)
+        self.claimcheck.router.publish(subject, data, msg_id, timeout_s=timeout_s)
 
 
 _context: JobContext | None = None
@@ -206,7 +170,8 @@ def _build(settings: Any) -> JobContext:
     except Exception as exc:  # noqa: BLE001 - the published worker runs without a limiter too
         log.warning("running without the shared rate limiter: %s", type(exc).__name__)
     return JobContext(settings=settings, nats=nats_thread, redis=redis.Redis.from_url(redis_url),
-                      provider=provider, http=provider.new_http_client(), limiter=limiter)
+                      provider=provider, http=provider.new_http_client(), limiter=limiter,
+                      blob_http=httpx.Client(timeout=BLOB_HTTP_TIMEOUT_S))
 
 
 # --------------------------------------------------------------------------- subjects

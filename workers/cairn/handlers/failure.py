@@ -19,9 +19,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from workers.cairn import wire
+from workers.cairn.claimcheck import ClaimCheckError
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable
 from workers.cairn.disposition import Disposition, nak, term
-from workers.cairn.handlers.publish import BlobTransferError, publish_inline
+from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import failure_msg_id
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import redact
@@ -55,21 +57,21 @@ class Permanent(PermanentJobError):
         self.code, self.error_class = code, error_class
 
 
+def _job_field(job: Any, name: str) -> str:
+    """A correlation field of a parsed job, or of a raw payload the bridge could not parse."""
+    value = job.get(name) if isinstance(job, dict) else getattr(job, name, "")
+    return str(value or "")
+
+
 def failure_envelope(ctx: JobContext, job: Any, *, code: str, message: str,
-                     error_class: str = "ERROR_CLASS_INVALID_INPUT") -> dict[str, Any]:
-    """The §6 ``JobResult``: stamp, ``error`` and ``failed_ref`` (protojson dict)."""
+                     error_class: str = "ERROR_CLASS_INVALID_INPUT") -> pb.JobResult:
+    """The §6 ``JobResult``: ``error`` and ``failed_ref`` (the claim-check adds the stamp)."""
     if error_class not in ERROR_CLASSES:
         error_class = "ERROR_CLASS_INVALID_INPUT"
-    ref: dict[str, Any] = {"provider": ctx.provider_name}
-    for key, attr in (("userId", "user_id"), ("externalAccountId", "account_id"), ("externalId", "ext_id")):
-        value = str(getattr(job, attr, "") or (job.get(attr, "") if isinstance(job, dict) else "") or "")
-        if value:
-            ref[key] = value
-    error = {"class": error_class, "code": code or "failed"}
-    text = redact(message or "")[:MESSAGE_MAX_CHARS]
-    if text:
-        error["message"] = text
-    return {**ctx.stamp(), "error": error, "failedRef": ref}
+    return wire.failure_envelope(code=code or "failed", message=redact(message or "")[:MESSAGE_MAX_CHARS],
+                                 user_id=_job_field(job, "user_id"), provider=ctx.provider_name,
+                                 account_id=_job_field(job, "account_id"),
+                                 external_id=_job_field(job, "ext_id"), error_class=error_class)
 
 
 def publish_failure(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *, code: str,
@@ -78,14 +80,13 @@ def publish_failure(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *,
     from workers.cairn.handlers.context import reconcile_result_subject, result_subject
 
     envelope = failure_envelope(ctx, job, code=code, message=message, error_class=error_class)
-    get = (lambda k: str(job.get(k) or "")) if isinstance(job, dict) else (lambda k: str(getattr(job, k, "") or ""))
-    account_id = get("account_id")
+    account_id = _job_field(job, "account_id")
     if kind == "reconcile" and account_id:
         subject = reconcile_result_subject(ctx.provider_name, account_id)
     else:
         subject = result_subject(kind, ctx.provider_name, ctx.worker_name)
-    ident = get("ext_id") or get("job_id") or account_id
-    publish_inline(ctx, subject, envelope, failure_msg_id(ctx.provider_name, ident, delivery.attempt))
+    ident = _job_field(job, "ext_id") or _job_field(job, "job_id") or account_id
+    ctx.claimcheck.publish_inline(subject, envelope, failure_msg_id(ctx.provider_name, ident, delivery.attempt))
 
 
 def terminate(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *, code: str, message: str,
@@ -124,7 +125,7 @@ def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, ex
     if isinstance(exc, PermanentJobError):  # e.g. BadResult: our output does not fit the schema
         return terminate(ctx, kind, job, delivery, code=getattr(exc, "code", "invalid_input"),
                          message=str(exc), error_class="ERROR_CLASS_INVALID_INPUT")
-    if isinstance(exc, (BlobTransferError, ProviderError, RetryableJobError)):
+    if isinstance(exc, (ClaimCheckError, ProviderError, RetryableJobError)):
         log.info("%s transient failure (%s); nak", kind, type(exc).__name__)
         return nak(TRANSIENT_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}: {redact(str(exc))[:120]}")
     log.warning("%s unexpected failure %s; nak", kind, type(exc).__name__)

@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from workers.cairn.claimcheck import KIND_RAW, strict_result
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack, nak
-from workers.cairn.handlers.publish import archive_raw, publish_claim_checked
+from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import activity_result_msg_id
 from workers.providers.base import FetchOutcome, ProviderContext
 
@@ -63,11 +64,12 @@ def result_msg_id(job_id: str, ext_id: str, delivery: Delivery) -> str:
     return activity_result_msg_id(job_id or f"ext-{ext_id}", delivery.attempt)
 
 
-def activity_result(ctx: JobContext, outcome: FetchOutcome) -> dict[str, Any]:
-    """The full ``JobResult`` (protojson dict): stamp + events in dependency order."""
+def activity_result(outcome: FetchOutcome) -> pb.JobResult:
+    """The full ``JobResult``: events in dependency order, GEAR before the activity (the
+    claim-check adds the worker stamp). Strict: a mapping outside the schema is ``BadResult``."""
     gear = [e for e in outcome.wire_events if "gear" in e]
     rest = [e for e in outcome.wire_events if "gear" not in e]
-    return {**ctx.stamp(), "events": gear + rest}
+    return strict_result({"events": gear + rest})
 
 
 def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
@@ -75,14 +77,15 @@ def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
     pctx = provider_context(ctx, job, tokens.access_token, tokens.app_id)
     outcome = ctx.provider.fetch_source(pctx, job)
     if outcome.archive is not None:
-        blob_id = archive_raw(ctx, outcome.archive.body, outcome.archive.content_type, job.user_id)
-        outcome.attach_raw_blob(blob_id, size_bytes=outcome.archive.size_bytes,
+        archive = ctx.claimcheck.upload(kind=KIND_RAW, body=outcome.archive.body,
+                                        content_type=outcome.archive.content_type, user_id=job.user_id)
+        outcome.attach_raw_blob(archive.blob_id, size_bytes=outcome.archive.size_bytes,
                                 content_type=outcome.archive.content_type)
     if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
         return nak(reason="lease lost before publishing")
-    subject = _result_subject(ctx)
-    publish_claim_checked(ctx, subject, activity_result(ctx, outcome),
-                          result_msg_id(str(getattr(job, "job_id", "") or ""), outcome.ext_id, delivery))
+    ctx.claimcheck.publish_claim_checked(
+        _result_subject(ctx), activity_result(outcome),
+        result_msg_id(str(getattr(job, "job_id", "") or ""), outcome.ext_id, delivery))
     log.info("fetch_source %s imported (%d events, %d gear lookups skipped)", outcome.ext_id,
              len(outcome.wire_events), outcome.gear_errors)
     return ack()

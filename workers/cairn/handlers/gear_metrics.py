@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack
 from workers.cairn.handlers.failure import Permanent
+from workers.cairn.claimcheck import strict_result
 from workers.cairn.handlers.fetch_source import provider_context
-from workers.cairn.handlers.publish import publish_claim_checked, publish_inline
 from workers.cairn.subjects import result_msg_id
 from workers.providers.base import IMPORT_GEAR, IMPORT_METRICS
 
@@ -39,9 +39,9 @@ def handle_gear(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
         raise Permanent("unsupported_job", f"{ctx.provider_name} does not serve import_gear")
     tokens = fetch_tokens(ctx, job.account_id)
     events = ctx.provider.import_gear(provider_context(ctx, job, tokens.access_token, tokens.app_id), job)
-    result = {**ctx.stamp(), "events": list(events)}
-    publish_inline(ctx, result_subject(IMPORT_GEAR, ctx.provider_name, ctx.worker_name), result,
-                   result_msg_id(str(job.job_id or f"gear-{job.account_id}")))
+    ctx.claimcheck.publish_inline(result_subject(IMPORT_GEAR, ctx.provider_name, ctx.worker_name),
+                                  strict_result({"events": list(events)}),
+                                  result_msg_id(str(job.job_id or f"gear-{job.account_id}")))
     log.info("import_gear for account %s: %d gear", job.account_id, len(events))
     return ack()
 
@@ -54,8 +54,7 @@ def handle_metrics(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition
         raise Permanent("unsupported_job", f"{ctx.provider_name} declares no metrics")
     tokens = fetch_tokens(ctx, job.account_id)
     events = importer(provider_context(ctx, job, tokens.access_token, tokens.app_id), job)
-    result = {**ctx.stamp(), "events": list(events)}
-    job_id = str(getattr(job, "job_id", "") or f"metrics-{job.account_id}-{getattr(job, 'since_unix', 0)}")
-    publish_claim_checked(ctx, result_subject(IMPORT_METRICS, ctx.provider_name, ctx.worker_name), result,
-                          result_msg_id(job_id))
+    job_id = job.job_id or f"metrics-{job.account_id}-{job.since_unix}"
+    ctx.claimcheck.publish_claim_checked(result_subject(IMPORT_METRICS, ctx.provider_name, ctx.worker_name),
+                                         strict_result({"events": list(events)}), result_msg_id(job_id))
     return ack()

@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from workers.cairn.credentials import fetch_tokens, rfc3339
+from workers.cairn import wire
+from workers.cairn.claimcheck import PublishError
+from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack
 from workers.cairn.handlers.fetch_source import provider_context
-from workers.cairn.handlers.publish import BlobTransferError, publish_inline
+from workers.cairn.jobs import ReconcileJob
+from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import reconcile_subjob_msg_id, result_msg_id
 
 if TYPE_CHECKING:
@@ -66,7 +68,7 @@ def coalesce_key(provider: str, account_id: str) -> str:
     return f"{COALESCE_KEY_PREFIX}{provider}:{account_id}"
 
 
-def _claim(ctx: JobContext, job: Any) -> bool:
+def _claim(ctx: JobContext, job: ReconcileJob) -> bool:
     """True when this job may run the reconcile (first in the window, or its own retry)."""
     if ctx.redis is None:
         return True
@@ -78,7 +80,7 @@ def _claim(ctx: JobContext, job: Any) -> bool:
     return current == owner
 
 
-def _release(ctx: JobContext, job: Any) -> None:
+def _release(ctx: JobContext, job: ReconcileJob) -> None:
     if ctx.redis is None:
         return
     try:
@@ -88,48 +90,29 @@ def _release(ctx: JobContext, job: Any) -> None:
         log.warning("reconcile coalesce release failed: %s", type(exc).__name__)
 
 
-def _watermark(job: Any) -> datetime | None:
-    value = getattr(job, "watermark", None)
-    if isinstance(value, str):
-        value = parse_rfc3339(value)
-    return value if isinstance(value, datetime) and value.year > 1 else None
-
-
-def parse_rfc3339(text: str) -> datetime | None:
-    """Go writes up to 9 fractional digits and ``Z``; Python reads 6 and needs an offset."""
-    text = text.strip()
-    if not text:
-        return None
-    text = re.sub(r"(\.\d{6})\d+", r"\1", text).replace("Z", "+00:00").replace("z", "+00:00")
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-
-
-def reconcile_result(ctx: JobContext, new_watermark: datetime | None) -> dict[str, Any]:
-    result: dict[str, Any] = dict(ctx.stamp())
+def reconcile_result(new_watermark: datetime | None) -> pb.JobResult:
+    """The inline, event-free result; the claim-check adds the worker stamp."""
+    result = pb.JobResult()
     if new_watermark is not None:
-        result["newWatermark"] = rfc3339(new_watermark)
+        result.new_watermark.CopyFrom(wire.timestamp(new_watermark))
     return result
 
 
-def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
+def handle(ctx: JobContext, job: ReconcileJob, delivery: Delivery) -> Disposition:
     from workers.cairn.handlers.context import reconcile_result_subject
 
-    watermark = _watermark(job)
+    watermark = job.watermark
     subject = reconcile_result_subject(ctx.provider_name, job.account_id)
     msg_id = result_msg_id(str(job.job_id))
     if not _claim(ctx, job):
-        publish_inline(ctx, subject, reconcile_result(ctx, watermark), msg_id)
+        ctx.claimcheck.publish_inline(subject, reconcile_result(watermark), msg_id)
         log.info("reconcile for account %s coalesced (another ran within %ss)", job.account_id,
                  RECONCILE_COALESCE_S)
         return ack("coalesced")
     try:
         enqueued, newest = _run(ctx, job, watermark)
         new_watermark = max([w for w in (watermark, newest) if w is not None], default=None)
-        publish_inline(ctx, subject, reconcile_result(ctx, new_watermark), msg_id)
+        ctx.claimcheck.publish_inline(subject, reconcile_result(new_watermark), msg_id)
     except BaseException:
         _release(ctx, job)
         raise
@@ -137,13 +120,13 @@ def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
     return ack(f"enqueued {enqueued}")
 
 
-def _run(ctx: JobContext, job: Any, watermark: datetime | None) -> tuple[int, datetime | None]:
+def _run(ctx: JobContext, job: ReconcileJob, watermark: datetime | None) -> tuple[int, datetime | None]:
     from workers.cairn.handlers.context import job_subject
 
     tokens = fetch_tokens(ctx, job.account_id)
     pctx = provider_context(ctx, job, tokens.access_token, tokens.app_id)
-    cap = int(getattr(job, "max_enqueue", 0) or DEFAULT_MAX_ENQUEUE)
-    known = {str(x) for x in (getattr(job, "known_ext_ids", None) or [])}
+    cap = job.max_enqueue or DEFAULT_MAX_ENQUEUE
+    known = set(job.known_ext_ids)
     refs = ctx.provider.list_activities(pctx, window_start(watermark), limit=cap, exclude=known)
     subject = job_subject("fetch_source", ctx.provider_name, ctx.worker_name)
     newest: datetime | None = None
@@ -156,7 +139,7 @@ def _run(ctx: JobContext, job: Any, watermark: datetime | None) -> tuple[int, da
             ctx.publish(subject, json.dumps(body, separators=(",", ":")).encode(),
                         sub_job_msg_id(ctx.provider_name, job.account_id, ref.ext_id))
         except Exception as exc:  # noqa: BLE001 - NAK the whole job; msg-ids make the re-run idempotent
-            raise BlobTransferError(f"enqueue fetch_source: {type(exc).__name__}") from None
+            raise PublishError(f"enqueue fetch_source: {type(exc).__name__}") from None
         count += 1
         start = ref.start_time.astimezone(UTC)
         newest = start if newest is None or start > newest else newest
