@@ -57,7 +57,6 @@ FETCH_ERROR_BACKOFF_S = 1.0
 LEASE_CHECK_INTERVAL_S = 1.0  # how often a waiting message looks at its task's lease
 LOST_TASK_GRACE_S = 3.0  # lease gone: the result may still be on its way (released just before return)
 TASK_FAILURE_NAK_DELAY_S = 2.0  # a task that raised: redeliver soon, but not in a hot loop
-SHUTDOWN_GRACE_S = 20.0  # SIGTERM: running tasks get this long before their messages are NAKed
 LEASE_NAMESPACE = "cairn"
 EXIT_INCOMPATIBLE_CORE = 3
 EXIT_LOOP_FAILED = 4
@@ -184,15 +183,15 @@ class CairnBridge:
             self.stop()
 
     def stop(self) -> None:
-        """Stop pulling; held messages get ``SHUTDOWN_GRACE_S`` before they are NAKed."""
+        """Stop pulling; held messages get ``CAIRN_SHUTDOWN_GRACE_S`` before they are NAKed."""
         if not self._stopping.is_set():
-            self._stop_deadline = time.monotonic() + SHUTDOWN_GRACE_S
+            self._stop_deadline = time.monotonic() + self.settings.shutdown_grace_s
             self._stopping.set()
 
     async def _drain_held(self) -> None:
         pending = [t for t in self._tasks if not t.done()]
         if pending:
-            await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S + LEASE_CHECK_INTERVAL_S * 3)
+            await asyncio.wait(pending, timeout=self.settings.shutdown_grace_s + LEASE_CHECK_INTERVAL_S * 3)
 
     async def _close(self) -> None:
         with contextlib.suppress(Exception):
@@ -330,7 +329,7 @@ class CairnBridge:
         return await self._run_task(held, raw)
 
     async def _run_task(self, held: Held, payload: dict[str, Any]) -> Any:
-        from tasks.cairn import JOB_TASK
+        from tasks.cairn import send_job
 
         held.token = new_token()
         task_id = f"cairn-{held.seq}-d{held.delivery}-{uuid.uuid4().hex[:8]}"
@@ -339,8 +338,7 @@ class CairnBridge:
         await asyncio.to_thread(self.leases.grant, str(held.seq), held.token, self.start_deadline_s)
         watch = await self.results.watch(task_id)
         try:
-            await asyncio.to_thread(self.app.send_task, JOB_TASK,
-                                    args=[held.consumer.kind, payload, meta], task_id=task_id)
+            await asyncio.to_thread(send_job, self.app, held.consumer.kind, payload, meta, task_id)
             return await self._await_disposition(held, watch)
         finally:
             await self.results.forget(watch)

@@ -32,13 +32,9 @@ from celery.signals import beat_init, celeryd_after_setup, worker_process_init, 
 from kombu import Queue
 from kombu.common import Broadcast
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
 from tasks import app
 from tasks.routes import QUEUE_PROVIDER
 from workers.cairn.presence import MANIFEST_INTERVAL_S, PRESENCE_INTERVAL_S
-from workers.config import load_settings
 from workers.lease import LeaseKeeper, Leases
 from workers.logs import setup_logging
 
@@ -51,8 +47,9 @@ PRESENCE_TASK = "cairn.presence"
 MANIFEST_TASK = "cairn.manifest"
 PRESENCE_BROADCAST = "cairn.presence"  # fanout exchange (and queue alias) of the presence broadcast
 LEASE_NAMESPACE = "cairn"
-DEFAULT_LEASE_TTL_S = 15.0  # a SIGKILLed task is noticed by the bridge about this long after
 EXCHANGE_REPLY_TTL_S = 30.0  # the parked token reply waits this long for the bridge
+ARGSREPR_MAX_CHARS = 1024  # Celery's own bound on a task's shown arguments
+HIDDEN = "…"  # what Flower shows instead of a lease token
 _INSTANCE_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_=-]+")  # KV keys: no '@', and '.' separates the key
 
 # Every process (beat, bridge, workers) knows the broadcast queue, so a route by
@@ -79,14 +76,6 @@ def broadcast_presence(expires_s: float = PRESENCE_INTERVAL_S) -> None:
     presence.apply_async(expires=expires_s, declare=[PRESENCE_QUEUE.exchange], **PRESENCE_OPTIONS)
 
 
-class CairnTaskSettings(BaseSettings):
-    """Task-side tunables (``CAIRN_LEASE_TTL_S``); the contract settings are ``CairnSettings``."""
-
-    model_config = SettingsConfigDict(env_prefix="CAIRN_", extra="ignore", env_ignore_empty=True)
-
-    lease_ttl_s: float = Field(default=DEFAULT_LEASE_TTL_S, gt=0)
-
-
 class CairnRuntime:
     """The per-process objects every Cairn task uses."""
 
@@ -96,7 +85,7 @@ class CairnRuntime:
         self.ctx = build_context()
         self.redis = self.ctx.redis
         self.leases = Leases(self.redis, LEASE_NAMESPACE)
-        self.lease_ttl_s = load_settings(CairnTaskSettings).lease_ttl_s
+        self.lease_ttl_s = float(self.ctx.settings.lease_ttl_s)
 
 
 _runtime: CairnRuntime | None = None
@@ -169,6 +158,23 @@ def instance_id(hostname: str | None) -> str:
     explicit = (os.environ.get("CAIRN_WORKER_INSTANCE_ID") or os.environ.get("CAIRN_INSTANCE_ID") or "").strip()
     base = explicit or hostname or os.uname().nodename
     return _INSTANCE_ID_UNSAFE.sub("-", base).strip("-") or "instance"
+
+
+def job_argsrepr(kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> str:
+    """How a ``cairn.job`` shows in Flower and task events: everything but the lease token.
+
+    A lease token is not a credential, but it names an ownership grant and has
+    no business on a dashboard; job payloads from core carry no secret (S1).
+    """
+    from celery.utils.saferepr import saferepr
+
+    return saferepr([kind, payload, {**meta, "lease_token": HIDDEN}], ARGSREPR_MAX_CHARS)
+
+
+def send_job(sender: Any, kind: str, payload: dict[str, Any], meta: dict[str, Any], task_id: str) -> None:
+    """Queue one ``cairn.job`` (the bridge's only way in); ``sender`` is the Celery app."""
+    sender.send_task(JOB_TASK, args=[kind, payload, meta], task_id=task_id,
+                     argsrepr=job_argsrepr(kind, payload, meta))
 
 
 # --------------------------------------------------------------------------- tasks

@@ -559,3 +559,21 @@ def test_parse_blob_our_parser_cannot_read_is_naked_for_a_newer_instance(stack: 
                                  stack.bridge.log()[offset:]), WAIT_S, "the parser-version NAK")
     assert not stack.results_for(job["job_id"])
     assert not [r for r in _failures(stack.core) if r.data.get("failedRef", {}).get("externalId") == job["ext_id"]]
+
+
+def test_flower_shows_the_job_but_not_its_lease_token(stack: CairnStack) -> None:
+    """cairn.job carries the lease token the bridge granted; task events show it masked."""
+    acct = stack.connect_athlete(n_activities=1)
+    job = stack.fetch_job(acct, stack.first_activity_id(acct))
+    r = redis.Redis.from_url(stack.redis_url)
+    with TaskEvents(stack.redis_url) as events:
+        stack.core.enqueue_job("fetch_source", job)
+        wait_until(lambda: any(e.get("type") == "task-received" and job["job_id"] in str(e.get("args"))
+                               for e in events.events), WAIT_S, "the job's task-received event")
+        # the token the bridge granted for this message, read while the task holds its lease
+        tokens = {v.decode().split(":")[1] for k in r.scan_iter("sy:lease:cairn:*") if (v := r.get(k))}
+        stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the job's result")
+    shown = [str(e.get("args")) for e in events.events
+             if e.get("type") in ("task-sent", "task-received") and job["job_id"] in str(e.get("args"))]
+    assert shown and all("'lease_token': '…'" in a and "fetch_source" in a for a in shown), shown
+    assert all(t not in events.text() for t in tokens)

@@ -149,6 +149,13 @@ def test_reconcile_parse_blob_metrics_gear_backfill() -> None:
                                        "watermark": "2026-07-20T12:00:00.123456789Z", "known_ext_ids": None,
                                        "webhook_seen": True, "issued_at": "2026-07-20T12:00:00Z"})
     assert rec.watermark.tzinfo is not None and rec.known_ext_ids == [] and rec.max_enqueue == 500
+    # Go's zero time.Time is "no watermark": the window then starts 30 days back, not in year 0
+    unset = jobs.parse_job("reconcile", {"job_id": "r", "account_id": ACCOUNT, "user_id": USER,
+                                         "watermark": "0001-01-01T00:00:00Z"})
+    assert unset.watermark is None
+    with pytest.raises(ValidationError):  # a timestamp without a zone is a poison payload
+        jobs.parse_job("reconcile", {"job_id": "r", "account_id": ACCOUNT, "user_id": USER,
+                                     "watermark": "2026-07-20T12:00:00"})
     blob = jobs.parse_job("parse_blob", {"job_id": "reparse:s", "account_id": ACCOUNT, "user_id": USER,
                                          "ext_id": "9", "min_parser_version": 2,
                                          "blob": {"url": "https://s3/x", "fallback_handle": "users/u/strava/k"}})
@@ -223,8 +230,11 @@ def test_settings_env_versions_and_secret_registration(monkeypatch: pytest.Monke
     monkeypatch.setenv("CAIRN_WORKER_ENROLLMENT_TOKEN", "enroll-SECRET-123")
     monkeypatch.setenv("CAIRN_WORKER_NAME", "strava-api")
     monkeypatch.setenv("CAIRN_ACK_WAIT_S", "12.5")
+    monkeypatch.setenv("CAIRN_LEASE_TTL_S", "4")
+    monkeypatch.setenv("CAIRN_SHUTDOWN_GRACE_S", "7.5")
     settings = load_cairn_settings()
     assert settings.worker_name == "strava-api" and settings.ack_wait_s == 12.5
+    assert settings.lease_ttl_s == 4.0 and settings.shutdown_grace_s == 7.5
     assert settings.worker_key == "strava-api-strava"
     assert settings.strava_base_url == "https://www.strava.com"
     assert settings.max_deliver > settings.term_after_deliveries == 5
@@ -239,7 +249,8 @@ def test_settings_env_versions_and_secret_registration(monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize(("var", "value"), [("CAIRN_WORKER_NAME", "Bad Name"), ("CAIRN_NATS_URL", "http://x"),
-                                            ("CAIRN_RELEASE", "0.7"), ("CAIRN_STRAVA_BASE_URL", "ftp://x")])
+                                            ("CAIRN_RELEASE", "0.7"), ("CAIRN_STRAVA_BASE_URL", "ftp://x"),
+                                            ("CAIRN_LEASE_TTL_S", "0"), ("CAIRN_SHUTDOWN_GRACE_S", "-1")])
 def test_settings_errors_name_the_variable(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError, match=var):

@@ -321,7 +321,7 @@ def _seq_of(task_id: str) -> tuple[int, int]:
 def test_sigterm_cairn_bridge_naks_queued_messages_finishes_running_ones_ingests_once(cairn):
     """Queued messages are NAKed at once and taken by a second instance while the first still
     finishes its running job; every job is ingested exactly once."""
-    from bridges.cairn import SHUTDOWN_GRACE_S
+    from workers.cairn.settings import DEFAULT_SHUTDOWN_GRACE_S as SHUTDOWN_GRACE_S
 
     stack = cairn
     r = redis.Redis.from_url(stack.redis_url)
@@ -381,7 +381,7 @@ def _cairn_leases(r: redis.Redis) -> dict[str, str]:
 def test_cairn_job_running_past_the_shutdown_grace_is_still_ingested_once(cairn):
     """A provider call slower than the bridge's shutdown grace: the message is NAKed to another
     instance while its first task still runs. Exactly one result may reach core."""
-    from bridges.cairn import SHUTDOWN_GRACE_S
+    from workers.cairn.settings import DEFAULT_SHUTDOWN_GRACE_S as SHUTDOWN_GRACE_S
 
     stack = cairn
     r = redis.Redis.from_url(stack.redis_url)

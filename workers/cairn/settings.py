@@ -36,6 +36,12 @@ DEFAULT_WORKER_PACKAGE = "switchyard.providers.strava"
 DEFAULT_ACK_WAIT_S = 30.0
 DEFAULT_MAX_DELIVER = 10  # above TERM_AFTER_DELIVERIES: we term with an envelope ourselves
 TERM_AFTER_DELIVERIES = 5
+DEFAULT_LEASE_TTL_S = 15.0  # a SIGKILLed provider task is noticed by the bridge about this long after
+DEFAULT_SHUTDOWN_GRACE_S = 20.0  # SIGTERM: the bridge's running tasks get this long before their NAK
+DEFAULT_TASK_START_DEADLINE_S = 60.0  # a dispatched task not started by then is revoked and NAKed
+DEFAULT_DISCOVER_DEADLINE_S = 30.0
+DEFAULT_EXCHANGE_DEADLINE_S = 15.0
+MAX_EXCHANGE_DEADLINE_S = 20.0  # contract §9b: core waits 20 s for the exchange reply
 NAME_PATTERN = r"^[a-z0-9_-]{1,48}$"
 
 
@@ -44,6 +50,8 @@ def _default_instance_id() -> str:
 
 
 class CairnSettings(BaseSettings):
+    """Everything the Cairn side reads from the environment (``CAIRN_*``), bridge and tasks alike."""
+
     model_config = SettingsConfigDict(env_prefix="CAIRN_", extra="ignore", env_ignore_empty=True,
                                       populate_by_name=True)
 
@@ -63,9 +71,11 @@ class CairnSettings(BaseSettings):
     max_deliver: int = Field(default=DEFAULT_MAX_DELIVER, gt=TERM_AFTER_DELIVERIES)
     term_after_deliveries: int = Field(default=TERM_AFTER_DELIVERIES, ge=1)
     max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
-    task_start_deadline_s: float = Field(default=60.0, gt=0)
-    discover_deadline_s: float = Field(default=30.0, gt=0)
-    exchange_deadline_s: float = Field(default=15.0, gt=0, le=20.0)
+    task_start_deadline_s: float = Field(default=DEFAULT_TASK_START_DEADLINE_S, gt=0)
+    discover_deadline_s: float = Field(default=DEFAULT_DISCOVER_DEADLINE_S, gt=0)
+    exchange_deadline_s: float = Field(default=DEFAULT_EXCHANGE_DEADLINE_S, gt=0, le=MAX_EXCHANGE_DEADLINE_S)
+    lease_ttl_s: float = Field(default=DEFAULT_LEASE_TTL_S, gt=0)
+    shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, ge=0)
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
 
     @field_validator("nats_url")
