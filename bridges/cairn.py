@@ -329,19 +329,24 @@ class CairnBridge:
         return await self._run_task(held, raw)
 
     async def _run_task(self, held: Held, payload: dict[str, Any]) -> Any:
-        from tasks.cairn import send_job
-
         held.token = new_token()
         task_id = f"cairn-{held.seq}-d{held.delivery}-{uuid.uuid4().hex[:8]}"
         meta = {"delivery": held.delivery, "seq": held.seq, "lease_token": held.token,
                 "subject": held.msg.subject}
-        await asyncio.to_thread(self.leases.grant, str(held.seq), held.token, self.start_deadline_s)
         watch = await self.results.watch(task_id)
         try:
-            await asyncio.to_thread(send_job, self.app, held.consumer.kind, payload, meta, task_id)
+            await asyncio.to_thread(self._grant_and_send, held, payload, meta, task_id)
             return await self._await_disposition(held, watch)
         finally:
             await self.results.forget(watch)
+
+    def _grant_and_send(self, held: Held, payload: dict[str, Any], meta: dict[str, Any], task_id: str) -> None:
+        """Grant the lease, then queue the task that carries its token (one worker-thread hop:
+        both are blocking client calls, and this runs for every message)."""
+        from tasks.cairn import send_job
+
+        self.leases.grant(str(held.seq), str(held.token), self.start_deadline_s)
+        send_job(self.app, held.consumer.kind, payload, meta, task_id)
 
     async def _await_disposition(self, held: Held, watch: TaskWatch) -> Any:
         lease_key = self.leases.key(str(held.seq))

@@ -180,7 +180,10 @@ def send_job(sender: Any, kind: str, payload: dict[str, Any], meta: dict[str, An
 # --------------------------------------------------------------------------- tasks
 
 
-@shared_task(name=JOB_TASK, bind=True)
+# track_started off: the bridge learns "running" from the lease, not from a STARTED state, and
+# Flower gets the task-started event either way; storing it would cost a backend write and a
+# pub/sub message to the bridge on every job.
+@shared_task(name=JOB_TASK, bind=True, track_started=False)
 def job(self: Any, kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """Run one JetStream job under its lease and return the disposition for the bridge."""
     from workers.cairn.disposition import nak

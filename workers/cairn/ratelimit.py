@@ -10,9 +10,9 @@ syncs the state from the provider's usage headers on every response.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,7 +22,9 @@ from workers.cairn import subjects
 from workers.providers.base import ProviderRateLimited, WindowUsage
 
 CAS_ATTEMPTS = 200
+CAS_BACKOFF_BASE_S = 0.0002  # jittered backoff after a lost CAS round: base × 2^attempt, capped
 CAS_BACKOFF_MAX_S = 0.02
+CAS_GIVE_UP_RETRY_S = 0.06  # after CAS_ATTEMPTS lost rounds: a soft deny with a ~60 ms retry
 KV_TIMEOUT_S = 5.0
 WINDOW_LENGTH_S = {"short": 15 * 60, "daily": 24 * 3600, "webhook": 15 * 60}
 DEFAULT_WINDOW_S = 15 * 60
@@ -102,27 +104,25 @@ class RateLimiter:
     def key(self, app_id: str | None, window: str) -> str:
         return subjects.rate_limit_key(self.provider, app_id or self.pool, window)
 
-    def _get(self, key: str) -> tuple[WindowState, int]:
+    async def _read(self, kv: Any, key: str) -> tuple[WindowState, int]:
         from nats.js.errors import KeyNotFoundError
 
+        try:
+            entry = await kv.get(key)
+        except KeyNotFoundError:
+            return WindowState(), 0
+        return WindowState.decode(entry.value), entry.revision
+
+    def _get(self, key: str) -> tuple[WindowState, int]:
         kv = self._bucket()  # outside the coroutine: opening it blocks on the loop thread
+        return self._nats.run(self._read(kv, key), KV_TIMEOUT_S)
 
-        async def read() -> tuple[WindowState, int]:
-            try:
-                entry = await kv.get(key)
-            except KeyNotFoundError:
-                return WindowState(), 0
-            return WindowState.decode(entry.value), entry.revision
-
-        return self._nats.run(read(), KV_TIMEOUT_S)
-
-    def reserve(self, app_id: str | None, window: str, n: int = 1) -> None:
-        """Spend ``n`` from ``window`` or raise ``ProviderRateLimited`` anchored to its reset."""
+    async def _reserve_one(self, kv: Any, key: str, window: str, n: int) -> None:
+        """The CAS loop of one window, on the NATS loop thread (reference §3.8)."""
         from nats.js.errors import KeyWrongLastSequenceError
 
-        key = self.key(app_id, window)
         for attempt in range(CAS_ATTEMPTS):
-            state, revision = self._get(key)
+            state, revision = await self._read(kv, key)
             now = datetime.now(UTC)
             if state.window_reset_at is None or now >= state.window_reset_at:
                 length = WINDOW_LENGTH_S.get(window, DEFAULT_WINDOW_S)
@@ -133,32 +133,53 @@ class RateLimiter:
             if state.used + n > state.capacity:
                 raise ProviderRateLimited(state.window_reset_at, window)  # type: ignore[arg-type]
             state.used += n
-
-            kv = self._bucket()
-
-            async def write() -> None:
+            try:
                 if revision == 0:
                     await kv.create(key, state.encode())
                 else:
                     await kv.update(key, state.encode(), last=revision)
-
-            try:
-                self._nats.run(write(), KV_TIMEOUT_S)
                 return
             except (KeyWrongLastSequenceError, Exception) as exc:  # lost the CAS race
                 if not _is_cas_conflict(exc, KeyWrongLastSequenceError):
                     raise
-                time.sleep(random.uniform(0, min(0.0002 * 2 ** min(attempt, 6), CAS_BACKOFF_MAX_S)))
-        raise ProviderRateLimited(datetime.now(UTC) + timedelta(milliseconds=60), window)
+                await asyncio.sleep(random.uniform(0, min(CAS_BACKOFF_BASE_S * 2 ** min(attempt, 6),
+                                                          CAS_BACKOFF_MAX_S)))
+        raise ProviderRateLimited(datetime.now(UTC) + timedelta(seconds=CAS_GIVE_UP_RETRY_S), window)
+
+    def reserve(self, app_id: str | None, window: str, n: int = 1) -> None:
+        """Spend ``n`` from ``window`` or raise ``ProviderRateLimited`` anchored to its reset."""
+        self.reserve_all(app_id, (window,), n)
+
+    def reserve_all(self, app_id: str | None, windows: Sequence[str], n: int = 1) -> None:
+        """Spend ``n`` from each window in order (daily first, then short: a daily token spent
+        before a short-window deny is not returned, as in the published worker).
+
+        One hand-off to the NATS loop for the whole reservation, not one per KV call:
+        every API call reserves before it goes out, so this is on the hot path.
+        """
+        kv = self._bucket()
+
+        async def reserve() -> None:
+            for window in windows:
+                await self._reserve_one(kv, self.key(app_id, window), window, n)
+
+        self._nats.run(reserve(), KV_TIMEOUT_S * len(windows))
 
     def sync(self, app_id: str | None, usage: Sequence[WindowUsage]) -> None:
-        """Unconditionally store what the provider reported (its numbers are the truth)."""
-        for w in usage:
-            if w.limit <= 0:
-                continue
-            state = WindowState(w.limit, w.used, datetime.now(UTC), w.reset_at)
-            key = self.key(app_id, w.window)
-            self._nats.run(self._bucket().put(key, state.encode()), KV_TIMEOUT_S)
+        """Unconditionally store what the provider reported (its numbers are the truth).
+
+        The windows' puts go out together in one hand-off to the NATS loop.
+        """
+        states = {self.key(app_id, w.window): WindowState(w.limit, w.used, datetime.now(UTC), w.reset_at)
+                  for w in usage if w.limit > 0}
+        if not states:
+            return
+        kv = self._bucket()
+
+        async def put_all() -> None:
+            await asyncio.gather(*(kv.put(key, state.encode()) for key, state in states.items()))
+
+        self._nats.run(put_all(), KV_TIMEOUT_S)
 
     def snapshot(self, app_id: str | None) -> dict[str, Any]:
         """A RateLimitSnapshot (protojson dict) of the short and daily windows."""
@@ -202,8 +223,7 @@ class AppHook:
     app_id: str | None
 
     def reserve(self, windows: Sequence[str]) -> None:
-        for window in windows:  # daily first, then short (reference §3.8)
-            self.limiter.reserve(self.app_id, window)
+        self.limiter.reserve_all(self.app_id, windows)  # daily first, then short (reference §3.8)
 
     def observe(self, usage: Sequence[WindowUsage], headers: Mapping[str, str]) -> None:
         self.limiter.sync(self.app_id, usage)
