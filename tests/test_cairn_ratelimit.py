@@ -16,6 +16,7 @@ from workers.cairn import subjects
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.ratelimit import (
+    BudgetUnavailable,
     RateLimiter,
     WindowState,
     nak_delay_s,
@@ -151,3 +152,16 @@ def test_reset_helpers_anchor_to_real_windows() -> None:
     assert next_midnight_utc(now) == datetime(2026, 7, 21, 0, 0, 5, tzinfo=UTC)
     assert nak_delay_s(now + timedelta(seconds=90), now) == 90.0
     assert nak_delay_s(now - timedelta(seconds=5), now) == 1.0  # never a hot loop
+
+
+def test_no_bucket_is_a_transient_error_and_no_call_goes_unbudgeted() -> None:
+    """Core has not created cairn_rate_limits yet: reserving fails (NAK and retry), it is never skipped."""
+    with services.nats_server() as svc:
+        settings = CairnSettings(nats_url=svc.url, worker_name=POOL)
+        thread = NatsThread(settings)
+        try:
+            with pytest.raises(BudgetUnavailable) as err:
+                RateLimiter(thread, settings).hook("app").reserve(["daily", "short"])
+            assert err.value.retryable
+        finally:
+            thread.close()

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from workers.cairn import subjects
-from workers.providers.base import ProviderRateLimited, WindowUsage
+from workers.providers.base import ProviderRateLimited, ProviderTransientError, WindowUsage
 
 CAS_ATTEMPTS = 200
 CAS_BACKOFF_BASE_S = 0.0002  # jittered backoff after a lost CAS round: base × 2^attempt, capped
@@ -65,6 +65,15 @@ def _parse(t: str | None) -> datetime | None:
         return None
 
 
+class BudgetUnavailable(ProviderTransientError):
+    """The shared budget cannot be read (core has not created the bucket yet, NATS is down).
+
+    Transient: the job is NAKed and retried; an API call never goes out unbudgeted.
+    """
+
+    code = "rate_limit_unavailable"
+
+
 @dataclass
 class WindowState:
     capacity: int = 0
@@ -97,8 +106,12 @@ class RateLimiter:
         self._kv: Any = None
 
     def _bucket(self) -> Any:
+        """The KV bucket, opened on first use from the calling thread (never from the loop thread)."""
         if self._kv is None:
-            self._kv = self._nats.run(self._nats.js.key_value(subjects.RATE_LIMIT_BUCKET), KV_TIMEOUT_S)
+            try:
+                self._kv = self._nats.run(self._nats.js.key_value(subjects.RATE_LIMIT_BUCKET), KV_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - no bucket yet (core not up), timeout, disconnected
+                raise BudgetUnavailable(f"{subjects.RATE_LIMIT_BUCKET} KV: {type(exc).__name__}") from None
         return self._kv
 
     def key(self, app_id: str | None, window: str) -> str:

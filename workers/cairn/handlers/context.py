@@ -150,6 +150,7 @@ def _build(settings: Any) -> JobContext:
     import redis
 
     from workers.cairn.nats_conn import NatsThread
+    from workers.cairn.ratelimit import RateLimiter
     from workers.cairn.settings import load_cairn_settings
     from workers.providers.registry import get_provider
 
@@ -157,18 +158,10 @@ def _build(settings: Any) -> JobContext:
     provider = get_provider(str(settings.provider), settings)
     nats_thread = NatsThread(settings)
     redis_url = str(settings.redis_url)
-    limiter = None
-    try:
-        from workers.cairn.ratelimit import RateLimiter
-
-        limiter = RateLimiter(nats_thread, settings)
-        # Open the KV bucket from this thread: the limiter opens it lazily from
-        # inside a coroutine on the loop thread, which would wait on itself.
-        warm = getattr(limiter, "_bucket", None)
-        if callable(warm):
-            warm()
-    except Exception as exc:  # noqa: BLE001 - the published worker runs without a limiter too
-        log.warning("running without the shared rate limiter: %s", type(exc).__name__)
+    # The limiter opens the cairn_rate_limits bucket on first use, from the calling thread; if
+    # core has not created it yet, that job fails transiently and is retried, rather than this
+    # process running without the shared budget for the rest of its life.
+    limiter = RateLimiter(nats_thread, settings)
     return JobContext(settings=settings, nats=nats_thread, redis=redis.Redis.from_url(redis_url),
                       provider=provider, http=provider.new_http_client(), limiter=limiter,
                       blob_http=httpx.Client(timeout=BLOB_HTTP_TIMEOUT_S))

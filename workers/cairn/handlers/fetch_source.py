@@ -37,26 +37,16 @@ WEBHOOK_REASON = "webhook"
 
 
 def provider_context(ctx: JobContext, job: Any, access_token: str, app_id: str = "") -> ProviderContext:
-    """The provider's view of one job: token, HTTP client, the shared budget hook."""
+    """The provider's view of one job: token, HTTP client, and the shared budget of its app.
+
+    The budget is keyed ``<provider>.<app_id>.<window>``, or by the pool when
+    core's token reply carries no ``app_id`` (older core; contract §3).
+    """
     bucket = "webhook" if str(getattr(job, "reason", "") or "") == WEBHOOK_REASON else "short"
-    hook = rate_limit_hook(ctx, app_id)
-    kwargs: dict[str, Any] = {"access_token": access_token, "http": ctx.http, "bucket": bucket}
-    if hook is not None:
-        kwargs["rate_limit"] = hook
-    return ProviderContext(**kwargs)
-
-
-def rate_limit_hook(ctx: JobContext, app_id: str = "") -> Any:
-    """The limiter bound to this job's app bucket (``<provider>:<app_id|worker_name>:<window>``)."""
-    limiter = ctx.limiter
-    if limiter is None:
-        return None
-    scope = app_id or ctx.worker_name
-    for name in ("hook", "for_app", "bind"):
-        factory = getattr(limiter, name, None)
-        if callable(factory):
-            return factory(scope)
-    return limiter  # already a RateLimitHook
+    if ctx.limiter is None:
+        return ProviderContext(access_token=access_token, http=ctx.http, bucket=bucket)
+    return ProviderContext(access_token=access_token, http=ctx.http, bucket=bucket,
+                           rate_limit=ctx.limiter.hook(app_id or None))
 
 
 def result_msg_id(job_id: str, ext_id: str, delivery: Delivery) -> str:
