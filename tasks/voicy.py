@@ -2,6 +2,11 @@
 
 Task arguments are only a job id and a lease token, so nothing secret can
 reach Flower or the result backend (S1).
+
+Every Voicy task is sent by :func:`dispatch`, the second half of the lease's
+two-phase grant (``workers.voicy.pipeline``): the grant was made with a short
+pending TTL, the task is sent, and only then is the grant extended for its
+time in the queue. A process killed in between leaves a grant that expires.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.signals import worker_process_init
 
 from workers.config import load_settings
@@ -45,20 +50,31 @@ def _reset_after_fork(**_: object) -> None:
     setup_logging()
 
 
-def dispatch_download(job_id: str, token: str) -> None:
-    download.apply_async(args=[job_id, token])
+def dispatch(rt: VoicyRuntime, task: Task, job_id: str, token: str) -> None:
+    """Send ``task`` for the job's pending grant to ``token``, then confirm the grant.
+
+    The order is the point: confirming first would recreate the long-lived
+    grant for a task that a kill before the send never delivers (V1).
+    """
+    task.apply_async(args=[job_id, token])
+    pipeline.confirm_grant(rt, job_id, token)
 
 
-def dispatch_transcription(job_id: str, token: str) -> None:
-    transcribe.apply_async(args=[job_id, token])
+def dispatch_download(rt: VoicyRuntime, job_id: str, token: str) -> None:
+    dispatch(rt, download, job_id, token)
+
+
+def dispatch_transcription(rt: VoicyRuntime, job_id: str, token: str) -> None:
+    dispatch(rt, transcribe, job_id, token)
 
 
 @shared_task(name=DOWNLOAD_TASK, ignore_result=True)
 def download(job_id: str, token: str) -> None:
     """io: fetch the media into the store, mark it downloaded, queue the transcription."""
-    next_token = pipeline.run_download(runtime(), job_id, token)
+    rt = runtime()
+    next_token = pipeline.run_download(rt, job_id, token)
     if next_token is not None:
-        dispatch_transcription(job_id, next_token)
+        dispatch_transcription(rt, job_id, next_token)
 
 
 @shared_task(name=TRANSCRIBE_TASK, ignore_result=True)
