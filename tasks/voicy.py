@@ -1,7 +1,9 @@
 """Thin Celery tasks for Voicy: parse input, call ``workers.voicy.pipeline``, dispatch the next step.
 
 Task arguments are only a job id and a lease token, so nothing secret can
-reach Flower or the result backend (S1).
+reach Flower or the result backend (S1). The token is not a credential, but it
+names an ownership grant, so the argument text Celery shows in events and
+Flower (``argsrepr``) carries the job id only.
 
 Every Voicy task is sent by :func:`dispatch`, the second half of the lease's
 two-phase grant (``workers.voicy.pipeline``): the grant was made with a short
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 
 TRANSCRIBE_TASK = "voicy.transcribe"
 DOWNLOAD_TASK = "voicy.download"
+HIDDEN_TOKEN = "…"  # what Flower and task events show in place of the lease token
 
 _runtime: VoicyRuntime | None = None
 _runtime_lock = threading.Lock()
@@ -50,13 +53,18 @@ def _reset_after_fork(**_: object) -> None:
     setup_logging()
 
 
+def args_repr(job_id: str) -> str:
+    """The task's arguments as Flower and task events show them: the job id, the token hidden."""
+    return repr((job_id, HIDDEN_TOKEN))
+
+
 def dispatch(rt: VoicyRuntime, task: Task, job_id: str, token: str) -> None:
     """Send ``task`` for the job's pending grant to ``token``, then confirm the grant.
 
     The order is the point: confirming first would recreate the long-lived
     grant for a task that a kill before the send never delivers (V1).
     """
-    task.apply_async(args=[job_id, token])
+    task.apply_async(args=[job_id, token], argsrepr=args_repr(job_id))
     pipeline.confirm_grant(rt, job_id, token)
 
 

@@ -10,10 +10,16 @@ not send. The pending grant must expire within about a lease TTL, the beat reape
 must recover the job, the job must complete exactly once on the dev Voicy server,
 and the task that was never sent, delivered late, must find its grant gone and do
 nothing. With the old 6-hour grant the job would stay stuck for the whole test.
+
+The last test drives the real dispatch path (bridge and io task) and reads the
+sent messages off the broker: grants are confirmed after the send, and the
+``argsrepr`` header that Flower and task events show hides the lease token.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from bridges.voicy import VoicyBridge
 from tests.conftest import wait_until
@@ -29,7 +36,7 @@ from tests.test_voicy_e2e import enqueue_fixture, requests_for, wait_final
 from tests.voicy_stack import (BOT_TOKEN, ROOT, VOICY_TOKEN_MARK, audio_manifest, fleet_env, start_beat,
                                start_bridge)
 from workers.voicy import pipeline
-from workers.voicy.pipeline import VoicyRuntime
+from workers.voicy.pipeline import QUEUED_LEASE_TTL_S, VoicyRuntime
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +45,7 @@ LEASE_TTL_MS = 2000  # fleet_env's value: a pending grant lives this long
 # Anything of this order proves the grant was pending: a confirmed one lasts QUEUED_LEASE_TTL_S.
 RECOVERY_BOUND_S = LEASE_TTL_MS / 1000 + 15.0
 STALE_TASK_TIMEOUT_S = 60.0
+JOB_SEND_TIMEOUT_S = 60.0
 STALE_SKIP = "{stage} already owned by another execution; skipping"
 
 
@@ -213,3 +221,39 @@ def test_reaper_killed_before_sending_the_redispatch_the_next_pass_recovers_it_o
     assert_completed_once(server, job_id)
     assert len(requests_for(server, job_id, "transcribe")) == 1
     assert not requests_for(server, job_id, "failure")
+
+
+# ------------------------------------------- the real dispatch path: confirmed grants, hidden tokens
+def _queued(r: redis.Redis, queue: str) -> tuple[str, list[str], str]:
+    """(argsrepr header, real args, task name) of the one message waiting in ``queue``."""
+    message = json.loads(r.lindex(queue, 0))
+    args = json.loads(base64.b64decode(message["body"]))[0]
+    return message["headers"]["argsrepr"], args, message["headers"]["task"]
+
+
+def test_sent_tasks_hide_the_token_from_flower_and_their_grants_are_confirmed(
+        voicy, celery_workers, tmp_path, fresh_redis):
+    server, telegram, env = voicy
+    job_id = enqueue_fixture(server, telegram, short_item())
+    r = redis.Redis.from_url(fresh_redis)
+    lease_key = f"sy:lease:voicy:{job_id}"
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        for queue, task, starts in (("io", "voicy.download", None), ("gpu", "voicy.transcribe", "io")):
+            if starts:
+                celery_workers(starts, env)  # runs the download, which sends the transcription
+            wait_until(lambda: r.llen(queue) == 1, JOB_SEND_TIMEOUT_S, f"the {task} message")
+            argsrepr, args, name = _queued(r, queue)
+            assert name == task and args[0] == job_id
+            token = args[1]
+            assert argsrepr == repr((job_id, "…")) and token not in argsrepr
+            # confirmed after the send: the grant now outlives any pending TTL by far
+            wait_until(lambda: r.pttl(lease_key) > LEASE_TTL_MS, JOB_SEND_TIMEOUT_S, "the grant to be confirmed")
+            assert r.get(lease_key) == f"granted:{token}".encode()
+            assert r.pttl(lease_key) > (QUEUED_LEASE_TTL_S - JOB_SEND_TIMEOUT_S) * 1000
+        celery_workers("gpu", env)
+        wait_final(server, [job_id])
+    finally:
+        bridge.stop()
+    assert_completed_once(server, job_id)
+
