@@ -17,10 +17,11 @@ import logging
 import threading
 
 from celery import Task, shared_task
-from celery.signals import worker_process_init
+from celery.signals import celeryd_after_setup, worker_process_init
 
 from workers.config import load_settings
 from workers.logs import setup_logging
+from workers.transcribe import engine
 from workers.voicy import pipeline
 from workers.voicy.pipeline import VoicyRuntime
 
@@ -43,6 +44,27 @@ def runtime() -> VoicyRuntime:
         if _runtime is None:
             _runtime = VoicyRuntime.from_env(load_settings(FleetSettings).redis_url)
         return _runtime
+
+
+def pool_processes(worker: object) -> int:
+    """Processes in ``worker``'s pool: its concurrency for prefork, else one process."""
+    from celery.concurrency.prefork import TaskPool
+
+    pool_cls = getattr(worker, "pool_cls", None)
+    if isinstance(pool_cls, type) and issubclass(pool_cls, TaskPool):
+        return int(getattr(worker, "concurrency", 1) or 1)
+    return 1
+
+
+@celeryd_after_setup.connect
+def _share_cores_between_pool_processes(instance: object, **_: object) -> None:
+    """In the worker's parent, before the pool forks: tell the engine how many processes share the cores.
+
+    Sent once the concurrency is final (``-c``, ``auto`` resolved); the children
+    inherit the value, and each sizes its model's CPU threads from it
+    (``VOICY_WORKER_CPU_THREADS=0``).
+    """
+    engine.set_pool_processes(pool_processes(instance))
 
 
 @worker_process_init.connect
