@@ -7,9 +7,11 @@ TTL. A crash between the grant and the send is simulated exactly: the test runs
 the real grant step (the bridge's own ``cycle`` with a dispatcher that never
 sends, ``pipeline.run_download`` or ``pipeline.reap`` called directly) and does
 not send. The pending grant must expire within about a lease TTL, the beat reaper
-must recover the job, the job must complete exactly once on the dev Voicy server,
-and the task that was never sent, delivered late, must find its grant gone and do
-nothing. With the old 6-hour grant the job would stay stuck for the whole test.
+must recover the job, and the job must complete exactly once on the dev Voicy
+server. A kill just *after* the send but before the confirmation leaves that task
+in the broker with a grant that expires if it waits too long; delivered late (the
+test sends it once the job was recovered), it must find its grant gone and do
+nothing (V2). With the old 6-hour grant the job would stay stuck for the whole test.
 
 The last test drives the real dispatch path (bridge and io task) and reads the
 sent messages off the broker: grants are confirmed after the send, and the
@@ -104,7 +106,7 @@ def assert_pending(rt: VoicyRuntime, job_id: str, token: str) -> None:
 
 
 def send_stale(env: dict[str, str], task: str, job_id: str, token: str) -> None:
-    """Deliver the task that was never sent, late, through the real broker."""
+    """Deliver the task for ``token`` late, through the real broker (sent before a kill, never confirmed)."""
     code = ("import sys, tasks.voicy as v; "
             "getattr(v, sys.argv[1]).apply_async(args=[sys.argv[2], sys.argv[3]])")
     subprocess.run([sys.executable, "-c", code, task, job_id, token], cwd=ROOT, env=env,

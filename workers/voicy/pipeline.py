@@ -25,6 +25,7 @@ leaves only a pending grant, which expires within a lease TTL like a dead
 worker's running lease, so the reaper (:func:`reap`) recovers the job instead
 of finding it granted for hours to a task that does not exist.
 """
+
 from __future__ import annotations
 
 import logging
