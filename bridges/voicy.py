@@ -5,7 +5,8 @@ while the fleet-wide backlog is under ``VOICY_WORKER_READY_QUEUE_LIMIT``; a
 backlog slot is reserved in Redis *before* each claim, so any number of bridge
 instances together never exceed it. ``claim-ready`` (alternating buckets too)
 runs while gpu capacity is free, to recover this worker's ready and stale jobs
-after a restart. Claimed work becomes ``io``/``gpu`` tasks; the job's lease and
+after a restart. Claimed work becomes ``io``/``gpu`` tasks, each sent by
+``tasks.voicy.dispatch`` (grant pending, send, confirm); the job's lease and
 the beat reaper take it from there.
 """
 
@@ -32,7 +33,7 @@ ERROR_BACKOFF_MAX_S = 60.0
 AUTH_RECHECK_INTERVAL_S = 60.0  # a disabled token is checked slowly, not hammered
 BUCKETS = ("oldest", "newest")
 
-Dispatch = Callable[[str, str], None]
+Dispatch = Callable[[VoicyRuntime, str, str], None]  # send the task, then confirm its grant
 
 
 class BucketCycle:
@@ -89,7 +90,7 @@ class VoicyBridge:
             self.rt.fleet.fill_backlog(slot, job.id)
             token = adopt_claim(self.rt, job.id, attempts=job.attempts,
                                 language=job.recognition_language_hint)
-            self._dispatch_download(job.id, token)
+            self._dispatch_download(self.rt, job.id, token)
             log.info("claimed job %s for download (attempt %s)", job.id, job.attempts)
             taken += 1
         return taken
@@ -117,7 +118,7 @@ class VoicyBridge:
             token = adopt_claim(self.rt, job.id, attempts=job.attempts,
                                 language=job.recognition_language_hint,
                                 stage=Stage.DOWNLOADED, media_key=key)
-            self._dispatch_transcription(job.id, token)
+            self._dispatch_transcription(self.rt, job.id, token)
             log.info("recovered ready job %s from the media store", job.id)
             return
         try:

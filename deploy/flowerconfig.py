@@ -22,8 +22,10 @@ Why each choice (reference/ecosystem.md §1.9):
 * **purge_offline_workers**: dynos get a new hostname on every restart, so dead
   node names would pile up in the dashboard and in ``flower_worker_online``.
 * **Task arguments are masked.** Ours carry only job ids, stream sequences and
-  lease tokens (S1), and no column shows them by default; the formatter still
-  masks tokens and parked-secret keys in the task pages, as defence in depth.
+  lease tokens (S1), and no column shows them by default; Voicy tasks are sent
+  with an ``argsrepr`` that shows the job id and hides the token
+  (``tasks.voicy.args_repr``), and the formatter still masks tokens and
+  parked-secret keys in the task pages, as defence in depth.
 """
 
 from __future__ import annotations

@@ -35,9 +35,10 @@ def voicy_heartbeat() -> int:
 @shared_task(name="voicy.reap", ignore_result=True)
 def voicy_reap() -> int:
     """Recover jobs whose worker died: redispatch with media, else a retryable failure."""
-    recoveries = pipeline.reap(runtime())
+    rt = runtime()
+    recoveries = pipeline.reap(rt)
     for rec in recoveries:
-        dispatch_transcription(rec.job_id, rec.token)
+        dispatch_transcription(rt, rec.job_id, rec.token)
     return len(recoveries)
 
 

@@ -1,7 +1,14 @@
 """Thin Celery tasks for Voicy: parse input, call ``workers.voicy.pipeline``, dispatch the next step.
 
 Task arguments are only a job id and a lease token, so nothing secret can
-reach Flower or the result backend (S1).
+reach Flower or the result backend (S1). The token is not a credential, but it
+names an ownership grant, so the argument text Celery shows in events and
+Flower (``argsrepr``) carries the job id only.
+
+Every Voicy task is sent by :func:`dispatch`, the second half of the lease's
+two-phase grant (``workers.voicy.pipeline``): the grant was made with a short
+pending TTL, the task is sent, and only then is the grant extended for its
+time in the queue. A process killed in between leaves a grant that expires.
 """
 
 from __future__ import annotations
@@ -9,11 +16,12 @@ from __future__ import annotations
 import logging
 import threading
 
-from celery import shared_task
-from celery.signals import worker_process_init
+from celery import Task, shared_task
+from celery.signals import celeryd_after_setup, worker_process_init
 
 from workers.config import load_settings
 from workers.logs import setup_logging
+from workers.transcribe import engine
 from workers.voicy import pipeline
 from workers.voicy.pipeline import VoicyRuntime
 
@@ -23,6 +31,7 @@ log = logging.getLogger(__name__)
 
 TRANSCRIBE_TASK = "voicy.transcribe"
 DOWNLOAD_TASK = "voicy.download"
+HIDDEN_TOKEN = "…"  # what Flower and task events show in place of the lease token
 
 _runtime: VoicyRuntime | None = None
 _runtime_lock = threading.Lock()
@@ -37,6 +46,27 @@ def runtime() -> VoicyRuntime:
         return _runtime
 
 
+def pool_processes(worker: object) -> int:
+    """Processes in ``worker``'s pool: its concurrency for prefork, else one process."""
+    from celery.concurrency.prefork import TaskPool
+
+    pool_cls = getattr(worker, "pool_cls", None)
+    if isinstance(pool_cls, type) and issubclass(pool_cls, TaskPool):
+        return int(getattr(worker, "concurrency", 1) or 1)
+    return 1
+
+
+@celeryd_after_setup.connect
+def _share_cores_between_pool_processes(instance: object, **_: object) -> None:
+    """In the worker's parent, before the pool forks: tell the engine how many processes share the cores.
+
+    Sent once the concurrency is final (``-c``, ``auto`` resolved); the children
+    inherit the value, and each sizes its model's CPU threads from it
+    (``VOICY_WORKER_CPU_THREADS=0``).
+    """
+    engine.set_pool_processes(pool_processes(instance))
+
+
 @worker_process_init.connect
 def _reset_after_fork(**_: object) -> None:
     """A forked child must not reuse the parent's sockets: drop any inherited runtime."""
@@ -45,20 +75,36 @@ def _reset_after_fork(**_: object) -> None:
     setup_logging()
 
 
-def dispatch_download(job_id: str, token: str) -> None:
-    download.apply_async(args=[job_id, token])
+def args_repr(job_id: str) -> str:
+    """The task's arguments as Flower and task events show them: the job id, the token hidden."""
+    return repr((job_id, HIDDEN_TOKEN))
 
 
-def dispatch_transcription(job_id: str, token: str) -> None:
-    transcribe.apply_async(args=[job_id, token])
+def dispatch(rt: VoicyRuntime, task: Task, job_id: str, token: str) -> None:
+    """Send ``task`` for the job's pending grant to ``token``, then confirm the grant.
+
+    The order is the point: confirming first would recreate the long-lived
+    grant for a task that a kill before the send never delivers (V1).
+    """
+    task.apply_async(args=[job_id, token], argsrepr=args_repr(job_id))
+    pipeline.confirm_grant(rt, job_id, token)
+
+
+def dispatch_download(rt: VoicyRuntime, job_id: str, token: str) -> None:
+    dispatch(rt, download, job_id, token)
+
+
+def dispatch_transcription(rt: VoicyRuntime, job_id: str, token: str) -> None:
+    dispatch(rt, transcribe, job_id, token)
 
 
 @shared_task(name=DOWNLOAD_TASK, ignore_result=True)
 def download(job_id: str, token: str) -> None:
     """io: fetch the media into the store, mark it downloaded, queue the transcription."""
-    next_token = pipeline.run_download(runtime(), job_id, token)
+    rt = runtime()
+    next_token = pipeline.run_download(rt, job_id, token)
     if next_token is not None:
-        dispatch_transcription(job_id, next_token)
+        dispatch_transcription(rt, job_id, next_token)
 
 
 @shared_task(name=TRANSCRIBE_TASK, ignore_result=True)

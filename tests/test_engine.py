@@ -13,9 +13,10 @@ import pytest
 
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.transcribe import engine as engine_mod
-from workers.transcribe.engine import Engine, Transcript, get_engine, pick_device, time_code
+from workers.transcribe.engine import (Engine, Transcript, get_engine, pick_device, resolve_cpu_threads,
+                                       time_code, usable_cores)
 from workers.transcribe.progress import ProgressThrottle
-from workers.voicy.settings import VoicySettings
+from workers.voicy.settings import VoicySettings, load_voicy_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
@@ -142,6 +143,74 @@ def test_unloadable_model_is_a_config_error_without_download(monkeypatch: pytest
     with pytest.raises(ConfigError, match="VOICY_WORKER_MODEL=empty-dir") as info:
         Engine(_settings(model=str(empty_dir), device="cpu"))
     assert str(tmp_path) not in str(info.value)  # the name, not the host's path
+
+
+def test_cpu_threads_auto_splits_the_cores_between_pool_processes() -> None:
+    # CPU, auto: processes × threads = cores, never below one thread
+    assert resolve_cpu_threads(0, "cpu", pool_processes=1, cores=2) == 2
+    assert resolve_cpu_threads(0, "cpu", pool_processes=2, cores=2) == 1
+    assert resolve_cpu_threads(0, "cpu", pool_processes=3, cores=8) == 2
+    assert resolve_cpu_threads(0, "cpu", pool_processes=4, cores=2) == 1
+    assert resolve_cpu_threads(0, "cpu", pool_processes=0, cores=4) == 4  # unknown pool: one process
+    # CUDA, auto: CTranslate2's own default
+    assert resolve_cpu_threads(0, "cuda", pool_processes=2, cores=16) == 0
+    # an explicit value is passed through on either device
+    assert resolve_cpu_threads(3, "cpu", pool_processes=2, cores=2) == 3
+    assert resolve_cpu_threads(6, "cuda", pool_processes=1, cores=2) == 6
+
+
+def test_usable_cores_is_this_process_affinity() -> None:
+    import os
+
+    assert usable_cores() == len(os.sched_getaffinity(0)) >= 1
+
+
+def test_cpu_threads_setting_defaults_to_auto_and_a_bad_value_names_the_variable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:9/worker/v1")
+    monkeypatch.setenv("VOICY_WORKER_TOKEN", "unused-token")
+    monkeypatch.delenv("VOICY_WORKER_CPU_THREADS", raising=False)
+    assert load_voicy_settings().cpu_threads == 0
+    monkeypatch.setenv("VOICY_WORKER_CPU_THREADS", "2")
+    assert load_voicy_settings().cpu_threads == 2
+    for bad in ("-1", "two", "1.5"):
+        monkeypatch.setenv("VOICY_WORKER_CPU_THREADS", bad)
+        with pytest.raises(ConfigError, match="VOICY_WORKER_CPU_THREADS"):
+            load_voicy_settings()
+
+
+_THREADS_PROBE = """
+import json, os, sys
+from tests.test_engine import AUDIO_DIR, _settings
+from workers.transcribe.engine import Engine
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+before = threads()
+engine = Engine(_settings(device="cpu", cpu_threads=int(sys.argv[1])), pool_processes=2)
+grown = threads() - before
+text = engine.transcribe(AUDIO_DIR / sys.argv[2], language="en").text
+print(json.dumps({"cpu_threads": engine.cpu_threads, "grown": grown, "text": text}))
+"""
+
+
+def _load_with_threads(cpu_threads: int, fixture: str) -> dict:
+    """Load tiny.en with ``cpu_threads`` in a fresh process and transcribe ``fixture`` there."""
+    out = subprocess.run([sys.executable, "-c", _THREADS_PROBE, str(cpu_threads), fixture], cwd=ROOT,
+                         check=True, capture_output=True, text=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through /proc")
+def test_explicit_cpu_threads_reach_ctranslate2_and_transcribe() -> None:
+    """An explicit value is passed through: each extra thread asked for is one more OS thread at load."""
+    weather = _fixture("weather")
+    one, three = (_load_with_threads(n, weather["file"]) for n in (1, 3))
+    assert one["cpu_threads"] == 1 and three["cpu_threads"] == 3  # pool_processes=2 did not matter
+    assert three["grown"] - one["grown"] == 2, (one, three)
+    for probe in (one, three):
+        assert "sunny" in probe["text"].lower()
 
 
 def test_time_codes() -> None:

@@ -85,3 +85,36 @@ def test_keeper_reports_a_lost_lease(fresh_redis: str) -> None:
     with LeaseKeeper(leases, "job5", running, 0.3) as keeper:
         leases.grant("job5", "someone-else", 30)  # the reaper re-granted it
         assert keeper.lost.wait(2.0)
+
+
+def test_confirm_extends_only_a_matching_grant(fresh_redis: str) -> None:
+    """Phase two of a grant: a pending grant is extended; nothing else is touched or created."""
+    leases = _leases(fresh_redis)
+    client = redis.Redis.from_url(fresh_redis)
+    pending_s, queued_s = 2.0, 6 * 3600.0
+    token = new_token()
+    leases.grant("job6", token, pending_s)
+    assert 0 < client.pttl(leases.key("job6")) <= pending_s * 1000
+    assert leases.confirm("job6", token, queued_s)
+    assert client.pttl(leases.key("job6")) > pending_s * 1000
+    assert leases.holder("job6") == f"granted:{token}"
+
+    # another token's grant (the reaper re-granted an expired one): neither extended nor changed
+    mine, theirs = new_token(), new_token()
+    leases.grant("job7", theirs, pending_s)
+    assert not leases.confirm("job7", mine, queued_s)
+    assert leases.holder("job7") == f"granted:{theirs}"
+    assert client.pttl(leases.key("job7")) <= pending_s * 1000
+
+    # the task already took its grant: the running lease keeps its own TTL
+    token8 = new_token()
+    leases.grant("job8", token8, pending_s)
+    running = leases.take("job8", token8, pending_s)
+    assert running
+    assert not leases.confirm("job8", token8, queued_s)
+    assert leases.holder("job8") == running
+    assert client.pttl(leases.key("job8")) <= pending_s * 1000
+
+    # a grant that is gone (expired, or the job already ended) is not recreated
+    assert not leases.confirm("job9", new_token(), queued_s)
+    assert not leases.alive("job9")

@@ -18,6 +18,7 @@ import redis
 from tests.conftest import wait_until
 from tests.voicy_stack import (BOT_TOKEN, VOICY_TOKEN_MARK, AUDIO_DIR, audio_manifest, fleet_env,
                                start_beat, start_bridge)
+from workers.transcribe.engine import usable_cores
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +67,7 @@ def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_wo
     manifest = sorted(audio_manifest(), key=lambda m: m["duration_s"])
     items = manifest[-5:]
     celery_workers("io", env, concurrency=2)
-    celery_workers("gpu", env, concurrency=1)
+    gpu = celery_workers("gpu", env, concurrency=2)  # the CPU-host recommendation: threads auto-split
     bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
         ids = {enqueue_fixture(server, telegram, item): item for item in items}
@@ -86,6 +87,9 @@ def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_wo
     assert len(requests_for(server, longest, "progress")) >= 1
     # media is deleted after the result
     assert not any((tmp_path / "work").glob("*.o*"))
+    # the worker's parent handed its pool size to the engine: the cores are split between both processes
+    cores = usable_cores()
+    assert f"cpu_threads={max(1, cores // 2)} (auto: {cores} usable cores / 2 pool processes)" in gpu.log()
 
 
 def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_path):

@@ -8,10 +8,18 @@ the fleet holds has a lease key whose value says who owns it:
 * ``running:<token>:<execution id>`` — one live execution; renewed by a keeper
   thread while the task runs, so it expires soon after the process dies.
 
+A grant is made in two phases, because the process that grants is also the one
+that sends the task and may be killed in between: it is first made (or handed
+over) with a *short* TTL, the task carrying the token is sent, and only then is
+the grant :meth:`Leases.confirm`-ed to its long queued TTL — if, and only if, the
+lease still says ``granted:<that token>``. A grant whose task was never sent thus
+expires as quickly as a dead worker's running lease.
+
 A task *takes* a lease only by swapping ``granted:<its token>`` for its own
-running value (compare-and-set in Lua), so a duplicate delivery of the same task
-finds the lease already running and does nothing (V2). A reaper that finds no
-lease at all knows the owner died (V1).
+running value (compare-and-set in Lua), so a duplicate delivery of the same task,
+or a task whose grant expired and was replaced, finds the lease in another state
+and does nothing (V2). A reaper that finds no lease at all knows the owner died,
+or never got its task (V1).
 """
 
 from __future__ import annotations
@@ -82,7 +90,18 @@ class Leases:
         """Atomically pass a running lease to the next queued task (download → transcribe)."""
         return bool(self._take(keys=[self.key(job_id)], args=[running, f"granted:{token}", _ms(ttl_s)]))
 
+    def confirm(self, job_id: str, token: str, ttl_s: float) -> bool:
+        """Phase two of a grant: extend it to ``ttl_s`` once the task carrying ``token`` is sent.
+
+        Only a lease that still says ``granted:<token>`` is extended. A grant the
+        task already took (running), one that expired and was re-granted by the
+        reaper, or one that is gone is left exactly as it is; the answer is False.
+        It is the compare-and-extend of :meth:`renew`, applied to the grant's value.
+        """
+        return self.renew(job_id, f"granted:{token}", ttl_s)
+
     def renew(self, job_id: str, value: str, ttl_s: float) -> bool:
+        """Extend the lease to ``ttl_s`` if it still holds exactly ``value``."""
         return bool(self._renew(keys=[self.key(job_id)], args=[value, _ms(ttl_s)]))
 
     def release(self, job_id: str, value: str) -> bool:

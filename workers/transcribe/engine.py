@@ -16,6 +16,18 @@ directory. A directory is loaded with ``local_files_only=True`` (it must hold
 ``tokenizer.json`` or faster-whisper would fetch one); a name is too when
 ``HF_HUB_OFFLINE`` is set, so tests and air-gapped hosts never download.
 
+CPU threads: faster-whisper's ``cpu_threads=0`` means CTranslate2's default of
+4 intra-op threads whatever the host, and intra-op threading of a small model
+scales poorly: on a 2-core host (tiny.en int8, 20 jobs) one process took
+24.95 s with 4 threads and 26.0 s with 2, while two 1-thread processes side by
+side took about 17 s (≈1.45× the throughput). So ``VOICY_WORKER_CPU_THREADS=0``
+(auto) gives each process of the worker's pool an equal share of the cores the
+process may run on: ``max(1, usable cores // pool processes)``. The pool size
+is the Celery worker's, handed over by ``tasks.voicy`` in the parent before it
+forks (:func:`set_pool_processes`; this package imports no Celery); a process
+outside a prefork pool counts as a pool of one. On CUDA auto passes 0, since
+CPU threads barely matter there. An explicit value is passed through.
+
 Language: the job's hint, else ``VOICY_WORKER_LANGUAGE``, else detected.
 VAD is on (bundled Silero model, no download) so silence is skipped.
 
@@ -39,7 +51,7 @@ from pathlib import Path
 
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.voicy.models import ENGINE_NAME, EngineMetadata, Part, TranscriptBody
-from workers.voicy.settings import VoicySettings
+from workers.voicy.settings import AUTO_CPU_THREADS, VoicySettings
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +60,10 @@ CPU_COMPUTE_TYPE = "int8"
 DURATION_DIGITS = 3  # seconds are reported to the millisecond
 SECONDS_PER_MINUTE = 60
 OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+CTRANSLATE2_DEFAULT_THREADS = 0  # what WhisperModel(cpu_threads=0) hands CTranslate2: its own default
+SINGLE_PROCESS_POOL = 1  # not in a prefork pool (tests, benchmarks, solo/threads pools)
+
+_pool_processes = SINGLE_PROCESS_POOL
 
 
 def pick_device(requested: str) -> str:
@@ -57,6 +73,35 @@ def pick_device(requested: str) -> str:
     import ctranslate2
 
     return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+
+
+def set_pool_processes(processes: int) -> None:
+    """How many pool processes of this worker share the host's cores (called before the fork)."""
+    global _pool_processes
+    _pool_processes = max(SINGLE_PROCESS_POOL, int(processes))
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. a container's cpuset), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS): every core the OS reports
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_cpu_threads(requested: int, device: str, pool_processes: int, cores: int) -> int:
+    """The ``cpu_threads`` to load the model with.
+
+    An explicit value is passed through. Auto on CUDA: CTranslate2's default.
+    Auto on CPU: the cores split evenly between the pool's processes, at least
+    one thread each, so processes × threads matches the cores instead of
+    every process running CTranslate2's default of 4.
+    """
+    if requested != AUTO_CPU_THREADS:
+        return requested
+    if device == "cuda":
+        return CTRANSLATE2_DEFAULT_THREADS
+    return max(1, cores // max(SINGLE_PROCESS_POOL, pool_processes))
 
 
 def default_compute_type(device: str) -> str:
@@ -89,11 +134,13 @@ class Transcript:
 class Engine:
     """A loaded model and the options it was loaded with."""
 
-    def __init__(self, settings: VoicySettings) -> None:
+    def __init__(self, settings: VoicySettings, pool_processes: int = SINGLE_PROCESS_POOL) -> None:
         from faster_whisper import WhisperModel
 
         self.device = pick_device(settings.device)
         self.compute_type = settings.compute_type or default_compute_type(self.device)
+        cores = usable_cores()
+        self.cpu_threads = resolve_cpu_threads(settings.cpu_threads, self.device, pool_processes, cores)
         self.model_name = settings.model
         self.default_language = settings.language
         self.beam_size = settings.beam_size
@@ -101,11 +148,18 @@ class Engine:
         try:
             self._model = WhisperModel(str(Path(settings.model).expanduser()) if local else settings.model,
                                        device=self.device, compute_type=self.compute_type,
-                                       local_files_only=local or _offline())
+                                       cpu_threads=self.cpu_threads, local_files_only=local or _offline())
         except Exception as exc:  # missing files, unsupported compute type, no CUDA runtime...
             raise ConfigError(f"VOICY_WORKER_MODEL={self.metadata.model} could not be loaded on "
                               f"{self.device} ({self.compute_type}): {type(exc).__name__}") from None
-        log.info("loaded model %s on %s (%s)", self.metadata.model, self.device, self.compute_type)
+        if settings.cpu_threads != AUTO_CPU_THREADS:
+            why = "VOICY_WORKER_CPU_THREADS"
+        elif self.device == "cuda":
+            why = "auto on cuda: CTranslate2's default"
+        else:
+            why = f"auto: {cores} usable cores / {pool_processes} pool processes"
+        log.info("loaded model %s on %s (%s), cpu_threads=%d (%s)", self.metadata.model, self.device,
+                 self.compute_type, self.cpu_threads, why)
 
     @property
     def metadata(self) -> EngineMetadata:
@@ -182,7 +236,7 @@ def get_engine(settings: VoicySettings) -> Engine:
     global _engine
     with _lock:
         if _engine is None:
-            _engine = Engine(settings)
+            _engine = Engine(settings, _pool_processes)
         return _engine
 
 

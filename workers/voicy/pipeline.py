@@ -7,6 +7,23 @@ another state and returns without touching Voicy (V2). Every outcome ends the
 job exactly one way (V1): result posted, failure posted (Voicy requeues a
 retryable one), or handed back to the reaper by letting the lease expire (a
 killed process) or releasing it (a process shut down mid-job, :func:`hand_back`).
+
+A job's lease, from claim to result:
+
+1. the bridge claims it and :func:`adopt_claim` grants it to a new token with a
+   *pending* TTL (one lease TTL, ``VOICY_WORKER_LEASE_TTL_MS``);
+2. the download task carrying that token is sent, then :func:`confirm_grant`
+   extends the grant to ``QUEUED_LEASE_TTL_S`` (the task may wait in the broker);
+3. :func:`run_download` takes it (``running``, renewed while it works) and hands
+   it over to the transcription's token, pending again, until that task is sent
+   and the grant confirmed;
+4. :func:`run_transcription` takes it, posts the result and releases it.
+
+Every grant is sent-then-confirmed the same way, the reaper's too
+(``tasks.voicy.dispatch``). A process killed between a grant and its send
+leaves only a pending grant, which expires within a lease TTL like a dead
+worker's running lease, so the reaper (:func:`reap`) recovers the job instead
+of finding it granted for hours to a task that does not exist.
 """
 
 from __future__ import annotations
@@ -29,6 +46,9 @@ log = logging.getLogger(__name__)
 
 LEASE_NAMESPACE = "voicy"
 QUEUED_LEASE_TTL_S = 6 * 3600.0  # a queued task is safe in the broker; only a taken one can be lost
+# A grant whose task is not sent yet lives this many lease TTLs: as long as a dead worker's
+# running lease, so a process killed between granting and sending is recovered as quickly.
+PENDING_GRANT_LEASE_TTLS = 1.0
 REAP_LOCK_KEY = "sy:voicy:reaper-lock"
 REAP_LOCK_TTL_S = 30.0
 
@@ -60,19 +80,40 @@ class VoicyRuntime:
     def lease_ttl_s(self) -> float:
         return self.settings.lease_ttl_ms / 1000.0
 
+    @property
+    def pending_grant_ttl_s(self) -> float:
+        """TTL of a grant until :func:`confirm_grant` (its task not sent yet)."""
+        return self.lease_ttl_s * PENDING_GRANT_LEASE_TTLS
+
 
 # --- claiming (used by the bridge) -------------------------------------------------------
 
 def adopt_claim(rt: VoicyRuntime, job_id: str, *, attempts: int, language: str | None,
                 stage: Stage = Stage.CLAIMED, media_key: str | None = None) -> str:
-    """Record a freshly claimed job as held and grant it to a new queued task; return the token."""
+    """Record a freshly claimed job as held and grant it, pending, to a new token; return the token.
+
+    The caller sends the task carrying the token and then calls :func:`confirm_grant`.
+    """
     token = new_token()
     rt.fleet.hold(HeldJob(job_id=job_id, stage=stage, attempts=attempts, language=language,
                           media_key=media_key))
-    rt.leases.grant(job_id, token, QUEUED_LEASE_TTL_S)
+    rt.leases.grant(job_id, token, rt.pending_grant_ttl_s)
     if stage is not Stage.CLAIMED:
         rt.fleet.enter_gpu(job_id)
     return token
+
+
+def confirm_grant(rt: VoicyRuntime, job_id: str, token: str) -> bool:
+    """The task carrying ``token`` is in the broker now: keep its grant for ``QUEUED_LEASE_TTL_S``.
+
+    False is normal when the task was quick and already took (or even ended)
+    the job. It also happens when the send outlived the pending TTL: the reaper
+    then recovers the job and the late task finds its grant gone and does nothing.
+    """
+    confirmed = rt.leases.confirm(job_id, token, QUEUED_LEASE_TTL_S)
+    if not confirmed:
+        log.debug("job %s: grant already taken, ended or expired before it was confirmed", job_id)
+    return confirmed
 
 
 # --- outcomes ------------------------------------------------------------------------------
@@ -156,7 +197,7 @@ def _guarded(rt: VoicyRuntime, job_id: str, lease_value: str, body) -> object:  
 # --- download --------------------------------------------------------------------------------
 
 def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
-    """Download the job's media into the store; return the token granted to the gpu task."""
+    """Download the job's media into the store; return the token granted (pending) to the gpu task."""
     lease_value = rt.leases.take(job_id, token, rt.lease_ttl_s)
     if lease_value is None:
         log.info("job %s: download already owned by another execution; skipping", job_id)
@@ -176,7 +217,7 @@ def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
         rt.client.downloaded(job_id, rt.store.describe(key))
         next_token = new_token()
         rt.fleet.enter_gpu(job_id)
-        if not rt.leases.hand_over(job_id, lease_value, next_token, QUEUED_LEASE_TTL_S):
+        if not rt.leases.hand_over(job_id, lease_value, next_token, rt.pending_grant_ttl_s):
             raise LeaseLost(job_id)
         log.info("job %s downloaded in %.2fs (attempt %s)", job_id,
                  time.monotonic() - started, held.attempts)
@@ -269,8 +310,10 @@ class Recovery:
 def reap(rt: VoicyRuntime) -> list[Recovery]:
     """Find held jobs whose lease expired (their worker died) and recover each one once.
 
-    Media in the store → a new gpu task (returned for dispatch). No media → a
-    retryable failure, so Voicy requeues the job for a fresh download.
+    Media in the store → a new gpu task (returned for dispatch; its grant is
+    pending until the caller sends it and confirms). No media → a retryable
+    failure, so Voicy requeues the job for a fresh download. A reaper killed
+    half-way leaves pending grants only, which expire so the next pass retries.
     """
     if not rt.redis.set(REAP_LOCK_KEY, "1", nx=True, px=int(REAP_LOCK_TTL_S * 1000)):
         return []
@@ -281,7 +324,7 @@ def reap(rt: VoicyRuntime) -> list[Recovery]:
                 continue
             held = rt.fleet.get(job_id)
             token = new_token()
-            if not rt.leases.grant(job_id, token, QUEUED_LEASE_TTL_S, only_if_absent=True):
+            if not rt.leases.grant(job_id, token, rt.pending_grant_ttl_s, only_if_absent=True):
                 continue  # someone else recovered it in the meantime
             if held and held.media_key and rt.store.exists(held.media_key):
                 log.warning("job %s: worker lost; redispatching transcription", job_id)

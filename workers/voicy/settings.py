@@ -11,8 +11,8 @@ environment over unchanged (reference/voicy.md §6.1). Differences, on purpose:
 * ``MAX_MEDIA_BYTES`` bounds a download (Voicy streams without a limit, §6.4).
   The default is the cloud Bot API's 20 MiB cap; ``VOICY_MAX_MEDIA_FILE_SIZE_MB``
   (the server's variable) is honoured when ours is unset.
-* ``LEASE_TTL_MS``, ``MEDIA_STORE``, ``DEVICE``, ``COMPUTE_TYPE``, ``BEAM_SIZE``
-  are ours; the transcriber-command variables of Voicy's client are gone
+* ``LEASE_TTL_MS``, ``MEDIA_STORE``, ``DEVICE``, ``COMPUTE_TYPE``, ``BEAM_SIZE``,
+  ``CPU_THREADS`` are ours; the transcriber-command variables of Voicy's client are gone
   (the engine runs in-process).
 
 Numbers follow the client's rule: unset or empty means the default; a value
@@ -47,6 +47,7 @@ MIN_PROGRESS_INTERVAL_MS = 1000.0  # the server clamps its visible-edit interval
 DEFAULT_STALE_ACTIVE_JOB_MS = 900000.0  # the server's claim-ready cutoff (15 min)
 DEFAULT_LEASE_TTL_MS = 30000.0
 MIN_LEASE_TTL_MS = 100.0
+AUTO_CPU_THREADS = 0  # CPU_THREADS=0: the engine sizes its threads to the host (workers.transcribe.engine)
 CLOUD_BOT_API_MAX_BYTES = 20 * 1024 * 1024  # the cloud Bot API refuses larger downloads
 BYTES_PER_MB = 1024 * 1024
 SERVER_MAX_MEDIA_ENV = "VOICY_MAX_MEDIA_FILE_SIZE_MB"  # the server's variable, honoured as a fallback
@@ -96,6 +97,7 @@ class VoicySettings(BaseSettings):
     device: str = Field(default="auto", pattern="^(auto|cuda|cpu)$")
     compute_type: str | None = None  # default chosen by the engine: float16 on CUDA, int8 on CPU
     beam_size: int = Field(default=5, ge=1)
+    cpu_threads: NonNegativeInt = AUTO_CPU_THREADS  # intra-op threads per gpu-pool process
     progress_interval_ms: NonNegative = DEFAULT_PROGRESS_INTERVAL_MS
 
     @field_validator("api_url", "telegram_api_url")

@@ -1,0 +1,261 @@
+"""Two-phase grants (V1, V2): a process killed between granting a job and sending its task.
+
+Each site that grants a lease — the bridge's claim, the download's hand-over to
+the transcription, the reaper's redispatch — does so with a *pending* TTL of one
+lease TTL, sends the task, and only then confirms the grant to the long queued
+TTL. A crash between the grant and the send is simulated exactly: the test runs
+the real grant step (the bridge's own ``cycle`` with a dispatcher that never
+sends, ``pipeline.run_download`` or ``pipeline.reap`` called directly) and does
+not send. The pending grant must expire within about a lease TTL, the beat reaper
+must recover the job, and the job must complete exactly once on the dev Voicy
+server. A kill just *after* the send but before the confirmation leaves that task
+in the broker with a grant that expires if it waits too long; delivered late (the
+test sends it once the job was recovered), it must find its grant gone and do
+nothing (V2). With the old 6-hour grant the job would stay stuck for the whole test.
+
+The last test drives the real dispatch path (bridge and io task) and reads the
+sent messages off the broker: grants are confirmed after the send, and the
+``argsrepr`` header that Flower and task events show hides the lease token.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from bridges.voicy import VoicyBridge
+from tests.conftest import wait_until
+from tests.test_voicy_e2e import enqueue_fixture, requests_for, wait_final
+from tests.voicy_stack import (BOT_TOKEN, ROOT, VOICY_TOKEN_MARK, audio_manifest, fleet_env, start_beat,
+                               start_bridge)
+from workers.voicy import pipeline
+from workers.voicy.pipeline import QUEUED_LEASE_TTL_S, VoicyRuntime
+
+pytestmark = pytest.mark.slow
+
+LEASE_TTL_MS = 2000  # fleet_env's value: a pending grant lives this long
+# The reaper runs every min(5 s, TTL / 2); a loaded 2-core box adds seconds of task latency.
+# Anything of this order proves the grant was pending: a confirmed one lasts QUEUED_LEASE_TTL_S.
+RECOVERY_BOUND_S = LEASE_TTL_MS / 1000 + 15.0
+STALE_TASK_TIMEOUT_S = 60.0
+JOB_SEND_TIMEOUT_S = 60.0
+STALE_SKIP = "{stage} already owned by another execution; skipping"
+
+
+@pytest.fixture()
+def voicy(tmp_path: Path, fresh_redis: str):
+    """A dev Voicy API, a fake Telegram, and the fleet environment (lease TTL 2 s)."""
+    from deploy.devstack.telegram import FakeTelegram
+    from deploy.devstack.voicy_api import DevVoicyServer
+
+    server = DevVoicyServer()
+    server.start()
+    telegram = FakeTelegram(BOT_TOKEN)
+    telegram.start()
+    token = server.create_client("switchyard-grants", token=VOICY_TOKEN_MARK + "-g")
+    env = fleet_env(redis_url=fresh_redis, api_url=server.url, token=token,
+                    telegram_url=telegram.url, work_dir=tmp_path / "work",
+                    VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS))
+    yield server, telegram, env
+    telegram.stop()
+    server.stop()
+
+
+@pytest.fixture()
+def rt(voicy, monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
+    """This test process as one more fleet process: same Redis, Voicy server, media store."""
+    _, _, env = voicy
+    for key in list(os.environ):
+        if key.startswith("VOICY_") or key == "TOKEN":
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith("VOICY_"):
+            monkeypatch.setenv(key, value)
+    runtime = VoicyRuntime.from_env(env["REDIS_URL"])
+    yield runtime
+    runtime.client.close()
+    runtime.redis.close()
+
+
+def never_sent(_rt: VoicyRuntime, _job_id: str, _token: str) -> None:
+    """The bridge process dies right after granting: the task is never sent, nothing is confirmed."""
+
+
+def claim_without_sending(rt: VoicyRuntime) -> tuple[str, str]:
+    """Run the real bridge pass up to its send; return the claimed job and its (unsent) token."""
+    assert VoicyBridge(rt, never_sent, never_sent).cycle() == 1
+    (job_id,) = rt.fleet.held_ids()
+    holder = rt.leases.holder(job_id) or ""
+    assert holder.startswith("granted:")
+    return job_id, holder.removeprefix("granted:")
+
+
+def assert_pending(rt: VoicyRuntime, job_id: str, token: str) -> None:
+    """The grant names ``token`` and lives at most one lease TTL (it was never confirmed)."""
+    assert rt.leases.holder(job_id) == f"granted:{token}"
+    assert 0 < rt.redis.pttl(rt.leases.key(job_id)) <= LEASE_TTL_MS
+
+
+def send_stale(env: dict[str, str], task: str, job_id: str, token: str) -> None:
+    """Deliver the task for ``token`` late, through the real broker (sent before a kill, never confirmed)."""
+    code = ("import sys, tasks.voicy as v; "
+            "getattr(v, sys.argv[1]).apply_async(args=[sys.argv[2], sys.argv[3]])")
+    subprocess.run([sys.executable, "-c", code, task, job_id, token], cwd=ROOT, env=env,
+                   check=True, timeout=STALE_TASK_TIMEOUT_S, capture_output=True)
+
+
+def worker_logs(tmp_path: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in tmp_path.glob("worker-*.log"))
+
+
+def wait_stale_skipped(tmp_path: Path, job_id: str, stage: str) -> None:
+    line = f"job {job_id}: " + STALE_SKIP.format(stage=stage)
+    wait_until(lambda: line in worker_logs(tmp_path), STALE_TASK_TIMEOUT_S, f"the stale {stage} task to skip")
+
+
+def assert_completed_once(server, job_id: str) -> None:
+    job = server.get_job(job_id)
+    assert job["status"] == "completed", job.get("lastError")
+    assert len([r for r in requests_for(server, job_id, "result") if r["status"] == 200]) == 1
+
+
+def short_item() -> dict:
+    return min(audio_manifest(), key=lambda m: m["duration_s"])
+
+
+# ------------------------------------------------------------------ site 1: the bridge's claim
+def test_bridge_killed_before_sending_the_download_job_is_requeued_and_completes_once(
+        voicy, rt, celery_workers, tmp_path):
+    server, telegram, env = voicy
+    job_id_expected = enqueue_fixture(server, telegram, short_item())
+    celery_workers("io", env)
+    celery_workers("gpu", env)
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")
+    bridge = None
+    try:
+        job_id, token = claim_without_sending(rt)
+        granted_at = time.monotonic()
+        assert job_id == job_id_expected
+        assert_pending(rt, job_id, token)
+        # no media was stored: the reaper reports a retryable failure so Voicy requeues the job
+        wait_until(lambda: requests_for(server, job_id, "failure"), RECOVERY_BOUND_S,
+                   "the reaper to hand the job back")
+        assert time.monotonic() - granted_at < RECOVERY_BOUND_S
+        (failure,) = requests_for(server, job_id, "failure")
+        assert failure["json"]["retryable"] is True and failure["status"] == 200
+        send_stale(env, "download", job_id, token)
+        wait_stale_skipped(tmp_path, job_id, "download")
+        assert not requests_for(server, job_id, "source")  # the late task touched nothing
+        bridge = start_bridge(env, tmp_path / "bridge.log")  # claims the requeued job again
+        wait_final(server, [job_id])
+    finally:
+        if bridge is not None:
+            bridge.stop()
+        beat.stop()
+    assert_completed_once(server, job_id)
+    assert server.get_job(job_id)["attempts"] == 2
+    assert len(requests_for(server, job_id, "failure")) == 1
+
+
+# ------------------------------------------------- site 2: the download's hand-over to transcription
+def test_io_worker_killed_after_the_hand_over_the_reaper_redispatches_and_it_completes_once(
+        voicy, rt, celery_workers, tmp_path):
+    server, telegram, env = voicy
+    enqueue_fixture(server, telegram, short_item())
+    celery_workers("io", env)
+    celery_workers("gpu", env)
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")
+    try:
+        job_id, token = claim_without_sending(rt)
+        next_token = pipeline.run_download(rt, job_id, token)  # the io task's body, then no send
+        handed_over_at = time.monotonic()
+        assert next_token
+        assert_pending(rt, job_id, next_token)
+        assert server.get_job(job_id)["status"] == "ready"
+        wait_until(lambda: requests_for(server, job_id, "transcribe"), RECOVERY_BOUND_S,
+                   "the reaper to redispatch the transcription")
+        assert time.monotonic() - handed_over_at < RECOVERY_BOUND_S
+        wait_final(server, [job_id])
+        send_stale(env, "transcribe", job_id, next_token)
+        wait_stale_skipped(tmp_path, job_id, "transcription")
+    finally:
+        beat.stop()
+    assert_completed_once(server, job_id)
+    assert len(requests_for(server, job_id, "transcribe")) == 1
+    assert not requests_for(server, job_id, "failure")
+    assert "redispatching transcription" in worker_logs(tmp_path)
+
+
+# ------------------------------------------------------------ site 3: the reaper's redispatch
+def test_reaper_killed_before_sending_the_redispatch_the_next_pass_recovers_it_once(
+        voicy, rt, celery_workers, tmp_path):
+    server, telegram, env = voicy
+    enqueue_fixture(server, telegram, short_item())
+    celery_workers("io", env)
+    celery_workers("gpu", env)
+    job_id, token = claim_without_sending(rt)
+    next_token = pipeline.run_download(rt, job_id, token)
+    assert next_token
+    # no beat yet, so this test process is the only reaper: wait for the hand-over to expire
+    wait_until(lambda: not rt.leases.alive(job_id), RECOVERY_BOUND_S, "the unsent hand-over to expire")
+    (recovery,) = pipeline.reap(rt)  # grants the redispatch, then "dies" before sending it
+    reaped_at = time.monotonic()
+    assert recovery.job_id == job_id
+    assert_pending(rt, job_id, recovery.token)
+    wait_until(lambda: not rt.leases.alive(job_id), RECOVERY_BOUND_S, "the reaper's unsent grant to expire")
+    assert time.monotonic() - reaped_at < RECOVERY_BOUND_S
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")  # the next reaper pass
+    try:
+        wait_final(server, [job_id])
+        send_stale(env, "transcribe", job_id, recovery.token)
+        wait_stale_skipped(tmp_path, job_id, "transcription")
+    finally:
+        beat.stop()
+    assert_completed_once(server, job_id)
+    assert len(requests_for(server, job_id, "transcribe")) == 1
+    assert not requests_for(server, job_id, "failure")
+
+
+# ------------------------------------------- the real dispatch path: confirmed grants, hidden tokens
+def _queued(r: redis.Redis, queue: str) -> tuple[str, list[str], str]:
+    """(argsrepr header, real args, task name) of the one message waiting in ``queue``."""
+    message = json.loads(r.lindex(queue, 0))
+    args = json.loads(base64.b64decode(message["body"]))[0]
+    return message["headers"]["argsrepr"], args, message["headers"]["task"]
+
+
+def test_sent_tasks_hide_the_token_from_flower_and_their_grants_are_confirmed(
+        voicy, celery_workers, tmp_path, fresh_redis):
+    server, telegram, env = voicy
+    job_id = enqueue_fixture(server, telegram, short_item())
+    r = redis.Redis.from_url(fresh_redis)
+    lease_key = f"sy:lease:voicy:{job_id}"
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        for queue, task, starts in (("io", "voicy.download", None), ("gpu", "voicy.transcribe", "io")):
+            if starts:
+                celery_workers(starts, env)  # runs the download, which sends the transcription
+            wait_until(lambda: r.llen(queue) == 1, JOB_SEND_TIMEOUT_S, f"the {task} message")
+            argsrepr, args, name = _queued(r, queue)
+            assert name == task and args[0] == job_id
+            token = args[1]
+            assert argsrepr == repr((job_id, "…")) and token not in argsrepr
+            # confirmed after the send: the grant now outlives any pending TTL by far
+            wait_until(lambda: r.pttl(lease_key) > LEASE_TTL_MS, JOB_SEND_TIMEOUT_S, "the grant to be confirmed")
+            assert r.get(lease_key) == f"granted:{token}".encode()
+            assert r.pttl(lease_key) > (QUEUED_LEASE_TTL_S - JOB_SEND_TIMEOUT_S) * 1000
+        celery_workers("gpu", env)
+        wait_final(server, [job_id])
+    finally:
+        bridge.stop()
+    assert_completed_once(server, job_id)
+
