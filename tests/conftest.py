@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from deploy.devstack import services
+from deploy.devstack.procs import spawn, stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_READY_TIMEOUT_S = 60.0
@@ -85,9 +85,7 @@ class CeleryWorker:
         cmd = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", queues,
                "-P", pool, "-c", str(concurrency), "-n", self.name, "-l", "INFO",
                "--without-mingle", "--without-gossip"]
-        self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = spawn(cmd, env, log_path, stop_timeout_s=WORKER_STOP_TIMEOUT_S).proc
 
     def wait_ready(self, app_redis_url: str) -> None:
         """Wait until the worker answers a ping over the broker (its own readiness event)."""
@@ -113,14 +111,7 @@ class CeleryWorker:
         self.proc.wait(WORKER_STOP_TIMEOUT_S)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(WORKER_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._log.close()
+        stop_group(self.proc, signal.SIGTERM, WORKER_STOP_TIMEOUT_S)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

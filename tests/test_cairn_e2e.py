@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.procs import Proc, spawn
 from deploy.devstack.strava import FakeStrava
 from tests.conftest import CeleryWorker, wait_until
 
@@ -45,6 +46,7 @@ LEASE_TTL_S = 3.0
 START_DEADLINE_S = 20.0
 GATE_MAX_HOLD_S = 60.0
 WAIT_S = 30.0
+BRIDGE_STOP_TIMEOUT_S = 30.0  # SIGTERM → SIGKILL: above the bridge's own 20 s shutdown grace for running jobs
 ATHLETE_BASE = 7000
 
 
@@ -78,25 +80,6 @@ class _GateMiddleware:
             self.gate.arrived.set()
             await asyncio.to_thread(self.gate.release.wait, GATE_MAX_HOLD_S)
         await self.app(scope, receive, send)
-
-
-@dataclass
-class Proc:
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode
 
 
 @dataclass
@@ -163,11 +146,8 @@ class CairnStack:
         return worker
 
     def spawn_bridge(self, name: str = "bridge", env: dict[str, str] | None = None) -> Proc:
-        log_path = self.tmp / f"{name}.log"
-        log = open(log_path, "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "bridges", "cairn"], cwd=ROOT, env=env or self.env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        return Proc(proc, log_path)
+        return spawn([sys.executable, "-m", "bridges", "cairn"], env or self.env, self.tmp / f"{name}.log",
+                     stop_timeout_s=BRIDGE_STOP_TIMEOUT_S)
 
     def start_bridge(self) -> Proc:
         self.bridge = self.spawn_bridge()

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import redis
 
+from deploy.devstack.procs import signal_group
 from tests.conftest import wait_until
 from tests.voicy_stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env, start_beat, start_bridge
 
@@ -52,14 +53,8 @@ def terminate(proc: subprocess.Popen[bytes], grace_s: float = WORKER_EXIT_GRACE_
 
     Returns (seconds until exit, whether SIGKILL was needed)."""
     started = time.monotonic()
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(grace_s)
-        return time.monotonic() - started, False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return time.monotonic() - started, True
+    killed = signal_group(proc, signal.SIGTERM, grace_s)
+    return time.monotonic() - started, killed
 
 
 class Gate:
