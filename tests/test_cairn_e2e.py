@@ -38,50 +38,20 @@ from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.procs import Proc, spawn
 from deploy.devstack.strava import FakeStrava
 from tests.conftest import CeleryWorker, wait_until
+from tests.gate import Gate, GateMiddleware
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVIDER = "strava"
 ACK_WAIT_S = 1.0
 LEASE_TTL_S = 3.0
 START_DEADLINE_S = 20.0
-GATE_MAX_HOLD_S = 60.0
+STRAVA_ACTIVITY_PATH = r"/api/v3/activities/\d+$"  # the gate holds activity detail calls
 WAIT_S = 30.0
 BRIDGE_STOP_TIMEOUT_S = 30.0  # SIGTERM → SIGKILL: above the bridge's own 20 s shutdown grace for running jobs
 ATHLETE_BASE = 7000
 
 
 # --------------------------------------------------------------------------- the stack
-class StravaGate:
-    """Holds requests to one Strava endpoint until released: a slow provider, on demand."""
-
-    ACTIVITY = re.compile(r"/api/v3/activities/\d+$")
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.arrived = threading.Event()
-        self.release = threading.Event()
-
-    def arm(self) -> None:
-        self.arrived.clear()
-        self.release.clear()
-        self.armed = True
-
-    def open(self) -> None:
-        self.armed = False
-        self.release.set()
-
-
-class _GateMiddleware:
-    def __init__(self, app: Any, gate: StravaGate) -> None:
-        self.app, self.gate = app, gate
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.gate.armed and self.gate.ACTIVITY.search(scope["path"]):
-            self.gate.arrived.set()
-            await asyncio.to_thread(self.gate.release.wait, GATE_MAX_HOLD_S)
-        await self.app(scope, receive, send)
-
-
 @dataclass
 class CairnStack:
     """One dev Cairn world for a test module; ``start()`` brings the pool up."""
@@ -93,7 +63,7 @@ class CairnStack:
     nats: services.Service | None = None
     core: DevCairnCore | None = None
     strava: FakeStrava | None = None
-    gate: StravaGate = field(default_factory=StravaGate)
+    gate: Gate = field(default_factory=lambda: Gate.path_pattern(STRAVA_ACTIVITY_PATH))
     workers: list[CeleryWorker] = field(default_factory=list)
     bridge: Proc | None = None
     _athletes: int = 0
@@ -103,7 +73,7 @@ class CairnStack:
         self.nats = services.start_nats(self.tmp / "nats")
         self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
         self.strava = FakeStrava()
-        self.strava.app.add_middleware(_GateMiddleware, gate=self.gate)
+        self.strava.app.add_middleware(GateMiddleware, gate=self.gate)
         self.strava.start()
         return self
 
