@@ -29,6 +29,7 @@ import pytest
 import redis
 
 from deploy.devstack.procs import signal_group
+from tests.cairn_stack import CairnStack
 from tests.conftest import wait_until
 from tests.gate import Gate
 from tests.voicy_stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env, start_beat, start_bridge
@@ -259,8 +260,6 @@ def test_sigterm_io_mid_download_hands_jobs_back_and_each_completes_once(voicy, 
 # --------------------------------------------------------------------------- Cairn bridge
 @pytest.fixture()
 def cairn(tmp_path: Path, redis_url: str, s3_endpoint: str) -> Iterator[Any]:
-    from tests.test_cairn_e2e import CairnStack
-
     stack = CairnStack(tmp_path, redis_url, s3_endpoint).start()
     try:
         yield stack
