@@ -7,6 +7,7 @@ as real ``celery -A tasks worker`` processes so SIGKILL tests kill something rea
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -61,6 +62,19 @@ def fresh_redis(redis_url: str) -> Iterator[str]:
     client.flushall()
     yield redis_url
     client.close()
+
+
+@pytest.fixture()
+def http_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Capture everything, httpx and httpcore included, at DEBUG (S1 checks read this).
+
+    Named explicitly because the fleet's logging setup quiets httpx: a secret check
+    over a capture that never saw httpx's request lines would prove nothing.
+    """
+    caplog.set_level(logging.DEBUG)
+    for name in ("httpx", "httpcore"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    return caplog
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, what: str,
