@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -25,12 +24,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from deploy.devstack.http_server import BackgroundServer
 from deploy.devstack.strava_data import (ACTIVITY_SPACING_S, FakeAthlete, gear_summary, generate_activity,
                                          generate_gear)
 
@@ -81,18 +80,6 @@ class _Token:
     expires_at: int
 
 
-class _Server(uvicorn.Server):
-    """uvicorn server that signals a thread event once it accepts connections."""
-
-    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
-        super().__init__(config)
-        self._ready = ready
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        self._ready.set()
-
-
 class FakeStrava:
     """In-memory Strava with the HTTP surface the provider pool talks to."""
 
@@ -115,8 +102,7 @@ class FakeStrava:
         self._forced_429: list[tuple[str, float | None]] = []
         self._faults: dict[str, list[int]] = {}
         self._log: list[RequestRecord] = []
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self.http: BackgroundServer | None = None
         self.port = 0
         self.app = Starlette(routes=[
             Route(API_PREFIX + "/athlete/activities", self._list_activities),
@@ -143,27 +129,16 @@ class FakeStrava:
         return self.base_url + "/oauth/token"
 
     def start(self) -> FakeStrava:
-        # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets of a
-        # listener created with it, and Nagle's algorithm otherwise adds ~40 ms per keep-alive reply.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        ready = threading.Event()
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
-        self._server = _Server(config, ready)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
-                                        name="fake-strava", daemon=True)
-        self._thread.start()
-        if not ready.wait(SERVER_START_TIMEOUT_S):
-            raise RuntimeError("fake Strava did not start")
+        """Serve on a free loopback port (``http_server``: no Nagle delay on keep-alive replies)."""
+        self.http = BackgroundServer(self.app, "fake-strava", start_timeout_s=SERVER_START_TIMEOUT_S,
+                                     stop_timeout_s=SERVER_STOP_TIMEOUT_S).start()
+        self.port = self.http.port
         return self
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(SERVER_STOP_TIMEOUT_S)
-            self._server = self._thread = None
+        if self.http is not None:
+            self.http.stop()
+            self.http = None
 
     def __enter__(self) -> FakeStrava:
         return self.start()
