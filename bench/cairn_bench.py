@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -100,21 +99,6 @@ def start_moto_process(workdir: Path) -> tuple[str, Proc]:
     return f"http://127.0.0.1:{port}", proc
 
 
-def disable_nagle(strava: FakeStrava) -> None:
-    """Set TCP_NODELAY on the fake's listening socket (accepted sockets inherit it on Linux).
-
-    ``FakeStrava.start()`` binds ``socket.socket(AF_INET, SOCK_STREAM)``, whose ``proto`` is 0,
-    so asyncio's transports skip their own ``TCP_NODELAY`` (it checks ``proto == IPPROTO_TCP``);
-    uvicorn writes headers and body separately, and every keep-alive response after the first
-    then waits ~40 ms for the client's delayed ACK. That would make the "instant" fake the slowest
-    part of the rig. A no-op once the fake sets the option itself (reported to the lead).
-    """
-    server = getattr(strava, "_server", None)
-    for listener in getattr(server, "servers", None) or []:
-        for sock in listener.sockets:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of a non-empty list."""
     ordered = sorted(values)
@@ -147,7 +131,6 @@ class Rig:
         self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
         self._instrument_router()
         self.strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET).start()
-        disable_nagle(self.strava)
         return self
 
     def stop(self) -> None:
