@@ -27,7 +27,7 @@ from deploy.devstack.procs import Proc, spawn
 ROOT = Path(__file__).resolve().parents[1]
 FLOWER_PORT = 5555
 DEMO_TIMEOUT_S = 600.0
-FLEET_STOP_TIMEOUT_S = 30.0  # honcho forwards SIGTERM; the Celery pools get this long to finish
+FLEET_STOP_TIMEOUT_S = 30.0  # SIGTERM to the honcho group at exit, SIGKILL if it is still up after this
 REFRESH_S = 0.25
 BAR_WIDTH = 30
 ATHLETE_ID = 424242

@@ -20,7 +20,6 @@ import pytest
 from deploy.devstack import services
 from deploy.devstack.procs import spawn, stop_group
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKER_READY_TIMEOUT_S = 60.0
 WORKER_STOP_TIMEOUT_S = 15.0
 
@@ -99,7 +98,7 @@ class CeleryWorker:
         cmd = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", queues,
                "-P", pool, "-c", str(concurrency), "-n", self.name, "-l", "INFO",
                "--without-mingle", "--without-gossip"]
-        self.proc = spawn(cmd, env, log_path, stop_timeout_s=WORKER_STOP_TIMEOUT_S).proc
+        self.proc = spawn(cmd, env, log_path).proc  # stopped by stop() / kill() below
 
     def wait_ready(self, app_redis_url: str) -> None:
         """Wait until the worker answers a ping over the broker (its own readiness event)."""
