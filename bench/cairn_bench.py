@@ -26,10 +26,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,8 +39,10 @@ from typing import Any
 import psutil
 import redis
 
+from deploy.devstack import procs as devstack_procs
 from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.procs import Proc
 from deploy.devstack.strava import FakeStrava
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,45 +72,22 @@ ACK_WAIT_S = 30.0
 FETCH_STREAMS = os.environ.get("BENCH_CAIRN_FETCH_STREAMS", "0") not in ("0", "false", "no")
 
 
-@dataclass
-class Proc:
-    """A child process in its own session (so stopping it stops its pool children too)."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def cpu_s(self) -> float:
-        """User+system CPU of the process and its children (still alive), for the report."""
-        try:
-            root = psutil.Process(self.proc.pid)
-            total = 0.0
-            for p in [root, *root.children(recursive=True)]:
-                t = p.cpu_times()
-                total += t.user + t.system
-            return total
-        except psutil.Error:
-            return 0.0
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+def cpu_s(proc: Proc) -> float:
+    """User+system CPU of a process and its children (still alive), for the report."""
+    try:
+        root = psutil.Process(proc.proc.pid)
+        total = 0.0
+        for p in [root, *root.children(recursive=True)]:
+            t = p.cpu_times()
+            total += t.user + t.system
+        return total
+    except psutil.Error:
+        return 0.0
 
 
 def spawn(name: str, cmd: list[str], env: dict[str, str], workdir: Path) -> Proc:
-    log_path = workdir / f"{name}.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    return Proc(name, proc, log_path)
+    """A child in its own session (stopping it stops its pool children too), logging to ``<name>.log``."""
+    return devstack_procs.spawn(cmd, env, workdir / f"{name}.log", stop_timeout_s=STOP_TIMEOUT_S)
 
 
 def start_moto_process(workdir: Path) -> tuple[str, Proc]:
@@ -121,21 +97,6 @@ def start_moto_process(workdir: Path) -> tuple[str, Proc]:
                  dict(os.environ), workdir)
     services.wait_for_port(port, proc.proc)
     return f"http://127.0.0.1:{port}", proc
-
-
-def disable_nagle(strava: FakeStrava) -> None:
-    """Set TCP_NODELAY on the fake's listening socket (accepted sockets inherit it on Linux).
-
-    ``FakeStrava.start()`` binds ``socket.socket(AF_INET, SOCK_STREAM)``, whose ``proto`` is 0,
-    so asyncio's transports skip their own ``TCP_NODELAY`` (it checks ``proto == IPPROTO_TCP``);
-    uvicorn writes headers and body separately, and every keep-alive response after the first
-    then waits ~40 ms for the client's delayed ACK. That would make the "instant" fake the slowest
-    part of the rig. A no-op once the fake sets the option itself (reported to the lead).
-    """
-    server = getattr(strava, "_server", None)
-    for listener in getattr(server, "servers", None) or []:
-        for sock in listener.sockets:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -170,7 +131,6 @@ class Rig:
         self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
         self._instrument_router()
         self.strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET).start()
-        disable_nagle(self.strava)
         return self
 
     def stop(self) -> None:
@@ -186,7 +146,7 @@ class Rig:
     def cpu_s(self) -> float:
         """CPU of the rig: this process (core, fake Strava) plus the moto and service processes."""
         me = psutil.Process().cpu_times()
-        total = me.user + me.system + sum(p.cpu_s() for p in self.procs)
+        total = me.user + me.system + sum(cpu_s(p) for p in self.procs)
         for svc in (self.redis, self.nats):
             if svc.proc is not None:
                 t = psutil.Process(svc.proc.pid).cpu_times()
@@ -307,9 +267,9 @@ def run_side(rig: Rig, tag: str, start: Callable[[Rig], list[Proc]], jobs: int) 
             logs = "\n".join(f"--- {p.name}\n{p.log()[-3000:]}" for p in procs)
             raise RuntimeError(f"{tag} side never completed its warm-up jobs:\n{logs}") from None
         idle = rig.solo_latency(solo)
-        cpu_before = sum(p.cpu_s() for p in procs), rig.cpu_s()
+        cpu_before = sum(cpu_s(p) for p in procs), rig.cpu_s()
         figures = rig.burst(measured)
-        figures["cpu_s_side"] = round(sum(p.cpu_s() for p in procs) - cpu_before[0], 1)
+        figures["cpu_s_side"] = round(sum(cpu_s(p) for p in procs) - cpu_before[0], 1)
         figures["cpu_s_rig"] = round(rig.cpu_s() - cpu_before[1], 1)
         figures["idle_latency_ms"] = idle
         return figures

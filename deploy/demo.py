@@ -16,17 +16,18 @@ import argparse
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from deploy.devstack import services
+from deploy.devstack.procs import Proc, spawn
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOWER_PORT = 5555
 DEMO_TIMEOUT_S = 600.0
+FLEET_STOP_TIMEOUT_S = 30.0  # SIGTERM to the honcho group at exit, SIGKILL if it is still up after this
 REFRESH_S = 0.25
 BAR_WIDTH = 30
 ATHLETE_ID = 424242
@@ -74,16 +75,15 @@ class Demo:
             "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4", "PATH": f"{Path(sys.executable).parent}:"
             + os.environ.get("PATH", ""),
         })
-        self.fleet: subprocess.Popen[bytes] | None = None
+        self.fleet: Proc | None = None
         self.jobs: dict[str, dict] = {}
         self.account_id = ""
 
     def start_fleet(self) -> None:
-        log = open(self.tmp / "fleet.log", "ab")
         print(f"starting the Procfile fleet with honcho (log: {self.tmp / 'fleet.log'})")
-        self.fleet = subprocess.Popen([sys.executable, "-m", "honcho", "start", "-f", str(ROOT / "Procfile"),
-                                       "-p", str(FLOWER_PORT)], cwd=ROOT, env=self.env, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+        self.fleet = spawn([sys.executable, "-m", "honcho", "start", "-f", str(ROOT / "Procfile"),
+                            "-p", str(FLOWER_PORT)], self.env, self.tmp / "fleet.log",
+                           stop_timeout_s=FLEET_STOP_TIMEOUT_S)
         print(f"Flower: http://127.0.0.1:{FLOWER_PORT}  (user demo, password {self.flower_password})")
 
     def enqueue(self) -> None:
@@ -134,7 +134,7 @@ class Demo:
         last_print = 0.0
         lines = 0
         while time.monotonic() < deadline:
-            if self.fleet is not None and self.fleet.poll() is not None:
+            if self.fleet is not None and self.fleet.proc.poll() is not None:
                 print("the fleet exited early; see fleet.log")
                 return False
             rows = self._bars() + [self._cairn_line()]
@@ -173,12 +173,8 @@ class Demo:
         return 0 if ok else 1
 
     def close(self) -> None:
-        if self.fleet is not None and self.fleet.poll() is None:
-            os.killpg(self.fleet.pid, signal.SIGTERM)
-            try:
-                self.fleet.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.fleet.pid, signal.SIGKILL)
+        if self.fleet is not None:
+            self.fleet.stop()
         for stop in (self.core.stop, self.strava.stop, self.telegram.stop, self.voicy.stop,
                      lambda: services.stop_moto(self.s3), self.nats.stop, self.redis.stop):
             try:

@@ -7,9 +7,9 @@ as real ``celery -A tasks worker`` processes so SIGKILL tests kill something rea
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from deploy.devstack import services
+from deploy.devstack.procs import spawn, stop_group
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKER_READY_TIMEOUT_S = 60.0
 WORKER_STOP_TIMEOUT_S = 15.0
 
@@ -63,6 +63,19 @@ def fresh_redis(redis_url: str) -> Iterator[str]:
     client.close()
 
 
+@pytest.fixture()
+def http_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Capture everything, httpx and httpcore included, at DEBUG (S1 checks read this).
+
+    Named explicitly because the fleet's logging setup quiets httpx: a secret check
+    over a capture that never saw httpx's request lines would prove nothing.
+    """
+    caplog.set_level(logging.DEBUG)
+    for name in ("httpx", "httpcore"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    return caplog
+
+
 def wait_until(predicate: Callable[[], object], timeout_s: float, what: str,
                interval_s: float = 0.05) -> object:
     """Poll ``predicate`` until truthy. Only for state that has no event to await."""
@@ -85,9 +98,7 @@ class CeleryWorker:
         cmd = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", queues,
                "-P", pool, "-c", str(concurrency), "-n", self.name, "-l", "INFO",
                "--without-mingle", "--without-gossip"]
-        self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = spawn(cmd, env, log_path).proc  # stopped by stop() / kill() below
 
     def wait_ready(self, app_redis_url: str) -> None:
         """Wait until the worker answers a ping over the broker (its own readiness event)."""
@@ -113,14 +124,7 @@ class CeleryWorker:
         self.proc.wait(WORKER_STOP_TIMEOUT_S)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(WORKER_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._log.close()
+        stop_group(self.proc, signal.SIGTERM, WORKER_STOP_TIMEOUT_S)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -1,7 +1,7 @@
 """``switchyard check cairn`` against our real pool, and against a pool missing a consumer.
 
 The pool is real (bridge process + Celery provider worker, see
-``test_cairn_e2e.CairnStack``); the checker runs as its own process, exactly as
+``tests.cairn_stack.CairnStack``); the checker runs as its own process, exactly as
 an operator or CI would run it.
 """
 
@@ -16,21 +16,16 @@ import nats
 import pytest
 
 from tests.conftest import wait_until
-from tests.test_cairn_e2e import PROVIDER, ROOT, WAIT_S, CairnStack
+from tests.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack, running_stack
 
 CHECK_TIMEOUT_S = 20.0
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
-    s = CairnStack(tmp_path_factory.mktemp("cairn-check"), redis_url, s3_endpoint).start()
-    try:
-        s.start_worker()
-        s.start_bridge()
+    with running_stack(tmp_path_factory.mktemp("cairn-check"), redis_url, s3_endpoint) as s:
         wait_until(lambda: s.core.live_presence(s.pool), WAIT_S, "the pool's presence")  # type: ignore[union-attr]
         yield s
-    finally:
-        s.stop()
 
 
 def run_check(stack: CairnStack, *extra: str, worker_name: str | None = None) -> subprocess.CompletedProcess[str]:

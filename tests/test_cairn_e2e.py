@@ -1,20 +1,16 @@
 """Cairn end to end: real bridge process, real Celery provider workers, dev core, fake Strava.
 
-Everything is real except the external systems: nats-server with JetStream
-(one per module), Redis, moto S3 behind the dev core's presign responders,
-``python -m bridges cairn``, ``celery -A tasks worker -Q provider``. Cairn core
-is ``DevCairnCore`` and Strava is ``FakeStrava``; a small gate in front of the
-fake's activity endpoint lets a test hold a job mid-flight for as long as it
-needs (a slow provider), which is how C1 and the SIGKILL case are staged.
-
-AckWait is 1 s here (``CAIRN_ACK_WAIT_S``), so "five AckWaits" takes five seconds.
+The stack is ``tests.cairn_stack.CairnStack`` (real processes everywhere except
+the external systems). Its gate in front of the fake Strava's activity endpoint
+holds a job mid-flight for as long as a test needs (a slow provider), which is
+how C1 and the SIGKILL case are staged. AckWait is 1 s, so "five AckWaits"
+takes five seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
 import subprocess
@@ -22,7 +18,6 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,208 +28,16 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.strava import FakeStrava
-from tests.conftest import CeleryWorker, wait_until
-
-ROOT = Path(__file__).resolve().parents[1]
-PROVIDER = "strava"
-ACK_WAIT_S = 1.0
-LEASE_TTL_S = 3.0
-START_DEADLINE_S = 20.0
-GATE_MAX_HOLD_S = 60.0
-WAIT_S = 30.0
-ATHLETE_BASE = 7000
-
-
-# --------------------------------------------------------------------------- the stack
-class StravaGate:
-    """Holds requests to one Strava endpoint until released: a slow provider, on demand."""
-
-    ACTIVITY = re.compile(r"/api/v3/activities/\d+$")
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.arrived = threading.Event()
-        self.release = threading.Event()
-
-    def arm(self) -> None:
-        self.arrived.clear()
-        self.release.clear()
-        self.armed = True
-
-    def open(self) -> None:
-        self.armed = False
-        self.release.set()
-
-
-class _GateMiddleware:
-    def __init__(self, app: Any, gate: StravaGate) -> None:
-        self.app, self.gate = app, gate
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self.gate.armed and self.gate.ACTIVITY.search(scope["path"]):
-            self.gate.arrived.set()
-            await asyncio.to_thread(self.gate.release.wait, GATE_MAX_HOLD_S)
-        await self.app(scope, receive, send)
-
-
-@dataclass
-class Proc:
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode
-
-
-@dataclass
-class CairnStack:
-    """One dev Cairn world for a test module; ``start()`` brings the pool up."""
-
-    tmp: Path
-    redis_url: str
-    s3_endpoint: str
-    pool: str = field(default_factory=lambda: f"sy-{uuid.uuid4().hex[:6]}")
-    nats: services.Service | None = None
-    core: DevCairnCore | None = None
-    strava: FakeStrava | None = None
-    gate: StravaGate = field(default_factory=StravaGate)
-    workers: list[CeleryWorker] = field(default_factory=list)
-    bridge: Proc | None = None
-    _athletes: int = 0
-
-    def start(self) -> CairnStack:
-        redis.Redis.from_url(self.redis_url).flushall()
-        self.nats = services.start_nats(self.tmp / "nats")
-        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
-        self.strava = FakeStrava()
-        self.strava.app.add_middleware(_GateMiddleware, gate=self.gate)
-        self.strava.start()
-        return self
-
-    def stop(self) -> None:
-        if self.bridge is not None:
-            self.bridge.stop()
-        for w in self.workers:
-            w.stop()
-        if self.strava is not None:
-            self.gate.open()
-            self.strava.stop()
-        if self.core is not None:
-            self.core.stop()
-        if self.nats is not None:
-            self.nats.stop()
-
-    @property
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
-        env.update({
-            "REDIS_URL": self.redis_url,
-            "CAIRN_NATS_URL": self.nats.url if self.nats else "",
-            "CAIRN_PROVIDER": PROVIDER,
-            "CAIRN_WORKER_NAME": self.pool,
-            "CAIRN_ACK_WAIT_S": str(ACK_WAIT_S),
-            "CAIRN_LEASE_TTL_S": str(LEASE_TTL_S),
-            "CAIRN_TASK_START_DEADLINE_S": str(START_DEADLINE_S),
-            "CAIRN_MAX_IN_FLIGHT": "4",
-            "CAIRN_STRAVA_BASE_URL": self.strava.base_url if self.strava else "",
-            "PYTHONUNBUFFERED": "1",
-        })
-        return env
-
-    def start_worker(self, concurrency: int = 2) -> CeleryWorker:
-        name = f"provider-{len(self.workers)}-{uuid.uuid4().hex[:4]}@test"
-        worker = CeleryWorker("provider", self.env, self.tmp / f"worker-{len(self.workers)}.log",
-                              concurrency=concurrency, name=name)
-        self.workers.append(worker)
-        worker.wait_ready(self.redis_url)
-        return worker
-
-    def spawn_bridge(self, name: str = "bridge", env: dict[str, str] | None = None) -> Proc:
-        log_path = self.tmp / f"{name}.log"
-        log = open(log_path, "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "bridges", "cairn"], cwd=ROOT, env=env or self.env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        return Proc(proc, log_path)
-
-    def start_bridge(self) -> Proc:
-        self.bridge = self.spawn_bridge()
-        wait_until(lambda: "cairn bridge started" in self.bridge.log() or self.bridge.proc.poll() is not None,
-                   WAIT_S, "the bridge to start")
-        assert self.bridge.proc.poll() is None, self.bridge.log()[-3000:]
-        return self.bridge
-
-    def connect_athlete(self, n_activities: int = 3, *, own_app: bool = False) -> Any:
-        """A connected account; ``own_app`` gives it its own Strava app (its own rate-limit budget)."""
-        assert self.core is not None and self.strava is not None
-        self._athletes += 1
-        athlete_id = ATHLETE_BASE + self._athletes
-        client_id, secret = self.strava.client_id, self.strava.client_secret
-        if own_app:
-            client_id, secret = f"app-{athlete_id}", f"secret-{uuid.uuid4().hex}"
-            self.strava.add_app(client_id, secret)
-        ath = self.strava.add_athlete(athlete_id, n_activities=n_activities, with_gear=False, client_id=client_id)
-        return self.core.connect_account(PROVIDER, None, ath.access_token, ath.refresh_token, ath.expires_at,
-                                         worker_name=self.pool, external_id=athlete_id,
-                                         client_id=client_id, client_secret=secret)
-
-    def first_activity_id(self, acct: Any) -> str:
-        assert self.strava is not None
-        ath = self.strava.athlete(int(acct.external_id))
-        return str(sorted(ath.activities)[0])
-
-    def fetch_job(self, acct: Any, ext_id: str, job_id: str | None = None) -> dict[str, Any]:
-        return {"job_id": job_id or f"job-{uuid.uuid4().hex[:10]}", "account_id": acct.account_id,
-                "user_id": acct.user_id, "provider": PROVIDER, "ext_id": ext_id, "fetch_streams": True,
-                "reason": "backfill"}
-
-    def publish_raw(self, kind: str, body: bytes) -> None:
-        async def run() -> None:
-            nc = await nats.connect(self.nats.url)  # type: ignore[union-attr]
-            try:
-                await nc.jetstream().publish(f"cairn.jobs.{kind}.{PROVIDER}.{self.pool}", body,
-                                             headers={"Nats-Msg-Id": f"raw:{uuid.uuid4().hex}"})
-            finally:
-                await nc.close()
-        asyncio.run(run())
-
-    def consumer(self, kind: str) -> dict[str, Any]:
-        assert self.core is not None
-        subject = f"cairn.jobs.{kind}.{PROVIDER}.{self.pool}"
-        return next(c for c in self.core.consumers() if c["filter_subject"] == subject)
-
-    def results_for(self, job_id: str) -> list[Any]:
-        assert self.core is not None
-        return [r for r in self.core.ingested if r.msg_id and f":{job_id}" in r.msg_id]
-
-    def all_logs(self) -> str:
-        parts = [w.log() for w in self.workers]
-        if self.bridge is not None:
-            parts.append(self.bridge.log())
-        return "\n".join(parts)
+from tests.cairn_stack import (ACK_WAIT_S, ATHLETE_BASE, LEASE_TTL_S, PROVIDER, ROOT, WAIT_S, CairnStack,
+                               running_stack)
+from tests.conftest import wait_until
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
-    s = CairnStack(tmp_path_factory.mktemp("cairn-e2e"), redis_url, s3_endpoint).start()
-    try:
-        s.start_worker()
-        s.start_bridge()
+    with running_stack(tmp_path_factory.mktemp("cairn-e2e"), redis_url, s3_endpoint) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def _failures(core: DevCairnCore) -> list[Any]:

@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deploy.devstack.procs import stop_group
 from deploy.devstack.services import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,13 +132,7 @@ class ProcfileProcess:
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         """Signal the whole process group, as honcho and the Heroku dyno manager do."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc, sig, STOP_TIMEOUT_S)
         self._reader.join(STOP_TIMEOUT_S)
         self._log.close()
         return self.proc.returncode

@@ -15,13 +15,11 @@ deadline proves it was *handed back* at shutdown, not found after its lease expi
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +28,10 @@ from typing import Any
 import pytest
 import redis
 
+from deploy.devstack.procs import signal_group
+from tests.cairn_stack import CairnStack
 from tests.conftest import wait_until
+from tests.gate import Gate
 from tests.voicy_stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env, start_beat, start_bridge
 
 pytestmark = pytest.mark.slow
@@ -42,7 +43,6 @@ LONG_LEASE_TTL_MS = "60000"  # a lease that expired would recover the job only a
 RECOVERY_DEADLINE_S = 45.0  # < the long lease TTL: recovery this fast means it was handed back
 MODEL_READY_TIMEOUT_S = 90.0  # the first transcription loads the model
 JOB_DONE_TIMEOUT_S = 120.0
-GATE_MAX_HOLD_S = 60.0
 FINAL = ("completed", "failed")
 
 
@@ -52,42 +52,8 @@ def terminate(proc: subprocess.Popen[bytes], grace_s: float = WORKER_EXIT_GRACE_
 
     Returns (seconds until exit, whether SIGKILL was needed)."""
     started = time.monotonic()
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(grace_s)
-        return time.monotonic() - started, False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return time.monotonic() - started, True
-
-
-class Gate:
-    """Holds the next request whose path ends with ``suffix`` until opened (a slow external API)."""
-
-    def __init__(self, suffix: str) -> None:
-        self.suffix = suffix
-        self.armed = False
-        self.arrived = threading.Event()
-        self.release = threading.Event()
-
-    def arm(self) -> None:
-        self.arrived.clear()
-        self.release.clear()
-        self.armed = True
-
-    def open(self) -> None:
-        self.armed = False
-        self.release.set()
-
-    def wrap(self, app: Any) -> Any:
-        async def gated(scope: dict[str, Any], receive: Any, send: Any) -> None:
-            if scope["type"] == "http" and self.armed and scope["path"].endswith(self.suffix):
-                self.armed = False  # only the first one: a replacement worker must get through
-                self.arrived.set()
-                await asyncio.to_thread(self.release.wait, GATE_MAX_HOLD_S)
-            await app(scope, receive, send)
-        return gated
+    killed = signal_group(proc, signal.SIGTERM, grace_s)
+    return time.monotonic() - started, killed
 
 
 def requests_for(server: Any, job_id: str, endpoint: str) -> list[dict]:
@@ -140,7 +106,7 @@ def voicy(tmp_path: Path, fresh_redis: str, monkeypatch: pytest.MonkeyPatch) -> 
     from deploy.devstack.voicy_api import DevVoicyServer
     from deploy.devstack.voicy_api import server as server_module
 
-    gate = Gate("/progress")
+    gate = Gate.path_suffix("/progress", once=True)  # once: a replacement worker must get through
     build_app = server_module.build_app
     monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
     server = DevVoicyServer().start()
@@ -294,8 +260,6 @@ def test_sigterm_io_mid_download_hands_jobs_back_and_each_completes_once(voicy, 
 # --------------------------------------------------------------------------- Cairn bridge
 @pytest.fixture()
 def cairn(tmp_path: Path, redis_url: str, s3_endpoint: str) -> Iterator[Any]:
-    from tests.test_cairn_e2e import CairnStack
-
     stack = CairnStack(tmp_path, redis_url, s3_endpoint).start()
     try:
         yield stack

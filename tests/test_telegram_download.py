@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,14 +34,6 @@ def local_api() -> Iterator[FakeTelegram]:
         yield tg
 
 
-@pytest.fixture()
-def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.DEBUG)
-    for name in ("httpx", "httpcore"):
-        caplog.set_level(logging.DEBUG, logger=name)
-    return caplog
-
-
 def settings_for(tg_url: str, tmp: Path, bot_token: str | None = BOT_TOKEN, timeout_ms: float = 5000,
                  max_bytes: int | None = None) -> VoicySettings:
     return VoicySettings(api_url="http://127.0.0.1:9/worker/v1", token="voicy-token-unused",
@@ -59,7 +50,7 @@ def _assert_token_free(text: str) -> None:
 
 
 def test_cloud_file_id_is_resolved_and_streamed_into_the_store(cloud: FakeTelegram, tmp_path: Path,
-                                                               logs: pytest.LogCaptureFixture) -> None:
+                                                               http_logs: pytest.LogCaptureFixture) -> None:
     cloud.add_file("AwAC-cloud", DATA, path="voice/file 7 ü.oga")  # needs segment encoding
     store = LocalMediaStore(tmp_path / "media")
     settings = settings_for(cloud.url, tmp_path)
@@ -69,8 +60,8 @@ def test_cloud_file_id_is_resolved_and_streamed_into_the_store(cloud: FakeTelegr
     with store.local_path(key) as path:
         assert path.read_bytes() == DATA
     assert [r["status"] for r in cloud.requests_of("download")][-1] == 200
-    assert "getFile" in logs.text and f"bot{TOKEN_MARK}" in logs.text  # httpx logged the placeholder
-    _assert_token_free(logs.text)
+    assert "getFile" in http_logs.text and f"bot{TOKEN_MARK}" in http_logs.text  # httpx logged the placeholder
+    _assert_token_free(http_logs.text)
 
 
 def test_known_file_path_skips_get_file(cloud: FakeTelegram, tmp_path: Path) -> None:
@@ -119,7 +110,7 @@ def test_missing_bot_token_is_permanent_with_voicys_messages(tmp_path: Path) -> 
 @pytest.mark.parametrize(("stage", "status"), [("getFile", 404), ("getFile", 502), ("download", 500),
                                                ("download", 404)])
 def test_http_errors_are_retryable_and_token_free(cloud: FakeTelegram, tmp_path: Path, stage: str,
-                                                  status: int, logs: pytest.LogCaptureFixture) -> None:
+                                                  status: int, http_logs: pytest.LogCaptureFixture) -> None:
     file_id = f"AwAC-{stage}-{status}"
     cloud.add_file(file_id, DATA)
     cloud.fail_next(file_id, status=status, stage=stage)  # type: ignore[arg-type]
@@ -127,7 +118,7 @@ def test_http_errors_are_retryable_and_token_free(cloud: FakeTelegram, tmp_path:
     with pytest.raises(RetryableJobError, match=f"HTTP {status}") as info:
         b"".join(files.open_source(Source(jobId="j", fileId=file_id)))
     _assert_token_free(_everything(info.value))
-    _assert_token_free(logs.text)
+    _assert_token_free(http_logs.text)
     assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA  # the fault was one-off
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import socket
 import traceback
 from collections.abc import Iterator
@@ -33,19 +32,20 @@ def client(server: DevVoicyServer) -> Iterator[VoicyClient]:
         yield c
 
 
-@pytest.fixture()
-def http_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    """Capture everything, httpx and httpcore included, at DEBUG (S1 checks read this)."""
-    caplog.set_level(logging.DEBUG)
-    for name in ("httpx", "httpcore"):
-        caplog.set_level(logging.DEBUG, logger=name)
-    return caplog
-
-
 def _drain(client: VoicyClient) -> None:
     """Claim and fail whatever another test left queued, so each test starts from an empty queue."""
     while (job := client.claim_download("oldest")) is not None:
         client.failure(job.id, "drain", retryable=False)
+
+
+def _transcribing(server: DevVoicyServer, client: VoicyClient, file_id: str, local_path: str) -> str:
+    """A fresh job of this client, claimed, downloaded and now ``transcribing``: ready for a result."""
+    _drain(client)
+    job_id = server.enqueue_job(file_id)
+    client.claim_download("oldest")
+    client.downloaded(job_id, local_path)
+    client.transcribe(job_id)
+    return job_id
 
 
 def _body(text: str = "hello there", **kw: object) -> TranscriptBody:
@@ -82,11 +82,7 @@ def test_full_lifecycle_and_no_nulls_on_the_wire(server: DevVoicyServer, client:
 
 
 def test_empty_result_is_a_normal_result(server: DevVoicyServer, client: VoicyClient) -> None:
-    _drain(client)
-    job_id = server.enqueue_job("AwAC-empty")
-    client.claim_download("oldest")
-    client.downloaded(job_id, "/srv/media/e.ogg")
-    client.transcribe(job_id)
+    job_id = _transcribing(server, client, "AwAC-empty", "/srv/media/e.ogg")
     assert client.result(job_id, TranscriptBody(text="", parts=[])).status == "completed"
     assert server.get_job(job_id)["resultText"] == ""
 
@@ -202,11 +198,7 @@ def test_voicy_redaction_rules_in_order() -> None:
 
 
 def test_oversized_bodies_fail_permanently_before_sending(server: DevVoicyServer, client: VoicyClient) -> None:
-    _drain(client)
-    job_id = server.enqueue_job("AwAC-big")
-    client.claim_download("oldest")
-    client.downloaded(job_id, "/srv/media/big.ogg")
-    client.transcribe(job_id)
+    job_id = _transcribing(server, client, "AwAC-big", "/srv/media/big.ogg")
     before = len(server.requests_for("result", job_id))
     with pytest.raises(PermanentJobError, match="textChars=100001; maxTextChars=100000"):
         client.result(job_id, TranscriptBody(text="x" * (MAX_TEXT_CHARS + 1)))

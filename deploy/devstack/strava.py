@@ -5,31 +5,33 @@ It behaves like the parts of www.strava.com the provider pool uses (reference
 segments, gear and athlete endpoints, the OAuth token endpoint, per-app usage
 headers on a 15-minute window aligned to :00/:15/:30/:45 and a daily window
 reset at 00:00 UTC (overall and read budgets), 429 when over budget, and
-injectable faults. Data is generated deterministically from the athlete id,
-responses are computed in memory (no artificial latency: the benchmark needs
-it fast). Runs on uvicorn in a background thread on 127.0.0.1, free port.
+injectable faults. The data comes from ``strava_data`` (deterministic from the
+athlete id); responses are computed in memory (no artificial latency: the
+benchmark needs it fast). Runs on uvicorn in a background thread on 127.0.0.1,
+free port.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from deploy.devstack.http_server import BackgroundServer
+from deploy.devstack.strava_data import (ACTIVITY_SPACING_S, FakeAthlete, gear_summary, generate_activity,
+                                         generate_gear)
 
 API_PREFIX = "/api/v3"
 ACCESS_TOKEN_TTL_S = 6 * 3600  # Strava access tokens live six hours
@@ -40,59 +42,11 @@ DEFAULT_LIMITS = (200, 2000)  # overall (15-min, daily) per application
 DEFAULT_READ_LIMITS = (100, 1000)  # read (GET) budget (15-min, daily)
 DEFAULT_PER_PAGE = 30
 MAX_PER_PAGE = 200
-STREAM_SAMPLES_MAX = 600  # samples per generated stream: realistic shape, small bodies
-ACTIVITY_SPACING_S = 22 * 3600  # generated activities are ~a day apart, newest first
 DEFAULT_CLIENT_ID = "12345"
 DEFAULT_SCOPE = "read,activity:read_all"
 SERVER_START_TIMEOUT_S = 10.0
 SERVER_STOP_TIMEOUT_S = 5.0
 ENDPOINTS = ("list_activities", "activity", "streams", "photos", "segment", "gear", "athlete", "token")
-STREAM_KEYS = ("time", "latlng", "altitude", "distance", "velocity_smooth", "heartrate",
-               "cadence", "watts", "temp", "grade_smooth", "moving")
-# (sport_type, legacy type, speed m/s, distance range km, has gps, has power, gear kind)
-SPORTS = (("Ride", "Ride", 8.0, (25, 70), True, True, "bike"),
-          ("Run", "Run", 3.1, (5, 15), True, False, "shoe"),
-          ("GravelRide", "Ride", 6.5, (30, 80), True, True, "bike"),
-          ("TrailRun", "Run", 2.6, (8, 20), True, False, "shoe"),
-          ("Swim", "Swim", 0.8, (1, 3), False, False, None),
-          ("Hike", "Hike", 1.3, (8, 16), True, False, "shoe"),
-          ("VirtualRide", "VirtualRide", 9.0, (20, 45), True, True, "bike"),
-          ("Walk", "Walk", 1.4, (3, 7), True, False, "shoe"),
-          ("WeightTraining", "WeightTraining", 0.0, (0, 0), False, False, None))
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def encode_polyline(points: list[list[float]], precision: int = 5) -> str:
-    """Google encoded polyline (what Strava's ``map.polyline`` carries)."""
-    factor, out, prev = 10 ** precision, [], (0, 0)
-    for lat, lon in points:
-        cur = (round(lat * factor), round(lon * factor))
-        for delta in (cur[0] - prev[0], cur[1] - prev[1]):
-            value = ~(delta << 1) if delta < 0 else delta << 1
-            while value >= 0x20:
-                out.append(chr((0x20 | (value & 0x1F)) + 63))
-                value >>= 5
-            out.append(chr(value + 63))
-        prev = cur
-    return "".join(out)
-
-
-@dataclass
-class FakeAthlete:
-    """One athlete: its current token pair for one app and its generated data."""
-
-    athlete_id: int
-    client_id: str
-    access_token: str
-    refresh_token: str
-    expires_at: int
-    activities: dict[int, dict[str, Any]] = field(default_factory=dict)  # id -> DetailedActivity
-    streams: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    gear: dict[str, dict[str, Any]] = field(default_factory=dict)
-    segments: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,18 +80,6 @@ class _Token:
     expires_at: int
 
 
-class _Server(uvicorn.Server):
-    """uvicorn server that signals a thread event once it accepts connections."""
-
-    def __init__(self, config: uvicorn.Config, ready: threading.Event) -> None:
-        super().__init__(config)
-        self._ready = ready
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        self._ready.set()
-
-
 class FakeStrava:
     """In-memory Strava with the HTTP surface the provider pool talks to."""
 
@@ -160,8 +102,7 @@ class FakeStrava:
         self._forced_429: list[tuple[str, float | None]] = []
         self._faults: dict[str, list[int]] = {}
         self._log: list[RequestRecord] = []
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self.http: BackgroundServer | None = None
         self.port = 0
         self.app = Starlette(routes=[
             Route(API_PREFIX + "/athlete/activities", self._list_activities),
@@ -188,27 +129,16 @@ class FakeStrava:
         return self.base_url + "/oauth/token"
 
     def start(self) -> FakeStrava:
-        # IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on accepted sockets of a
-        # listener created with it, and Nagle's algorithm otherwise adds ~40 ms per keep-alive reply.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        ready = threading.Event()
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
-        self._server = _Server(config, ready)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
-                                        name="fake-strava", daemon=True)
-        self._thread.start()
-        if not ready.wait(SERVER_START_TIMEOUT_S):
-            raise RuntimeError("fake Strava did not start")
+        """Serve on a free loopback port (``http_server``: no Nagle delay on keep-alive replies)."""
+        self.http = BackgroundServer(self.app, "fake-strava", start_timeout_s=SERVER_START_TIMEOUT_S,
+                                     stop_timeout_s=SERVER_STOP_TIMEOUT_S).start()
+        self.port = self.http.port
         return self
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(SERVER_STOP_TIMEOUT_S)
-            self._server = self._thread = None
+        if self.http is not None:
+            self.http.stop()
+            self.http = None
 
     def __enter__(self) -> FakeStrava:
         return self.start()
@@ -235,25 +165,17 @@ class FakeStrava:
             self._athletes[athlete_id] = ath
             self._issue_tokens(ath)
             if with_gear:
-                for idx, (kind, retired) in enumerate((("b", False), ("b", True), ("g", False), ("g", True))):
-                    gid = f"{kind}{athlete_id * 10 + idx}"
-                    bike = kind == "b"
-                    ath.gear[gid] = {
-                        "id": gid, "primary": idx in (0, 2), "name": f"{'Bike' if bike else 'Shoe'} {idx}",
-                        "nickname": f"{'Bike' if bike else 'Shoe'} {idx}", "resource_state": 3,
-                        "retired": retired, "distance": 0.0, "converted_distance": 0.0,
-                        "brand_name": "Canyon" if bike else "Hoka", "model_name": f"Model {idx}",
-                        "frame_type": 3 if bike else None, "description": "", "weight": 8.2 if bike else None}
+                ath.gear = generate_gear(athlete_id)
             anchor = anchor if anchor is not None else float(int(self.clock()) // 3600 * 3600)
             for i in range(n_activities):
-                self._generate_activity(ath, i, anchor - i * ACTIVITY_SPACING_S)
+                generate_activity(ath, i, anchor - i * ACTIVITY_SPACING_S)
             return ath
 
     def add_activity(self, athlete_id: int, start: float | None = None) -> dict[str, Any]:
         """Append one more activity (newest by default), e.g. to test reconcile."""
         with self._lock:
             ath = self._athletes[athlete_id]
-            return self._generate_activity(ath, len(ath.activities), start or self.clock() - 3600)
+            return generate_activity(ath, len(ath.activities), start or self.clock() - 3600)
 
     def delete_activity(self, athlete_id: int, activity_id: int) -> None:
         with self._lock:
@@ -319,117 +241,12 @@ class FakeStrava:
         with self._lock:
             self._log.clear()
 
-    # ---- data generation -------------------------------------------------------------------
+    # ---- tokens ----------------------------------------------------------------------------
     def _issue_tokens(self, ath: FakeAthlete) -> None:
         ath.access_token, ath.refresh_token = secrets.token_hex(20), secrets.token_hex(20)
         ath.expires_at = int(self.clock()) + ACCESS_TOKEN_TTL_S
         self._tokens[ath.access_token] = _Token(ath.athlete_id, ath.client_id, ath.expires_at)
         self._refresh[ath.refresh_token] = _Token(ath.athlete_id, ath.client_id, ath.expires_at)
-
-    def _generate_activity(self, ath: FakeAthlete, i: int, start: float) -> dict[str, Any]:
-        rng = random.Random(f"{ath.athlete_id}:{i}")
-        sport, legacy, speed, (dmin, dmax), gps, power, gear_kind = SPORTS[i % len(SPORTS)]
-        aid = ath.athlete_id * 100_000 + i + 1
-        start = float(int(start))
-        distance = round(rng.uniform(dmin, dmax) * 1000, 1) if speed else 0.0
-        moving = int(distance / speed) if speed else rng.randint(2400, 4200)
-        elapsed = moving + rng.randint(0, 600)
-        n = min(elapsed + 1, STREAM_SAMPLES_MAX)
-        times = [round(k * elapsed / (n - 1)) for k in range(n)]
-        lat0, lon0 = 47.3 + (ath.athlete_id % 50) * 0.01, 8.5 + (i % 20) * 0.01
-        radius = max(distance, 1000.0) / (2 * math.pi) / 111_000
-        latlng = [[round(lat0 + radius * math.sin(2 * math.pi * k / n), 6),
-                   round(lon0 + radius * (1 - math.cos(2 * math.pi * k / n)), 6)] for k in range(n)]
-        altitude = [round(420 + 60 * math.sin(k / 40) + rng.random(), 1) for k in range(n)]
-        hr = [int(120 + 30 * math.sin(k / 60) + rng.randint(0, 8)) for k in range(n)]
-        streams: dict[str, list[Any]] = {
-            "time": times, "distance": [round(distance * t / elapsed, 1) for t in times],
-            "velocity_smooth": [round(max(speed + rng.uniform(-0.5, 0.5), 0), 2) if speed else 0.0
-                                for _ in range(n)],
-            "heartrate": hr, "moving": [True] * n, "temp": [18 + (k * 4) // n for k in range(n)],
-            "cadence": [rng.randint(80, 95) if legacy != "Run" else rng.randint(84, 90) for _ in range(n)]}
-        if gps:
-            streams.update(latlng=latlng, altitude=altitude,
-                           grade_smooth=[round(rng.uniform(-4, 4), 1) for _ in range(n)])
-        if power:
-            streams["watts"] = [rng.randint(140, 260) for _ in range(n)]
-        gear_ids = [g for g, rec in ath.gear.items() if g[0] == ("b" if gear_kind == "bike" else "g")]
-        gear_id = gear_ids[i % len(gear_ids)] if gear_kind and gear_ids else None
-        avg_w = round(sum(streams["watts"]) / n, 1) if power else None
-        act: dict[str, Any] = {
-            "resource_state": 3, "athlete": {"id": ath.athlete_id, "resource_state": 1},
-            "name": f"{sport} #{i + 1}", "distance": distance, "moving_time": moving,
-            "elapsed_time": elapsed, "total_elevation_gain": round(rng.uniform(20, 900), 1) if gps else 0,
-            "type": legacy, "sport_type": sport, "workout_type": None, "id": aid,
-            "start_date": _iso(start), "start_date_local": _iso(start + 3600),
-            "timezone": "(GMT+01:00) Europe/Zurich", "utc_offset": 3600.0,
-            "location_city": None, "location_state": None, "location_country": "Switzerland",
-            "achievement_count": 0, "kudos_count": rng.randint(0, 20), "comment_count": 0,
-            "athlete_count": 1, "photo_count": 0,
-            "map": {"id": f"a{aid}", "polyline": encode_polyline(latlng) if gps else None,
-                    "summary_polyline": encode_polyline(latlng[::10]) if gps else None, "resource_state": 3},
-            "trainer": sport == "VirtualRide", "commute": i % 7 == 3, "manual": False, "private": False,
-            "visibility": "everyone", "flagged": False, "gear_id": gear_id,
-            "start_latlng": latlng[0] if gps else [], "end_latlng": latlng[-1] if gps else [],
-            "average_speed": round(distance / moving, 3) if distance else 0.0,
-            "max_speed": round(max(streams["velocity_smooth"]), 3),
-            "average_cadence": round(sum(streams["cadence"]) / n, 1), "average_temp": 19,
-            "has_heartrate": True, "average_heartrate": round(sum(hr) / n, 1), "max_heartrate": float(max(hr)),
-            "heartrate_opt_out": False, "display_hide_heartrate_option": True,
-            "elev_high": max(altitude) if gps else None, "elev_low": min(altitude) if gps else None,
-            "upload_id": aid * 10, "external_id": f"garmin_ping_{aid}.fit", "from_accepted_tag": False,
-            "pr_count": 0, "total_photo_count": 0, "has_kudoed": False,
-            "description": f"Generated activity {i + 1}", "calories": round(moving * 0.2, 1),
-            "device_name": "Garmin Edge 840" if legacy == "Ride" else "Garmin Forerunner 965",
-            "embed_token": f"{rng.getrandbits(64):016x}", "photos": {"primary": None, "count": 0},
-            "segment_efforts": [], "laps": [], "available_zones": [],
-        }
-        if power:
-            act.update(average_watts=avg_w, weighted_average_watts=int(avg_w * 1.05),
-                       max_watts=max(streams["watts"]), kilojoules=round(avg_w * moving / 1000, 1),
-                       device_watts=True)
-        if gear_id:
-            g = ath.gear[gear_id]
-            g["distance"] = round(g["distance"] + distance, 1)
-            g["converted_distance"] = round(g["distance"] / 1000, 1)
-            act["gear"] = {k: g[k] for k in ("id", "primary", "name", "nickname", "retired", "distance",
-                                              "converted_distance")} | {"resource_state": 2}
-        n_laps = max(1, min(6, int(distance // 10_000)))
-        for lap in range(n_laps):
-            lo, hi = lap * n // n_laps, (lap + 1) * n // n_laps - 1
-            lap_elapsed = max(times[hi] - times[lo], 1)
-            act["laps"].append({
-                "id": aid * 100 + lap, "resource_state": 2, "name": f"Lap {lap + 1}",
-                "activity": {"id": aid, "resource_state": 1}, "athlete": {"id": ath.athlete_id, "resource_state": 1},
-                "elapsed_time": lap_elapsed, "moving_time": lap_elapsed, "start_date": _iso(start + times[lo]),
-                "start_date_local": _iso(start + times[lo] + 3600), "distance": round(distance / n_laps, 1),
-                "start_index": lo, "end_index": hi, "total_elevation_gain": round(rng.uniform(0, 100), 1),
-                "average_speed": round(distance / n_laps / lap_elapsed, 3), "max_speed": act["max_speed"],
-                "average_cadence": act["average_cadence"], "average_heartrate": act["average_heartrate"],
-                "max_heartrate": act["max_heartrate"], "average_watts": avg_w, "lap_index": lap + 1,
-                "split": lap + 1})
-        if gps and legacy in ("Ride", "Run"):
-            seg_id = 900_000 + (ath.athlete_id % 1000) * 10 + (i % 3)
-            lo, hi = n // 4, n // 2
-            seg = {"id": seg_id, "resource_state": 3, "name": f"Climb {i % 3}", "activity_type": legacy,
-                   "distance": round(distance / 4, 1), "average_grade": 4.2, "maximum_grade": 9.1,
-                   "elevation_high": max(altitude[lo:hi]), "elevation_low": min(altitude[lo:hi]),
-                   "climb_category": i % 3, "starred": False, "total_elevation_gain": 80.0,
-                   "map": {"id": f"s{seg_id}", "polyline": encode_polyline(latlng[lo:hi]), "resource_state": 3}}
-            ath.segments[seg_id] = seg
-            act["segment_efforts"].append({
-                "id": aid * 1000 + 1, "resource_state": 2, "name": seg["name"],
-                "activity": {"id": aid, "resource_state": 1}, "athlete": {"id": ath.athlete_id, "resource_state": 1},
-                "elapsed_time": times[hi] - times[lo], "moving_time": times[hi] - times[lo],
-                "start_date": _iso(start + times[lo]), "start_date_local": _iso(start + times[lo] + 3600),
-                "distance": seg["distance"], "start_index": lo, "end_index": hi,
-                "average_heartrate": act["average_heartrate"], "max_heartrate": act["max_heartrate"],
-                "average_cadence": act["average_cadence"], "average_watts": avg_w,
-                "segment": {k: v for k, v in seg.items() if k not in ("map", "total_elevation_gain")}})
-        ath.activities[aid] = act
-        ath.streams[aid] = {k: {"data": v, "series_type": "distance", "original_size": n,
-                                "resolution": "high"} for k, v in streams.items()}
-        return act
 
     # ---- HTTP plumbing ---------------------------------------------------------------------
     def _current_usage(self, client_id: str) -> _Usage:
@@ -580,8 +397,7 @@ class FakeStrava:
 
     async def _athlete(self, request: Request) -> Response:
         def handle(ath: FakeAthlete) -> tuple[int, Any]:
-            summary = [{k: g[k] for k in ("id", "primary", "name", "nickname", "retired", "distance",
-                                          "converted_distance")} | {"resource_state": 2} for g in ath.gear.values()]
+            summary = [gear_summary(g) for g in ath.gear.values()]
             return 200, {"id": ath.athlete_id, "username": f"athlete{ath.athlete_id}", "resource_state": 3,
                          "firstname": "Test", "lastname": f"Athlete {ath.athlete_id}", "city": "Zurich",
                          "country": "Switzerland", "sex": "F", "premium": False, "summit": False,

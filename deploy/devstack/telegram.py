@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from deploy.devstack.services import free_port, wait_for_port
+from deploy.devstack.http_server import BackgroundServer
+from deploy.devstack.services import free_port
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -76,8 +76,7 @@ class FakeTelegram:
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
         self._dir = Path(tempfile.mkdtemp(prefix="sy-tg-"))
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self.http: BackgroundServer | None = None
 
     @property
     def url(self) -> str:
@@ -196,19 +195,14 @@ class FakeTelegram:
         ])
 
     def start(self) -> FakeTelegram:
-        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning",
-                                access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="fake-telegram", daemon=True)
-        self._thread.start()
-        wait_for_port(self.port, timeout_s=START_TIMEOUT_S)
+        self.http = BackgroundServer(self.app(), "fake-telegram", self.port, start_timeout_s=START_TIMEOUT_S,
+                                     stop_timeout_s=STOP_TIMEOUT_S).start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(STOP_TIMEOUT_S)
-            self._server = None
+        if self.http is not None:
+            self.http.stop()
+            self.http = None
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> FakeTelegram:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-import uvicorn
-
-from deploy.devstack.services import free_port, wait_for_port
+from deploy.devstack.http_server import BackgroundServer
+from deploy.devstack.services import free_port
 from deploy.devstack.voicy_api.admin import job_document
 from deploy.devstack.voicy_api.app import Fault, ServerState, build_app
 from deploy.devstack.voicy_api.policy import Policy
@@ -32,8 +30,7 @@ class DevVoicyServer:
                  env: Mapping[str, str] | None = None) -> None:
         self.state = ServerState(Store(mongo_url), Policy(env))
         self.port = port or free_port()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self.http: BackgroundServer | None = None
 
     @property
     def url(self) -> str:
@@ -69,19 +66,15 @@ class DevVoicyServer:
                 and (job_id is None or r.get("job_id") == job_id)]
 
     def start(self) -> DevVoicyServer:
-        config = uvicorn.Config(build_app(self.state), host="127.0.0.1", port=self.port,
-                                log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="dev-voicy", daemon=True)
-        self._thread.start()
-        wait_for_port(self.port, timeout_s=SERVER_START_TIMEOUT_S)
+        self.http = BackgroundServer(build_app(self.state), "dev-voicy", self.port,
+                                     start_timeout_s=SERVER_START_TIMEOUT_S,
+                                     stop_timeout_s=SERVER_STOP_TIMEOUT_S).start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(SERVER_STOP_TIMEOUT_S)
-            self._server = None
+        if self.http is not None:
+            self.http.stop()
+            self.http = None
 
     def __enter__(self) -> DevVoicyServer:
         return self.start()
