@@ -47,6 +47,7 @@ from deploy.devstack.strava import FakeStrava
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVIDER = "strava"
+CORES = len(os.sched_getaffinity(0))
 
 # --- the fleet's settings (tuned on the 2-core dev box; see docs/BENCHMARKS.md) -----------------
 FLEET_CONCURRENCY = int(os.environ.get("BENCH_CAIRN_CONCURRENCY", "8"))  # celery -c (prefork children)
@@ -72,17 +73,31 @@ ACK_WAIT_S = 30.0
 FETCH_STREAMS = os.environ.get("BENCH_CAIRN_FETCH_STREAMS", "0") not in ("0", "false", "no")
 
 
+def _cpu(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
 def cpu_s(proc: Proc) -> float:
     """User+system CPU of a process and its children (still alive), for the report."""
+    return sum(cpu_parts(proc).values())
+
+
+def cpu_parts(proc: Proc) -> dict[str, float]:
+    """CPU of a process and, separately, of its children (a prefork pool's parent vs its children)."""
     try:
         root = psutil.Process(proc.proc.pid)
-        total = 0.0
-        for p in [root, *root.children(recursive=True)]:
-            t = p.cpu_times()
-            total += t.user + t.system
-        return total
+        parts = {proc.name: _cpu(root)}
+        children = root.children(recursive=True)
+        if children:
+            parts[f"{proc.name} children"] = sum(_cpu(c) for c in children)
+        return parts
     except psutil.Error:
-        return 0.0
+        return {}
+
+
+def ms_per_job(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, float]:
+    return {k: round((after.get(k, 0.0) - before.get(k, 0.0)) * 1000 / jobs, 1) for k in after}
 
 
 def spawn(name: str, cmd: list[str], env: dict[str, str], workdir: Path) -> Proc:
@@ -143,15 +158,15 @@ class Rig:
             if stop:
                 stop()
 
-    def cpu_s(self) -> float:
-        """CPU of the rig: this process (core, fake Strava) plus the moto and service processes."""
-        me = psutil.Process().cpu_times()
-        total = me.user + me.system + sum(cpu_s(p) for p in self.procs)
-        for svc in (self.redis, self.nats):
+    def cpu_parts(self) -> dict[str, float]:
+        """CPU of each part of the rig: this process (core, fake Strava), moto, Redis, NATS."""
+        parts = {"core + fake Strava (bench process)": _cpu(psutil.Process())}
+        for proc in self.procs:
+            parts[proc.name] = cpu_s(proc)
+        for name, svc in (("redis-server", self.redis), ("nats-server", self.nats)):
             if svc.proc is not None:
-                t = psutil.Process(svc.proc.pid).cpu_times()
-                total += t.user + t.system
-        return total
+                parts[name] = _cpu(psutil.Process(svc.proc.pid))
+        return parts
 
     def _instrument_router(self) -> None:
         """Stamp each accepted result when core's router is done with it (claim-check fetched,
@@ -267,10 +282,19 @@ def run_side(rig: Rig, tag: str, start: Callable[[Rig], list[Proc]], jobs: int) 
             logs = "\n".join(f"--- {p.name}\n{p.log()[-3000:]}" for p in procs)
             raise RuntimeError(f"{tag} side never completed its warm-up jobs:\n{logs}") from None
         idle = rig.solo_latency(solo)
-        cpu_before = sum(cpu_s(p) for p in procs), rig.cpu_s()
+        side_before = {k: v for p in procs for k, v in cpu_parts(p).items()}
+        rig_before = rig.cpu_parts()
         figures = rig.burst(measured)
-        figures["cpu_s_side"] = round(sum(cpu_s(p) for p in procs) - cpu_before[0], 1)
-        figures["cpu_s_rig"] = round(rig.cpu_s() - cpu_before[1], 1)
+        side = ms_per_job(side_before, {k: v for p in procs for k, v in cpu_parts(p).items()}, jobs)
+        rig_ms = ms_per_job(rig_before, rig.cpu_parts(), jobs)
+        side_total, rig_total = sum(side.values()), sum(rig_ms.values())
+        figures["cpu_ms_per_job"] = {"side": round(side_total, 1), "side_parts": side,
+                                     "rig": round(rig_total, 1), "rig_parts": rig_ms}
+        # What the CPU accounting implies: the side alone on the box's cores (the rig elsewhere),
+        # and the most any side could reach on this box while the rig shares its cores.
+        figures["capacity_jobs_per_s"] = {
+            "side_alone_on_these_cores": round(CORES * 1000 / side_total, 1) if side_total else None,
+            "ceiling_with_the_rig_on_these_cores": round(CORES * 1000 / rig_total, 1) if rig_total else None}
         figures["idle_latency_ms"] = idle
         return figures
     finally:

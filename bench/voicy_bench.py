@@ -1,39 +1,60 @@
 """Voicy benchmark: N fixture jobs through the fleet against two baselines, in one run.
 
 (a) the limit: faster-whisper called directly in one process on the same files,
-    with the same model and options;
+    with the same model and options (beam 5, VAD, the fleet's CPU threads);
 (b) Voicy's adapter: a new Python process per job that loads the model, as the
-    bundled Windows worker does.
+    bundled Windows worker does (one transcription at a time, its default).
+
+The fleet runs twice: with one gpu slot (``-c 1``), the like-for-like run
+against (a) and (b); and with the CPU-host configuration ``-c <cores>`` (one
+CPU thread per process, ``VOICY_WORKER_CPU_THREADS`` auto), compared with (b)
+run ``<cores>`` processes at a time, the same parallelism. (b) also reports its
+start-up (interpreter, import, model load) separately from its transcription,
+so the ratio any warm fleet can reach over it, (T + S) / T, is measured too.
 Also reports pickup latency (job queued → claimed, from the server's own
 timestamps) and, with ``run_rss``, the gpu worker's RSS over many jobs.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 
 from deploy.devstack import services
 from deploy.devstack.procs import spawn
-from tests.voicy_stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest, fleet_env, start_bridge
+from tests.voicy_stack import (AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest, fleet_env,
+                               start_bridge)
 
 JOB_TIMEOUT_S = 1800.0
 POLL_S = 0.5  # the server's own timestamps give the figures; polling only detects the end
+CORES = len(os.sched_getaffinity(0))
+READY_QUEUE_LIMIT = 4  # the fleet's backlog limit in every run
+IDLE_PICKUP_JOBS = 10
+IDLE_PICKUP_MAX_GAP_S = 1.0  # idle jobs arrive at random moments within this gap
 
-DIRECT_SNIPPET = """
-import sys, time
+# One job as Voicy's adapter runs it: a fresh interpreter that imports faster-whisper, loads the
+# model and transcribes. It prints its own start-up and transcription times (the parent adds the
+# interpreter's start to the start-up from its wall clock).
+PROCESS_SNIPPET = """
+import json, sys, time
+t0 = time.perf_counter()
 from faster_whisper import WhisperModel
-m = WhisperModel(sys.argv[1], device="cpu", compute_type="int8", local_files_only=True)
-for path in sys.argv[2:]:
-    segments, info = m.transcribe(path, vad_filter=True)
-    " ".join(s.text for s in segments)
+m = WhisperModel(sys.argv[1], device="cpu", compute_type="int8", cpu_threads=int(sys.argv[2]),
+                 local_files_only=True)
+t1 = time.perf_counter()
+segments, info = m.transcribe(sys.argv[3], vad_filter=True)
+" ".join(s.text for s in segments)
+print(json.dumps({"load_s": t1 - t0, "transcribe_s": time.perf_counter() - t1}))
 """
 
 
@@ -42,11 +63,12 @@ def _files(jobs: int) -> list[Path]:
     return [AUDIO_DIR / items[i % len(items)]["file"] for i in range(jobs)]
 
 
-def baseline_direct(files: list[Path]) -> float:
+def baseline_direct(files: list[Path], cpu_threads: int) -> float:
     """(a): one process, model loaded once (load time excluded, like a warm fleet)."""
     from faster_whisper import WhisperModel
 
-    model = WhisperModel(TINY_MODEL_DIR, device="cpu", compute_type="int8", local_files_only=True)
+    model = WhisperModel(TINY_MODEL_DIR, device="cpu", compute_type="int8", cpu_threads=cpu_threads,
+                         local_files_only=True)
     started = time.perf_counter()
     for path in files:
         segments, _ = model.transcribe(str(path), vad_filter=True)
@@ -54,12 +76,23 @@ def baseline_direct(files: list[Path]) -> float:
     return time.perf_counter() - started
 
 
-def baseline_process_per_job(files: list[Path]) -> float:
-    """(b): a fresh interpreter per job that imports faster-whisper and loads the model."""
+def _one_process_job(path: Path, cpu_threads: int) -> tuple[float, float]:
+    """(start-up incl. interpreter, transcription) seconds of one process-per-job run."""
     started = time.perf_counter()
-    for path in files:
-        subprocess.run([sys.executable, "-c", DIRECT_SNIPPET, TINY_MODEL_DIR, str(path)], check=True)
-    return time.perf_counter() - started
+    out = subprocess.run([sys.executable, "-c", PROCESS_SNIPPET, TINY_MODEL_DIR, str(cpu_threads), str(path)],
+                         check=True, capture_output=True, text=True).stdout
+    wall = time.perf_counter() - started
+    transcribe_s = float(json.loads(out.strip().splitlines()[-1])["transcribe_s"])
+    return wall - transcribe_s, transcribe_s
+
+
+def baseline_process_per_job(files: list[Path], *, parallel: int, cpu_threads: int
+                             ) -> tuple[float, list[tuple[float, float]]]:
+    """(b): a fresh interpreter per job, ``parallel`` at a time; (wall seconds, per-job timings)."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        timings = list(pool.map(lambda f: _one_process_job(f, cpu_threads), files))
+    return time.perf_counter() - started, timings
 
 
 class FleetRig:
@@ -78,7 +111,7 @@ class FleetRig:
         token = self.server.create_client("bench")
         self.env = fleet_env(redis_url=self.redis.url, api_url=self.server.url, token=token,
                              telegram_url=self.telegram.url, work_dir=tmp / "work",
-                             VOICY_WORKER_READY_QUEUE_LIMIT="4",
+                             VOICY_WORKER_READY_QUEUE_LIMIT=str(READY_QUEUE_LIMIT),
                              VOICY_WORKER_TRANSCRIPTION_CONCURRENCY=str(gpu_concurrency),
                              VOICY_WORKER_POLL_INTERVAL_MS="1000")
         self.procs = [
@@ -133,31 +166,48 @@ class FleetRig:
         self.redis.stop()
 
 
-def run(jobs: int = 20) -> dict[str, float]:
-    files = _files(jobs)
+def _fleet(files: list[Path], gpu_slots: int, *, idle_pickups: bool) -> tuple[float, list[float], list[float]]:
+    """(seconds for the burst, burst pickups, idle pickups) of one fleet with ``gpu_slots`` gpu processes."""
     with tempfile.TemporaryDirectory(prefix="sy-bench-") as tmp:
-        rig = FleetRig(Path(tmp))
+        rig = FleetRig(Path(tmp), gpu_concurrency=gpu_slots)
         try:
-            rig.warm_up()  # the model loads on the first job, as on a long-running GPU host
+            rig.run_jobs(_files(gpu_slots))  # every gpu process loads its model once, as on a long-running host
             fleet_s, pickups = rig.run_jobs(files)
-            idle_pickups = []
+            idle: list[float] = []
             rng = random.Random(7)
-            for path in files[:10]:  # pickup on an idle fleet: one job at a random moment
-                time.sleep(rng.uniform(0, 1.0))
-                _, p = rig.run_jobs([path])
-                idle_pickups.extend(p)
+            for path in files[:IDLE_PICKUP_JOBS] if idle_pickups else []:
+                time.sleep(rng.uniform(0, IDLE_PICKUP_MAX_GAP_S))  # a job at a random moment of the poll
+                idle.extend(rig.run_jobs([path])[1])
         finally:
             rig.close()
-    direct_s = baseline_direct(files)
-    per_process_s = baseline_process_per_job(files)
+    return fleet_s, pickups, idle
+
+
+def run(jobs: int = 20) -> dict[str, object]:
+    files = _files(jobs)
+    fleet_1, pickups, idle = _fleet(files, 1, idle_pickups=True)
+    fleet_n, _, _ = _fleet(files, CORES, idle_pickups=False)
+    direct_s = baseline_direct(files, cpu_threads=CORES)  # the threads the one-slot fleet's auto picks
+    per_process_s, timings = baseline_process_per_job(files, parallel=1, cpu_threads=CORES)
+    per_process_par_s, _ = baseline_process_per_job(files, parallel=CORES, cpu_threads=1)
+    startup = statistics.median(t[0] for t in timings)
+    transcribe = statistics.fmean(t[1] for t in timings)
     return {
-        "jobs": jobs,
-        "fleet_s": round(fleet_s, 2),
-        "direct_s": round(direct_s, 2),
-        "process_per_job_s": round(per_process_s, 2),
-        "fleet_over_direct": round(fleet_s / direct_s, 3),
-        "speedup_over_process_per_job": round(per_process_s / fleet_s, 2),
-        "pickup_median_idle_s": round(statistics.median(idle_pickups), 3),
+        "jobs": jobs, "cores": CORES,
+        "one_slot": {
+            "fleet_s": round(fleet_1, 2), "direct_s": round(direct_s, 2),
+            "process_per_job_s": round(per_process_s, 2),
+            "fleet_over_direct": round(fleet_1 / direct_s, 3),
+            "speedup_over_process_per_job": round(per_process_s / fleet_1, 2)},
+        "cpu_host": {
+            "gpu_slots": CORES, "fleet_s": round(fleet_n, 2),
+            "process_per_job_same_parallelism_s": round(per_process_par_s, 2),
+            "speedup_over_process_per_job_same_parallelism": round(per_process_par_s / fleet_n, 2),
+            "speedup_over_voicy_default_one_at_a_time": round(per_process_s / fleet_n, 2)},
+        "process_per_job_anatomy": {
+            "startup_s_median": round(startup, 3), "transcribe_s_mean": round(transcribe, 3),
+            "max_speedup_of_any_warm_worker": round((transcribe + startup) / transcribe, 2)},
+        "pickup_median_idle_s": round(statistics.median(idle), 3),
         "pickup_median_burst_s": round(statistics.median(pickups), 3),
     }
 

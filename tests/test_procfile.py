@@ -209,7 +209,7 @@ def _env_var(cls: type, field: str) -> str:
 def _settings_env_names() -> set[str]:
     names: set[str] = set()
     for module, cls_name in (("tasks.settings", "FleetSettings"), ("workers.voicy.settings", "VoicySettings"),
-                             ("workers.cairn.settings", "CairnSettings"), ("tasks.cairn", "CairnTaskSettings"),
+                             ("workers.cairn.settings", "CairnSettings"),
                              ("workers.providers.strava.settings", "StravaSettings")):
         mod = pytest.importorskip(module)
         cls = getattr(mod, cls_name)
