@@ -110,7 +110,7 @@ def _reset_after_fork(**_: object) -> None:
         from workers.cairn.handlers.context import reset_context
 
         reset_context()
-    setup_logging()
+    setup_logging(own_handler=False)  # Celery installed the handlers; ours would print twice
 
 
 def cairn_configured() -> bool:

@@ -72,7 +72,7 @@ def _reset_after_fork(**_: object) -> None:
     """A forked child must not reuse the parent's sockets: drop any inherited runtime."""
     global _runtime
     _runtime = None
-    setup_logging()
+    setup_logging(own_handler=False)  # Celery installed the handlers; ours would print twice
 
 
 def args_repr(job_id: str) -> str:

@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CeleryWorker, wait_until
+
+WORKER_LOG_TIMEOUT_S = 30.0
 
 SCRIPT = """
 import logging, httpx
@@ -48,3 +58,39 @@ def test_human_format_is_redacted_too() -> None:
     assert "<redacted>" in out
     for secret in ("voicy-token-SECRET-123", "AAE_secret-x", "deadbeef"):
         assert secret not in out
+
+
+@pytest.mark.parametrize("log_format", ["human", "json"])
+def test_a_celery_worker_prints_each_record_once_in_the_chosen_format(
+        log_format: str, fresh_redis: str, celery_workers: Callable[..., CeleryWorker]) -> None:
+    """Pool children log through Celery's handlers (redacting, JSON when asked), never twice.
+
+    The task is a real ``voicy.download`` for a job whose lease was never granted: the
+    pipeline logs one line (``already owned``) from a pool child and returns.
+    """
+    from celery import Celery
+
+    secret = f"voicy-token-SECRET-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "LOG_"))}
+    env.update({"REDIS_URL": fresh_redis, "VOICY_WORKER_API_URL": "http://127.0.0.1:9/worker/v1",
+                "VOICY_WORKER_TOKEN": secret, "LOG_FORMAT": log_format, "PYTHONPATH": "."})
+    worker = celery_workers("io", env)
+    job_id = f"job-{uuid.uuid4().hex[:12]}"
+    probe = Celery(broker=fresh_redis)
+    try:
+        probe.send_task("voicy.download", args=[job_id, "never-granted"], queue="io")
+        wait_until(lambda: "succeeded" in worker.log() and job_id in worker.log(), WORKER_LOG_TIMEOUT_S,
+                   "the download task's log lines")
+    finally:
+        probe.close()
+    out = worker.log()
+    mine = [line for line in out.splitlines() if "already owned" in line]
+    assert len(mine) == 1, mine  # once: not again through the stderr proxy as a WARNING
+    if log_format == "json":
+        record = json.loads(mine[0])
+        assert record["name"] == "workers.voicy.pipeline" and record["levelname"] == "INFO"
+        assert record["processName"].startswith("ForkPoolWorker")
+        for line in out.splitlines():  # every record of the task, Celery's own included, is JSON
+            if job_id in line:
+                json.loads(line)
+    assert secret not in out

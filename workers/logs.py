@@ -89,22 +89,46 @@ def install_filter(handler: logging.Handler) -> None:
         handler.addFilter(RedactingFilter())
 
 
-def setup_logging(level: str | int | None = None) -> None:
-    """Configure the root logger once per process: redaction on every handler."""
+def _formatter() -> logging.Formatter:
+    if os.environ.get("LOG_FORMAT", "").lower() == "json":
+        from pythonjsonlogger.json import JsonFormatter
+
+        return JsonFormatter("%(asctime)s %(levelname)s %(name)s %(processName)s %(message)s")
+    return logging.Formatter(HUMAN_FORMAT)
+
+
+def adopt_handlers(logger: logging.Logger) -> None:
+    """Make handlers someone else installed (Celery's) redact, and speak JSON under ``LOG_FORMAT=json``.
+
+    Celery workers and beat configure their own handlers on the root and task
+    loggers; we keep those (their human format names the process and task) and
+    only add the filter, or swap in the JSON formatter when JSON is asked for.
+    """
+    json_wanted = os.environ.get("LOG_FORMAT", "").lower() == "json"
+    for handler in logger.handlers:
+        install_filter(handler)
+        if json_wanted:
+            handler.setFormatter(_formatter())
+
+
+def setup_logging(level: str | int | None = None, *, own_handler: bool = True) -> None:
+    """Configure the root logger once per process: redaction on every handler.
+
+    ``own_handler=False`` is for processes whose handlers Celery installed (a
+    pool child after the fork): adding ours there would print every record
+    twice, once through Celery's handler and once through ours into Celery's
+    stderr proxy, which re-logs it as a WARNING.
+    """
     level = level or os.environ.get("LOG_LEVEL", "INFO")
     root = logging.getLogger()
-    if not any(getattr(h, "_switchyard", False) for h in root.handlers):
+    if own_handler and not any(getattr(h, "_switchyard", False) for h in root.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler._switchyard = True  # type: ignore[attr-defined]
-        if os.environ.get("LOG_FORMAT", "").lower() == "json":
-            from pythonjsonlogger.json import JsonFormatter
-
-            handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-        else:
-            handler.setFormatter(logging.Formatter(HUMAN_FORMAT))
+        handler.setFormatter(_formatter())
         root.addHandler(handler)
     for handler in root.handlers:
         install_filter(handler)
-    root.setLevel(level)
+    if own_handler:  # otherwise the level is Celery's (``-l``)
+        root.setLevel(level)
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
