@@ -5,16 +5,18 @@ It behaves like the parts of www.strava.com the provider pool uses (reference
 segments, gear and athlete endpoints, the OAuth token endpoint, per-app usage
 headers on a 15-minute window aligned to :00/:15/:30/:45 and a daily window
 reset at 00:00 UTC (overall and read budgets), 429 when over budget, and
-injectable faults. The data comes from ``strava_data`` (deterministic from the
-athlete id); responses are computed in memory (no artificial latency: the
-benchmark needs it fast). Runs on uvicorn in a background thread on 127.0.0.1,
-free port.
+injectable faults. This module is the HTTP surface and the ``FakeStrava``
+facade tests drive; the state behind it lives next door, one concept each:
+``strava_data`` (the athletes' data, deterministic from the athlete id),
+``strava_limits`` (usage windows, usage headers, the 429 decision) and
+``strava_oauth`` (apps, codes, token exchange and refresh). Responses are
+computed in memory (no artificial latency: the benchmark needs it fast). Runs on
+uvicorn in a background thread on 127.0.0.1, free port.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import secrets
 import threading
 import time
@@ -32,18 +34,18 @@ from starlette.routing import Route
 from deploy.devstack.http_server import BackgroundServer
 from deploy.devstack.strava_data import (ACTIVITY_SPACING_S, FakeAthlete, gear_summary, generate_activity,
                                          generate_gear)
+# Re-exported: tests and the bench import the window lengths, budgets and OAuth defaults from here.
+from deploy.devstack.strava_limits import DAY_S, DEFAULT_LIMITS, DEFAULT_READ_LIMITS, SHORT_WINDOW_S, RateBudget
+from deploy.devstack.strava_oauth import (ACCESS_TOKEN_TTL_S, DEFAULT_CLIENT_ID, DEFAULT_SCOPE,
+                                          REFRESH_REISSUE_WINDOW_S, TOKEN_BYTES, OAuthState, Token)
+
+__all__ = ["ACCESS_TOKEN_TTL_S", "API_PREFIX", "DAY_S", "DEFAULT_CLIENT_ID", "DEFAULT_LIMITS", "DEFAULT_PER_PAGE",
+           "DEFAULT_READ_LIMITS", "DEFAULT_SCOPE", "ENDPOINTS", "MAX_PER_PAGE", "REFRESH_REISSUE_WINDOW_S",
+           "SHORT_WINDOW_S", "FakeAthlete", "FakeStrava", "RequestRecord", "main"]
 
 API_PREFIX = "/api/v3"
-ACCESS_TOKEN_TTL_S = 6 * 3600  # Strava access tokens live six hours
-REFRESH_REISSUE_WINDOW_S = 3600  # a refresh returns the current token while it has more than 1 h left
-SHORT_WINDOW_S = 15 * 60
-DAY_S = 24 * 3600
-DEFAULT_LIMITS = (200, 2000)  # overall (15-min, daily) per application
-DEFAULT_READ_LIMITS = (100, 1000)  # read (GET) budget (15-min, daily)
-DEFAULT_PER_PAGE = 30
-MAX_PER_PAGE = 200
-DEFAULT_CLIENT_ID = "12345"
-DEFAULT_SCOPE = "read,activity:read_all"
+DEFAULT_PER_PAGE = 30  # Strava's page size when ``per_page`` is absent
+MAX_PER_PAGE = 200  # Strava caps ``per_page`` here
 SERVER_START_TIMEOUT_S = 10.0
 SERVER_STOP_TIMEOUT_S = 5.0
 ENDPOINTS = ("list_activities", "activity", "streams", "photos", "segment", "gear", "athlete", "token")
@@ -63,23 +65,6 @@ class RequestRecord:
     at: float
 
 
-@dataclass
-class _Usage:
-    short_window: int = -1
-    day: int = -1
-    short: int = 0
-    daily: int = 0
-    read_short: int = 0
-    read_daily: int = 0
-
-
-@dataclass
-class _Token:
-    athlete_id: int
-    client_id: str
-    expires_at: int
-
-
 class FakeStrava:
     """In-memory Strava with the HTTP surface the provider pool talks to."""
 
@@ -88,18 +73,14 @@ class FakeStrava:
                  clock: Callable[[], float] = time.time,
                  client_id: str = DEFAULT_CLIENT_ID, client_secret: str | None = None,
                  rotate_refresh_tokens: bool = True) -> None:
-        self.limits, self.read_limits, self.clock = limits, read_limits, clock
-        self.rotate_refresh_tokens = rotate_refresh_tokens
+        self.clock = clock
         self.client_id = client_id
-        self.client_secret = client_secret or secrets.token_hex(20)
-        self._lock = threading.RLock()
-        self._apps: dict[str, str] = {client_id: self.client_secret}
+        self.client_secret = client_secret or secrets.token_hex(TOKEN_BYTES)
+        self._lock = threading.RLock()  # one lock for all state below: uvicorn's thread and the test's
+        self._budget = RateBudget(limits, read_limits, self._now)
+        self._oauth = OAuthState(self._now, rotate_refresh_tokens)
+        self._oauth.add_app(client_id, self.client_secret)
         self._athletes: dict[int, FakeAthlete] = {}
-        self._tokens: dict[str, _Token] = {}
-        self._refresh: dict[str, _Token] = {}
-        self._codes: dict[str, tuple[int, str, str]] = {}
-        self._usage: dict[str, _Usage] = {}
-        self._forced_429: list[tuple[str, float | None]] = []
         self._faults: dict[str, list[int]] = {}
         self._log: list[RequestRecord] = []
         self.http: BackgroundServer | None = None
@@ -114,6 +95,38 @@ class FakeStrava:
             Route(API_PREFIX + "/gear/{id}", self._gear),
             Route("/oauth/token", self._oauth_token, methods=["POST"]),
         ])
+
+    # ---- configuration ---------------------------------------------------------------------
+    def _now(self) -> float:
+        """The clock the state modules read: late-bound, so assigning ``self.clock`` still takes effect."""
+        return self.clock()
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """Overall budget per application (15-min, daily)."""
+        return self._budget.limits
+
+    @limits.setter
+    def limits(self, value: tuple[int, int]) -> None:
+        self._budget.limits = value
+
+    @property
+    def read_limits(self) -> tuple[int, int]:
+        """Read (GET) budget per application (15-min, daily)."""
+        return self._budget.read_limits
+
+    @read_limits.setter
+    def read_limits(self, value: tuple[int, int]) -> None:
+        self._budget.read_limits = value
+
+    @property
+    def rotate_refresh_tokens(self) -> bool:
+        """Whether a refresh that issues a new access token also replaces the refresh token."""
+        return self._oauth.rotate_refresh_tokens
+
+    @rotate_refresh_tokens.setter
+    def rotate_refresh_tokens(self, value: bool) -> None:
+        self._oauth.rotate_refresh_tokens = value
 
     # ---- lifecycle -------------------------------------------------------------------------
     @property
@@ -149,7 +162,7 @@ class FakeStrava:
     # ---- test control ----------------------------------------------------------------------
     def add_app(self, client_id: str, client_secret: str) -> None:
         with self._lock:
-            self._apps[client_id] = client_secret
+            self._oauth.add_app(client_id, client_secret)
 
     def add_athlete(self, athlete_id: int, n_activities: int = 20, with_gear: bool = True, *,
                     client_id: str | None = None, anchor: float | None = None) -> FakeAthlete:
@@ -163,7 +176,7 @@ class FakeStrava:
         with self._lock:
             ath = FakeAthlete(athlete_id, client_id, "", "", 0)
             self._athletes[athlete_id] = ath
-            self._issue_tokens(ath)
+            self._oauth.issue_tokens(ath)
             if with_gear:
                 ath.gear = generate_gear(athlete_id)
             anchor = anchor if anchor is not None else float(int(self.clock()) // 3600 * 3600)
@@ -183,31 +196,23 @@ class FakeStrava:
 
     def issue_code(self, athlete_id: int, client_id: str | None = None, scope: str = DEFAULT_SCOPE) -> str:
         """An authorization code as the authorize redirect would deliver it (one use)."""
-        code = secrets.token_hex(20)
         with self._lock:
-            self._codes[code] = (athlete_id, client_id or self.client_id, scope)
-        return code
+            return self._oauth.issue_code(athlete_id, client_id or self.client_id, scope)
 
     def expire_token(self, athlete_id: int) -> None:
         """Make the athlete's current access token expired (forces the refresh path)."""
         with self._lock:
-            ath = self._athletes[athlete_id]
-            ath.expires_at = int(self.clock()) - 1
-            self._tokens[ath.access_token].expires_at = ath.expires_at
+            self._oauth.expire(self._athletes[athlete_id])
 
     def revoke(self, athlete_id: int) -> None:
         """Deauthorize: every token of the athlete stops working (401 / invalid grant)."""
         with self._lock:
-            for table in (self._tokens, self._refresh):
-                for tok in [k for k, v in table.items() if v.athlete_id == athlete_id]:
-                    del table[tok]
+            self._oauth.revoke(athlete_id)
 
     def force_429(self, times: int = 1, window: str = "short", retry_after_s: float | None = None) -> None:
         """The next ``times`` API calls answer 429 as if ``window`` ("short"|"daily") were spent."""
-        if window not in ("short", "daily"):
-            raise ValueError("window must be 'short' or 'daily'")
         with self._lock:
-            self._forced_429.extend([(window, retry_after_s)] * times)
+            self._budget.force_429(times, window, retry_after_s)
 
     def fail(self, endpoint: str, status: int, times: int = 1) -> None:
         """The next ``times`` calls to ``endpoint`` (one of ``ENDPOINTS``) answer ``status``."""
@@ -218,16 +223,13 @@ class FakeStrava:
 
     def set_usage(self, short: int, daily: int, *, read_short: int | None = None,
                   read_daily: int | None = None, client_id: str | None = None) -> None:
+        """Preset the app's counters in the current windows (reads default to the overall counts)."""
         with self._lock:
-            usage = self._current_usage(client_id or self.client_id)
-            usage.short, usage.daily = short, daily
-            usage.read_short = short if read_short is None else read_short
-            usage.read_daily = daily if read_daily is None else read_daily
+            self._budget.set_usage(client_id or self.client_id, short, daily, read_short, read_daily)
 
     def usage(self, client_id: str | None = None) -> dict[str, int]:
         with self._lock:
-            u = self._current_usage(client_id or self.client_id)
-            return {"short": u.short, "daily": u.daily, "read_short": u.read_short, "read_daily": u.read_daily}
+            return self._budget.snapshot(client_id or self.client_id)
 
     def athlete(self, athlete_id: int) -> FakeAthlete:
         return self._athletes[athlete_id]
@@ -241,34 +243,7 @@ class FakeStrava:
         with self._lock:
             self._log.clear()
 
-    # ---- tokens ----------------------------------------------------------------------------
-    def _issue_tokens(self, ath: FakeAthlete) -> None:
-        ath.access_token, ath.refresh_token = secrets.token_hex(20), secrets.token_hex(20)
-        ath.expires_at = int(self.clock()) + ACCESS_TOKEN_TTL_S
-        self._tokens[ath.access_token] = _Token(ath.athlete_id, ath.client_id, ath.expires_at)
-        self._refresh[ath.refresh_token] = _Token(ath.athlete_id, ath.client_id, ath.expires_at)
-
     # ---- HTTP plumbing ---------------------------------------------------------------------
-    def _current_usage(self, client_id: str) -> _Usage:
-        now = self.clock()
-        usage = self._usage.setdefault(client_id, _Usage())
-        if usage.short_window != int(now // SHORT_WINDOW_S):
-            usage.short_window, usage.short, usage.read_short = int(now // SHORT_WINDOW_S), 0, 0
-        if usage.day != int(now // DAY_S):
-            usage.day, usage.daily, usage.read_daily = int(now // DAY_S), 0, 0
-        return usage
-
-    def _rate_headers(self, usage: _Usage, forced: str | None = None) -> dict[str, str]:
-        short, daily, rshort, rdaily = usage.short, usage.daily, usage.read_short, usage.read_daily
-        if forced == "short":
-            short, rshort = max(short, self.limits[0]), max(rshort, self.read_limits[0])
-        elif forced == "daily":
-            daily, rdaily = max(daily, self.limits[1]), max(rdaily, self.read_limits[1])
-        return {"X-RateLimit-Limit": f"{self.limits[0]},{self.limits[1]}",
-                "X-RateLimit-Usage": f"{short},{daily}",
-                "X-ReadRateLimit-Limit": f"{self.read_limits[0]},{self.read_limits[1]}",
-                "X-ReadRateLimit-Usage": f"{rshort},{rdaily}"}
-
     @staticmethod
     def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
         return Response(json.dumps(body, separators=(",", ":")), status, headers=headers,
@@ -281,48 +256,34 @@ class FakeStrava:
         code = {404: "not found", 429: "exceeded"}.get(status, "invalid")
         return {"message": message, "errors": [{"resource": resource, "field": fld, "code": code}]}
 
-    def _record(self, request: Request, endpoint: str, status: int, token: _Token | None) -> None:
+    def _record(self, request: Request, endpoint: str, status: int, token: Token | None) -> None:
         self._log.append(RequestRecord(request.method, request.url.path, endpoint, dict(request.query_params),
                                        status, token.athlete_id if token else None,
                                        token.client_id if token else None, self.clock()))
 
     def _api(self, request: Request, endpoint: str,
              handler: Callable[[FakeAthlete], tuple[int, Any]]) -> Response:
-        """Auth → forced 429 → budget → usage → injected fault → handler, as Strava orders them."""
+        """Auth → forced 429 → budget → usage → injected fault → handler, as Strava orders them.
+
+        An injected fault comes after the request is counted, as a real 5xx would be.
+        """
         with self._lock:
-            auth = request.headers.get("authorization", "")
-            token = self._tokens.get(auth[7:]) if auth[:7].lower() == "bearer " else None
-            if token is None or token.expires_at <= self.clock() or token.athlete_id not in self._athletes:
+            token = self._oauth.authenticate(request.headers.get("authorization", ""), self._athletes)
+            if token is None:
                 self._record(request, endpoint, 401, None)
                 return self._json(self._error_body(401, "Athlete", "access_token"), 401)
-            usage = self._current_usage(token.client_id)
-            if self._forced_429:
-                window, retry_after = self._forced_429.pop(0)
-                headers = self._rate_headers(usage, window)
-                if retry_after is not None:
-                    headers["Retry-After"] = str(int(math.ceil(retry_after)))
+            verdict = self._budget.admit(token.client_id, is_read=request.method == "GET")
+            if not verdict.allowed:
                 self._record(request, endpoint, 429, token)
-                return self._json(self._error_body(429, "Application", "rate limit"), 429, headers)
-            is_read = request.method == "GET"
-            over = (usage.short >= self.limits[0] or usage.daily >= self.limits[1]
-                    or (is_read and (usage.read_short >= self.read_limits[0]
-                                     or usage.read_daily >= self.read_limits[1])))
-            if over:
-                self._record(request, endpoint, 429, token)
-                return self._json(self._error_body(429, "Application", "rate limit"), 429,
-                                  self._rate_headers(usage))
-            usage.short, usage.daily = usage.short + 1, usage.daily + 1
-            if is_read:
-                usage.read_short, usage.read_daily = usage.read_short + 1, usage.read_daily + 1
-            headers = self._rate_headers(usage)
+                return self._json(self._error_body(429, "Application", "rate limit"), 429, verdict.headers)
             faults = self._faults.get(endpoint)
             if faults:
                 status = faults.pop(0)
                 self._record(request, endpoint, status, token)
-                return self._json(self._error_body(status), status, headers)
+                return self._json(self._error_body(status), status, verdict.headers)
             status, body = handler(self._athletes[token.athlete_id])
             self._record(request, endpoint, status, token)
-            return self._json(body, status, headers)
+            return self._json(body, status, verdict.headers)
 
     # ---- endpoints -------------------------------------------------------------------------
     async def _list_activities(self, request: Request) -> Response:
@@ -417,50 +378,9 @@ class FakeStrava:
                 status = faults.pop(0)
                 self._record(request, "token", status, None)
                 return self._json(self._error_body(status), status)
-            client_id = form.get("client_id", "")
-            if self._apps.get(client_id) is None or self._apps[client_id] != form.get("client_secret"):
-                self._record(request, "token", 401, None)
-                return self._json({"message": "Bad Request", "errors": [
-                    {"resource": "Application", "field": "client_id", "code": "invalid"}]}, 401)
-            grant = form.get("grant_type")
-            if grant == "authorization_code":
-                entry = self._codes.pop(form.get("code", ""), None)
-                if entry is None or entry[1] != client_id or entry[0] not in self._athletes:
-                    self._record(request, "token", 400, None)
-                    return self._json({"message": "Bad Request", "errors": [
-                        {"resource": "AuthorizationCode", "field": "code", "code": "invalid"}]}, 400)
-                ath = self._athletes[entry[0]]
-                ath.client_id = client_id
-                self._issue_tokens(ath)
-                body = self._token_body(ath) | {"athlete": {
-                    "id": ath.athlete_id, "username": f"athlete{ath.athlete_id}", "resource_state": 2,
-                    "firstname": "Test", "lastname": f"Athlete {ath.athlete_id}"}}
-                self._record(request, "token", 200, self._tokens[ath.access_token])
-                return self._json(body)
-            if grant == "refresh_token":
-                old = self._refresh.get(form.get("refresh_token", ""))
-                if old is None or old.client_id != client_id or old.athlete_id not in self._athletes:
-                    self._record(request, "token", 400, None)
-                    return self._json({"message": "Bad Request", "errors": [
-                        {"resource": "RefreshToken", "field": "refresh_token", "code": "invalid"}]}, 400)
-                ath = self._athletes[old.athlete_id]
-                if ath.expires_at - self.clock() <= REFRESH_REISSUE_WINDOW_S:
-                    previous_refresh = ath.refresh_token
-                    self._issue_tokens(ath)
-                    if not self.rotate_refresh_tokens:
-                        del self._refresh[ath.refresh_token]
-                        ath.refresh_token = previous_refresh
-                    elif previous_refresh != ath.refresh_token:
-                        self._refresh.pop(previous_refresh, None)
-                self._record(request, "token", 200, self._tokens[ath.access_token])
-                return self._json(self._token_body(ath))
-            self._record(request, "token", 400, None)
-            return self._json({"message": "Bad Request", "errors": [
-                {"resource": "Application", "field": "grant_type", "code": "invalid"}]}, 400)
-
-    def _token_body(self, ath: FakeAthlete) -> dict[str, Any]:
-        return {"token_type": "Bearer", "access_token": ath.access_token, "expires_at": ath.expires_at,
-                "expires_in": max(int(ath.expires_at - self.clock()), 0), "refresh_token": ath.refresh_token}
+            grant = self._oauth.exchange(form, self._athletes)
+            self._record(request, "token", grant.status, grant.token)
+            return self._json(grant.render(), grant.status)
 
 
 def main() -> None:  # pragma: no cover - manual use

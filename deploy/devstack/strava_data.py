@@ -5,8 +5,8 @@ activity's index (a seeded ``random.Random``), so a test that names an athlete
 and an anchor time gets the same activities on every run and every machine.
 The shapes are Strava's ``DetailedActivity``, stream set, ``Lap``,
 ``DetailedSegment`` and ``DetailedGear`` (reference ``cairn.md`` §4): realistic
-values, small bodies. The HTTP side (auth, budgets, faults) is
-``deploy.devstack.strava``.
+values, small bodies. The HTTP side (routes, faults) is ``deploy.devstack.strava``,
+with budgets in ``strava_limits`` and auth in ``strava_oauth``.
 """
 
 from __future__ import annotations
