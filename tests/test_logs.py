@@ -8,7 +8,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 

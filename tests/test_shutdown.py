@@ -32,7 +32,7 @@ from deploy.devstack.procs import signal_group
 from tests.cairn_stack import CairnStack
 from tests.conftest import wait_until
 from tests.gate import Gate
-from tests.voicy_stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env, start_beat, start_bridge
+from tests.voicy_stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge, voicy_dev_stack
 
 pytestmark = pytest.mark.slow
 
@@ -102,26 +102,16 @@ def short_items(n: int) -> list[dict]:
 @pytest.fixture()
 def voicy(tmp_path: Path, fresh_redis: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, dict]]:
     """Dev Voicy API (with a gate on ``progress``), fake Telegram, and the fleet environment."""
-    from deploy.devstack.telegram import FakeTelegram
-    from deploy.devstack.voicy_api import DevVoicyServer
     from deploy.devstack.voicy_api import server as server_module
 
     gate = Gate.path_suffix("/progress", once=True)  # once: a replacement worker must get through
     build_app = server_module.build_app
     monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
-    server = DevVoicyServer().start()
-    telegram = FakeTelegram(BOT_TOKEN)
-    telegram.start()
-    token = server.create_client("switchyard-shutdown", token=VOICY_TOKEN_MARK + "-sd")
-    env = fleet_env(redis_url=fresh_redis, api_url=server.url, token=token,
-                    telegram_url=telegram.url, work_dir=tmp_path / "work")
-    try:
-        yield server, telegram, gate, env
-    finally:
-        gate.open()
-        telegram.clear_faults()
-        telegram.stop()
-        server.stop()
+    with voicy_dev_stack(tmp_path, fresh_redis, "shutdown") as (server, telegram, env):
+        try:
+            yield server, telegram, gate, env
+        finally:
+            gate.open()  # before the server stops: a held request must not keep it waiting
 
 
 def procfile_worker_env(env: dict[str, str], soft_shutdown_s: float) -> dict[str, str]:

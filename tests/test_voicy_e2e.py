@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from tests.conftest import wait_until
-from tests.voicy_stack import (BOT_TOKEN, VOICY_TOKEN_MARK, AUDIO_DIR, audio_manifest, fleet_env,
-                               start_beat, start_bridge)
+from tests.voicy_stack import (AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge,
+                               voicy_dev_stack)
 from workers.transcribe.engine import usable_cores
 
 pytestmark = pytest.mark.slow
@@ -29,19 +29,8 @@ FINAL = ("completed", "failed")
 @pytest.fixture()
 def voicy(tmp_path: Path, fresh_redis: str):
     """A dev Voicy API with a distinctive token, a fake Telegram, and the fleet environment."""
-    from deploy.devstack.telegram import FakeTelegram
-    from deploy.devstack.voicy_api import DevVoicyServer
-
-    server = DevVoicyServer()
-    server.start()
-    telegram = FakeTelegram(BOT_TOKEN)
-    telegram.start()
-    token = server.create_client("switchyard-test", token=VOICY_TOKEN_MARK + "-a")
-    env = fleet_env(redis_url=fresh_redis, api_url=server.url, token=token,
-                    telegram_url=telegram.url, work_dir=tmp_path / "work")
-    yield server, telegram, env
-    telegram.stop()
-    server.stop()
+    with voicy_dev_stack(tmp_path, fresh_redis, "test") as stack:
+        yield stack
 
 
 def enqueue_fixture(server, telegram, item: dict, file_id: str | None = None) -> str:

@@ -35,8 +35,7 @@ import redis
 from bridges.voicy import VoicyBridge
 from tests.conftest import wait_until
 from tests.test_voicy_e2e import enqueue_fixture, requests_for, wait_final
-from tests.voicy_stack import (BOT_TOKEN, ROOT, VOICY_TOKEN_MARK, audio_manifest, fleet_env, start_beat,
-                               start_bridge)
+from tests.voicy_stack import ROOT, audio_manifest, start_beat, start_bridge, voicy_dev_stack
 from workers.voicy import pipeline
 from workers.voicy.pipeline import QUEUED_LEASE_TTL_S, VoicyRuntime
 
@@ -54,20 +53,8 @@ STALE_SKIP = "{stage} already owned by another execution; skipping"
 @pytest.fixture()
 def voicy(tmp_path: Path, fresh_redis: str):
     """A dev Voicy API, a fake Telegram, and the fleet environment (lease TTL 2 s)."""
-    from deploy.devstack.telegram import FakeTelegram
-    from deploy.devstack.voicy_api import DevVoicyServer
-
-    server = DevVoicyServer()
-    server.start()
-    telegram = FakeTelegram(BOT_TOKEN)
-    telegram.start()
-    token = server.create_client("switchyard-grants", token=VOICY_TOKEN_MARK + "-g")
-    env = fleet_env(redis_url=fresh_redis, api_url=server.url, token=token,
-                    telegram_url=telegram.url, work_dir=tmp_path / "work",
-                    VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS))
-    yield server, telegram, env
-    telegram.stop()
-    server.stop()
+    with voicy_dev_stack(tmp_path, fresh_redis, "grants", VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as stack:
+        yield stack
 
 
 @pytest.fixture()

