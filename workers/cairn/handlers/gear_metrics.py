@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from workers.cairn.claimcheck import strict_result
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack
 from workers.cairn.handlers.failure import Permanent
-from workers.cairn.claimcheck import strict_result
 from workers.cairn.handlers.fetch_source import provider_context
 from workers.cairn.subjects import result_msg_id
 from workers.providers.base import IMPORT_GEAR, IMPORT_METRICS
