@@ -238,6 +238,21 @@ def test_transient_token_reply_naks_with_core_retry_after(core: DevCairnCore, ct
     assert disposition == nak(30.0, disposition.reason) and disposition.delay_s == 30.0
 
 
+def test_creds_get_reads_the_slots_and_its_legacy_aliases_in_memory_only(
+        core: DevCairnCore, ctx: JobContext, athlete: Athlete, strava: FakeStrava) -> None:
+    """A credentials provider's per-job login (contract §9): slots first, 0.7 aliases as fallback."""
+    from workers.cairn.credentials import CredentialsRevoked, fetch_creds
+    from workers.logs import redact
+
+    creds = fetch_creds(ctx, athlete.account_id)
+    assert (creds.client_id, creds.client_secret) == (strava.client_id, strava.client_secret)
+    assert strava.client_secret not in repr(creds) and strava.client_secret not in redact(strava.client_secret)
+    core.inject_fault("creds.get", {"email": "login@example.test", "password": "alias-SECRET-pw"})
+    assert (fetch_creds(ctx, athlete.account_id).client_secret) == "alias-SECRET-pw"
+    with pytest.raises(CredentialsRevoked):
+        fetch_creds(ctx, str(uuid.uuid4()))
+
+
 # --------------------------------------------------------------------------- reconcile
 
 

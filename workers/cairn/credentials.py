@@ -21,8 +21,10 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
+from workers.cairn.messages import CredsReply, TokenReply
+from workers.cairn.wire import rfc3339
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import register_secret
 from workers.providers.base import ProviderAuthError, ProviderError
@@ -58,24 +60,11 @@ class _Secretive(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class Tokens(_Secretive):
-    """A token-get reply; ``access_token``, ``refresh_token`` and ``client_secret`` are secrets."""
+class Tokens(TokenReply):
+    """A usable token-get reply (the wire model, frozen); ``access_token``, ``refresh_token``
+    and ``client_secret`` are secrets and stay out of ``repr``."""
 
-    access_token: str = Field(default="", repr=False)
-    refresh_token: str = Field(default="", repr=False)
-    expires_at: datetime | None = None
-    scope: str = ""
-    token_type: str = "Bearer"
-    client_id: str = ""
-    client_secret: str = Field(default="", repr=False)
-    app_id: str = ""
-
-    @field_validator("expires_at", mode="before")
-    @classmethod
-    def _zero_time_is_none(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.startswith("0001-01-01"):
-            return None
-        return value or None
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     def fresh(self, now: datetime | None = None) -> bool:
         now = now or datetime.now(UTC)
@@ -198,15 +187,7 @@ def fetch_creds(ctx: JobContext, account_id: str) -> Creds:
 
     reply = _request(ctx, creds_subject(ctx.provider_name), {"account_id": account_id}, "creds get")
     _raise_for_error(reply, "creds get")
-    creds = Creds(client_id=str(reply.get("client_id") or reply.get("email") or ""),
-                  client_secret=str(reply.get("client_secret") or reply.get("password") or ""))
+    client_id, client_secret = CredsReply.model_validate(reply).login
+    creds = Creds(client_id=client_id, client_secret=client_secret)
     _register(creds.client_id, creds.client_secret)
     return creds
-
-
-def rfc3339(ts: datetime) -> str:
-    ts = ts.astimezone(UTC)
-    text = ts.strftime("%Y-%m-%dT%H:%M:%S")
-    if ts.microsecond:
-        text += f".{ts.microsecond:06d}".rstrip("0")
-    return text + "Z"

@@ -13,12 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workers.cairn import subjects
-from workers.cairn.wire import parse_rfc3339
-
-
-def _go_time(value: Any) -> Any:
-    """Go's zero ``time.Time`` (``0001-01-01T00:00:00Z``) means unset; other strings parse strictly."""
-    return parse_rfc3339(value) if isinstance(value, str) else value
+from workers.cairn.messages import _go_time  # Go's zero time.Time (and "") mean unset
 
 
 class _Job(BaseModel):
