@@ -189,8 +189,8 @@ def threads():
 
 before = threads()
 engine = Engine(_settings(device="cpu", cpu_threads=int(sys.argv[1])), pool_processes=2)
-grown = threads() - before
 text = engine.transcribe(AUDIO_DIR / sys.argv[2], language="en").text
+grown = threads() - before  # after a transcription: CTranslate2 starts its intra-op pool lazily
 print(json.dumps({"cpu_threads": engine.cpu_threads, "grown": grown, "text": text}))
 """
 
@@ -204,11 +204,17 @@ def _load_with_threads(cpu_threads: int, fixture: str) -> dict:
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through /proc")
 def test_explicit_cpu_threads_reach_ctranslate2_and_transcribe() -> None:
-    """An explicit value is passed through: each extra thread asked for is one more OS thread at load."""
+    """An explicit value is passed through: two more threads asked for give at least two more OS threads.
+
+    Counted after a transcription, not right after the load: CTranslate2 creates
+    its intra-op workers when it first computes, and how many helper threads the
+    load itself starts varies between builds (one more, or none, for 3 than for 1),
+    so the exact difference is not the contract; that the value reaches the pool is.
+    """
     weather = _fixture("weather")
     one, three = (_load_with_threads(n, weather["file"]) for n in (1, 3))
     assert one["cpu_threads"] == 1 and three["cpu_threads"] == 3  # pool_processes=2 did not matter
-    assert three["grown"] - one["grown"] == 2, (one, three)
+    assert three["grown"] - one["grown"] >= 2, (one, three)
     for probe in (one, three):
         assert "sunny" in probe["text"].lower()
 
