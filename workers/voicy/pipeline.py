@@ -182,6 +182,11 @@ def _guarded(rt: VoicyRuntime, job_id: str, lease_value: str, body) -> object:  
             log.warning("job %s: lease lost, leaving the job to its new owner", job_id)
             return None
         except StaleJobError:
+            if keeper.lost.is_set():
+                # Our lease was taken over first: the new owner holds the job and its media
+                # (e.g. it completed the /downloaded handshake before we could); leave both to it.
+                log.warning("job %s: lease lost, leaving the job to its new owner", job_id)
+                return None
             log.info("job %s is no longer ours at Voicy; dropping it", job_id)
             finish(rt, job_id, lease_value)
             return None
@@ -243,7 +248,7 @@ def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
         held = rt.fleet.get(job_id)
         if held is None or not held.media_key or not rt.store.exists(held.media_key):
             raise RetryableJobError("downloaded media is missing from the media store")
-        _enter_transcribing(rt, job_id)
+        _enter_transcribing(rt, job_id, held.media_key)
         held.stage = Stage.TRANSCRIBING
         rt.fleet.update(held)
         engine = get_engine(rt.settings)
@@ -272,14 +277,35 @@ def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
     return bool(_guarded(rt, job_id, lease_value, body))
 
 
-def _enter_transcribing(rt: VoicyRuntime, job_id: str) -> None:
-    """``POST /transcribe``; a job that claim-ready already moved to transcribing is ours too."""
+def _enter_transcribing(rt: VoicyRuntime, job_id: str, media_key: str) -> None:
+    """``POST /transcribe``, after finishing whatever step a lost execution left undone.
+
+    A 404 does not always mean the job is gone; ``GET /jobs/:id`` (ours and
+    active, else 404 too) says what it is at Voicy:
+
+    * ``transcribing``/``processing``: claim-ready, or a killed earlier execution
+      of this transcription, already moved it: carry on;
+    * ``downloading``: the download stored the media but its ``/downloaded`` never
+      landed (the io process was killed mid-call, or Voicy stayed down past the
+      retry budget and the ``/failure`` post failed too). Voicy reaps no
+      downloading job (reference §3.2), so unless we finish the handshake here the
+      job stays downloading for ever (V1): post ``/downloaded`` for our stored
+      media, then ``/transcribe``;
+    * ``ready``: someone posted ``/downloaded`` between the two calls: transcribe.
+    """
     try:
         rt.client.transcribe(job_id)
+        return
     except StaleJobError:
         job = rt.client.get_job(job_id)  # raises StaleJobError when it is really gone
-        if job.status not in ("transcribing", "processing"):
-            raise
+    if job.status in ("transcribing", "processing"):
+        return
+    if job.status == "downloading":
+        log.warning("job %s: Voicy never recorded /downloaded; completing the handshake", job_id)
+        job = rt.client.downloaded(job_id, rt.store.describe(media_key))
+    if job.status != "ready":
+        raise StaleJobError(f"job {job_id} is {job.status} at Voicy")
+    rt.client.transcribe(job_id)
 
 
 # --- heartbeats and recovery (beat) ----------------------------------------------------------
@@ -311,7 +337,8 @@ def reap(rt: VoicyRuntime) -> list[Recovery]:
     """Find held jobs whose lease expired (their worker died) and recover each one once.
 
     Media in the store → a new gpu task (returned for dispatch; its grant is
-    pending until the caller sends it and confirms). No media → a retryable
+    pending until the caller sends it and confirms), which also completes a
+    ``/downloaded`` that never landed (:func:`_enter_transcribing`). No media → a retryable
     failure, so Voicy requeues the job for a fresh download. A reaper killed
     half-way leaves pending grants only, which expire so the next pass retries.
     """
