@@ -6,6 +6,9 @@
   the job still ``downloading`` at Voicy, which reaps no downloading job
   (reference §3.2): the reaper's transcription must complete the handshake, and
   the job must be transcribed exactly once.
+* Voicy fails a held job under us (an unreachable chat, reference §3.5): the
+  heartbeat gets a stale 404, and the media must still be deleted once the
+  job's task is done.
 
 Real Redis, the dev Voicy API and fake Telegram on loopback, real Celery
 workers, beat and bridge where a test needs them; this process runs the same
@@ -149,3 +152,25 @@ def test_voicy_down_past_the_retry_budget_at_downloaded_the_job_still_completes_
     assert statuses(server, job_id, "failure") == [503] * RETRY_ATTEMPTS  # none ever landed
     assert server.get_job(job_id)["attempts"] == 1
     assert HANDSHAKE_LOG in worker_logs(tmp_path)
+
+
+# ------------------------------------------------ 2. Voicy fails a held job: media still deleted
+def test_a_stale_heartbeat_keeps_the_record_so_the_task_deletes_the_media(voicy, rt, tmp_path):
+    server, telegram, _gate, _env = voicy
+    job_id = enqueue_fixture(server, telegram, short_item())
+    claimed_id, token = claim_without_sending(rt)
+    assert claimed_id == job_id
+    next_token = pipeline.run_download(rt, job_id, token)
+    assert next_token and pipeline.confirm_grant(rt, job_id, next_token)  # its gpu task is queued
+    assert len(stored_media(tmp_path)) == 1
+    assert server.mark_chat_unreachable(server.get_job(job_id)["chatId"]) == 1
+
+    assert pipeline.heartbeat_held(rt) == 0  # beat's heartbeat pass
+    assert statuses(server, job_id, "heartbeat") == [404]
+    assert pipeline.run_transcription(rt, job_id, next_token) is False  # the queued task runs
+
+    assert stored_media(tmp_path) == []
+    assert rt.fleet.held_ids() == [] and rt.fleet.get(job_id) is None
+    assert not rt.leases.alive(job_id)
+    assert not requests_for(server, job_id, "failure") and not requests_for(server, job_id, "result")
+    assert server.get_job(job_id)["status"] == "failed"

@@ -311,7 +311,14 @@ def _enter_transcribing(rt: VoicyRuntime, job_id: str, media_key: str) -> None:
 # --- heartbeats and recovery (beat) ----------------------------------------------------------
 
 def heartbeat_held(rt: VoicyRuntime) -> int:
-    """Heartbeat every held job whose lease is alive: a heartbeat means someone works on it."""
+    """Heartbeat every held job whose lease is alive: a heartbeat means someone works on it.
+
+    A stale 404 (Voicy failed the job, e.g. all of an unreachable chat's jobs,
+    reference §3.5) does *not* forget the job: the live lease names a task that
+    still holds it, and that task's own call will get the same 404 and
+    :func:`finish` the job, deleting its media, which needs the fleet record.
+    (Should the task die instead, the reaper ends it the same way.)
+    """
     sent = 0
     for job_id in rt.fleet.held_ids():
         if not rt.leases.alive(job_id):
@@ -320,8 +327,7 @@ def heartbeat_held(rt: VoicyRuntime) -> int:
             rt.client.heartbeat(job_id)
             sent += 1
         except StaleJobError:
-            log.info("job %s is gone at Voicy; forgetting it", job_id)
-            rt.fleet.forget(job_id)
+            log.info("job %s is gone at Voicy; its task will drop it and delete its media", job_id)
         except JobError as exc:
             log.warning("heartbeat for job %s failed: %s", job_id, redact(str(exc)))
     return sent
