@@ -9,6 +9,9 @@
 * Voicy fails a held job under us (an unreachable chat, reference §3.5): the
   heartbeat gets a stale 404, and the media must still be deleted once the
   job's task is done.
+* The bridge cannot record a claim (a Redis error, before or after the write
+  went through): the backlog slot must not leak and the job must go back to
+  Voicy as a retryable failure, then be claimed again.
 
 Real Redis, the dev Voicy API and fake Telegram on loopback, real Celery
 workers, beat and bridge where a test needs them; this process runs the same
@@ -26,10 +29,11 @@ from typing import Any
 import pytest
 import redis
 
+from bridges.voicy import VoicyBridge
 from tests.conftest import wait_until
 from tests.gate import Gate
 from tests.test_voicy_e2e import JOB_DONE_TIMEOUT_S, enqueue_fixture, requests_for, wait_final
-from tests.test_voicy_grants import (assert_completed_once, claim_without_sending, short_item,
+from tests.test_voicy_grants import (assert_completed_once, claim_without_sending, never_sent, short_item,
                                      worker_logs)
 from tests.voicy_stack import start_beat, start_bridge, voicy_dev_stack
 from workers.errors import RetryableJobError
@@ -174,3 +178,35 @@ def test_a_stale_heartbeat_keeps_the_record_so_the_task_deletes_the_media(voicy,
     assert not rt.leases.alive(job_id)
     assert not requests_for(server, job_id, "failure") and not requests_for(server, job_id, "result")
     assert server.get_job(job_id)["status"] == "failed"
+
+
+# ------------------------------------------ 3. the bridge cannot record a claim: nothing leaks
+@pytest.mark.parametrize("written", [False, True], ids=["error-before-the-write", "error-after-the-write"])
+def test_a_redis_error_recording_a_claim_frees_the_slot_and_hands_the_job_back(
+        voicy, rt, monkeypatch, written):
+    server, telegram, _gate, _env = voicy
+    job_id = enqueue_fixture(server, telegram, short_item())
+    real_adopt = rt.fleet.adopt
+    failures = [redis.ConnectionError("Connection reset by peer")]  # raised once
+
+    def adopt_failing_once(*args: Any, **kwargs: Any) -> None:
+        if written or not failures:
+            real_adopt(*args, **kwargs)
+        if failures:
+            raise failures.pop()
+
+    monkeypatch.setattr(rt.fleet, "adopt", adopt_failing_once)
+    bridge = VoicyBridge(rt, never_sent, never_sent)
+    with pytest.raises(redis.ConnectionError):
+        bridge.cycle()
+    assert rt.fleet.backlog_size() == 0  # the slot is free again
+    assert rt.fleet.held_ids() == [] and rt.fleet.get(job_id) is None
+    assert not rt.leases.alive(job_id)
+    (failure,) = requests_for(server, job_id, "failure")
+    assert failure["status"] == 200 and failure["json"]["retryable"] is True
+    assert server.get_job(job_id)["status"] == "queued_for_download"
+
+    assert bridge.cycle() == 1  # Redis is back: the requeued job is claimed and recorded whole
+    assert rt.fleet.held_ids() == [job_id] and rt.fleet.backlog_size() == 1
+    assert (rt.leases.holder(job_id) or "").startswith("granted:")
+    assert server.get_job(job_id)["attempts"] == 2

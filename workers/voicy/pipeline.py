@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import redis
 
 from workers.errors import AuthError, JobError, PermanentJobError, RetryableJobError, StaleJobError
-from workers.lease import LeaseKeeper, Leases, new_token
+from workers.lease import LeaseKeeper, Leases, granted, new_token
 from workers.logs import redact
 from workers.voicy.client import VoicyClient
 from workers.voicy.fleet import Fleet, HeldJob, Stage
@@ -89,18 +89,41 @@ class VoicyRuntime:
 # --- claiming (used by the bridge) -------------------------------------------------------
 
 def adopt_claim(rt: VoicyRuntime, job_id: str, *, attempts: int, language: str | None,
-                stage: Stage = Stage.CLAIMED, media_key: str | None = None) -> str:
+                stage: Stage = Stage.CLAIMED, media_key: str | None = None,
+                slot: str | None = None) -> str:
     """Record a freshly claimed job as held and grant it, pending, to a new token; return the token.
 
-    The caller sends the task carrying the token and then calls :func:`confirm_grant`.
+    One Redis transaction (:meth:`Fleet.adopt`) also swaps the backlog
+    reservation ``slot`` the claim was made under for the job. If it raises,
+    whatever it may have written is undone (best effort) and the error
+    re-raised: the caller must then hand the claim back to Voicy, since no
+    record of ours will. The caller sends the task carrying the token and then
+    calls :func:`confirm_grant`.
     """
     token = new_token()
-    rt.fleet.hold(HeldJob(job_id=job_id, stage=stage, attempts=attempts, language=language,
-                          media_key=media_key))
-    rt.leases.grant(job_id, token, rt.pending_grant_ttl_s)
-    if stage is not Stage.CLAIMED:
-        rt.fleet.enter_gpu(job_id)
+    job = HeldJob(job_id=job_id, stage=stage, attempts=attempts, language=language, media_key=media_key)
+    try:
+        rt.fleet.adopt(job, slot=slot, gpu=stage is not Stage.CLAIMED, lease_key=rt.leases.key(job_id),
+                       lease_value=granted(token), lease_ttl_s=rt.pending_grant_ttl_s)
+    except Exception:
+        _undo_adopt(rt, job_id, slot, token)
+        raise
     return token
+
+
+def _undo_adopt(rt: VoicyRuntime, job_id: str, slot: str | None, token: str) -> None:
+    """Remove what a failed :func:`adopt_claim` may have written (the error may come after the write).
+
+    Nobody else can hold this job yet (Voicy gave it to this claim alone), so
+    forgetting it is safe; the grant is released only if it is still ours.
+    """
+    try:
+        if slot:
+            rt.fleet.cancel_backlog(slot)
+        rt.fleet.forget(job_id)
+        rt.leases.release(job_id, granted(token))
+    except redis.RedisError as exc:  # a leftover record's pending grant expires; the reaper ends it
+        log.warning("job %s: could not undo a failed adoption: %s", job_id, type(exc).__name__)
 
 
 def confirm_grant(rt: VoicyRuntime, job_id: str, token: str) -> bool:
@@ -364,7 +387,7 @@ def reap(rt: VoicyRuntime) -> list[Recovery]:
                 rt.fleet.enter_gpu(job_id)
                 recoveries.append(Recovery(job_id, token))
             else:
-                lease_value = f"granted:{token}"
+                lease_value = granted(token)
                 report_failure(rt, job_id, RetryableJobError("worker lost before the media was stored"),
                                lease_value)
     finally:
