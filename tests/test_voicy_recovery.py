@@ -12,6 +12,8 @@
 * The bridge cannot record a claim (a Redis error, before or after the write
   went through): the backlog slot must not leak and the job must go back to
   Voicy as a retryable failure, then be claimed again.
+* Beat's ``voicy.heartbeat``: one ``POST /heartbeat`` per held job with a live
+  lease, none for a job whose lease expired.
 
 Real Redis, the dev Voicy API and fake Telegram on loopback, real Celery
 workers, beat and bridge where a test needs them; this process runs the same
@@ -46,7 +48,9 @@ pytestmark = pytest.mark.slow
 
 LEASE_TTL_MS = 2000  # fleet_env's value: a dead task's running lease expires this long after it died
 DOWNLOAD_REACHED_TIMEOUT_S = 60.0
+LEASE_EXPIRY_TIMEOUT_S = LEASE_TTL_MS / 1000 + 10.0
 CLEANUP_TIMEOUT_S = 30.0
+SERVER_CLOCK_SKIP_S = 60.0  # moves Voicy's clock so a fresh heartbeatAt is told apart from the claim's
 HANDSHAKE_LOG = "Voicy never recorded /downloaded; completing the handshake"
 
 
@@ -210,3 +214,35 @@ def test_a_redis_error_recording_a_claim_frees_the_slot_and_hands_the_job_back(
     assert rt.fleet.held_ids() == [job_id] and rt.fleet.backlog_size() == 1
     assert (rt.leases.holder(job_id) or "").startswith("granted:")
     assert server.get_job(job_id)["attempts"] == 2
+
+
+# ------------------------------------------------------------- 4. beat's voicy.heartbeat
+def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expired(voicy, rt, monkeypatch):
+    import tasks.beat
+    import tasks.voicy
+
+    server, telegram, _gate, _env = voicy
+    live = enqueue_fixture(server, telegram, short_item(), file_id="fid-live")
+    expired = enqueue_fixture(server, telegram, short_item(), file_id="fid-expired")
+
+    def confirm_live_only(rt_: VoicyRuntime, job_id: str, token: str) -> None:
+        """The live job's task is sent and its grant confirmed; the other's never is."""
+        if job_id == live:
+            assert pipeline.confirm_grant(rt_, job_id, token)
+
+    assert VoicyBridge(rt, confirm_live_only, never_sent).cycle() == 2
+    assert sorted(rt.fleet.held_ids()) == sorted([live, expired])
+    wait_until(lambda: not rt.leases.alive(expired), LEASE_EXPIRY_TIMEOUT_S, "the unconfirmed grant to expire")
+    assert rt.leases.alive(live)
+    claimed_at = {j: server.get_job(j)["heartbeatAt"] for j in (live, expired)}
+    server.advance_clock(SERVER_CLOCK_SKIP_S)
+    seen = len(server.requests)
+
+    monkeypatch.setattr(tasks.voicy, "_runtime", rt)  # the task's runtime() is this process's
+    assert tasks.beat.voicy_heartbeat() == 1  # the beat task, run here instead of on an io worker
+
+    sent = [r for r in server.requests[seen:] if r["endpoint"] == "heartbeat"]
+    assert [(r["job_id"], r["status"], r["client"]) for r in sent] == [(live, 200, "switchyard-recovery")]
+    assert (server.get_job(live)["heartbeatAt"] - claimed_at[live]).total_seconds() >= SERVER_CLOCK_SKIP_S
+    assert server.get_job(expired)["heartbeatAt"] == claimed_at[expired]
+    assert sorted(rt.fleet.held_ids()) == sorted([live, expired])  # the reaper, not the heartbeat, ends jobs
