@@ -8,6 +8,14 @@ runs while gpu capacity is free, to recover this worker's ready and stale jobs
 after a restart. Claimed work becomes ``io``/``gpu`` tasks, each sent by
 ``tasks.voicy.dispatch`` (grant pending, send, confirm); the job's lease and
 the beat reaper take it from there.
+
+A claimed job is recorded in one Redis transaction (backlog slot swapped for
+the job, held record, pending grant: ``pipeline.adopt_claim``), so no crash
+leaves it half-recorded. If recording fails, the job is handed straight back
+to Voicy with a retryable failure. What no client can close: a claim whose
+response is lost, or a bridge killed between the response and that
+transaction, leaves the job ``downloading`` at Voicy with no record of ours
+(its backlog reservation expires after ``RESERVATION_TTL_S``).
 """
 
 from __future__ import annotations
@@ -87,13 +95,28 @@ class VoicyBridge:
             if job is None:
                 self.rt.fleet.cancel_backlog(slot)
                 break
-            self.rt.fleet.fill_backlog(slot, job.id)
-            token = adopt_claim(self.rt, job.id, attempts=job.attempts,
-                                language=job.recognition_language_hint)
+            try:  # the slot swap, hold and grant are one Redis transaction
+                token = adopt_claim(self.rt, job.id, attempts=job.attempts,
+                                    language=job.recognition_language_hint, slot=slot)
+            except Exception:
+                self._hand_back_claim(job.id)
+                raise
             self._dispatch_download(self.rt, job.id, token)
             log.info("claimed job %s for download (attempt %s)", job.id, job.attempts)
             taken += 1
         return taken
+
+    def _hand_back_claim(self, job_id: str) -> None:
+        """The claim could not be recorded (Redis error): nothing of ours will ever end the job,
+        and Voicy reaps no ``downloading`` job, so hand it back now with a retryable failure."""
+        try:
+            self.rt.client.failure(job_id, "worker could not record the claim", retryable=True)
+            log.warning("job %s: could not record the claim; handed it back to Voicy", job_id)
+        except StaleJobError:
+            pass
+        except (JobError, AuthError) as exc:
+            log.error("job %s: could not record the claim nor hand it back (%s); it stays downloading "
+                      "at Voicy until failed there", job_id, redact(str(exc)))
 
     def _fill_recovered(self) -> int:
         taken = 0

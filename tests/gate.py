@@ -3,7 +3,9 @@
 Shutdown and redelivery tests need a request to be *in flight* for as long as
 they like ("mid-transcription", "mid-fetch"). Timing guesses flake; a gate makes
 that a state to wait for: ``arm()``, wait for ``arrived``, act, ``open()``.
-It is ASGI middleware, so it fits any of the dev stack's starlette fakes.
+``drop()`` instead of ``open()`` answers the held request 503 without passing it
+on: the call never reaches the API, as when the caller was killed mid-call and
+its request died on the wire. It is ASGI middleware, so it fits any of the dev stack's starlette fakes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 GATE_MAX_HOLD_S = 60.0  # a held request goes through after this even if no test opens the gate
+DROPPED_STATUS = 503  # what a dropped request is answered (its caller is usually gone anyway)
 
 
 class Gate:
@@ -29,6 +32,7 @@ class Gate:
                  max_hold_s: float = GATE_MAX_HOLD_S) -> None:
         self.matches, self.once, self.max_hold_s = matches, once, max_hold_s
         self.armed = False
+        self.dropped = False
         self.arrived = threading.Event()
         self.release = threading.Event()
 
@@ -45,11 +49,17 @@ class Gate:
     def arm(self) -> None:
         self.arrived.clear()
         self.release.clear()
+        self.dropped = False
         self.armed = True
 
     def open(self) -> None:
         self.armed = False
         self.release.set()
+
+    def drop(self) -> None:
+        """Release the held request *without* passing it on: the API never sees it."""
+        self.dropped = True
+        self.open()
 
     def wrap(self, app: Any) -> GateMiddleware:
         """``app`` behind this gate (for apps built by a function rather than ``add_middleware``)."""
@@ -69,4 +79,8 @@ class GateMiddleware:
                 gate.armed = False
             gate.arrived.set()
             await asyncio.to_thread(gate.release.wait, gate.max_hold_s)
+            if gate.dropped:
+                await send({"type": "http.response.start", "status": DROPPED_STATUS, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+                return
         await self.app(scope, receive, send)

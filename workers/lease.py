@@ -57,6 +57,11 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
+def granted(token: str) -> str:
+    """The lease value of a grant to the queued task carrying ``token``."""
+    return f"granted:{token}"
+
+
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
@@ -76,7 +81,7 @@ class Leases:
 
     def grant(self, job_id: str, token: str, ttl_s: float, *, only_if_absent: bool = False) -> bool:
         """Give the job to the queued task carrying ``token``. With ``only_if_absent``, never steal."""
-        ok = self._r.set(self.key(job_id), f"granted:{token}", px=_ms(ttl_s), nx=only_if_absent)
+        ok = self._r.set(self.key(job_id), granted(token), px=_ms(ttl_s), nx=only_if_absent)
         return bool(ok)
 
     def take(self, job_id: str, token: str, ttl_s: float) -> str | None:
@@ -88,7 +93,7 @@ class Leases:
 
     def hand_over(self, job_id: str, running: str, token: str, ttl_s: float) -> bool:
         """Atomically pass a running lease to the next queued task (download → transcribe)."""
-        return bool(self._take(keys=[self.key(job_id)], args=[running, f"granted:{token}", _ms(ttl_s)]))
+        return bool(self._take(keys=[self.key(job_id)], args=[running, granted(token), _ms(ttl_s)]))
 
     def confirm(self, job_id: str, token: str, ttl_s: float) -> bool:
         """Phase two of a grant: extend it to ``ttl_s`` once the task carrying ``token`` is sent.
@@ -98,7 +103,7 @@ class Leases:
         reaper, or one that is gone is left exactly as it is; the answer is False.
         It is the compare-and-extend of :meth:`renew`, applied to the grant's value.
         """
-        return self.renew(job_id, f"granted:{token}", ttl_s)
+        return self.renew(job_id, granted(token), ttl_s)
 
     def renew(self, job_id: str, value: str, ttl_s: float) -> bool:
         """Extend the lease to ``ttl_s`` if it still holds exactly ``value``."""

@@ -34,10 +34,19 @@ if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4]) return 1 end
 return 0
 """
-# Swap a reservation for the claimed job id (held forever, until removed).
-_SWAP = """
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[1], '+inf', ARGV[2])
+# Adopt a claimed job in one step: swap its backlog reservation (if any) for the job id (kept
+# until the job leaves the backlog), hold it, put it on the gpu set (if it needs a slot now),
+# and grant its lease. KEYS: record, held, backlog, gpu, lease.
+# ARGV: job id, record json, claimed_at, slot or '', gpu score or '', lease value, lease TTL in ms.
+_ADOPT = """
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[4])
+  redis.call('ZADD', KEYS[3], '+inf', ARGV[1])
+end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+if ARGV[5] ~= '' then redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1]) end
+redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[7])
 return 1
 """
 
@@ -65,7 +74,7 @@ class Fleet:
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
         self._reserve = client.register_script(_RESERVE)
-        self._swap = client.register_script(_SWAP)
+        self._adopt = client.register_script(_ADOPT)
 
     # --- backlog --------------------------------------------------------------------
     def reserve_backlog(self, limit: int) -> str | None:
@@ -74,9 +83,6 @@ class Fleet:
         slot = f"reservation:{uuid.uuid4().hex}"
         ok = self._reserve(keys=[BACKLOG_KEY], args=[now, limit, now + RESERVATION_TTL_S, slot])
         return slot if ok else None
-
-    def fill_backlog(self, slot: str, job_id: str) -> None:
-        self._swap(keys=[BACKLOG_KEY], args=[slot, job_id])
 
     def cancel_backlog(self, slot: str) -> None:
         self.r.zrem(BACKLOG_KEY, slot)
@@ -114,12 +120,21 @@ class Fleet:
         return int(self.r.zcard(GPU_KEY))
 
     # --- held jobs --------------------------------------------------------------------
-    def hold(self, job: HeldJob) -> None:
+    def adopt(self, job: HeldJob, *, slot: str | None, gpu: bool, lease_key: str, lease_value: str,
+              lease_ttl_s: float) -> None:
+        """Record a freshly claimed job and grant its lease in one Redis transaction (a Lua script).
+
+        All or nothing, because a process killed (or a Redis error) between the
+        steps would leave a claimed job that is not ``held`` — which no heartbeat
+        or reaper ever sees, so it stays ``downloading`` at Voicy — and, for a
+        download, a backlog slot filled by it for ever. ``slot`` is the backlog
+        reservation the claim was made under (None for a claim-ready recovery);
+        ``gpu`` puts the job on the gpu set now (its transcription is sent next).
+        """
         job.claimed_at = job.claimed_at or time.time()
-        pipe = self.r.pipeline()
-        pipe.set(RECORD_PREFIX + job.job_id, job.model_dump_json())
-        pipe.zadd(HELD_KEY, {job.job_id: job.claimed_at})
-        pipe.execute()
+        self._adopt(keys=[RECORD_PREFIX + job.job_id, HELD_KEY, BACKLOG_KEY, GPU_KEY, lease_key],
+                    args=[job.job_id, job.model_dump_json(), job.claimed_at, slot or "",
+                          time.time() if gpu else "", lease_value, max(1, int(lease_ttl_s * 1000))])
 
     def update(self, job: HeldJob) -> None:
         self.r.set(RECORD_PREFIX + job.job_id, job.model_dump_json())

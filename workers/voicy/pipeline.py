@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import redis
 
 from workers.errors import AuthError, JobError, PermanentJobError, RetryableJobError, StaleJobError
-from workers.lease import LeaseKeeper, Leases, new_token
+from workers.lease import LeaseKeeper, Leases, granted, new_token
 from workers.logs import redact
 from workers.voicy.client import VoicyClient
 from workers.voicy.fleet import Fleet, HeldJob, Stage
@@ -89,18 +89,41 @@ class VoicyRuntime:
 # --- claiming (used by the bridge) -------------------------------------------------------
 
 def adopt_claim(rt: VoicyRuntime, job_id: str, *, attempts: int, language: str | None,
-                stage: Stage = Stage.CLAIMED, media_key: str | None = None) -> str:
+                stage: Stage = Stage.CLAIMED, media_key: str | None = None,
+                slot: str | None = None) -> str:
     """Record a freshly claimed job as held and grant it, pending, to a new token; return the token.
 
-    The caller sends the task carrying the token and then calls :func:`confirm_grant`.
+    One Redis transaction (:meth:`Fleet.adopt`) also swaps the backlog
+    reservation ``slot`` the claim was made under for the job. If it raises,
+    whatever it may have written is undone (best effort) and the error
+    re-raised: the caller must then hand the claim back to Voicy, since no
+    record of ours will. The caller sends the task carrying the token and then
+    calls :func:`confirm_grant`.
     """
     token = new_token()
-    rt.fleet.hold(HeldJob(job_id=job_id, stage=stage, attempts=attempts, language=language,
-                          media_key=media_key))
-    rt.leases.grant(job_id, token, rt.pending_grant_ttl_s)
-    if stage is not Stage.CLAIMED:
-        rt.fleet.enter_gpu(job_id)
+    job = HeldJob(job_id=job_id, stage=stage, attempts=attempts, language=language, media_key=media_key)
+    try:
+        rt.fleet.adopt(job, slot=slot, gpu=stage is not Stage.CLAIMED, lease_key=rt.leases.key(job_id),
+                       lease_value=granted(token), lease_ttl_s=rt.pending_grant_ttl_s)
+    except Exception:
+        _undo_adopt(rt, job_id, slot, token)
+        raise
     return token
+
+
+def _undo_adopt(rt: VoicyRuntime, job_id: str, slot: str | None, token: str) -> None:
+    """Remove what a failed :func:`adopt_claim` may have written (the error may come after the write).
+
+    Nobody else can hold this job yet (Voicy gave it to this claim alone), so
+    forgetting it is safe; the grant is released only if it is still ours.
+    """
+    try:
+        if slot:
+            rt.fleet.cancel_backlog(slot)
+        rt.fleet.forget(job_id)
+        rt.leases.release(job_id, granted(token))
+    except redis.RedisError as exc:  # a leftover record's pending grant expires; the reaper ends it
+        log.warning("job %s: could not undo a failed adoption: %s", job_id, type(exc).__name__)
 
 
 def confirm_grant(rt: VoicyRuntime, job_id: str, token: str) -> bool:
@@ -182,6 +205,11 @@ def _guarded(rt: VoicyRuntime, job_id: str, lease_value: str, body) -> object:  
             log.warning("job %s: lease lost, leaving the job to its new owner", job_id)
             return None
         except StaleJobError:
+            if keeper.lost.is_set():
+                # Our lease was taken over first: the new owner holds the job and its media
+                # (e.g. it completed the /downloaded handshake before we could); leave both to it.
+                log.warning("job %s: lease lost, leaving the job to its new owner", job_id)
+                return None
             log.info("job %s is no longer ours at Voicy; dropping it", job_id)
             finish(rt, job_id, lease_value)
             return None
@@ -243,7 +271,7 @@ def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
         held = rt.fleet.get(job_id)
         if held is None or not held.media_key or not rt.store.exists(held.media_key):
             raise RetryableJobError("downloaded media is missing from the media store")
-        _enter_transcribing(rt, job_id)
+        _enter_transcribing(rt, job_id, held.media_key)
         held.stage = Stage.TRANSCRIBING
         rt.fleet.update(held)
         engine = get_engine(rt.settings)
@@ -272,20 +300,48 @@ def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
     return bool(_guarded(rt, job_id, lease_value, body))
 
 
-def _enter_transcribing(rt: VoicyRuntime, job_id: str) -> None:
-    """``POST /transcribe``; a job that claim-ready already moved to transcribing is ours too."""
+def _enter_transcribing(rt: VoicyRuntime, job_id: str, media_key: str) -> None:
+    """``POST /transcribe``, after finishing whatever step a lost execution left undone.
+
+    A 404 does not always mean the job is gone; ``GET /jobs/:id`` (ours and
+    active, else 404 too) says what it is at Voicy:
+
+    * ``transcribing``/``processing``: claim-ready, or a killed earlier execution
+      of this transcription, already moved it: carry on;
+    * ``downloading``: the download stored the media but its ``/downloaded`` never
+      landed (the io process was killed mid-call, or Voicy stayed down past the
+      retry budget and the ``/failure`` post failed too). Voicy reaps no
+      downloading job (reference §3.2), so unless we finish the handshake here the
+      job stays downloading for ever (V1): post ``/downloaded`` for our stored
+      media, then ``/transcribe``;
+    * ``ready``: someone posted ``/downloaded`` between the two calls: transcribe.
+    """
     try:
         rt.client.transcribe(job_id)
+        return
     except StaleJobError:
         job = rt.client.get_job(job_id)  # raises StaleJobError when it is really gone
-        if job.status not in ("transcribing", "processing"):
-            raise
+    if job.status in ("transcribing", "processing"):
+        return
+    if job.status == "downloading":
+        log.warning("job %s: Voicy never recorded /downloaded; completing the handshake", job_id)
+        job = rt.client.downloaded(job_id, rt.store.describe(media_key))
+    if job.status != "ready":
+        raise StaleJobError(f"job {job_id} is {job.status} at Voicy")
+    rt.client.transcribe(job_id)
 
 
 # --- heartbeats and recovery (beat) ----------------------------------------------------------
 
 def heartbeat_held(rt: VoicyRuntime) -> int:
-    """Heartbeat every held job whose lease is alive: a heartbeat means someone works on it."""
+    """Heartbeat every held job whose lease is alive: a heartbeat means someone works on it.
+
+    A stale 404 (Voicy failed the job, e.g. all of an unreachable chat's jobs,
+    reference §3.5) does *not* forget the job: the live lease names a task that
+    still holds it, and that task's own call will get the same 404 and
+    :func:`finish` the job, deleting its media, which needs the fleet record.
+    (Should the task die instead, the reaper ends it the same way.)
+    """
     sent = 0
     for job_id in rt.fleet.held_ids():
         if not rt.leases.alive(job_id):
@@ -294,8 +350,7 @@ def heartbeat_held(rt: VoicyRuntime) -> int:
             rt.client.heartbeat(job_id)
             sent += 1
         except StaleJobError:
-            log.info("job %s is gone at Voicy; forgetting it", job_id)
-            rt.fleet.forget(job_id)
+            log.info("job %s is gone at Voicy; its task will drop it and delete its media", job_id)
         except JobError as exc:
             log.warning("heartbeat for job %s failed: %s", job_id, redact(str(exc)))
     return sent
@@ -311,7 +366,8 @@ def reap(rt: VoicyRuntime) -> list[Recovery]:
     """Find held jobs whose lease expired (their worker died) and recover each one once.
 
     Media in the store → a new gpu task (returned for dispatch; its grant is
-    pending until the caller sends it and confirms). No media → a retryable
+    pending until the caller sends it and confirms), which also completes a
+    ``/downloaded`` that never landed (:func:`_enter_transcribing`). No media → a retryable
     failure, so Voicy requeues the job for a fresh download. A reaper killed
     half-way leaves pending grants only, which expire so the next pass retries.
     """
@@ -331,7 +387,7 @@ def reap(rt: VoicyRuntime) -> list[Recovery]:
                 rt.fleet.enter_gpu(job_id)
                 recoveries.append(Recovery(job_id, token))
             else:
-                lease_value = f"granted:{token}"
+                lease_value = granted(token)
                 report_failure(rt, job_id, RetryableJobError("worker lost before the media was stored"),
                                lease_value)
     finally:

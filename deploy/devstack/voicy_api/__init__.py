@@ -17,6 +17,7 @@ Python API::
         server.edits                                 # visible Telegram edits
         server.inject_failure("result", status=503, times=1)
         server.advance_clock(30 * 60)                # make heartbeats stale
+        server.mark_chat_unreachable("chat-1")       # the bot fails the chat's active jobs (§3.5)
 
 The store is mongomock in-process unless ``VOICY_DEV_MONGO_URL`` (or
 ``mongo_url=``) names a real MongoDB.

@@ -1,10 +1,12 @@
-"""The side channel Voicy itself has no HTTP for: seeding jobs and worker clients.
+"""The side channel Voicy itself has no HTTP for: seeding jobs and worker clients, and bot-side events.
 
 The real bot creates jobs from Telegram messages and a backend shell creates
 worker clients, so neither exists in the Worker API. ``job_document`` builds a
 job the way ``handleAudio.ts`` does (reference §2.1 "Job creation"), and the
 dev-only ``/dev/v1`` endpoints expose it over HTTP so the CLI can seed an
 in-process mongomock store. They have no auth: the server binds 127.0.0.1 only.
+``chat_unreachable_update`` is what the bot does to a chat's jobs when Telegram
+refuses it for good (§3.5); ``DevVoicyServer.mark_chat_unreachable`` applies it.
 
 - ``POST /dev/v1/clients`` ``{"name"}`` -> 201 ``{"name", "token"}`` (409 on a duplicate name)
 - ``POST /dev/v1/clients/<name>/disable`` -> 200
@@ -24,7 +26,9 @@ from bson import ObjectId
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from deploy.devstack.voicy_api.app import MAX_ERROR_UNITS
 from deploy.devstack.voicy_api.store import DuplicateClientError, Store, now
+from deploy.devstack.voicy_api.validate import js_slice
 
 _message_ids = itertools.count(1000)
 _created_lock = threading.Lock()
@@ -75,6 +79,23 @@ def job_document(file_id: str, *, file_path: str | None = None, file_size: int |
            "uiLocale": "en", "recognitionLanguageHint": language, "attempts": 0,
            "createdAt": t, "updatedAt": t}
     return {k: v for k, v in doc.items() if v is not None}
+
+
+# The bot's "active" statuses (reference §2.1): per-chat limit, dedupe, and chat-unreachable cancels.
+ACTIVE_STATUSES = ("queued_for_download", "downloading", "ready", "queued", "processing", "transcribing")
+UNREACHABLE_UNSET = ("activeMediaCacheKey", "workerId", "claimedAt", "downloadedAt", "heartbeatAt",
+                     "localSourcePath", "statusMessagePublishingAt")
+
+
+def chat_unreachable_update(reason: str, t: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``chatReachability.ts`` (reference §3.5): the filter and update applied to a chat's active jobs.
+
+    A permanent Telegram failure fails every active job of the chat and drops its
+    worker, so the worker holding one gets 404 ``job_not_found`` on its next call.
+    """
+    update = {"$set": {"status": "failed", "lastError": js_slice(reason, MAX_ERROR_UNITS), "failedAt": t},
+              "$unset": {k: "" for k in UNREACHABLE_UNSET}}
+    return {"status": {"$in": list(ACTIVE_STATUSES)}}, update
 
 
 CAMEL = {"filePath": "file_path", "fileSize": "file_size", "mimeType": "mime_type",

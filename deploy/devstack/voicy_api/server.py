@@ -8,7 +8,7 @@ from typing import Any
 
 from deploy.devstack.http_server import BackgroundServer
 from deploy.devstack.services import free_port
-from deploy.devstack.voicy_api.admin import job_document
+from deploy.devstack.voicy_api.admin import chat_unreachable_update, job_document
 from deploy.devstack.voicy_api.app import Fault, ServerState, build_app
 from deploy.devstack.voicy_api.policy import Policy
 from deploy.devstack.voicy_api.store import Store
@@ -108,6 +108,12 @@ class DevVoicyServer:
         from bson import ObjectId
 
         self.state.store.update_job({"_id": ObjectId(job_id)}, {"$set": fields})
+
+    def mark_chat_unreachable(self, chat_id: str, reason: str = "Forbidden: bot was blocked by the user") -> int:
+        """The bot found the chat unreachable (a permanent Telegram failure, reference §3.5): fail every
+        active job of ``chat_id`` and unset its worker; returns how many jobs were failed."""
+        flt, update = chat_unreachable_update(reason, self.state.now())
+        return self.state.store.update_jobs({**flt, "chatId": chat_id}, update, self.state.now())
 
     def inject_failure(self, endpoint: str, status: int = 503, times: int = 1,
                        error: str = "worker_api_error") -> None:

@@ -74,6 +74,13 @@ class Store:
             return self.jobs.find_one_and_update(flt, update, sort=sort,
                                                  return_document=ReturnDocument.AFTER)
 
+    def update_jobs(self, flt: dict[str, Any], update: dict[str, Any], t: datetime | None = None) -> int:
+        """``updateMany``: one update on every matching job; returns how many matched."""
+        update = {k: dict(v) for k, v in update.items()}
+        update.setdefault("$set", {})["updatedAt"] = t or now()
+        with self._lock:
+            return int(self.jobs.update_many(flt, update).matched_count)
+
     def find_job(self, flt: dict[str, Any]) -> dict[str, Any] | None:
         with self._lock:
             return self.jobs.find_one(flt)

@@ -1,0 +1,248 @@
+"""Recovery paths that must still end every claimed job exactly one way (V1), media included.
+
+* ``/downloaded`` never lands — the io process is SIGKILLed while the call is in
+  flight (a gate drops it on the wire), or Voicy stays down past the client's
+  retry budget so the ``/failure`` post fails too. The media is in the store and
+  the job still ``downloading`` at Voicy, which reaps no downloading job
+  (reference §3.2): the reaper's transcription must complete the handshake, and
+  the job must be transcribed exactly once.
+* Voicy fails a held job under us (an unreachable chat, reference §3.5): the
+  heartbeat gets a stale 404, and the media must still be deleted once the
+  job's task is done.
+* The bridge cannot record a claim (a Redis error, before or after the write
+  went through): the backlog slot must not leak and the job must go back to
+  Voicy as a retryable failure, then be claimed again.
+* Beat's ``voicy.heartbeat``: one ``POST /heartbeat`` per held job with a live
+  lease, none for a job whose lease expired.
+
+Real Redis, the dev Voicy API and fake Telegram on loopback, real Celery
+workers, beat and bridge where a test needs them; this process runs the same
+pipeline and beat task code where a test must control each step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from bridges.voicy import VoicyBridge
+from tests.conftest import wait_until
+from tests.gate import Gate
+from tests.test_voicy_e2e import JOB_DONE_TIMEOUT_S, enqueue_fixture, requests_for, wait_final
+from tests.test_voicy_grants import (assert_completed_once, claim_without_sending, never_sent, short_item,
+                                     worker_logs)
+from tests.voicy_stack import start_beat, start_bridge, voicy_dev_stack
+from workers.errors import RetryableJobError
+from workers.voicy import pipeline
+from workers.voicy.client import RETRY_ATTEMPTS
+from workers.voicy.fleet import Fleet
+from workers.voicy.pipeline import VoicyRuntime
+
+pytestmark = pytest.mark.slow
+
+LEASE_TTL_MS = 2000  # fleet_env's value: a dead task's running lease expires this long after it died
+DOWNLOAD_REACHED_TIMEOUT_S = 60.0
+LEASE_EXPIRY_TIMEOUT_S = LEASE_TTL_MS / 1000 + 10.0
+CLEANUP_TIMEOUT_S = 30.0
+SERVER_CLOCK_SKIP_S = 60.0  # moves Voicy's clock so a fresh heartbeatAt is told apart from the claim's
+HANDSHAKE_LOG = "Voicy never recorded /downloaded; completing the handshake"
+
+
+@pytest.fixture()
+def voicy(tmp_path: Path, fresh_redis: str,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, dict[str, str]]]:
+    """Dev Voicy API behind a gate on ``/downloaded``, fake Telegram, and the fleet environment."""
+    from deploy.devstack.voicy_api import server as server_module
+
+    gate = Gate.path_suffix("/downloaded", once=True)
+    build_app = server_module.build_app
+    monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
+    with voicy_dev_stack(tmp_path, fresh_redis, "recovery",
+                         VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as (server, telegram, env):
+        try:
+            yield server, telegram, gate, env
+        finally:
+            gate.open()  # before the server stops: a held request must not keep it waiting
+
+
+@pytest.fixture()
+def rt(voicy: tuple[Any, Any, Gate, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
+    """This test process as one more fleet process: same Redis, Voicy server, media store."""
+    env = voicy[3]
+    for key in list(os.environ):
+        if key.startswith("VOICY_") or key == "TOKEN":
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith("VOICY_"):
+            monkeypatch.setenv(key, value)
+    runtime = VoicyRuntime.from_env(env["REDIS_URL"])
+    yield runtime
+    runtime.client.close()
+    runtime.redis.close()
+
+
+def stored_media(tmp_path: Path) -> list[Path]:
+    """Every file in the local media store (the work directory), partial uploads included."""
+    work = tmp_path / "work"
+    return sorted(p for p in work.rglob("*") if p.is_file()) if work.exists() else []
+
+
+def wait_fleet_clean(redis_url: str, tmp_path: Path) -> None:
+    """The job's last task ends with ``finish``: no held record and no media may remain."""
+    fleet = Fleet(redis.Redis.from_url(redis_url))
+    wait_until(lambda: not fleet.held_ids() and not stored_media(tmp_path), CLEANUP_TIMEOUT_S,
+               "the fleet to forget the job and delete its media")
+
+
+def statuses(server: Any, job_id: str, endpoint: str) -> list[int]:
+    return [r["status"] for r in requests_for(server, job_id, endpoint)]
+
+
+# ------------------------------------------------------------- 1. /downloaded never lands
+def test_io_killed_while_downloaded_is_in_flight_the_job_still_completes_once(
+        voicy, celery_workers, tmp_path, fresh_redis):
+    server, telegram, gate, env = voicy
+    job_id = enqueue_fixture(server, telegram, short_item())
+    gate.arm()
+    io = celery_workers("io", env)
+    celery_workers("gpu", env)
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        assert gate.arrived.wait(DOWNLOAD_REACHED_TIMEOUT_S), "the download never reached /downloaded"
+        io.kill(signal.SIGKILL)
+        gate.drop()  # the call dies on the wire with its caller: Voicy never sees it
+        assert server.get_job(job_id)["status"] == "downloading"
+        assert len(stored_media(tmp_path)) == 1  # the media was stored before the call
+        celery_workers("io", env)  # the replacement host; it also runs beat's reaper
+        wait_final(server, [job_id], JOB_DONE_TIMEOUT_S)
+        wait_fleet_clean(fresh_redis, tmp_path)
+    finally:
+        bridge.stop()
+        beat.stop()
+    assert_completed_once(server, job_id)
+    assert statuses(server, job_id, "downloaded") == [200]  # only the recovery's call landed
+    assert statuses(server, job_id, "transcribe") == [404, 200]
+    assert not requests_for(server, job_id, "failure")
+    assert server.get_job(job_id)["attempts"] == 1  # finished on its first claim, never requeued
+    assert HANDSHAKE_LOG in worker_logs(tmp_path)
+
+
+def test_voicy_down_past_the_retry_budget_at_downloaded_the_job_still_completes_once(
+        voicy, rt, celery_workers, tmp_path, fresh_redis):
+    server, telegram, _gate, env = voicy
+    job_id = enqueue_fixture(server, telegram, short_item())
+    claimed_id, token = claim_without_sending(rt)
+    assert claimed_id == job_id
+    # Voicy answers 503 to every try of /downloaded and then of the /failure report
+    server.inject_failure("downloaded", status=503, times=RETRY_ATTEMPTS)
+    server.inject_failure("failure", status=503, times=RETRY_ATTEMPTS)
+    with pytest.raises(RetryableJobError):
+        pipeline.run_download(rt, job_id, token)  # the io task's body: its task fails
+    assert server.get_job(job_id)["status"] == "downloading"
+    assert len(stored_media(tmp_path)) == 1
+    celery_workers("io", env)  # runs beat's reaper
+    celery_workers("gpu", env)
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")
+    try:
+        wait_final(server, [job_id], JOB_DONE_TIMEOUT_S)
+        wait_fleet_clean(fresh_redis, tmp_path)
+    finally:
+        beat.stop()
+    assert_completed_once(server, job_id)
+    assert statuses(server, job_id, "downloaded") == [503] * RETRY_ATTEMPTS + [200]
+    assert statuses(server, job_id, "failure") == [503] * RETRY_ATTEMPTS  # none ever landed
+    assert server.get_job(job_id)["attempts"] == 1
+    assert HANDSHAKE_LOG in worker_logs(tmp_path)
+
+
+# ------------------------------------------------ 2. Voicy fails a held job: media still deleted
+def test_a_stale_heartbeat_keeps_the_record_so_the_task_deletes_the_media(voicy, rt, tmp_path):
+    server, telegram, _gate, _env = voicy
+    job_id = enqueue_fixture(server, telegram, short_item())
+    claimed_id, token = claim_without_sending(rt)
+    assert claimed_id == job_id
+    next_token = pipeline.run_download(rt, job_id, token)
+    assert next_token and pipeline.confirm_grant(rt, job_id, next_token)  # its gpu task is queued
+    assert len(stored_media(tmp_path)) == 1
+    assert server.mark_chat_unreachable(server.get_job(job_id)["chatId"]) == 1
+
+    assert pipeline.heartbeat_held(rt) == 0  # beat's heartbeat pass
+    assert statuses(server, job_id, "heartbeat") == [404]
+    assert pipeline.run_transcription(rt, job_id, next_token) is False  # the queued task runs
+
+    assert stored_media(tmp_path) == []
+    assert rt.fleet.held_ids() == [] and rt.fleet.get(job_id) is None
+    assert not rt.leases.alive(job_id)
+    assert not requests_for(server, job_id, "failure") and not requests_for(server, job_id, "result")
+    assert server.get_job(job_id)["status"] == "failed"
+
+
+# ------------------------------------------ 3. the bridge cannot record a claim: nothing leaks
+@pytest.mark.parametrize("written", [False, True], ids=["error-before-the-write", "error-after-the-write"])
+def test_a_redis_error_recording_a_claim_frees_the_slot_and_hands_the_job_back(
+        voicy, rt, monkeypatch, written):
+    server, telegram, _gate, _env = voicy
+    job_id = enqueue_fixture(server, telegram, short_item())
+    real_adopt = rt.fleet.adopt
+    failures = [redis.ConnectionError("Connection reset by peer")]  # raised once
+
+    def adopt_failing_once(*args: Any, **kwargs: Any) -> None:
+        if written or not failures:
+            real_adopt(*args, **kwargs)
+        if failures:
+            raise failures.pop()
+
+    monkeypatch.setattr(rt.fleet, "adopt", adopt_failing_once)
+    bridge = VoicyBridge(rt, never_sent, never_sent)
+    with pytest.raises(redis.ConnectionError):
+        bridge.cycle()
+    assert rt.fleet.backlog_size() == 0  # the slot is free again
+    assert rt.fleet.held_ids() == [] and rt.fleet.get(job_id) is None
+    assert not rt.leases.alive(job_id)
+    (failure,) = requests_for(server, job_id, "failure")
+    assert failure["status"] == 200 and failure["json"]["retryable"] is True
+    assert server.get_job(job_id)["status"] == "queued_for_download"
+
+    assert bridge.cycle() == 1  # Redis is back: the requeued job is claimed and recorded whole
+    assert rt.fleet.held_ids() == [job_id] and rt.fleet.backlog_size() == 1
+    assert (rt.leases.holder(job_id) or "").startswith("granted:")
+    assert server.get_job(job_id)["attempts"] == 2
+
+
+# ------------------------------------------------------------- 4. beat's voicy.heartbeat
+def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expired(voicy, rt, monkeypatch):
+    import tasks.beat
+    import tasks.voicy
+
+    server, telegram, _gate, _env = voicy
+    live = enqueue_fixture(server, telegram, short_item(), file_id="fid-live")
+    expired = enqueue_fixture(server, telegram, short_item(), file_id="fid-expired")
+
+    def confirm_live_only(rt_: VoicyRuntime, job_id: str, token: str) -> None:
+        """The live job's task is sent and its grant confirmed; the other's never is."""
+        if job_id == live:
+            assert pipeline.confirm_grant(rt_, job_id, token)
+
+    assert VoicyBridge(rt, confirm_live_only, never_sent).cycle() == 2
+    assert sorted(rt.fleet.held_ids()) == sorted([live, expired])
+    wait_until(lambda: not rt.leases.alive(expired), LEASE_EXPIRY_TIMEOUT_S, "the unconfirmed grant to expire")
+    assert rt.leases.alive(live)
+    claimed_at = {j: server.get_job(j)["heartbeatAt"] for j in (live, expired)}
+    server.advance_clock(SERVER_CLOCK_SKIP_S)
+    seen = len(server.requests)
+
+    monkeypatch.setattr(tasks.voicy, "_runtime", rt)  # the task's runtime() is this process's
+    assert tasks.beat.voicy_heartbeat() == 1  # the beat task, run here instead of on an io worker
+
+    sent = [r for r in server.requests[seen:] if r["endpoint"] == "heartbeat"]
+    assert [(r["job_id"], r["status"], r["client"]) for r in sent] == [(live, 200, "switchyard-recovery")]
+    assert (server.get_job(live)["heartbeatAt"] - claimed_at[live]).total_seconds() >= SERVER_CLOCK_SKIP_S
+    assert server.get_job(expired)["heartbeatAt"] == claimed_at[expired]
+    assert sorted(rt.fleet.held_ids()) == sorted([live, expired])  # the reaper, not the heartbeat, ends jobs
