@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,101 +18,13 @@ import redis
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
+from tests.cairn_ctx import (PACKAGE, PROVIDER, Athlete, assert_json_and_secret_free, athlete, core,  # noqa: F401
+                             ctx, forget_budget, ingested_since, pool, strava)
 from workers.cairn import sealed, wire
 from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.handlers import Delivery, JobContext, discover, exchange, handle_job
 from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, window_start
-from workers.cairn.nats_conn import NatsThread
-from workers.cairn.ratelimit import RateLimiter
-from workers.cairn.settings import CairnSettings
-from workers.providers.strava.provider import StravaProvider
-from workers.providers.strava.settings import StravaSettings
 from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
-
-PACKAGE = "switchyard.providers.strava"
-PROVIDER = "strava"
-INGEST_TIMEOUT_S = 15.0
-
-
-@pytest.fixture(scope="module")
-def core(nats_url: str, s3_endpoint: str) -> Iterator[DevCairnCore]:
-    with DevCairnCore(nats_url, s3_endpoint, bucket=f"handlers-{uuid.uuid4().hex[:8]}") as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def strava() -> Iterator[FakeStrava]:
-    with FakeStrava() as fake:
-        yield fake
-
-
-@pytest.fixture()
-def pool() -> str:
-    return f"pool-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture()
-def ctx(nats_url: str, fresh_redis: str, strava: FakeStrava, pool: str) -> Iterator[JobContext]:
-    settings = CairnSettings(nats_url=nats_url, provider=PROVIDER, worker_name=pool, worker_package=PACKAGE)
-    nt = NatsThread(settings)
-    provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=pool, package=PACKAGE)
-    limiter = RateLimiter(nt, settings)
-    kv = limiter._bucket()  # open the KV bucket off the loop thread (see context._build)
-    _forget_budget(nt, kv)  # every test starts with a fresh shared budget (a 429 test exhausts it)
-    client = redis.Redis.from_url(fresh_redis)
-    context = JobContext(settings=settings, nats=nt, redis=client, provider=provider,
-                         http=provider.new_http_client(), limiter=limiter)
-    yield context
-    context.http.close()
-    context.claimcheck.http.close()
-    client.close()
-    nt.close()
-
-
-def _forget_budget(nt: NatsThread, kv: Any) -> None:
-    async def purge() -> None:
-        try:
-            keys = await kv.keys()
-        except Exception:  # noqa: BLE001 - nats NoKeysError: nothing stored yet
-            return
-        for key in keys:
-            await kv.purge(key)
-
-    nt.run(purge(), 10)
-
-
-class Athlete:
-    def __init__(self, core: DevCairnCore, strava: FakeStrava, pool: str, n: int = 6) -> None:
-        self.id = int(uuid.uuid4().int % 9000) + 1000
-        self.fake = strava.add_athlete(self.id, n_activities=n)
-        self.user_id = str(uuid.uuid4())
-        self.acct = core.connect_account(PROVIDER, None, self.fake.access_token, self.fake.refresh_token,
-                                         self.fake.expires_at, user_id=self.user_id, worker_name=pool,
-                                         external_id=self.id, client_id=strava.client_id,
-                                         client_secret=strava.client_secret)
-        self.account_id = self.acct.account_id
-
-    def ext(self, i: int) -> str:
-        return str(self.id * 100_000 + i + 1)
-
-    def fetch_job(self, i: int = 0, **extra: Any) -> dict[str, Any]:
-        return {"job_id": str(uuid.uuid4()), "account_id": self.account_id, "user_id": self.user_id,
-                "provider": PROVIDER, "ext_id": self.ext(i), "fetch_streams": True, "reason": "queue", **extra}
-
-
-@pytest.fixture()
-def athlete(core: DevCairnCore, strava: FakeStrava, pool: str) -> Athlete:
-    return Athlete(core, strava, pool)
-
-
-def ingested_since(core: DevCairnCore, before: int, n: int = 1) -> list[Any]:
-    return core.wait_for_ingested(before + n, INGEST_TIMEOUT_S)[before:]
-
-
-def assert_json_and_secret_free(value: Any, *secrets: str) -> None:
-    text = json.dumps(value)
-    for secret in secrets:
-        assert secret not in text
 
 
 # --------------------------------------------------------------------------- unit pieces
@@ -332,7 +243,7 @@ def test_reconcile_rate_limited_naks_and_releases_the_coalesce_claim(
     strava.force_429(1, "short")
     assert handle_job(ctx, "reconcile", job, 1).action == "nak"
     assert ctx.redis.get(f"cairn:reconcile:coalesce:strava:{ath.account_id}") is None
-    _forget_budget(ctx.nats, ctx.limiter._bucket())  # the 429 really spent the shared window
+    forget_budget(ctx.nats, ctx.limiter._bucket())  # the 429 really spent the shared window
     assert handle_job(ctx, "reconcile", job, 2).action == "ack"
 
 
