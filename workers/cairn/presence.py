@@ -4,6 +4,11 @@ Presence is written by each live provider-worker instance every ~20 s under
 ``<worker_name>.<instance_id>``; the manifest under ``<worker_name>`` at start
 and every 10 minutes (the bucket TTL is 15 min). Both prove the pool runs.
 
+Both carry the same ``capabilities`` map, from one source
+(:func:`declared_capabilities`): core decides from the *manifest* whether the
+pool gets ``import_gear`` / ``import_metrics`` jobs (contract §3, §4: "declares
+Gear in its manifest"), and shows the presence copy in its worker list.
+
 Both records go through the pydantic models in :mod:`workers.cairn.messages`
 (every contract field, parser version ``N.M``, https-only provider meta), so a
 malformed record fails here, loudly, instead of silently hiding the pool from
@@ -28,6 +33,13 @@ def _now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
+def declared_capabilities(provider: Any) -> dict[str, Any] | None:
+    """The provider's DataType → flags map, shared by presence and manifest; None when empty
+    (both records omit the key then, like the Go worker)."""
+    capabilities = {name: dict(flags) for name, flags in provider.declared_capabilities().data_types.items()}
+    return capabilities or None
+
+
 def presence_record(settings: Any, provider: Any, instance_id: str) -> dict[str, Any]:
     """Contract §2: worker_name, worker_key, instance_id, version, release, provider, package,
     webhooks, capabilities, last_seen."""
@@ -37,16 +49,17 @@ def presence_record(settings: Any, provider: Any, instance_id: str) -> dict[str,
         "instance_id": instance_id, "version": str(provider.parser_version),
         "release": str(getattr(settings, "release", "")), "provider": settings.provider,
         "package": settings.worker_package, "webhooks": False,
-        "capabilities": dict(provider.declared_capabilities().data_types), "last_seen": _now(),
+        "capabilities": declared_capabilities(provider), "last_seen": _now(),
     }
-    if not record["capabilities"]:
-        del record["capabilities"]
     return PresenceRecord.model_validate(record).to_wire()
 
 
 def manifest_record(settings: Any, provider: Any) -> dict[str, Any]:
+    """Contract §1 fields, the pool's ``capabilities`` (what core gates gear/metrics jobs on)
+    and ``provider_meta`` when the pool links accounts."""
     record = {"worker_name": settings.worker_name, "version": str(provider.parser_version),
-              "provider": settings.provider, "package": settings.worker_package, "updated_at": _now()}
+              "provider": settings.provider, "package": settings.worker_package, "updated_at": _now(),
+              "capabilities": declared_capabilities(provider)}
     meta = provider.manifest_meta()
     if meta:
         record["provider_meta"] = meta
