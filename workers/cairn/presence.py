@@ -13,6 +13,11 @@ Both records go through the pydantic models in :mod:`workers.cairn.messages`
 (every contract field, parser version ``N.M``, https-only provider meta), so a
 malformed record fails here, loudly, instead of silently hiding the pool from
 core's worker list or connect form.
+
+Neither is written against an incompatible core (contract §1: a worker MUST
+refuse to run against one): the writers ask the process's
+:class:`~workers.cairn.compat.CoreGate` first and skip the write, returning
+None, while core's ``info`` names a release this worker may not serve.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workers.cairn import subjects
+from workers.cairn.compat import CoreGate
 from workers.cairn.messages import ManifestRecord, PresenceRecord
 
 KV_TIMEOUT_S = 5.0
@@ -76,14 +82,32 @@ def _put(ctx: Any, bucket: str, key: str, record: dict[str, Any]) -> None:
     ctx.nats.run(put(), KV_TIMEOUT_S)
 
 
-def write_presence(ctx: Any, instance_id: str | None = None) -> dict[str, Any]:
+_process_gates: dict[str, CoreGate] = {}
+
+
+def core_gate(ctx: Any) -> CoreGate:
+    """The context's gate (``JobContext.core_gate``), else one per process and worker release."""
+    gate = getattr(ctx, "core_gate", None)
+    if isinstance(gate, CoreGate):
+        return gate
+    release = str(getattr(ctx.settings, "release", ""))
+    return _process_gates.setdefault(release, CoreGate(release))
+
+
+def write_presence(ctx: Any, instance_id: str | None = None) -> dict[str, Any] | None:
+    """Write this instance's presence record; None (nothing written) against an incompatible core."""
+    if not core_gate(ctx).allows(ctx.nats):
+        return None
     instance_id = instance_id or ctx.settings.instance_id
     record = presence_record(ctx.settings, ctx.provider, instance_id)
     _put(ctx, subjects.PRESENCE_BUCKET, subjects.presence_key(ctx.settings.worker_name, instance_id), record)
     return record
 
 
-def write_manifest(ctx: Any) -> dict[str, Any]:
+def write_manifest(ctx: Any) -> dict[str, Any] | None:
+    """Write the pool's manifest; None (nothing written) against an incompatible core."""
+    if not core_gate(ctx).allows(ctx.nats):
+        return None
     record = manifest_record(ctx.settings, ctx.provider)
     _put(ctx, subjects.MANIFEST_BUCKET, ctx.settings.worker_name, record)
     return record

@@ -283,6 +283,12 @@ class DevCairnCore:
     async def _kv_put(self, bucket: str, key: str, raw: bytes) -> None:
         await (await self.js.key_value(bucket)).put(key, raw)
 
+    def kv_delete(self, bucket: str, key: str) -> None:
+        """Delete ``key`` (e.g. ``cairn_core``/``info``: an older core that publishes no release)."""
+        async def run() -> None:
+            await (await self.js.key_value(bucket)).delete(key)
+        self._call(run())
+
     def set_release(self, release: str, **extra: Any) -> None:
         """Rewrite ``cairn_core``/``info`` (e.g. to test a worker refusing an incompatible core)."""
         self.info = {"release": release} | extra
