@@ -235,6 +235,25 @@ def test_reconcile_with_nothing_new_still_publishes(core: DevCairnCore, ctx: Job
     assert not _drain_subjobs(ctx, pool)
 
 
+def test_reconcile_without_user_id_answers_without_listing(core: DevCairnCore, ctx: JobContext,
+                                                          strava: FakeStrava, pool: str) -> None:
+    """The §10 harness body (no user_id, reference §5): a stamped result, no sub-job without an owner."""
+    ath = Athlete(core, strava, pool, n=3)
+    watermark = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
+    job = {"job_id": f"conformance-{uuid.uuid4().hex}", "account_id": ath.account_id, "provider": PROVIDER,
+           "max_enqueue": 1, "watermark": watermark.isoformat()}
+    strava.clear_requests()
+    before = len(core.ingested)
+    disposition = handle_job(ctx, "reconcile", job, 1)
+    assert disposition.action == "ack" and "no user_id" in disposition.reason
+    [rec] = ingested_since(core, before)
+    assert rec.kind == "reconcile" and rec.subject == f"cairn.results.reconcile.strava.{ath.account_id}"
+    assert rec.data["workerName"] == pool and "error" not in rec.data
+    assert rec.result.new_watermark.ToDatetime(tzinfo=UTC) == watermark  # echoed, never advanced
+    assert not strava.requests and not _drain_subjobs(ctx, pool)
+    assert ctx.redis.get(f"cairn:reconcile:coalesce:strava:{ath.account_id}") is None  # claims no window
+
+
 def test_reconcile_rate_limited_naks_and_releases_the_coalesce_claim(
         core: DevCairnCore, ctx: JobContext, strava: FakeStrava, pool: str) -> None:
     ath = Athlete(core, strava, pool, n=3)
