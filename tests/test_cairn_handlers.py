@@ -123,6 +123,28 @@ def test_not_found_publishes_failure_envelope_then_terms(core: DevCairnCore, ctx
     assert "events" not in data and "payloadRef" not in data
 
 
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"start_date": None}, "no start time"),  # missing
+    ({"start_date": "yesterday morning"}, "no start time"),  # unparseable
+    ({"elapsed_time": 0}, "elapsed time not above zero"),
+])
+def test_unmappable_activity_terms_with_envelope_instead_of_publishing(
+        core: DevCairnCore, ctx: JobContext, athlete: Athlete, strava: FakeStrava,
+        fields: dict[str, Any], problem: str) -> None:
+    """Contract §3 poison: core would NAK such a result to MaxDeliver and dead-letter it (reference §2.7)."""
+    strava.patch_activity(athlete.id, int(athlete.ext(2)), **fields)
+    before, rejected = len(core.ingested), len(core.rejected)
+    job = athlete.fetch_job(2)
+    disposition = handle_job(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=9))
+    assert disposition.action == "term" and disposition.reason.startswith("unmappable"), disposition
+    [rec] = ingested_since(core, before)
+    assert rec.kind == "failure" and rec.msg_id == f"failed:strava:{athlete.ext(2)}:d1"
+    assert rec.data["error"]["code"] == "unmappable" and problem in rec.data["error"]["message"]
+    assert rec.data["error"]["class"] == "ERROR_CLASS_INVALID_INPUT"
+    assert rec.data["failedRef"]["externalId"] == athlete.ext(2) and "events" not in rec.data
+    assert len(core.rejected) == rejected  # no activity result reached core's ingest
+
+
 def test_poison_payload_terms_with_envelope(core: DevCairnCore, ctx: JobContext, athlete: Athlete) -> None:
     before = len(core.ingested)
     job = athlete.fetch_job(0)
