@@ -18,12 +18,13 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import nats
-from nats.js.errors import BucketNotFoundError, NoKeysError, NotFoundError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
 
 from workers.cairn import subjects
 
 STREAM_JOBS = subjects.JOBS_STREAM
 PRESENCE_BUCKET = subjects.PRESENCE_BUCKET
+MANIFEST_BUCKET = subjects.MANIFEST_BUCKET
 PRESENCE_MAX_AGE_S = 90.0  # the Go harness's freshness limit
 PRESENCE_FIELDS = ("worker_name", "worker_key", "instance_id", "version", "release", "provider",
                    "package", "webhooks", "last_seen")  # capabilities: omitted when empty (reference §2.10)
@@ -120,9 +121,23 @@ async def _presence(js: Any, o: CheckOptions) -> dict[str, Any]:
     return record
 
 
-def required_kinds(o: CheckOptions, presence: dict[str, Any] | None) -> list[str]:
+async def _manifest(js: Any, o: CheckOptions) -> dict[str, Any] | None:
+    """The pool's manifest, or None (no bucket, no key, undecodable): it only widens the checks."""
+    try:
+        entry = await (await js.key_value(MANIFEST_BUCKET)).get(o.worker_name)
+        record = json.loads(entry.value or b"")
+    except (BucketNotFoundError, NotFoundError, KeyNotFoundError, ValueError, asyncio.TimeoutError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def required_kinds(o: CheckOptions, presence: dict[str, Any] | None,
+                   manifest: dict[str, Any] | None = None) -> list[str]:
+    """fetch_source, reconcile (+ parse_blob), and import_metrics / import_gear when the pool
+    declares a metric type / Gear: in its manifest (contract §3), else in its presence record."""
     kinds = ["fetch_source", "reconcile"]
-    caps = (presence or {}).get("capabilities") or {}
+    declared = (manifest or {}).get("capabilities") if manifest else None
+    caps = declared if declared is not None else (presence or {}).get("capabilities") or {}
     if o.parse_blob:
         kinds.append("parse_blob")
     if o.metrics or METRIC_DATA_TYPES & set(caps):
@@ -226,7 +241,8 @@ async def run_checks(o: CheckOptions, out: TextIO) -> int:
             filters = None
             report.record("consumers on CAIRN_JOBS", f"cannot list consumers: {type(exc).__name__}")
         if filters is not None:
-            for kind in required_kinds(o, presence):
+            manifest = await _manifest(js, o)
+            for kind in required_kinds(o, presence, manifest):
                 subject = job_subject(kind, o)
                 try:
                     _check_consumer(filters, subject)

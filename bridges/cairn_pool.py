@@ -4,11 +4,9 @@ Two start-up duties of contract 0.7 live here because both must happen before
 the bridge pulls a single job:
 
 * **Release compatibility** (§1 Versioning): core publishes its release under
-  ``info`` in the ``cairn_core`` KV; a worker MUST refuse an incompatible core.
-  Before 1.0 that means the same major.minor; from 1.0 the same major and our
-  minor not above core's. *Dev builds are exempt*: a release that is ``dev``,
-  or carries a ``-dev`` pre-release tag (``v0.8.0-dev.3``), on either side.
-  A missing ``info`` record (older core) is a warning, not a refusal.
+  ``info`` in the ``cairn_core`` KV; a worker MUST refuse an incompatible core
+  (``workers.cairn.compat``, shared with the presence/manifest writers, which
+  stop advertising the pool against such a core).
 * **Durable pull consumers** (§3): one per job subject of the pool, filtered on
   the exact subject, with a *shared* durable name so every instance of the pool
   binds the same consumer (CAIRN_JOBS is a work queue and refuses a second
@@ -19,90 +17,30 @@ the bridge pulls a single job:
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from workers.cairn import subjects
-from workers.errors import SwitchyardError
+# The release check lives in workers/cairn/compat.py, shared with the presence/manifest writers.
+from workers.cairn.compat import (  # noqa: F401 - re-exported for the bridge, doctor and tests
+    DEV_RELEASE,
+    IncompatibleCoreError,
+    check_core_release,
+    compatible,
+    decode_info,
+    is_dev_build,
+    parse_release,
+)
 
 log = logging.getLogger(__name__)
 
 STREAM_JOBS = subjects.JOBS_STREAM
 KV_CORE = subjects.CORE_BUCKET
 KV_CORE_INFO_KEY = subjects.CORE_INFO_KEY
-
-_RELEASE_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+].*)?$")
-DEV_RELEASE = "dev"
-
-
-class IncompatibleCoreError(SwitchyardError):
-    """Core's release is not one this worker may run against (contract §1)."""
-
-
-def is_dev_build(release: str) -> bool:
-    text = release.strip().lower()
-    return text in (DEV_RELEASE, "") or "-dev" in text or text.endswith("+dev")
-
-
-def parse_release(release: str) -> tuple[int, int, int]:
-    match = _RELEASE_RE.match(release.strip())
-    if not match:
-        raise IncompatibleCoreError(f"core release {release!r} is not a vMAJOR.MINOR.PATCH version")
-    return int(match[1]), int(match[2]), int(match[3] or 0)
-
-
-def compatible(worker_release: str, core_release: str) -> bool:
-    """Contract §1: pre-1.0 same major.minor; from 1.0 same major, worker minor ≤ core minor."""
-    if is_dev_build(worker_release) or is_dev_build(core_release):
-        return True
-    w_major, w_minor, _ = parse_release(worker_release)
-    c_major, c_minor, _ = parse_release(core_release)
-    if w_major != c_major:
-        return False
-    if w_major == 0:
-        return w_minor == c_minor
-    return w_minor <= c_minor
-
-
-def decode_info(raw: bytes) -> str:
-    """``info`` is JSON ``{"release": "v0.7.0", ...}`` or a bare release string."""
-    text = raw.decode("utf-8", errors="replace").strip()
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    if isinstance(value, dict):
-        return str(value.get("release", "")).strip()
-    return str(value).strip()
-
-
-async def check_core_release(js: JetStreamContext, worker_release: str) -> str | None:
-    """Refuse an incompatible core; return core's release, or None when it publishes none."""
-    try:
-        kv = await js.key_value(KV_CORE)
-        entry = await kv.get(KV_CORE_INFO_KEY)
-    except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
-        log.warning("core publishes no release (no %s/%s); running without a compatibility check",
-                    KV_CORE, KV_CORE_INFO_KEY)
-        return None
-    core_release = decode_info(entry.value or b"")
-    if not core_release:
-        log.warning("core's %s/%s carries no release; running without a compatibility check",
-                    KV_CORE, KV_CORE_INFO_KEY)
-        return None
-    if not compatible(worker_release, core_release):
-        raise IncompatibleCoreError(
-            f"core release {core_release} is incompatible with this worker's release "
-            f"{worker_release} (contract §1: before 1.0 major.minor must match)")
-    log.info("core release %s is compatible with worker release %s", core_release, worker_release)
-    return core_release
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     cairn.add_argument("--worker-name", default=None, help="pool name (default <provider>-fetcher)")
     cairn.add_argument("--active", action="store_true", help="also round-trip a synthetic reconcile job")
     cairn.add_argument("--account-id", default="", help="connected account for --active")
-    cairn.add_argument("--user-id", default="", help="owner of --account-id (sent in the job when set)")
+    cairn.add_argument("--user-id", default="", help="owner of --account-id; optional as in the Go harness "
+                       "(without it the pool answers the reconcile without listing)")
     cairn.add_argument("--metrics", action="store_true", help="require an import_metrics consumer")
     cairn.add_argument("--gear", action="store_true", help="require an import_gear consumer")
     cairn.add_argument("--no-parse-blob", dest="parse_blob", action="store_false",

@@ -246,7 +246,7 @@ def exchange(request_key: str) -> dict[str, Any]:
 
 @shared_task(name=PRESENCE_TASK, bind=True, ignore_result=True)
 def presence(self: Any) -> None:
-    """Write this instance's presence record (contract §2)."""
+    """Write this instance's presence record (contract §2); skipped against an incompatible core (§1)."""
     from workers.cairn.presence import write_presence
 
     write_presence(runtime().ctx, instance_id(self.request.hostname))
@@ -254,7 +254,7 @@ def presence(self: Any) -> None:
 
 @shared_task(name=MANIFEST_TASK, ignore_result=True)
 def manifest() -> None:
-    """Write the pool's manifest (contract §1, within its 15 min TTL)."""
+    """Write the pool's manifest (contract §1, within its 15 min TTL); skipped against an incompatible core."""
     from workers.cairn.presence import write_manifest
 
     write_manifest(runtime().ctx)

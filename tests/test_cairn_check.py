@@ -47,6 +47,24 @@ def test_check_passes_against_our_pool(stack: CairnStack) -> None:
     assert lines[-1] == "worker is contract-compliant"
 
 
+def test_check_active_without_user_id_passes(stack: CairnStack) -> None:
+    """The harness's own reconcile body has no user_id (reference §5): our pool answers it, stamped,
+    instead of terming it bad_payload; no sub-job is enqueued without an owner."""
+    acct = stack.connect_athlete()
+    out = run_check(stack, "--active", "--account-id", acct.account_id)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "PASS  reconcile round-trip" in out.stdout.splitlines()
+    # The manifest declares Gear, so the checker requires (and finds) the import_gear consumer.
+    assert f"PASS  consumer for cairn.jobs.import_gear.{PROVIDER}.{stack.pool}" in out.stdout.splitlines()
+    core = stack.core
+    assert core is not None and stack.strava is not None
+    mine = lambda: [r for r in core.ingested if r.subject.endswith(acct.account_id)]  # noqa: E731
+    core.router.wait(lambda: bool(mine()), WAIT_S, "core's copy of the reconcile result")
+    [rec] = mine()
+    assert rec.kind == "reconcile" and rec.msg_id.startswith("result:conformance-")  # not a failure
+    assert not [r for r in stack.strava.requests if r.athlete_id == int(acct.external_id)]  # nothing listed
+
+
 def test_check_fails_for_an_unknown_pool(stack: CairnStack) -> None:
     out = run_check(stack, worker_name="nobody-here")
     assert out.returncode == 1, out.stdout

@@ -225,7 +225,30 @@ def test_presence_and_manifest_are_written_by_the_pool(stack: CairnStack) -> Non
         assert key in record
     assert record["capabilities"]  # Strava declares Activity, Lap, Gear
     assert record["worker_key"] == f"{stack.pool}-{PROVIDER}"
-    assert stack.pool in stack.core.manifests()
+    assert stack.core.manifests()[stack.pool]["capabilities"] == record["capabilities"]  # one source
+
+
+def test_core_schedules_import_gear_because_the_pools_manifest_declares_gear(stack: CairnStack) -> None:
+    """Contract §3/§4: import_gear only for a live pool whose *manifest* declares Gear."""
+    acct = stack.connect_athlete(n_activities=0)
+    manifest = wait_until(lambda: stack.core.manifests().get(stack.pool), WAIT_S, "the pool's manifest")
+    wait_until(lambda: stack.core.live_presence(stack.pool), WAIT_S, "a live worker of the pool")
+    assert "Gear" in manifest["capabilities"]  # type: ignore[index]
+    bare = {k: v for k, v in manifest.items() if k != "capabilities"}  # type: ignore[union-attr]
+    stack.core.kv_put("cairn_worker_manifests", stack.pool, bare)  # live presence still declares Gear
+    kinds = [j.subject.split(".")[2] for j in stack.core.schedule_reconcile(acct.account_id, force=True)]
+    assert kinds == ["reconcile"]
+    # The pool rewrites its manifest (what beat does every 10 min) and core now sends gear.
+    subprocess.run([sys.executable, "-c", "from tasks.cairn import manifest; manifest.apply_async()"],
+                   cwd=ROOT, env=stack.env, check=True, timeout=60)
+    wait_until(lambda: "Gear" in (stack.core.manifests()[stack.pool].get("capabilities") or {}), WAIT_S,
+               "the pool's own manifest again")
+    gear = [j for j in stack.core.schedule_reconcile(acct.account_id, force=True) if "import_gear" in j.subject]
+    assert len(gear) == 1 and not gear[0].duplicate
+    job_id = gear[0].payload["job_id"]
+    stack.core.router.wait(lambda: bool(stack.results_for(job_id)), WAIT_S, "the pool's import_gear result")
+    (result,) = stack.results_for(job_id)
+    assert result.msg_id == f"result:{job_id}" and result.data["workerName"] == stack.pool
 
 
 def test_incompatible_core_is_refused_and_missing_info_only_warns(stack: CairnStack) -> None:

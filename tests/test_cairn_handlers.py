@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,101 +18,13 @@ import redis
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
+from tests.cairn_ctx import (PACKAGE, PROVIDER, Athlete, assert_json_and_secret_free, athlete, core,  # noqa: F401
+                             ctx, forget_budget, ingested_since, pool, strava)
 from workers.cairn import sealed, wire
 from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.handlers import Delivery, JobContext, discover, exchange, handle_job
 from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, window_start
-from workers.cairn.nats_conn import NatsThread
-from workers.cairn.ratelimit import RateLimiter
-from workers.cairn.settings import CairnSettings
-from workers.providers.strava.provider import StravaProvider
-from workers.providers.strava.settings import StravaSettings
 from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
-
-PACKAGE = "switchyard.providers.strava"
-PROVIDER = "strava"
-INGEST_TIMEOUT_S = 15.0
-
-
-@pytest.fixture(scope="module")
-def core(nats_url: str, s3_endpoint: str) -> Iterator[DevCairnCore]:
-    with DevCairnCore(nats_url, s3_endpoint, bucket=f"handlers-{uuid.uuid4().hex[:8]}") as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def strava() -> Iterator[FakeStrava]:
-    with FakeStrava() as fake:
-        yield fake
-
-
-@pytest.fixture()
-def pool() -> str:
-    return f"pool-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture()
-def ctx(nats_url: str, fresh_redis: str, strava: FakeStrava, pool: str) -> Iterator[JobContext]:
-    settings = CairnSettings(nats_url=nats_url, provider=PROVIDER, worker_name=pool, worker_package=PACKAGE)
-    nt = NatsThread(settings)
-    provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=pool, package=PACKAGE)
-    limiter = RateLimiter(nt, settings)
-    kv = limiter._bucket()  # open the KV bucket off the loop thread (see context._build)
-    _forget_budget(nt, kv)  # every test starts with a fresh shared budget (a 429 test exhausts it)
-    client = redis.Redis.from_url(fresh_redis)
-    context = JobContext(settings=settings, nats=nt, redis=client, provider=provider,
-                         http=provider.new_http_client(), limiter=limiter)
-    yield context
-    context.http.close()
-    context.claimcheck.http.close()
-    client.close()
-    nt.close()
-
-
-def _forget_budget(nt: NatsThread, kv: Any) -> None:
-    async def purge() -> None:
-        try:
-            keys = await kv.keys()
-        except Exception:  # noqa: BLE001 - nats NoKeysError: nothing stored yet
-            return
-        for key in keys:
-            await kv.purge(key)
-
-    nt.run(purge(), 10)
-
-
-class Athlete:
-    def __init__(self, core: DevCairnCore, strava: FakeStrava, pool: str, n: int = 6) -> None:
-        self.id = int(uuid.uuid4().int % 9000) + 1000
-        self.fake = strava.add_athlete(self.id, n_activities=n)
-        self.user_id = str(uuid.uuid4())
-        self.acct = core.connect_account(PROVIDER, None, self.fake.access_token, self.fake.refresh_token,
-                                         self.fake.expires_at, user_id=self.user_id, worker_name=pool,
-                                         external_id=self.id, client_id=strava.client_id,
-                                         client_secret=strava.client_secret)
-        self.account_id = self.acct.account_id
-
-    def ext(self, i: int) -> str:
-        return str(self.id * 100_000 + i + 1)
-
-    def fetch_job(self, i: int = 0, **extra: Any) -> dict[str, Any]:
-        return {"job_id": str(uuid.uuid4()), "account_id": self.account_id, "user_id": self.user_id,
-                "provider": PROVIDER, "ext_id": self.ext(i), "fetch_streams": True, "reason": "queue", **extra}
-
-
-@pytest.fixture()
-def athlete(core: DevCairnCore, strava: FakeStrava, pool: str) -> Athlete:
-    return Athlete(core, strava, pool)
-
-
-def ingested_since(core: DevCairnCore, before: int, n: int = 1) -> list[Any]:
-    return core.wait_for_ingested(before + n, INGEST_TIMEOUT_S)[before:]
-
-
-def assert_json_and_secret_free(value: Any, *secrets: str) -> None:
-    text = json.dumps(value)
-    for secret in secrets:
-        assert secret not in text
 
 
 # --------------------------------------------------------------------------- unit pieces
@@ -210,6 +121,28 @@ def test_not_found_publishes_failure_envelope_then_terms(core: DevCairnCore, ctx
     assert data["failedRef"] == {"userId": athlete.user_id, "provider": PROVIDER,
                                  "externalAccountId": athlete.account_id, "externalId": athlete.ext(3)}
     assert "events" not in data and "payloadRef" not in data
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"start_date": None}, "no start time"),  # missing
+    ({"start_date": "yesterday morning"}, "no start time"),  # unparseable
+    ({"elapsed_time": 0}, "elapsed time not above zero"),
+])
+def test_unmappable_activity_terms_with_envelope_instead_of_publishing(
+        core: DevCairnCore, ctx: JobContext, athlete: Athlete, strava: FakeStrava,
+        fields: dict[str, Any], problem: str) -> None:
+    """Contract §3 poison: core would NAK such a result to MaxDeliver and dead-letter it (reference §2.7)."""
+    strava.patch_activity(athlete.id, int(athlete.ext(2)), **fields)
+    before, rejected = len(core.ingested), len(core.rejected)
+    job = athlete.fetch_job(2)
+    disposition = handle_job(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=9))
+    assert disposition.action == "term" and disposition.reason.startswith("unmappable"), disposition
+    [rec] = ingested_since(core, before)
+    assert rec.kind == "failure" and rec.msg_id == f"failed:strava:{athlete.ext(2)}:d1"
+    assert rec.data["error"]["code"] == "unmappable" and problem in rec.data["error"]["message"]
+    assert rec.data["error"]["class"] == "ERROR_CLASS_INVALID_INPUT"
+    assert rec.data["failedRef"]["externalId"] == athlete.ext(2) and "events" not in rec.data
+    assert len(core.rejected) == rejected  # no activity result reached core's ingest
 
 
 def test_poison_payload_terms_with_envelope(core: DevCairnCore, ctx: JobContext, athlete: Athlete) -> None:
@@ -324,6 +257,25 @@ def test_reconcile_with_nothing_new_still_publishes(core: DevCairnCore, ctx: Job
     assert not _drain_subjobs(ctx, pool)
 
 
+def test_reconcile_without_user_id_answers_without_listing(core: DevCairnCore, ctx: JobContext,
+                                                          strava: FakeStrava, pool: str) -> None:
+    """The §10 harness body (no user_id, reference §5): a stamped result, no sub-job without an owner."""
+    ath = Athlete(core, strava, pool, n=3)
+    watermark = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
+    job = {"job_id": f"conformance-{uuid.uuid4().hex}", "account_id": ath.account_id, "provider": PROVIDER,
+           "max_enqueue": 1, "watermark": watermark.isoformat()}
+    strava.clear_requests()
+    before = len(core.ingested)
+    disposition = handle_job(ctx, "reconcile", job, 1)
+    assert disposition.action == "ack" and "no user_id" in disposition.reason
+    [rec] = ingested_since(core, before)
+    assert rec.kind == "reconcile" and rec.subject == f"cairn.results.reconcile.strava.{ath.account_id}"
+    assert rec.data["workerName"] == pool and "error" not in rec.data
+    assert rec.result.new_watermark.ToDatetime(tzinfo=UTC) == watermark  # echoed, never advanced
+    assert not strava.requests and not _drain_subjobs(ctx, pool)
+    assert ctx.redis.get(f"cairn:reconcile:coalesce:strava:{ath.account_id}") is None  # claims no window
+
+
 def test_reconcile_rate_limited_naks_and_releases_the_coalesce_claim(
         core: DevCairnCore, ctx: JobContext, strava: FakeStrava, pool: str) -> None:
     ath = Athlete(core, strava, pool, n=3)
@@ -332,7 +284,7 @@ def test_reconcile_rate_limited_naks_and_releases_the_coalesce_claim(
     strava.force_429(1, "short")
     assert handle_job(ctx, "reconcile", job, 1).action == "nak"
     assert ctx.redis.get(f"cairn:reconcile:coalesce:strava:{ath.account_id}") is None
-    _forget_budget(ctx.nats, ctx.limiter._bucket())  # the 429 really spent the shared window
+    forget_budget(ctx.nats, ctx.limiter._bucket())  # the 429 really spent the shared window
     assert handle_job(ctx, "reconcile", job, 2).action == "ack"
 
 

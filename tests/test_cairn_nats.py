@@ -171,7 +171,9 @@ def test_presence_and_manifest_records_in_kv(thread: NatsThread) -> None:
     manifest = presence.write_manifest(ctx)
     stored = json.loads(thread.run(manifest_kv.get(POOL), 5).value)
     assert stored == manifest
-    assert {"worker_name", "version", "provider", "package", "updated_at", "provider_meta"} == set(stored)
+    assert {"worker_name", "version", "provider", "package", "updated_at", "capabilities",
+            "provider_meta"} == set(stored)
+    assert stored["capabilities"] == record["capabilities"] and "Gear" in stored["capabilities"]
     meta = stored["provider_meta"]
     assert meta["auth_method"] == "oauth2" and meta["oauth"]["scope_separator"] == ","
     assert [f["key"] for f in meta["config_fields"]] == ["client_id", "client_secret"]

@@ -324,6 +324,12 @@ def test_enqueue_job_lands_on_the_pool_subject(core: DevCairnCore, acct: Any, po
 
 
 def test_schedule_reconcile_body_and_budget_gate(core: DevCairnCore, acct: Any, pool: str) -> None:
+    live = {"worker_name": pool, "worker_key": f"{pool}-strava", "instance_id": "a", "version": "1.0",
+            "provider": PROVIDER, "package": PACKAGE, "last_seen": iso(datetime.now(UTC)),
+            "capabilities": {"Gear": {"read": True}}}
+    core.kv_put("cairn_worker_presence", f"{pool}.a", live)
+    assert [j.subject for j in core.schedule_reconcile(acct.account_id)] == [
+        f"cairn.jobs.reconcile.strava.{pool}"]  # Gear in presence only: core reads the manifest (§4)
     core.kv_put("cairn_worker_manifests", pool, {"worker_name": pool, "provider": PROVIDER, "package": PACKAGE,
                                                  "version": "1.0", "capabilities": {"Gear": {"read": True}}})
     jobs = core.schedule_reconcile(acct.account_id)

@@ -24,12 +24,13 @@ from workers.providers.base import (
     ProviderAuthError,
     ProviderContext,
     ProviderNotFound,
+    ProviderPermanentError,
     ProviderRateLimited,
     WindowUsage,
 )
 from workers.providers.registry import get_provider
-from workers.providers.strava.dataset import UnsupportedDataset, build_archive, parse_archive
-from workers.providers.strava.mapping import classify_sport, map_activity, map_streams
+from workers.providers.strava.dataset import UnmappableActivity, UnsupportedDataset, build_archive, parse_archive
+from workers.providers.strava.mapping import classify_sport, ingest_problems, map_activity, map_streams
 from workers.providers.strava.models import StravaActivity
 from workers.providers.strava.provider import StravaProvider
 from workers.providers.strava.settings import StravaSettings
@@ -308,12 +309,30 @@ def test_older_archive_without_gear_and_other_datasets() -> None:
     ext_id, events = parse_archive(raw, user_id=USER_ID, account_id=ACCOUNT_ID)
     assert ext_id == "77" and [e["type"] for e in events] == ["WORKER_EVENT_TYPE_ACTIVITY"]
     assert events[0]["activity"]["payload"]["gearExternalId"] == "g1" and "stream" not in events[0]["activity"]
-    legacy = json.dumps({"version": "1", "activity": {"id": 5, "elapsed_time": 3}}).encode()
+    legacy = json.dumps({"version": "1", "activity": {"id": 5, "start_date": "2024-01-01T10:00:00Z",
+                                                      "elapsed_time": 3}}).encode()
     assert parse_archive(legacy, user_id=USER_ID, account_id="")[0] == "5"
     with pytest.raises(UnsupportedDataset) as info:
         parse_archive(json.dumps({"version": 2, "activity": {"id": 1}}).encode(),
                       user_id=USER_ID, account_id=ACCOUNT_ID)
     assert isinstance(info.value, RetryableJobError)  # NAK: a pool that reads dataset 2 takes it
+
+
+@pytest.mark.parametrize(("activity", "problems"), [
+    ({"id": 6, "elapsed_time": 30}, ["no start time"]),
+    ({"id": 6, "start_date": "not a date", "elapsed_time": 30}, ["no start time"]),
+    ({"id": 6, "start_date": "1970-01-01T00:00:00Z", "elapsed_time": 30}, ["no start time"]),  # core's zero
+    ({"id": 6, "start_date": "2024-01-01T10:00:00Z"}, ["elapsed time not above zero"]),
+    ({"id": 6, "start_date": "2024-01-01T10:00:00Z", "elapsed_time": -5}, ["elapsed time not above zero"]),
+    ({"id": 6}, ["no start time", "elapsed time not above zero"]),
+])
+def test_an_activity_core_cannot_ingest_is_unmappable(activity: dict, problems: list[str]) -> None:
+    """Reference §2.7/§1.12: core requires a non-zero start and elapsed > 0; a permanent error, not a result."""
+    assert ingest_problems(map_activity(StravaActivity.model_validate(activity))) == problems
+    with pytest.raises(UnmappableActivity) as info:
+        parse_archive(build_archive(activity, None, []), user_id=USER_ID, account_id=ACCOUNT_ID)
+    assert isinstance(info.value, ProviderPermanentError) and info.value.code == "unmappable"
+    assert all(p in str(info.value) for p in problems)
 
 
 @pytest.mark.parametrize("status", [500, 404, 429])

@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -33,7 +32,7 @@ from starlette.routing import Route
 
 from deploy.devstack.http_server import BackgroundServer
 from deploy.devstack.strava_data import (ACTIVITY_SPACING_S, FakeAthlete, gear_summary, generate_activity,
-                                         generate_gear)
+                                         generate_gear, start_ts)
 # Re-exported: tests and the bench import the window lengths, budgets and OAuth defaults from here.
 from deploy.devstack.strava_limits import DAY_S, DEFAULT_LIMITS, DEFAULT_READ_LIMITS, SHORT_WINDOW_S, RateBudget
 from deploy.devstack.strava_oauth import (ACCESS_TOKEN_TTL_S, DEFAULT_CLIENT_ID, DEFAULT_SCOPE,
@@ -190,6 +189,18 @@ class FakeStrava:
             ath = self._athletes[athlete_id]
             return generate_activity(ath, len(ath.activities), start or self.clock() - 3600)
 
+    def patch_activity(self, athlete_id: int, activity_id: int, **fields: Any) -> dict[str, Any]:
+        """Overwrite fields of an activity (``None`` deletes one), e.g. a broken manual entry
+        without a usable ``start_date`` or with ``elapsed_time`` 0, which the pool must fail."""
+        with self._lock:
+            act = self._athletes[athlete_id].activities[activity_id]
+            for key, value in fields.items():
+                if value is None:
+                    act.pop(key, None)
+                else:
+                    act[key] = value
+            return dict(act)
+
     def delete_activity(self, athlete_id: int, activity_id: int) -> None:
         with self._lock:
             self._athletes[athlete_id].activities.pop(activity_id, None)
@@ -300,7 +311,7 @@ class FakeStrava:
                 return 400, self._error_body(400, "Application", "page")
             rows = []
             for act in ath.activities.values():
-                ts = datetime.strptime(act["start_date"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+                ts = start_ts(act)  # an unusable start_date lists as the oldest activity
                 if (after is None or ts > after) and (before is None or ts < before):
                     rows.append((ts, act))
             # Strava lists newest first, but oldest first when only ``after`` is given.

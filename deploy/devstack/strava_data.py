@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # Strava's timestamp form
 STREAM_SAMPLES_MAX = 600  # samples per generated stream: realistic shape, small bodies
 ACTIVITY_SPACING_S = 22 * 3600  # generated activities are ~a day apart, newest first
 STREAM_KEYS = ("time", "latlng", "altitude", "distance", "velocity_smooth", "heartrate",
@@ -37,7 +38,16 @@ GEAR_SUMMARY_KEYS = ("id", "primary", "name", "nickname", "retired", "distance",
 
 def iso_utc(ts: float) -> str:
     """Strava's timestamp form, ``2026-01-01T00:00:00Z``."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ts, UTC).strftime(ISO_FORMAT)
+
+
+def start_ts(activity: dict[str, Any]) -> float:
+    """An activity's ``start_date`` as unix seconds; 0 when it is missing or not Strava's form
+    (a patched broken activity still lists, as the oldest)."""
+    try:
+        return datetime.strptime(str(activity.get("start_date") or ""), ISO_FORMAT).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def encode_polyline(points: list[list[float]], precision: int = 5) -> str:

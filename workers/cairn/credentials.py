@@ -12,7 +12,10 @@ can never succeed → :class:`CredentialsRevoked` (failure envelope + Term);
 unavailable (NAK). An access token close to expiry is refreshed with the
 provider (when it can) and stored back with optimistic concurrency
 (``previous_expires_at``); ``stale_store`` means another instance refreshed
-first, so we read core's token again.
+first, so we read core's token again. A refused refresh reads core once more
+too: if another instance already stored a fresh token (it used, and a
+rotating provider retired, the refresh token we hold), that token is used;
+otherwise core is told ``needs_reauth`` and the job is termed.
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workers.cairn.messages import CredsReply, TokenReply
-from workers.cairn.wire import rfc3339
+from workers.cairn.messages import CredsReply, TokenReply, TokenStoreRequest
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import register_secret
 from workers.providers.base import ProviderAuthError, ProviderError
@@ -138,6 +140,9 @@ def fetch_tokens(ctx: JobContext, account_id: str) -> Tokens:
         new = refresh(ctx.http, client_id=tokens.client_id, client_secret=tokens.client_secret,
                       refresh_token=tokens.refresh_token)
     except ProviderAuthError as exc:
+        superseded = _refreshed_elsewhere(ctx, account_id, tokens)
+        if superseded is not None:
+            return superseded
         _needs_reauth(ctx, account_id, exc.code or "refresh_failed")
         raise CredentialsRevoked("needs_reauth", f"token refresh refused ({exc.code})") from None
     except ProviderError as exc:
@@ -146,14 +151,29 @@ def fetch_tokens(ctx: JobContext, account_id: str) -> Tokens:
     return _store(ctx, account_id, tokens, new)
 
 
+def _refreshed_elsewhere(ctx: JobContext, account_id: str, read: Tokens) -> Tokens | None:
+    """Core's token when another instance refreshed (and stored) since we read ``read``, else None.
+
+    A provider that rotates refresh tokens retires the one we hold as soon as
+    another instance of the pool refreshes with it; its refusal then means
+    "superseded", not "the user revoked us". Only a fresh, different token in
+    core proves that; otherwise the refusal stands and the account needs reauth.
+    """
+    current = get_tokens(ctx, account_id)
+    if current.access_token != read.access_token and current.fresh():
+        log.info("token refresh for account %s refused, but core holds a newer token; using it", account_id)
+        return current
+    return None
+
+
 def _store(ctx: JobContext, account_id: str, old: Tokens, new: Any) -> Tokens:
+    """``.store`` with optimistic concurrency: core writes only if its expiry is still ours."""
     from workers.cairn.handlers.context import token_subject
 
     expires = new.expires_at.astimezone(UTC)
-    body = {"account_id": account_id, "access_token": new.access_token,
-            "refresh_token": new.refresh_token, "expires_at": rfc3339(expires),
-            "scope": new.scope, "token_type": new.token_type,
-            "previous_expires_at": rfc3339(old.expires_at) if old.expires_at else "0001-01-01T00:00:00Z"}
+    body = TokenStoreRequest(account_id=account_id, access_token=new.access_token,
+                             refresh_token=new.refresh_token, expires_at=expires, scope=new.scope,
+                             token_type=new.token_type, previous_expires_at=old.expires_at).to_wire()
     reply = _request(ctx, token_subject(ctx.provider_name, "store"), body, "token store")
     if reply.get("ok"):
         return old.model_copy(update={"access_token": new.access_token,

@@ -33,7 +33,12 @@ class FetchSourceJob(_Job):
 
 
 class ReconcileJob(_Job):
+    """Contract §4 reconcile. ``user_id`` may be missing: the §10 conformance harness publishes
+    ``{job_id, account_id, provider, max_enqueue}`` only (reference §5), and the Go worker decodes
+    that without complaint. Sub-jobs need an owner, so the handler enqueues none without it."""
+
     job_id: str = Field(min_length=1)
+    user_id: str = ""
     watermark: datetime | None = None
     max_enqueue: int = Field(default=500, ge=0)
     known_ext_ids: list[str] = Field(default_factory=list)

@@ -322,11 +322,19 @@ class ProviderMeta(Outbound):
 
 
 class ManifestRecord(Outbound):
-    """Contract §1: under ``<worker_name>`` at start and again within the 15-min TTL."""
+    """Contract §1: under ``<worker_name>`` at start and again within the 15-min TTL.
+
+    ``capabilities`` is not in §1's example record, but §3/§4 gate the gear and
+    metrics jobs on what "the manifest declares"; a published core ignores the
+    extra key (its manifest watcher reads five fields, reference §2.10).
+    """
 
     worker_name: str = Field(min_length=1)
     version: str = Field(pattern=r"^\d+\.\d+$")
     provider: str = Field(min_length=1)
     package: str = Field(min_length=1)
     updated_at: datetime
+    # The pool's DataTypes, the same map as presence: core publishes import_gear / import_metrics
+    # only to a pool whose manifest declares Gear / a metric type (contract §3, §4).
+    capabilities: dict[str, Capability] | None = None
     provider_meta: ProviderMeta | None = None  # MUST for a pool that links accounts; parser-only pools omit

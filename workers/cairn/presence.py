@@ -4,10 +4,20 @@ Presence is written by each live provider-worker instance every ~20 s under
 ``<worker_name>.<instance_id>``; the manifest under ``<worker_name>`` at start
 and every 10 minutes (the bucket TTL is 15 min). Both prove the pool runs.
 
+Both carry the same ``capabilities`` map, from one source
+(:func:`declared_capabilities`): core decides from the *manifest* whether the
+pool gets ``import_gear`` / ``import_metrics`` jobs (contract §3, §4: "declares
+Gear in its manifest"), and shows the presence copy in its worker list.
+
 Both records go through the pydantic models in :mod:`workers.cairn.messages`
 (every contract field, parser version ``N.M``, https-only provider meta), so a
 malformed record fails here, loudly, instead of silently hiding the pool from
 core's worker list or connect form.
+
+Neither is written against an incompatible core (contract §1: a worker MUST
+refuse to run against one): the writers ask the process's
+:class:`~workers.cairn.compat.CoreGate` first and skip the write, returning
+None, while core's ``info`` names a release this worker may not serve.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workers.cairn import subjects
+from workers.cairn.compat import CoreGate
 from workers.cairn.messages import ManifestRecord, PresenceRecord
 
 KV_TIMEOUT_S = 5.0
@@ -28,6 +39,13 @@ def _now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
+def declared_capabilities(provider: Any) -> dict[str, Any] | None:
+    """The provider's DataType → flags map, shared by presence and manifest; None when empty
+    (both records omit the key then, like the Go worker)."""
+    capabilities = {name: dict(flags) for name, flags in provider.declared_capabilities().data_types.items()}
+    return capabilities or None
+
+
 def presence_record(settings: Any, provider: Any, instance_id: str) -> dict[str, Any]:
     """Contract §2: worker_name, worker_key, instance_id, version, release, provider, package,
     webhooks, capabilities, last_seen."""
@@ -37,16 +55,17 @@ def presence_record(settings: Any, provider: Any, instance_id: str) -> dict[str,
         "instance_id": instance_id, "version": str(provider.parser_version),
         "release": str(getattr(settings, "release", "")), "provider": settings.provider,
         "package": settings.worker_package, "webhooks": False,
-        "capabilities": dict(provider.declared_capabilities().data_types), "last_seen": _now(),
+        "capabilities": declared_capabilities(provider), "last_seen": _now(),
     }
-    if not record["capabilities"]:
-        del record["capabilities"]
     return PresenceRecord.model_validate(record).to_wire()
 
 
 def manifest_record(settings: Any, provider: Any) -> dict[str, Any]:
+    """Contract §1 fields, the pool's ``capabilities`` (what core gates gear/metrics jobs on)
+    and ``provider_meta`` when the pool links accounts."""
     record = {"worker_name": settings.worker_name, "version": str(provider.parser_version),
-              "provider": settings.provider, "package": settings.worker_package, "updated_at": _now()}
+              "provider": settings.provider, "package": settings.worker_package, "updated_at": _now(),
+              "capabilities": declared_capabilities(provider)}
     meta = provider.manifest_meta()
     if meta:
         record["provider_meta"] = meta
@@ -63,14 +82,32 @@ def _put(ctx: Any, bucket: str, key: str, record: dict[str, Any]) -> None:
     ctx.nats.run(put(), KV_TIMEOUT_S)
 
 
-def write_presence(ctx: Any, instance_id: str | None = None) -> dict[str, Any]:
+_process_gates: dict[str, CoreGate] = {}
+
+
+def core_gate(ctx: Any) -> CoreGate:
+    """The context's gate (``JobContext.core_gate``), else one per process and worker release."""
+    gate = getattr(ctx, "core_gate", None)
+    if isinstance(gate, CoreGate):
+        return gate
+    release = str(getattr(ctx.settings, "release", ""))
+    return _process_gates.setdefault(release, CoreGate(release))
+
+
+def write_presence(ctx: Any, instance_id: str | None = None) -> dict[str, Any] | None:
+    """Write this instance's presence record; None (nothing written) against an incompatible core."""
+    if not core_gate(ctx).allows(ctx.nats):
+        return None
     instance_id = instance_id or ctx.settings.instance_id
     record = presence_record(ctx.settings, ctx.provider, instance_id)
     _put(ctx, subjects.PRESENCE_BUCKET, subjects.presence_key(ctx.settings.worker_name, instance_id), record)
     return record
 
 
-def write_manifest(ctx: Any) -> dict[str, Any]:
+def write_manifest(ctx: Any) -> dict[str, Any] | None:
+    """Write the pool's manifest; None (nothing written) against an incompatible core."""
+    if not core_gate(ctx).allows(ctx.nats):
+        return None
     record = manifest_record(ctx.settings, ctx.provider)
     _put(ctx, subjects.MANIFEST_BUCKET, ctx.settings.worker_name, record)
     return record

@@ -32,8 +32,8 @@ from deploy.devstack.cairn_core.accounts import Account, AccountRegistry, utcnow
 from deploy.devstack.cairn_core.blobs import BlobStore
 from deploy.devstack.cairn_core.responders import Responders, parse_rfc3339, rfc3339
 from deploy.devstack.cairn_core.router import DeadLetter, IngestedResult, Rejection, ResultRouter
-from deploy.devstack.cairn_core.scheduler import (POLLING_INTERVAL_S, SCHEDULER_TICK_S, JobPublisher,
-                                                  PublishedJob, parse_last_seen, read_bucket)
+from deploy.devstack.cairn_core.scheduler import (POLLING_INTERVAL_S, PRESENCE_LIVE_S, SCHEDULER_TICK_S,
+                                                  JobPublisher, PublishedJob, is_live, read_bucket)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,7 +43,6 @@ START_TIMEOUT_S = 30.0
 ROUTER_FETCH_BATCH = 16
 ROUTER_FETCH_TIMEOUT_S = 1.0
 FETCH_RETRY_S = 0.5  # backoff after a failed fetch (no event to await)
-PRESENCE_LIVE_S = 45.0  # core's freshness window for presence records
 DISCOVER_TIMEOUT_S = 90.0
 OAUTH_EXCHANGE_TIMEOUT_S = 20.0
 WEBHOOK_VERIFY_TIMEOUT_S = 3.0
@@ -243,12 +242,7 @@ class DevCairnCore:
     def live_presence(self, worker_name: str | None = None, max_age_s: float = PRESENCE_LIVE_S) -> dict[str, Any]:
         """Presence records core counts as live (fresh ``last_seen``, with a ``worker_key``)."""
         now = utcnow()
-        out = {}
-        for key, rec in self.presence(worker_name).items():
-            seen = parse_last_seen(rec) if isinstance(rec, dict) else None
-            if seen is not None and rec.get("worker_key") and (now - seen).total_seconds() <= max_age_s:
-                out[key] = rec
-        return out
+        return {key: rec for key, rec in self.presence(worker_name).items() if is_live(rec, now, max_age_s)}
 
     def manifests(self) -> dict[str, Any]:
         return self._call(read_bucket(self.js, bs.KV_MANIFESTS))
@@ -288,6 +282,12 @@ class DevCairnCore:
 
     async def _kv_put(self, bucket: str, key: str, raw: bytes) -> None:
         await (await self.js.key_value(bucket)).put(key, raw)
+
+    def kv_delete(self, bucket: str, key: str) -> None:
+        """Delete ``key`` (e.g. ``cairn_core``/``info``: an older core that publishes no release)."""
+        async def run() -> None:
+            await (await self.js.key_value(bucket)).delete(key)
+        self._call(run())
 
     def set_release(self, release: str, **extra: Any) -> None:
         """Rewrite ``cairn_core``/``info`` (e.g. to test a worker refusing an incompatible core)."""

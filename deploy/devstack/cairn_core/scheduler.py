@@ -5,7 +5,7 @@ reconcile scheduler coalesces per minute through the message id and the
 stream's 5-minute dedup window, skips providers whose budget is exhausted
 (§2.12, app-scoped keys of 0.7), and publishes ``import_gear`` / daily
 ``import_metrics`` alongside reconcile only when the pool declares Gear /
-a metric data type.
+a metric data type in its manifest (with a live worker).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ METRICS_INTERVAL = timedelta(days=1)
 SCHEDULER_TICK_S = 60.0
 POLLING_INTERVAL_S = 60 * 60.0  # CAIRN_SCHEDULER_POLLING_INTERVAL default
 METRIC_DATA_TYPES = frozenset({"Steps", "HRV", "RestingHR", "Sleep", "Weight", "WaterIntake"})
+PRESENCE_LIVE_S = 45.0  # core's freshness window for presence records (reference §2.10)
 
 
 def uuid7() -> str:
@@ -150,15 +151,23 @@ class JobPublisher:
         return False
 
     async def pool_capabilities(self, provider: str, worker_name: str) -> set[str]:
-        """DataTypes the pool declares: manifest ``capabilities`` or live presence records."""
-        caps: set[str] = set()
-        for bucket, match in ((KV_MANIFESTS, lambda k: k == worker_name),
-                              (KV_PRESENCE, lambda k: k.startswith(worker_name + "."))):
-            for record in (await read_bucket(self.js, bucket, match)).values():
-                if isinstance(record, dict) and record.get("provider") in (provider, None):
-                    declared = record.get("capabilities") or {}
-                    caps.update(declared if isinstance(declared, (dict, list)) else [])
-        return caps
+        """DataTypes the pool declares in its *manifest*, while one of its workers is live.
+
+        Contract §4: core publishes import_gear "only when a live worker for the
+        provider declares Gear in its manifest" (and import_metrics when the
+        account's pool declares a metric type). Presence ``capabilities`` are
+        display data for the worker list and do not count; without a live
+        presence record the manifest is a leftover of a stopped pool.
+        """
+        manifest = (await read_bucket(self.js, KV_MANIFESTS, lambda k: k == worker_name)).get(worker_name)
+        if not isinstance(manifest, dict) or manifest.get("provider") not in (provider, None):
+            return set()
+        now = utcnow()
+        presence = await read_bucket(self.js, KV_PRESENCE, lambda k: k.startswith(worker_name + "."))
+        if not any(is_live(rec, now) for rec in presence.values()):
+            return set()
+        declared = manifest.get("capabilities") or {}
+        return set(declared) if isinstance(declared, (dict, list)) else set()
 
 
 async def read_bucket(js: JetStreamContext, bucket: str, match: Any = None) -> dict[str, Any]:
@@ -188,3 +197,11 @@ def parse_last_seen(record: dict[str, Any]) -> datetime | None:
         return parse_rfc3339(record.get("last_seen"))
     except ValueError:
         return None
+
+
+def is_live(record: Any, now: datetime, max_age_s: float = PRESENCE_LIVE_S) -> bool:
+    """A presence record core counts as live: a ``worker_key`` and a fresh ``last_seen``."""
+    if not isinstance(record, dict) or not record.get("worker_key"):
+        return False
+    seen = parse_last_seen(record)
+    return seen is not None and (now - seen).total_seconds() <= max_age_s

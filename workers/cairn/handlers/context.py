@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from workers.cairn.claimcheck import ClaimCheck, WorkerStamp
+from workers.cairn.compat import CoreGate
 from workers.cairn.nats_conn import REQUEST_TIMEOUT_S, CoreRequestError, request_json
 from workers.providers.base import Provider
 
@@ -81,6 +82,7 @@ class JobContext:
     limiter: Any = None  # workers.cairn.ratelimit limiter (None: run without a shared budget)
     blob_http: httpx.Client | None = None  # presigned PUT/GET; None: the claim-check opens one on first use
     _claimcheck: ClaimCheck | None = dataclasses.field(default=None, repr=False)
+    _core_gate: CoreGate | None = dataclasses.field(default=None, repr=False)
 
     # ------------------------------------------------------------------ identity
 
@@ -105,6 +107,13 @@ class JobContext:
     def worker_stamp(self) -> WorkerStamp:
         """The stamp every ``JobResult`` carries (contract §1, invariant C3)."""
         return WorkerStamp(self.worker_name, self.worker_version, self.worker_package)
+
+    @property
+    def core_gate(self) -> CoreGate:
+        """This process's core-release verdict (contract §1), cached; presence/manifest ask it."""
+        if self._core_gate is None:
+            self._core_gate = CoreGate(str(getattr(self.settings, "release", "")))
+        return self._core_gate
 
     # ------------------------------------------------------------------ NATS
 

@@ -17,6 +17,14 @@ scheduler backlog would keep ``last_sync_at`` stale and the scheduler would
 re-poll the account every tick. The claim holds the job id, so a NAK'd
 redelivery of the *same* job is not coalesced, and a failed run releases the
 claim so its retry really lists.
+
+A reconcile without ``user_id`` (the §10 conformance harness sends
+``{job_id, account_id, provider, max_enqueue}``, reference §5) is answered, not
+termed: its result is published with the job's own watermark, but nothing is
+listed or enqueued and no coalescing window is claimed. A fetch_source sub-job
+needs its owner (core refuses an activity whose ``ref.user_id`` is not a
+UUID), so listing would only spend provider budget; the next scheduled
+reconcile, which always names the user, lists the account for real.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ WATERMARK_OVERLAP_S = 3600  # list from watermark − 1 h (late uploads, clock s
 MAX_LOOKBACK_S = 30 * 24 * 3600  # never further back than 30 days
 DEFAULT_MAX_ENQUEUE = 500
 COALESCE_KEY_PREFIX = "cairn:reconcile:coalesce:"
+OWNERLESS_REASON = "no user_id: nothing listed or enqueued"
 _RELEASE_IF_OURS = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -104,6 +113,11 @@ def handle(ctx: JobContext, job: ReconcileJob, delivery: Delivery) -> Dispositio
     watermark = job.watermark
     subject = reconcile_result_subject(ctx.provider_name, job.account_id)
     msg_id = result_msg_id(str(job.job_id))
+    if not job.user_id:
+        ctx.claimcheck.publish_inline(subject, reconcile_result(watermark), msg_id)
+        log.warning("reconcile %s for account %s carries no user_id: answered without listing "
+                    "(sub-jobs need an owner)", job.job_id, job.account_id)
+        return ack(OWNERLESS_REASON)
     if not _claim(ctx, job):
         ctx.claimcheck.publish_inline(subject, reconcile_result(watermark), msg_id)
         log.info("reconcile for account %s coalesced (another ran within %ss)", job.account_id,

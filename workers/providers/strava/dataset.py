@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workers.providers.base import ProviderPermanentError, ProviderTransientError
-from workers.providers.strava.mapping import map_activity, map_gear, map_streams, ts
+from workers.providers.strava.mapping import ingest_problems, map_activity, map_gear, map_streams, ts
 from workers.providers.strava.models import StravaActivity, StravaGear
 
 DATASET_VERSION = 1
@@ -43,6 +43,17 @@ class UnsupportedDataset(ProviderTransientError):
     """The archive is another dataset version: NAK so a pool that reads it takes the job."""
 
     code = "unsupported_dataset"
+
+
+class UnmappableActivity(ProviderPermanentError):
+    """The activity lacks what core requires of an import (start time, positive duration).
+
+    Permanent: the same input maps the same way on every retry, and core would
+    NAK such a result up to MaxDeliver and dead-letter it (reference §2.7). The
+    job gets a failure envelope ``unmappable`` and is termed (contract §3).
+    """
+
+    code = "unmappable"
 
 
 def build_archive(activity: dict[str, Any], streams: dict[str, Any] | None,
@@ -109,8 +120,11 @@ def parse_archive(raw: bytes, *, user_id: str, account_id: str,
     for gear in by_id.values():
         events.append({"type": "WORKER_EVENT_TYPE_GEAR",
                        "gear": {"ref": ref(gear.id), "payload": map_gear(gear)}})
-    imported: dict[str, Any] = {"ref": ref(ext_id),
-                                "payload": map_activity(activity, by_id.get(gear_id))}
+    payload = map_activity(activity, by_id.get(gear_id))
+    problems = ingest_problems(payload)
+    if problems:
+        raise UnmappableActivity(f"activity {ext_id} is unmappable: {', '.join(problems)}")
+    imported: dict[str, Any] = {"ref": ref(ext_id), "payload": payload}
     streams = envelope.get("streams")
     stream = map_streams(streams if isinstance(streams, dict) else None)
     if stream is not None:

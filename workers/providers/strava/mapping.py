@@ -9,7 +9,8 @@ in our tests instead of at core (which parses strictly).
 Rules worth knowing, each from the reference: heart rate and power are
 truncated in the summary but rounded in laps; calories fall back to kJ 1:1;
 ``is_race`` is ``workout_type`` 11 for rides and 1 for runs; the summary
-message is always present. Streams: sample timestamps are made strictly
+message is always present. ``ingest_problems`` says when a mapped activity
+lacks what core requires (start time, positive elapsed time). Streams: sample timestamps are made strictly
 increasing (contract "stream hygiene": a duplicate timestamp keeps the last
 sample, a backwards one is dropped); missing float samples are NaN (core's
 per-sample gap marker) and missing int samples 0 (int columns are dense).
@@ -68,6 +69,7 @@ FALLBACK_TYPE = "WORKOUT"
 RACE_WORKOUT_TYPE = {"RIDE": 11, "RUN": 1}
 STREAM_RESOLUTION_HZ = 1.0
 TZ_PREFIX = re.compile(r"^\(GMT[+-]\d{2}:\d{2}\)\s*")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # a start at or before it is core's "zero start_time"
 
 # Strava stream key → (ActivityStream column, StreamChannel, is_int); order = channel order.
 STREAM_COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
@@ -159,6 +161,29 @@ def map_activity(activity: StravaActivity, gear: StravaGear | None = None) -> di
         if name:
             payload["gearName"] = name
     return payload
+
+
+def ingest_problems(payload: dict[str, Any]) -> list[str]:
+    """Why core could never ingest this ``ActivitySourcePayload`` (empty when it can).
+
+    Core's activity ingest (reference §2.7 step 5, §1.12) requires a non-zero
+    ``start_time`` and ``elapsed_duration`` > 0; a result without them is
+    NAKed until MaxDeliver and dead-lettered, never ingested. An unparseable
+    or missing ``start_date`` leaves ``startTime`` out, an ``elapsed_time`` of
+    0 (or less) gives ``"0s"``: both are unmappable data (contract §3 poison).
+    """
+    problems = []
+    start = parse_time(str(payload.get("startTime", "")))
+    if start is None or start <= EPOCH:
+        problems.append("no start time")
+    elapsed = str(payload.get("elapsedDuration", "0s")).removesuffix("s")
+    try:
+        positive = float(elapsed) > 0
+    except ValueError:
+        positive = False
+    if not positive:
+        problems.append("elapsed time not above zero")
+    return problems
 
 
 def _summary(a: StravaActivity) -> dict[str, Any]:

@@ -1,0 +1,131 @@
+"""Handler-level Cairn test kit: a real ``JobContext`` against the dev core and fake Strava.
+
+Nothing of ours is mocked: a ``JobContext`` here has a real NATS thread
+(nats-server with JetStream), the shared KV rate limiter, Redis, the
+claim-check (presign → moto S3 PUT → publish) and the Strava provider. Core
+and Strava are the dev doubles (deploy/devstack). Test modules import the
+fixtures they use (``from tests.cairn_ctx import core, ctx, ...``) and may
+define their own ``strava`` (e.g. one behind a gate) instead of this one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.strava import FakeStrava
+from workers.cairn.handlers import JobContext
+from workers.cairn.nats_conn import NatsThread
+from workers.cairn.ratelimit import RateLimiter
+from workers.cairn.settings import CairnSettings
+from workers.providers.strava.provider import StravaProvider
+from workers.providers.strava.settings import StravaSettings
+
+PACKAGE = "switchyard.providers.strava"
+PROVIDER = "strava"
+INGEST_TIMEOUT_S = 15.0
+
+
+@contextlib.contextmanager
+def job_context(nats_url: str, redis_url: str, strava: FakeStrava, pool: str, *,
+                fresh_budget: bool = True, **settings: Any) -> Iterator[JobContext]:
+    """One pool instance's context (what ``build_context`` makes in a worker process)."""
+    cairn = CairnSettings(nats_url=nats_url, provider=PROVIDER, worker_name=pool, worker_package=PACKAGE,
+                          **settings)
+    nt = NatsThread(cairn)
+    provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=pool, package=PACKAGE)
+    limiter = RateLimiter(nt, cairn)
+    kv = limiter._bucket()  # open the KV bucket off the loop thread (see context._build)
+    if fresh_budget:
+        forget_budget(nt, kv)  # a fresh shared budget (a 429 test exhausts it)
+    client = redis.Redis.from_url(redis_url)
+    context = JobContext(settings=cairn, nats=nt, redis=client, provider=provider,
+                         http=provider.new_http_client(), limiter=limiter)
+    try:
+        yield context
+    finally:
+        context.http.close()
+        context.claimcheck.http.close()
+        client.close()
+        nt.close()
+
+
+def forget_budget(nt: NatsThread, kv: Any) -> None:
+    async def purge() -> None:
+        try:
+            keys = await kv.keys()
+        except Exception:  # noqa: BLE001 - nats NoKeysError: nothing stored yet
+            return
+        for key in keys:
+            await kv.purge(key)
+
+    nt.run(purge(), 10)
+
+
+class Athlete:
+    """A fake-Strava athlete connected to core on ``pool``, with helpers for its jobs."""
+
+    def __init__(self, core: DevCairnCore, strava: FakeStrava, pool: str, n: int = 6) -> None:
+        self.id = int(uuid.uuid4().int % 9000) + 1000
+        self.fake = strava.add_athlete(self.id, n_activities=n)
+        self.user_id = str(uuid.uuid4())
+        self.acct = core.connect_account(PROVIDER, None, self.fake.access_token, self.fake.refresh_token,
+                                         self.fake.expires_at, user_id=self.user_id, worker_name=pool,
+                                         external_id=self.id, client_id=strava.client_id,
+                                         client_secret=strava.client_secret)
+        self.account_id = self.acct.account_id
+
+    def ext(self, i: int) -> str:
+        return str(self.id * 100_000 + i + 1)
+
+    def fetch_job(self, i: int = 0, **extra: Any) -> dict[str, Any]:
+        return {"job_id": str(uuid.uuid4()), "account_id": self.account_id, "user_id": self.user_id,
+                "provider": PROVIDER, "ext_id": self.ext(i), "fetch_streams": True, "reason": "queue", **extra}
+
+
+def ingested_since(core: DevCairnCore, before: int, n: int = 1) -> list[Any]:
+    return core.wait_for_ingested(before + n, INGEST_TIMEOUT_S)[before:]
+
+
+def assert_json_and_secret_free(value: Any, *secrets: str) -> None:
+    text = json.dumps(value)
+    for secret in secrets:
+        assert secret not in text
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def core(nats_url: str, s3_endpoint: str) -> Iterator[DevCairnCore]:
+    with DevCairnCore(nats_url, s3_endpoint, bucket=f"handlers-{uuid.uuid4().hex[:8]}") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def strava() -> Iterator[FakeStrava]:
+    with FakeStrava() as fake:
+        yield fake
+
+
+@pytest.fixture()
+def pool() -> str:
+    return f"pool-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture()
+def ctx(nats_url: str, fresh_redis: str, strava: FakeStrava, pool: str) -> Iterator[JobContext]:
+    with job_context(nats_url, fresh_redis, strava, pool) as context:
+        yield context
+
+
+@pytest.fixture()
+def athlete(core: DevCairnCore, strava: FakeStrava, pool: str) -> Athlete:
+    return Athlete(core, strava, pool)
