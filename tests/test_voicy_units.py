@@ -48,6 +48,32 @@ def test_missing_and_invalid_variables_are_named(env) -> None:
     assert s.telegram_bot_token.get_secret_value() == "42:bot-token-fallback"
 
 
+def test_only_documented_names_set_the_model_and_the_media_limit(env) -> None:
+    """Bare ``MODEL``/``MAX_MEDIA_FILE_SIZE_MB`` (any process may have them) must not configure us."""
+    for key in ("VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL", "VOICY_WORKER_MAX_MEDIA_BYTES",
+                "VOICY_MAX_MEDIA_FILE_SIZE_MB"):
+        env.delenv(key, raising=False)
+    env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1")
+    env.setenv("VOICY_WORKER_TOKEN", TOKEN)
+    env.setenv("MODEL", "gpt-4o")
+    env.setenv("MAX_MEDIA_FILE_SIZE_MB", "1")
+    env.setenv("VOICY_WORKER_MAX_MEDIA_FILE_SIZE_MB", "1")  # a field name under our prefix: not documented
+    s = load_voicy_settings()
+    assert s.model == "large-v3"
+    assert s.max_media_bytes == 20 * 1024 * 1024
+    env.setenv("VOICY_WHISPER_MODEL", "small")
+    assert load_voicy_settings().model == "small"
+    env.setenv("VOICY_WORKER_MODEL", "base")  # Voicy's order: ours first, then the adapter's
+    assert load_voicy_settings().model == "base"
+    env.setenv("VOICY_MAX_MEDIA_FILE_SIZE_MB", "2.5")  # the server's variable, in MB, fractions allowed
+    assert load_voicy_settings().max_media_bytes == int(2.5 * 1024 * 1024)
+    env.setenv("VOICY_WORKER_MAX_MEDIA_BYTES", "1000")  # ours wins
+    assert load_voicy_settings().max_media_bytes == 1000
+    env.setenv("VOICY_MAX_MEDIA_FILE_SIZE_MB", "lots")
+    with pytest.raises(ConfigError, match="VOICY_MAX_MEDIA_FILE_SIZE_MB"):
+        load_voicy_settings()
+
+
 def test_client_maps_statuses_and_never_logs_the_token(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     with DevVoicyServer() as server:

@@ -1,7 +1,11 @@
 """Voicy-side settings, with the same ``VOICY_WORKER_*`` names as Voicy's own worker client.
 
 Why the same names: an operator who ran Voicy's bundled client moves its
-environment over unchanged (reference/voicy.md §6.1). Differences, on purpose:
+environment over unchanged (reference/voicy.md §6.1). Only documented names
+are read: the field aliases are exactly the names §6.1 lists (``TOKEN`` for the
+bot token, ``VOICY_WHISPER_MODEL`` for the model), never a bare field name such
+as ``MODEL``, which pydantic-settings would match case-insensitively against
+unrelated variables. Differences, on purpose:
 
 * ``POLL_INTERVAL_MS`` defaults to 1000 (Voicy: 5000): the bridge claims only
   while it has capacity, so a short idle poll costs little and picks work up sooner.
@@ -60,6 +64,23 @@ def _non_negative(value: float) -> float:
     return value
 
 
+def number_env(name: str) -> float | None:
+    """A numeric variable that is not a settings field, read by name: ``None`` when unset or empty.
+
+    Not a field because a field is also read under our prefix plus its own name
+    (``populate_by_name``), which would make an undocumented
+    ``VOICY_WORKER_MAX_MEDIA_FILE_SIZE_MB`` work; and reading it here lets the
+    ``ConfigError`` name it exactly.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return _non_negative(float(raw))
+    except ValueError:
+        raise ConfigError(f"invalid configuration: {name}: must be a non-negative number") from None
+
+
 NonNegative = Annotated[float, AfterValidator(_non_negative)]
 NonNegativeInt = Annotated[int, AfterValidator(_non_negative)]
 
@@ -88,12 +109,10 @@ class VoicySettings(BaseSettings):
     telegram_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("VOICY_WORKER_TELEGRAM_BOT_TOKEN", "TOKEN"))
     max_media_bytes: NonNegativeInt | None = None
-    max_media_file_size_mb: NonNegative | None = Field(
-        default=None, validation_alias=AliasChoices(SERVER_MAX_MEDIA_ENV, "max_media_file_size_mb"))
     language: str | None = None
     engine: str = DEFAULT_ENGINE
     model: str = Field(default=DEFAULT_MODEL, validation_alias=AliasChoices(
-        "VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL", "model"))
+        "VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL"))
     device: str = Field(default="auto", pattern="^(auto|cuda|cpu)$")
     compute_type: str | None = None  # default chosen by the engine: float16 on CUDA, int8 on CPU
     beam_size: int = Field(default=5, ge=1)
@@ -142,7 +161,7 @@ class VoicySettings(BaseSettings):
         if not self.media_store:
             self.media_store = str(self.work_dir)
         if self.max_media_bytes is None:
-            mb = self.max_media_file_size_mb
+            mb = number_env(SERVER_MAX_MEDIA_ENV)
             self.max_media_bytes = int(mb * BYTES_PER_MB) if mb else CLOUD_BOT_API_MAX_BYTES
         return self
 
@@ -170,28 +189,13 @@ class VoicySettings(BaseSettings):
         return self.lease_ttl_ms / 1000.0
 
 
-def _check_number_env(name: str) -> None:
-    """Validate a non-prefixed numeric variable ourselves so the error names it exactly.
-
-    (``workers.config.env_name`` derives names from the field plus our prefix,
-    which would misname a variable that does not carry the prefix.)
-    """
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return
-    try:
-        _non_negative(float(raw))
-    except ValueError:
-        raise ConfigError(f"invalid configuration: {name}: must be a non-negative number") from None
-
-
 def load_voicy_settings(**overrides: object) -> VoicySettings:
     """Load from the environment (``ConfigError`` names a bad variable) and register secrets.
 
     The bot token is registered whole and by its secret half (after ``<bot id>:``),
     because a URL or message could carry either.
     """
-    _check_number_env(SERVER_MAX_MEDIA_ENV)
+    number_env(SERVER_MAX_MEDIA_ENV)  # named even when VOICY_WORKER_MAX_MEDIA_BYTES makes it unused
     settings = load_settings(VoicySettings, **overrides)
     register_secret(settings.token.get_secret_value())
     if settings.telegram_bot_token is not None:
