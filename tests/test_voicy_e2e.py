@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from tests.conftest import wait_until
+from tests.synth_media import write_video_only_mp4
 from tests.voicy_stack import (AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge,
                                voicy_dev_stack)
 from workers.transcribe.engine import usable_cores
@@ -119,17 +120,23 @@ def test_failures_are_reported_with_the_right_retryable_flag(voicy, celery_worke
     missing = server.enqueue_job("fid-not-on-telegram", mime_type="audio/ogg")
     telegram.add_file("fid-garbage", (AUDIO_DIR / "undecodable.ogg").read_bytes())
     garbage = server.enqueue_job("fid-garbage", mime_type="audio/ogg")
+    # a screen recording sent as a video: decodable, but there is no audio to transcribe
+    telegram.add_file("fid-video-only", write_video_only_mp4(tmp_path / "video-only.mp4").read_bytes())
+    video = server.enqueue_job("fid-video-only", mime_type="video/mp4", source_kind="video")
     celery_workers("io", env, concurrency=2)
     celery_workers("gpu", env, concurrency=1)
     bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
-        wait_until(lambda: requests_for(server, missing, "failure") and requests_for(server, garbage, "failure"),
-                   JOB_DONE_TIMEOUT_S, "both failures")
+        wait_until(lambda: all(requests_for(server, j, "failure") for j in (missing, garbage, video)),
+                   JOB_DONE_TIMEOUT_S, "the three failures")
     finally:
         bridge.stop()
     assert requests_for(server, missing, "failure")[0]["json"]["retryable"] is True
     assert requests_for(server, garbage, "failure")[0]["json"]["retryable"] is False
     assert server.get_job(garbage)["status"] == "failed"
+    video_failures = requests_for(server, video, "failure")
+    assert [r["json"] for r in video_failures] == [{"error": "media has no audio stream", "retryable": False}]
+    assert server.get_job(video)["status"] == "failed" and server.get_job(video)["attempts"] == 1  # not re-downloaded
     # a failure message never carries the bot token
     for r in requests_for(server, missing, "failure"):
         assert BOT_TOKEN not in json.dumps(r["json"])

@@ -15,6 +15,9 @@ unrelated variables. Differences, on purpose:
 * ``MAX_MEDIA_BYTES`` bounds a download (Voicy streams without a limit, §6.4).
   The default is the cloud Bot API's 20 MiB cap; ``VOICY_MAX_MEDIA_FILE_SIZE_MB``
   (the server's variable) is honoured when ours is unset.
+* ``LANGUAGE`` must be a code faster-whisper knows (``workers.transcribe.languages``):
+  Voicy passes it to its transcriber unchecked, but here a typo would fail
+  every job on a multilingual model, so it stops start-up instead.
 * ``LEASE_TTL_MS``, ``MEDIA_STORE``, ``DEVICE``, ``COMPUTE_TYPE``, ``BEAM_SIZE``,
   ``CPU_THREADS`` are ours; the transcriber-command variables of Voicy's client are gone
   (the engine runs in-process).
@@ -43,6 +46,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import register_secret
+from workers.transcribe.languages import normalize, whisper_languages
 
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org"
 DEFAULT_ENGINE = "faster-whisper"
@@ -219,6 +223,16 @@ class VoicySettings(VoicyTimings):
         if value is not None and value < 1:
             raise ValueError("must be at least 1")
         return value
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        code = normalize(value)
+        if code not in whisper_languages():
+            raise ValueError("must be a language code faster-whisper knows, e.g. en, de, ru, uk")
+        return code
 
     @model_validator(mode="after")
     def _derive(self) -> VoicySettings:
