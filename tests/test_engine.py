@@ -96,6 +96,20 @@ def test_result_body_has_no_nulls_and_the_contract_shape(engine: Engine) -> None
     assert partial == {"text": "", "parts": [], "engine": "faster-whisper", "metadata": body["metadata"]}
 
 
+def test_the_configured_engine_name_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """§6.7: ``engine`` is VOICY_WORKER_ENGINE (Voicy stores it as ``workerEngine``), default faster-whisper."""
+    monkeypatch.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:9/worker/v1")
+    monkeypatch.setenv("VOICY_WORKER_TOKEN", "unused-token")
+    monkeypatch.setenv("VOICY_WORKER_MODEL", _tiny_model_dir())
+    monkeypatch.setenv("VOICY_WORKER_ENGINE", "")
+    assert load_voicy_settings().engine == "faster-whisper"
+    monkeypatch.setenv("VOICY_WORKER_ENGINE", "switchyard-whisper-fleet-b")
+    named = Engine(load_voicy_settings())
+    transcript = named.transcribe(AUDIO_DIR / _fixture("weather")["file"], language="en")
+    assert named.result_body(transcript).body()["engine"] == "switchyard-whisper-fleet-b"
+    assert named.progress_body(Transcript()).body()["engine"] == "switchyard-whisper-fleet-b"
+
+
 def test_silence_is_an_empty_normal_result(engine: Engine, tmp_path: Path) -> None:
     path = tmp_path / "silence.wav"
     with wave.open(str(path), "wb") as out:

@@ -60,7 +60,7 @@ from pathlib import Path
 
 from workers.errors import ConfigError, JobError, PermanentJobError, RetryableJobError
 from workers.transcribe.languages import pick_language
-from workers.voicy.models import ENGINE_NAME, EngineMetadata, Part, TranscriptBody
+from workers.voicy.models import EngineMetadata, Part, TranscriptBody
 from workers.voicy.settings import AUTO_CPU_THREADS, VoicySettings
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,7 @@ class Engine:
         cores = usable_cores()
         self.cpu_threads = resolve_cpu_threads(settings.cpu_threads, self.device, pool_processes, cores)
         self.model_name = settings.model
+        self.engine_name = settings.engine  # VOICY_WORKER_ENGINE: what Voicy stores as workerEngine (§6.7)
         self.default_language = settings.language
         self.beam_size = settings.beam_size
         local = Path(settings.model).expanduser().is_dir()
@@ -215,9 +216,13 @@ class Engine:
         return pick_language(hint, self.default_language, self._model.supported_languages)
 
     def body(self, transcript: Transcript) -> TranscriptBody:
-        """The ``progress``/``result`` body; absent values are omitted when dumped."""
+        """The ``progress``/``result`` body; absent values are omitted when dumped.
+
+        ``engine`` is the configured ``VOICY_WORKER_ENGINE`` (default ``faster-whisper``),
+        as Voicy's client sends it, so an operator can tell fleets apart in ``workerEngine``.
+        """
         return TranscriptBody(text=transcript.text, parts=list(transcript.parts),
-                              language=transcript.language, engine=ENGINE_NAME,
+                              language=transcript.language, engine=self.engine_name,
                               duration=transcript.duration, metadata=self.metadata)
 
     progress_body = body
