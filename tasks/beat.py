@@ -4,6 +4,13 @@ Each side's entries are scheduled only when that side is configured, so a
 Voicy-only deployment does not run Cairn presence and vice versa. Entries
 carry ``expires`` so that, when workers are down, stale heartbeats are dropped
 instead of piling up (ecosystem §1.8).
+
+The schedule is built at ``import tasks``, i.e. in every Celery process. When
+Voicy is configured (``VOICY_WORKER_API_URL`` set), its two periods are read
+with the fleet's own validation (``VoicyTimings``): a bad value stops the
+process with a ``ConfigError`` naming the variable, instead of a bare
+``float()`` error or a silently dropped schedule. A Cairn-only process reads
+no Voicy variable at all.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ from tasks import app
 from tasks.cairn import (MANIFEST_INTERVAL_S, MANIFEST_TASK, PRESENCE_INTERVAL_S, PRESENCE_OPTIONS,
                          PRESENCE_TASK)
 from tasks.voicy import dispatch_transcription, runtime
+from workers.config import load_settings
 from workers.voicy import pipeline
+from workers.voicy.settings import VoicyTimings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_VOICY_HEARTBEAT_INTERVAL_S = 30.0
 REAP_INTERVAL_S = 5.0
+REAPS_PER_LEASE_TTL = 2  # reap at least twice per lease lifetime so a dead job waits < 1.5 TTLs
 BEAT_EXPIRY_FACTOR = 0.9  # a periodic message older than 90% of its period is useless
 
 
@@ -42,20 +51,16 @@ def voicy_reap() -> int:
     return len(recoveries)
 
 
-def _ms_env(name: str, default_s: float) -> float:
-    raw = os.environ.get(name, "")
-    return float(raw) / 1000.0 if raw.strip() else default_s
-
-
 def build_schedule() -> dict[str, dict[str, object]]:
     """The beat schedule for the sides configured in this environment."""
     schedule: dict[str, dict[str, object]] = {}
     if os.environ.get("VOICY_WORKER_API_URL"):
-        heartbeat_s = _ms_env("VOICY_WORKER_HEARTBEAT_INTERVAL_MS", DEFAULT_VOICY_HEARTBEAT_INTERVAL_S)
-        if heartbeat_s > 0:
+        timings = load_settings(VoicyTimings)  # ConfigError naming a bad variable
+        heartbeat_s = timings.heartbeat_interval_s  # None: HEARTBEAT_INTERVAL_MS=0 disables
+        if heartbeat_s is not None:
             schedule["voicy-heartbeat"] = {"task": "voicy.heartbeat", "schedule": heartbeat_s,
                                            "options": {"expires": heartbeat_s * BEAT_EXPIRY_FACTOR}}
-        reap_s = min(REAP_INTERVAL_S, _ms_env("VOICY_WORKER_LEASE_TTL_MS", 30.0) / 2)
+        reap_s = min(REAP_INTERVAL_S, timings.lease_ttl_s / REAPS_PER_LEASE_TTL)
         schedule["voicy-reap"] = {"task": "voicy.reap", "schedule": reap_s,
                                   "options": {"expires": reap_s * BEAT_EXPIRY_FACTOR}}
     if os.environ.get("CAIRN_NATS_URL"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,8 +14,10 @@ import pytest
 
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.transcribe import engine as engine_mod
+from tests.synth_media import write_video_only_mp4
 from workers.transcribe.engine import (Engine, Transcript, get_engine, pick_device, resolve_cpu_threads,
                                        time_code, usable_cores)
+from workers.transcribe.languages import pick_language, whisper_languages
 from workers.transcribe.progress import ProgressThrottle
 from workers.voicy.settings import VoicySettings, load_voicy_settings
 
@@ -22,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
 MANIFEST = json.loads((AUDIO_DIR / "manifest.json").read_text())
 TIME_CODE_RE = re.compile(r"^\d{2,}:[0-5]\d$")
+BRIDGE_CONFIG_EXIT = 2  # bridges/__main__.py: a ConfigError
 
 
 def _tiny_model_dir() -> str:
@@ -92,6 +96,20 @@ def test_result_body_has_no_nulls_and_the_contract_shape(engine: Engine) -> None
     assert partial == {"text": "", "parts": [], "engine": "faster-whisper", "metadata": body["metadata"]}
 
 
+def test_the_configured_engine_name_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """§6.7: ``engine`` is VOICY_WORKER_ENGINE (Voicy stores it as ``workerEngine``), default faster-whisper."""
+    monkeypatch.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:9/worker/v1")
+    monkeypatch.setenv("VOICY_WORKER_TOKEN", "unused-token")
+    monkeypatch.setenv("VOICY_WORKER_MODEL", _tiny_model_dir())
+    monkeypatch.setenv("VOICY_WORKER_ENGINE", "")
+    assert load_voicy_settings().engine == "faster-whisper"
+    monkeypatch.setenv("VOICY_WORKER_ENGINE", "switchyard-whisper-fleet-b")
+    named = Engine(load_voicy_settings())
+    transcript = named.transcribe(AUDIO_DIR / _fixture("weather")["file"], language="en")
+    assert named.result_body(transcript).body()["engine"] == "switchyard-whisper-fleet-b"
+    assert named.progress_body(Transcript()).body()["engine"] == "switchyard-whisper-fleet-b"
+
+
 def test_silence_is_an_empty_normal_result(engine: Engine, tmp_path: Path) -> None:
     path = tmp_path / "silence.wav"
     with wave.open(str(path), "wb") as out:
@@ -113,6 +131,58 @@ def test_undecodable_media_is_permanent_and_a_missing_file_retryable(engine: Eng
         engine.transcribe(empty)
     with pytest.raises(RetryableJobError):
         engine.transcribe(tmp_path / "gone.ogg")
+
+
+def test_media_without_an_audio_stream_is_permanent(engine: Engine, tmp_path: Path) -> None:
+    """A video-only MP4 (a ``video``/``document`` job): retrying would fail identically, so not retryable."""
+    video = write_video_only_mp4(tmp_path / "screen-recording.mp4")
+    with pytest.raises(PermanentJobError, match="no audio stream") as info:
+        engine.transcribe(video)
+    assert "screen-recording" not in str(info.value)
+
+
+def test_an_unknown_language_hint_falls_back_in_voicys_order(engine: Engine) -> None:
+    """Job hint, else VOICY_WORKER_LANGUAGE, else detection (§6.7); never a code the model rejects."""
+    from faster_whisper.tokenizer import Tokenizer
+
+    multilingual = whisper_languages()
+    assert pick_language("de", "uk", multilingual) == "de"
+    assert pick_language(" en-US ", None, multilingual) == "en"  # a region tag means its language
+    assert pick_language("pt_BR", None, multilingual) == "pt"
+    assert pick_language("english", "uk", multilingual) == "uk"  # unknown hint: the fallback
+    assert pick_language("xx", None, multilingual) is None  # unknown hint, no fallback: detect
+    assert pick_language(None, "uk", multilingual) == "uk"
+    assert pick_language("  ", None, multilingual) is None
+    # What a multilingual model would do with the raw hint, and with ours (its tokenizer's own check):
+    with pytest.raises(ValueError, match="not a valid language code"):
+        Tokenizer(engine._model.hf_tokenizer, True, task="transcribe", language="english")
+    Tokenizer(engine._model.hf_tokenizer, True, task="transcribe",
+              language=pick_language("english", "uk", multilingual))
+    # This English-only model knows only "en": anything else is left to it, and it transcribes.
+    assert engine.language_for("english") is None and engine.language_for("EN") == "en"
+    weather = _fixture("weather")
+    assert "sunny" in engine.transcribe(AUDIO_DIR / weather["file"], language="english").text.lower()
+
+
+def test_a_bad_fallback_language_stops_start_up_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:9/worker/v1")
+    monkeypatch.setenv("VOICY_WORKER_TOKEN", "unused-token")
+    for bad in ("english", "xx", "e"):
+        monkeypatch.setenv("VOICY_WORKER_LANGUAGE", bad)
+        with pytest.raises(ConfigError, match="VOICY_WORKER_LANGUAGE: .*language code faster-whisper knows"):
+            load_voicy_settings()
+    monkeypatch.setenv("VOICY_WORKER_LANGUAGE", "DE-de")
+    assert load_voicy_settings().language == "de"
+    monkeypatch.setenv("VOICY_WORKER_LANGUAGE", "")
+    assert load_voicy_settings().language is None
+    # the bridge, the process that starts claiming, refuses to start (bridges/__main__: exit 2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_"))}
+    env.update(VOICY_WORKER_API_URL="http://127.0.0.1:9/worker/v1", VOICY_WORKER_TOKEN="unused-token",
+               VOICY_WORKER_LANGUAGE="english", REDIS_URL="redis://127.0.0.1:9/0")
+    out = subprocess.run([sys.executable, "-m", "bridges", "voicy"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == BRIDGE_CONFIG_EXIT, out.stderr[-2000:]
+    assert "VOICY_WORKER_LANGUAGE" in out.stderr
 
 
 def test_callback_errors_propagate_unchanged(engine: Engine) -> None:

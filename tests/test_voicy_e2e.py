@@ -3,26 +3,32 @@
 Covers the issue's end-to-end and invariant tests: 5 jobs completed with real
 transcripts and progress, claim alternation and the fleet-wide backlog across
 two bridges, retryable and permanent failures, a 5xx on ``result`` retried,
-a 401 that stops claiming, V1/V2 under SIGKILL and duplicate delivery, and S1.
+a 401 that stops claiming, restart recovery through ``claim-ready``, V1/V2
+under SIGKILL and duplicate delivery, and S1.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import redis
 
 from tests.conftest import wait_until
+from tests.synth_media import write_video_only_mp4
 from tests.voicy_stack import (AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge,
                                voicy_dev_stack)
 from workers.transcribe.engine import usable_cores
+from workers.voicy.client import VoicyClient
 
 pytestmark = pytest.mark.slow
 
 JOB_DONE_TIMEOUT_S = 180.0
+STALE_HEARTBEAT_AGE = timedelta(minutes=30)  # the server's default stale cutoff is 15 minutes
 FINAL = ("completed", "failed")
 
 
@@ -119,17 +125,23 @@ def test_failures_are_reported_with_the_right_retryable_flag(voicy, celery_worke
     missing = server.enqueue_job("fid-not-on-telegram", mime_type="audio/ogg")
     telegram.add_file("fid-garbage", (AUDIO_DIR / "undecodable.ogg").read_bytes())
     garbage = server.enqueue_job("fid-garbage", mime_type="audio/ogg")
+    # a screen recording sent as a video: decodable, but there is no audio to transcribe
+    telegram.add_file("fid-video-only", write_video_only_mp4(tmp_path / "video-only.mp4").read_bytes())
+    video = server.enqueue_job("fid-video-only", mime_type="video/mp4", source_kind="video")
     celery_workers("io", env, concurrency=2)
     celery_workers("gpu", env, concurrency=1)
     bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
-        wait_until(lambda: requests_for(server, missing, "failure") and requests_for(server, garbage, "failure"),
-                   JOB_DONE_TIMEOUT_S, "both failures")
+        wait_until(lambda: all(requests_for(server, j, "failure") for j in (missing, garbage, video)),
+                   JOB_DONE_TIMEOUT_S, "the three failures")
     finally:
         bridge.stop()
     assert requests_for(server, missing, "failure")[0]["json"]["retryable"] is True
     assert requests_for(server, garbage, "failure")[0]["json"]["retryable"] is False
     assert server.get_job(garbage)["status"] == "failed"
+    video_failures = requests_for(server, video, "failure")
+    assert [r["json"] for r in video_failures] == [{"error": "media has no audio stream", "retryable": False}]
+    assert server.get_job(video)["status"] == "failed" and server.get_job(video)["attempts"] == 1  # not re-downloaded
     # a failure message never carries the bot token
     for r in requests_for(server, missing, "failure"):
         assert BOT_TOKEN not in json.dumps(r["json"])
@@ -167,6 +179,73 @@ def test_401_stops_claiming_and_says_why(voicy, tmp_path):
     assert len(server.requests) <= n + 1  # no claim storm after the 401
     assert all(r["status"] == 401 for r in server.requests)
     assert "not-a-valid-token-xyz" not in bridge.log()
+
+
+def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery_workers, tmp_path):
+    """After a restart with Redis flushed, this worker's jobs left ``ready`` or stale ``transcribing``
+    on the server come back through ``claim-ready``, alternating buckets (reference §6.3): media
+    still in the store is transcribed without a new download; media gone is a retryable failure,
+    so Voicy requeues the job and it is downloaded afresh."""
+    server, telegram, env = voicy
+    env = dict(env, VOICY_WORKER_TRANSCRIPTION_CONCURRENCY="3")  # room to recover all three in one pass
+    work = Path(env["VOICY_WORKER_WORK_DIR"])
+    work.mkdir(parents=True, exist_ok=True)
+    # createdAt and downloadedAt ascend in this order, so "oldest" and "newest" are unambiguous
+    names = ("ready_stored", "stale_stored", "ready_missing", "fresh_transcribing")
+    items = dict(zip(names, sorted(audio_manifest(), key=lambda m: m["duration_s"])))
+    ids = {name: enqueue_fixture(server, telegram, items[name], file_id=f"fid-{name}") for name in names}
+    by_id = {job_id: name for name, job_id in ids.items()}
+
+    # The process before the restart: claimed and downloaded all four, started transcribing two.
+    previous = VoicyClient(server.url, env["VOICY_WORKER_TOKEN"], timeout_s=5)
+    for name in names:
+        job = previous.claim_download("oldest")
+        assert job is not None and job.id == ids[name]
+        media = work / f"{job.id}.ogg"
+        if name != "ready_missing":  # its media was on a host that is gone
+            shutil.copyfile(AUDIO_DIR / items[name]["file"], media)
+        previous.downloaded(job.id, str(media))
+    for name in ("stale_stored", "fresh_transcribing"):
+        previous.transcribe(ids[name])
+    server.update_job(ids["stale_stored"], {"heartbeatAt": server.state.now() - STALE_HEARTBEAT_AGE})
+    seen_requests, seen_edits = len(server.requests), len(server.edits)
+
+    celery_workers("io", env)
+    celery_workers("gpu", env)
+    bridge = start_bridge(env, tmp_path / "bridge.log")
+    try:
+        recovered = [ids[n] for n in ("ready_stored", "stale_stored", "ready_missing")]
+        jobs = wait_final(server, recovered)
+    finally:
+        bridge.stop()
+    after = server.requests[seen_requests:]
+
+    # The bridge's first recovery pass: oldest, newest, oldest, then nothing left in either bucket.
+    ready_claims = [(r["bucket"], r["status"]) for r in after if r["endpoint"] == "claim-ready"]
+    assert ready_claims[:5] == [("oldest", 200), ("newest", 200), ("oldest", 200), ("newest", 204),
+                                ("oldest", 204)], ready_claims
+    # Each claim-ready that returns a job publishes its "processing" edit: which job each bucket took.
+    taken = [by_id[e["jobId"]] for e in server.edits[seen_edits:] if e["phase"] == "processing"]
+    assert taken[:3] == ["ready_stored", "ready_missing", "stale_stored"], taken
+    assert "fresh_transcribing" not in taken  # its heartbeat is fresh: not ours to recover
+    assert server.get_job(ids["fresh_transcribing"])["status"] == "transcribing"
+
+    for name in ("ready_stored", "stale_stored"):  # media in the store: transcribed, not re-downloaded
+        job_id = ids[name]
+        assert jobs[job_id]["status"] == "completed", (name, jobs[job_id].get("lastError"), bridge.log()[-2000:])
+        assert jobs[job_id]["attempts"] == 1
+        assert not [r for r in after if r.get("job_id") == job_id and r["endpoint"] in ("source", "failure")]
+        assert [r["status"] for r in after if r.get("job_id") == job_id and r["endpoint"] == "result"] == [200]
+        for word in items[name]["keywords"]:
+            assert word.lower() in jobs[job_id]["resultText"].lower(), (name, word)
+        assert not (work / f"{job_id}.ogg").exists()  # media deleted after the result
+
+    missing = ids["ready_missing"]  # no media: handed back retryable, requeued, downloaded again
+    failures = [r["json"] for r in after if r.get("job_id") == missing and r["endpoint"] == "failure"]
+    assert failures == [{"error": "media not available to this fleet after a restart", "retryable": True}]
+    assert jobs[missing]["status"] == "completed" and jobs[missing]["attempts"] == 2
+    assert any(r["endpoint"] == "claim-download" and r["status"] == 200 for r in after)
+    assert [r["status"] for r in after if r.get("job_id") == missing and r["endpoint"] == "source"] == [200]
 
 
 def test_sigkill_mid_transcription_recovers_and_completes_once(voicy, celery_workers, tmp_path):

@@ -48,6 +48,64 @@ def test_missing_and_invalid_variables_are_named(env) -> None:
     assert s.telegram_bot_token.get_secret_value() == "42:bot-token-fallback"
 
 
+def test_numbers_follow_voicys_rule_and_fractional_slots_round_up(env) -> None:
+    """§6.1: empty → default, else ``Number(v)``; not finite or < 0 → error naming it; fractions allowed."""
+    env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1")
+    env.setenv("VOICY_WORKER_TOKEN", TOKEN)
+    for name in ("DOWNLOAD_CONCURRENCY", "TRANSCRIPTION_CONCURRENCY", "READY_QUEUE_LIMIT"):
+        env.setenv(f"VOICY_WORKER_{name}", "")
+    s = load_voicy_settings()
+    assert (s.download_concurrency, s.transcription_concurrency, s.ready_queue_limit) == (2, 1, 2)
+    # Voicy's client admits work while `running < v`: 2.5 downloads means 3 in flight.
+    env.setenv("VOICY_WORKER_DOWNLOAD_CONCURRENCY", "2.5")
+    env.setenv("VOICY_WORKER_TRANSCRIPTION_CONCURRENCY", "1.2")
+    s = load_voicy_settings()
+    assert (s.download_concurrency, s.transcription_concurrency) == (3, 2)
+    assert s.ready_queue_limit == 3  # max(2.5, 2 × 1.2) = 2.5 → 3, as Voicy derives it (not 2 × 2)
+    assert all(type(v) is int for v in (s.download_concurrency, s.transcription_concurrency,
+                                         s.ready_queue_limit))
+    env.setenv("VOICY_WORKER_READY_QUEUE_LIMIT", "0.25")  # then max(1, v)
+    env.setenv("VOICY_WORKER_TRANSCRIPTION_CONCURRENCY", "0")
+    s = load_voicy_settings()
+    assert (s.ready_queue_limit, s.transcription_concurrency) == (1, 1)
+    env.setenv("VOICY_WORKER_READY_QUEUE_LIMIT", "0x10")  # Number("0x10") is 16
+    env.setenv("VOICY_WORKER_POLL_INTERVAL_MS", "1e3")
+    s = load_voicy_settings()
+    assert s.ready_queue_limit == 16 and s.poll_interval_ms == 1000
+    for name in ("DOWNLOAD_CONCURRENCY", "READY_QUEUE_LIMIT", "POLL_INTERVAL_MS", "STALE_ACTIVE_JOB_MS"):
+        for bad in ("2 jobs", "-1", "Infinity", "NaN", "1_000"):
+            env.setenv(f"VOICY_WORKER_{name}", bad)
+            with pytest.raises(ConfigError, match=f"VOICY_WORKER_{name}: .*must be a non-negative number"):
+                load_voicy_settings()
+        env.delenv(f"VOICY_WORKER_{name}")
+
+
+def test_only_documented_names_set_the_model_and_the_media_limit(env) -> None:
+    """Bare ``MODEL``/``MAX_MEDIA_FILE_SIZE_MB`` (any process may have them) must not configure us."""
+    for key in ("VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL", "VOICY_WORKER_MAX_MEDIA_BYTES",
+                "VOICY_MAX_MEDIA_FILE_SIZE_MB"):
+        env.delenv(key, raising=False)
+    env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1")
+    env.setenv("VOICY_WORKER_TOKEN", TOKEN)
+    env.setenv("MODEL", "gpt-4o")
+    env.setenv("MAX_MEDIA_FILE_SIZE_MB", "1")
+    env.setenv("VOICY_WORKER_MAX_MEDIA_FILE_SIZE_MB", "1")  # a field name under our prefix: not documented
+    s = load_voicy_settings()
+    assert s.model == "large-v3"
+    assert s.max_media_bytes == 20 * 1024 * 1024
+    env.setenv("VOICY_WHISPER_MODEL", "small")
+    assert load_voicy_settings().model == "small"
+    env.setenv("VOICY_WORKER_MODEL", "base")  # Voicy's order: ours first, then the adapter's
+    assert load_voicy_settings().model == "base"
+    env.setenv("VOICY_MAX_MEDIA_FILE_SIZE_MB", "2.5")  # the server's variable, in MB, fractions allowed
+    assert load_voicy_settings().max_media_bytes == int(2.5 * 1024 * 1024)
+    env.setenv("VOICY_WORKER_MAX_MEDIA_BYTES", "1000")  # ours wins
+    assert load_voicy_settings().max_media_bytes == 1000
+    env.setenv("VOICY_MAX_MEDIA_FILE_SIZE_MB", "lots")
+    with pytest.raises(ConfigError, match="VOICY_MAX_MEDIA_FILE_SIZE_MB"):
+        load_voicy_settings()
+
+
 def test_client_maps_statuses_and_never_logs_the_token(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     with DevVoicyServer() as server:

@@ -28,16 +28,25 @@ forks (:func:`set_pool_processes`; this package imports no Celery); a process
 outside a prefork pool counts as a pool of one. On CUDA auto passes 0, since
 CPU threads barely matter there. An explicit value is passed through.
 
-Language: the job's hint, else ``VOICY_WORKER_LANGUAGE``, else detected.
-VAD is on (bundled Silero model, no download) so silence is skipped.
+Language: the job's hint, else ``VOICY_WORKER_LANGUAGE``, else detected
+(Voicy's order, reference/voicy.md §6.7). A hint the model does not know
+(``english``, ``xx``) is skipped in that order rather than failing the job:
+faster-whisper's tokenizer raises ``ValueError`` for it on a multilingual
+model, and that would be reported retryable and fail the same way three times
+(``workers.transcribe.languages``). VAD is on (bundled Silero model, no
+download) so silence is skipped.
 
 Empty transcripts (silence, music) are a *normal result* with ``text: ""``:
 Voicy's client has uploaded them so since commit 8920982, the server accepts
 ``""`` and answers "no text detected" (reference/voicy.md §8.1); a retry
 would only transcribe the same silence again.
 
-Errors: undecodable media (PyAV/FFmpeg errors) is permanent; a missing file,
-running out of memory and anything unexpected are retryable.
+Errors: undecodable media (PyAV/FFmpeg errors) is permanent, and so is media
+with no audio stream at all (a video-only MP4 sent as a ``video`` or
+``document``): it is found by probing the container's streams before decoding,
+because faster-whisper's ``decode_audio`` would fail with a bare
+``IndexError`` that says nothing about the file. A missing file, running out
+of memory and anything unexpected are retryable.
 """
 
 from __future__ import annotations
@@ -49,8 +58,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workers.errors import ConfigError, PermanentJobError, RetryableJobError
-from workers.voicy.models import ENGINE_NAME, EngineMetadata, Part, TranscriptBody
+from workers.errors import ConfigError, JobError, PermanentJobError, RetryableJobError
+from workers.transcribe.languages import pick_language
+from workers.voicy.models import EngineMetadata, Part, TranscriptBody
 from workers.voicy.settings import AUTO_CPU_THREADS, VoicySettings
 
 log = logging.getLogger(__name__)
@@ -142,6 +152,7 @@ class Engine:
         cores = usable_cores()
         self.cpu_threads = resolve_cpu_threads(settings.cpu_threads, self.device, pool_processes, cores)
         self.model_name = settings.model
+        self.engine_name = settings.engine  # VOICY_WORKER_ENGINE: what Voicy stores as workerEngine (§6.7)
         self.default_language = settings.language
         self.beam_size = settings.beam_size
         local = Path(settings.model).expanduser().is_dir()
@@ -178,8 +189,9 @@ class Engine:
         lost lease) stops decoding and propagates unchanged.
         """
         try:
+            require_audio_stream(path)
             segments, info = self._model.transcribe(
-                str(path), language=language or self.default_language, vad_filter=True,
+                str(path), language=self.language_for(language), vad_filter=True,
                 beam_size=self.beam_size)
             transcript = Transcript(language=info.language, duration=round(info.duration, DURATION_DIGITS))
             iterator = iter(segments)
@@ -199,18 +211,43 @@ class Engine:
                     on_segment(transcript)
         return transcript
 
+    def language_for(self, hint: str | None) -> str | None:
+        """The job's hint if this model knows it, else ``VOICY_WORKER_LANGUAGE``, else ``None`` (detect)."""
+        return pick_language(hint, self.default_language, self._model.supported_languages)
+
     def body(self, transcript: Transcript) -> TranscriptBody:
-        """The ``progress``/``result`` body; absent values are omitted when dumped."""
+        """The ``progress``/``result`` body; absent values are omitted when dumped.
+
+        ``engine`` is the configured ``VOICY_WORKER_ENGINE`` (default ``faster-whisper``),
+        as Voicy's client sends it, so an operator can tell fleets apart in ``workerEngine``.
+        """
         return TranscriptBody(text=transcript.text, parts=list(transcript.parts),
-                              language=transcript.language, engine=ENGINE_NAME,
+                              language=transcript.language, engine=self.engine_name,
                               duration=transcript.duration, metadata=self.metadata)
 
     progress_body = body
     result_body = body
 
 
+def require_audio_stream(path: Path) -> None:
+    """Raise ``PermanentJobError`` unless the container at ``path`` has an audio stream.
+
+    Opening the container twice costs milliseconds; decoding a file with no
+    audio would fail deterministically on every retry. Errors opening it are
+    left to :func:`_classify` (a missing file stays retryable).
+    """
+    import av
+
+    with av.open(str(path), metadata_errors="ignore") as container:
+        has_audio = bool(container.streams.audio)
+    if not has_audio:
+        raise PermanentJobError("media has no audio stream")
+
+
 def _classify(exc: Exception) -> Exception:
     """Map a decoding/inference error to our tree; messages carry no path (PyAV quotes it)."""
+    if isinstance(exc, JobError):  # already classified (require_audio_stream)
+        return exc
     name = type(exc).__name__
     if isinstance(exc, FileNotFoundError):
         return RetryableJobError(f"media file is missing: {name}")

@@ -1,7 +1,11 @@
 """Voicy-side settings, with the same ``VOICY_WORKER_*`` names as Voicy's own worker client.
 
 Why the same names: an operator who ran Voicy's bundled client moves its
-environment over unchanged (reference/voicy.md §6.1). Differences, on purpose:
+environment over unchanged (reference/voicy.md §6.1). Only documented names
+are read: the field aliases are exactly the names §6.1 lists (``TOKEN`` for the
+bot token, ``VOICY_WHISPER_MODEL`` for the model), never a bare field name such
+as ``MODEL``, which pydantic-settings would match case-insensitively against
+unrelated variables. Differences, on purpose:
 
 * ``POLL_INTERVAL_MS`` defaults to 1000 (Voicy: 5000): the bridge claims only
   while it has capacity, so a short idle poll costs little and picks work up sooner.
@@ -11,29 +15,38 @@ environment over unchanged (reference/voicy.md §6.1). Differences, on purpose:
 * ``MAX_MEDIA_BYTES`` bounds a download (Voicy streams without a limit, §6.4).
   The default is the cloud Bot API's 20 MiB cap; ``VOICY_MAX_MEDIA_FILE_SIZE_MB``
   (the server's variable) is honoured when ours is unset.
+* ``LANGUAGE`` must be a code faster-whisper knows (``workers.transcribe.languages``):
+  Voicy passes it to its transcriber unchecked, but here a typo would fail
+  every job on a multilingual model, so it stops start-up instead.
 * ``LEASE_TTL_MS``, ``MEDIA_STORE``, ``DEVICE``, ``COMPUTE_TYPE``, ``BEAM_SIZE``,
   ``CPU_THREADS`` are ours; the transcriber-command variables of Voicy's client are gone
   (the engine runs in-process).
 
-Numbers follow the client's rule: unset or empty means the default; a value
-that is not a number or is negative is a ``ConfigError`` naming the variable
-(``load_voicy_settings``). Secrets are ``SecretStr`` and are registered with
-the log redactor the moment settings load.
+Numbers follow the client's rule (§6.1): unset or empty means the default;
+otherwise JavaScript's ``Number(v)`` (:func:`js_number`), and a result that is
+not finite or is below 0 is a ``ConfigError`` naming the variable. Fractions
+are accepted. The three slot counts (download and transcription concurrency,
+ready-queue limit) become whole numbers the way the client's ``running < v``
+comparisons treat a fraction: ``max(1, v)`` rounded **up**, so ``2.5`` admits 3.
+Secrets are ``SecretStr`` and are registered with the log redactor the moment
+settings load.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, AfterValidator, BeforeValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import register_secret
+from workers.transcribe.languages import normalize, whisper_languages
 
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org"
 DEFAULT_ENGINE = "faster-whisper"
@@ -47,53 +60,139 @@ MIN_PROGRESS_INTERVAL_MS = 1000.0  # the server clamps its visible-edit interval
 DEFAULT_STALE_ACTIVE_JOB_MS = 900000.0  # the server's claim-ready cutoff (15 min)
 DEFAULT_LEASE_TTL_MS = 30000.0
 MIN_LEASE_TTL_MS = 100.0
+DEFAULT_DOWNLOAD_CONCURRENCY = 2.0  # downloads in flight
+DEFAULT_TRANSCRIPTION_CONCURRENCY = 1.0  # gpu slots in the fleet
+MIN_SLOTS = 1.0  # Voicy: max(1, v) for every slot count
 AUTO_CPU_THREADS = 0  # CPU_THREADS=0: the engine sizes its threads to the host (workers.transcribe.engine)
 CLOUD_BOT_API_MAX_BYTES = 20 * 1024 * 1024  # the cloud Bot API refuses larger downloads
 BYTES_PER_MB = 1024 * 1024
 SERVER_MAX_MEDIA_ENV = "VOICY_MAX_MEDIA_FILE_SIZE_MB"  # the server's variable, honoured as a fallback
 TRUE_FLAGS = frozenset({"1", "true"})  # Voicy's IDLE_EXIT rule: only these two strings
+NON_NEGATIVE_MESSAGE = "must be a non-negative number"
+
+# What JavaScript's Number() accepts from a string, after trimming (ECMAScript StringNumericLiteral).
+_JS_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_JS_INTEGER = re.compile(r"0(?:[xX](?P<hex>[0-9a-fA-F]+)|[oO](?P<oct>[0-7]+)|[bB](?P<bin>[01]+))")
+_JS_RADIX = {"hex": 16, "oct": 8, "bin": 2}
+_JS_INFINITY = re.compile(r"[+-]?Infinity")
+
+
+def js_number(text: str) -> float:
+    """JavaScript's ``Number(text)``: what Voicy's client does with a numeric variable.
+
+    Decimal and exponent forms and ``0x``/``0o``/``0b`` integers parse; blank
+    is 0; ``Infinity`` is infinite; anything else (``30s``, ``1_000``, ``nan``)
+    is NaN. Python's ``float()`` differs on several of these, hence our own.
+    """
+    s = text.strip()
+    if not s:
+        return 0.0
+    if _JS_DECIMAL.fullmatch(s):
+        return float(s)
+    if _JS_INFINITY.fullmatch(s):
+        return -math.inf if s.startswith("-") else math.inf
+    integer = _JS_INTEGER.fullmatch(s)
+    if integer is not None:
+        kind, digits = next((k, v) for k, v in integer.groupdict().items() if v is not None)
+        return float(int(digits, _JS_RADIX[kind]))
+    return math.nan
 
 
 def _non_negative(value: float) -> float:
     if not math.isfinite(value) or value < 0:
-        raise ValueError("must be a non-negative number")
+        raise ValueError(NON_NEGATIVE_MESSAGE)
     return value
 
 
-NonNegative = Annotated[float, AfterValidator(_non_negative)]
+def _number(value: object) -> object:
+    """Strings (the environment) go through ``Number()``; values passed in code are left to pydantic."""
+    return js_number(value) if isinstance(value, str) else value
+
+
+def number_env(name: str) -> float | None:
+    """A numeric variable that is not a settings field, read by name with the same rule.
+
+    ``None`` when unset or empty. Not a field because a field is also read under
+    our prefix plus its own name (``populate_by_name``), which would make an
+    undocumented ``VOICY_WORKER_MAX_MEDIA_FILE_SIZE_MB`` work; and reading it
+    here lets the ``ConfigError`` name it exactly.
+    """
+    raw = os.environ.get(name, "")
+    if not raw:
+        return None
+    try:
+        return _non_negative(js_number(raw))
+    except ValueError:
+        raise ConfigError(f"invalid configuration: {name}: {NON_NEGATIVE_MESSAGE}") from None
+
+
+def whole_slots(value: float) -> int:
+    """A slot count as Voicy's client uses it: ``max(1, v)``, and ``running < v`` admits ``ceil(v)``."""
+    return math.ceil(max(MIN_SLOTS, value))
+
+
+NonNegative = Annotated[float, BeforeValidator(_number), AfterValidator(_non_negative)]
 NonNegativeInt = Annotated[int, AfterValidator(_non_negative)]
+# A slot count: parsed like every number, a whole number (int) once the settings are built.
+SlotCount = NonNegative
+
+_PREFIXED = SettingsConfigDict(env_prefix="VOICY_WORKER_", extra="ignore", populate_by_name=True,
+                               env_ignore_empty=True)
 
 
-class VoicySettings(BaseSettings):
+class VoicyTimings(BaseSettings):
+    """The two periods beat's schedule is built from, validated exactly as the fleet validates them.
+
+    Separate because ``tasks.beat`` builds the schedule at ``import tasks`` in every
+    Celery process: it must be able to check these two without requiring
+    ``VOICY_WORKER_API_URL``/``TOKEN`` (``VoicySettings`` inherits them).
+    """
+
+    model_config = _PREFIXED
+
+    heartbeat_interval_ms: NonNegative = DEFAULT_HEARTBEAT_INTERVAL_MS  # 0 disables
+    lease_ttl_ms: NonNegative = DEFAULT_LEASE_TTL_MS
+
+    @field_validator("lease_ttl_ms")
+    @classmethod
+    def _lease_floor(cls, value: float) -> float:
+        if value < MIN_LEASE_TTL_MS:
+            raise ValueError(f"must be at least {MIN_LEASE_TTL_MS:g}")
+        return value
+
+    @property
+    def heartbeat_interval_s(self) -> float | None:
+        """``None`` when heartbeats are disabled (``HEARTBEAT_INTERVAL_MS=0``)."""
+        return self.heartbeat_interval_ms / 1000.0 if self.heartbeat_interval_ms > 0 else None
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return self.lease_ttl_ms / 1000.0
+
+
+class VoicySettings(VoicyTimings):
     """Everything the Voicy side reads from the environment (``VOICY_WORKER_*``)."""
-
-    model_config = SettingsConfigDict(env_prefix="VOICY_WORKER_", extra="ignore",
-                                      populate_by_name=True, env_ignore_empty=True)
 
     api_url: str
     token: SecretStr
     work_dir: Path = Field(default_factory=lambda: Path.cwd() / "tmp" / "voicy-worker")
     media_store: str | None = None  # a directory or s3://bucket/prefix; default: work_dir
     poll_interval_ms: NonNegative = DEFAULT_POLL_INTERVAL_MS
-    heartbeat_interval_ms: NonNegative = DEFAULT_HEARTBEAT_INTERVAL_MS  # 0 disables
     download_timeout_ms: NonNegative = DEFAULT_DOWNLOAD_TIMEOUT_MS
     restart_delay_ms: NonNegative = DEFAULT_RESTART_DELAY_MS
-    download_concurrency: NonNegativeInt = 2
-    transcription_concurrency: NonNegativeInt = 1
-    ready_queue_limit: NonNegativeInt | None = None
+    download_concurrency: SlotCount = DEFAULT_DOWNLOAD_CONCURRENCY
+    transcription_concurrency: SlotCount = DEFAULT_TRANSCRIPTION_CONCURRENCY
+    ready_queue_limit: SlotCount | None = None
     idle_exit: bool = False
     stale_active_job_ms: NonNegative = DEFAULT_STALE_ACTIVE_JOB_MS
-    lease_ttl_ms: NonNegative = DEFAULT_LEASE_TTL_MS
     telegram_api_url: str = DEFAULT_TELEGRAM_API_URL
     telegram_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("VOICY_WORKER_TELEGRAM_BOT_TOKEN", "TOKEN"))
     max_media_bytes: NonNegativeInt | None = None
-    max_media_file_size_mb: NonNegative | None = Field(
-        default=None, validation_alias=AliasChoices(SERVER_MAX_MEDIA_ENV, "max_media_file_size_mb"))
     language: str | None = None
     engine: str = DEFAULT_ENGINE
     model: str = Field(default=DEFAULT_MODEL, validation_alias=AliasChoices(
-        "VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL", "model"))
+        "VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL"))
     device: str = Field(default="auto", pattern="^(auto|cuda|cpu)$")
     compute_type: str | None = None  # default chosen by the engine: float16 on CUDA, int8 on CPU
     beam_size: int = Field(default=5, ge=1)
@@ -118,13 +217,6 @@ class VoicySettings(BaseSettings):
     def _clamp_progress(cls, value: float) -> float:
         return max(MIN_PROGRESS_INTERVAL_MS, value)
 
-    @field_validator("lease_ttl_ms")
-    @classmethod
-    def _lease_floor(cls, value: float) -> float:
-        if value < MIN_LEASE_TTL_MS:
-            raise ValueError(f"must be at least {MIN_LEASE_TTL_MS:g}")
-        return value
-
     @field_validator("max_media_bytes")
     @classmethod
     def _positive_bound(cls, value: int | None) -> int | None:
@@ -132,17 +224,32 @@ class VoicySettings(BaseSettings):
             raise ValueError("must be at least 1")
         return value
 
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        code = normalize(value)
+        if code not in whisper_languages():
+            raise ValueError("must be a language code faster-whisper knows, e.g. en, de, ru, uk")
+        return code
+
     @model_validator(mode="after")
     def _derive(self) -> VoicySettings:
-        self.download_concurrency = max(1, self.download_concurrency)
-        self.transcription_concurrency = max(1, self.transcription_concurrency)
-        if self.ready_queue_limit is None:
-            self.ready_queue_limit = max(self.download_concurrency, 2 * self.transcription_concurrency)
-        self.ready_queue_limit = max(1, self.ready_queue_limit)
+        # Voicy derives the ready-queue default from max(1, v) of the unrounded values; only its
+        # `running < v` comparisons make whole numbers of them, so rounding up comes last.
+        download = max(MIN_SLOTS, self.download_concurrency)
+        transcription = max(MIN_SLOTS, self.transcription_concurrency)
+        ready = self.ready_queue_limit
+        if ready is None:
+            ready = max(download, 2 * transcription)
+        self.download_concurrency = whole_slots(download)
+        self.transcription_concurrency = whole_slots(transcription)
+        self.ready_queue_limit = whole_slots(ready)
         if not self.media_store:
             self.media_store = str(self.work_dir)
         if self.max_media_bytes is None:
-            mb = self.max_media_file_size_mb
+            mb = number_env(SERVER_MAX_MEDIA_ENV)
             self.max_media_bytes = int(mb * BYTES_PER_MB) if mb else CLOUD_BOT_API_MAX_BYTES
         return self
 
@@ -153,36 +260,12 @@ class VoicySettings(BaseSettings):
         return self.download_timeout_ms / 1000.0
 
     @property
-    def heartbeat_interval_s(self) -> float | None:
-        """``None`` when heartbeats are disabled (``HEARTBEAT_INTERVAL_MS=0``)."""
-        return self.heartbeat_interval_ms / 1000.0 if self.heartbeat_interval_ms > 0 else None
-
-    @property
     def poll_interval_s(self) -> float:
         return self.poll_interval_ms / 1000.0
 
     @property
     def progress_interval_s(self) -> float:
         return self.progress_interval_ms / 1000.0
-
-    @property
-    def lease_ttl_s(self) -> float:
-        return self.lease_ttl_ms / 1000.0
-
-
-def _check_number_env(name: str) -> None:
-    """Validate a non-prefixed numeric variable ourselves so the error names it exactly.
-
-    (``workers.config.env_name`` derives names from the field plus our prefix,
-    which would misname a variable that does not carry the prefix.)
-    """
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return
-    try:
-        _non_negative(float(raw))
-    except ValueError:
-        raise ConfigError(f"invalid configuration: {name}: must be a non-negative number") from None
 
 
 def load_voicy_settings(**overrides: object) -> VoicySettings:
@@ -191,7 +274,7 @@ def load_voicy_settings(**overrides: object) -> VoicySettings:
     The bot token is registered whole and by its secret half (after ``<bot id>:``),
     because a URL or message could carry either.
     """
-    _check_number_env(SERVER_MAX_MEDIA_ENV)
+    number_env(SERVER_MAX_MEDIA_ENV)  # named even when VOICY_WORKER_MAX_MEDIA_BYTES makes it unused
     settings = load_settings(VoicySettings, **overrides)
     register_secret(settings.token.get_secret_value())
     if settings.telegram_bot_token is not None:
