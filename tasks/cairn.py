@@ -28,13 +28,14 @@ import threading
 from typing import Any
 
 from celery import shared_task
-from celery.signals import beat_init, celeryd_after_setup, worker_process_init, worker_ready
+from celery.signals import (beat_init, celeryd_after_setup, task_postrun, task_prerun, worker_process_init,
+                            worker_ready)
 from kombu import Queue
 from kombu.common import Broadcast
 
 from tasks import app
 from tasks.routes import QUEUE_PROVIDER
-from workers.cairn.presence import MANIFEST_INTERVAL_S, PRESENCE_INTERVAL_S
+from workers.cairn.presence import MANIFEST_INTERVAL_S, PRESENCE_INTERVAL_S, BusyPresence
 from workers.lease import LeaseKeeper, Leases
 from workers.logs import setup_logging
 
@@ -90,6 +91,8 @@ class CairnRuntime:
 
 _runtime: CairnRuntime | None = None
 _runtime_lock = threading.Lock()
+_busy: BusyPresence | None = None  # this pool process's presence during long tasks
+_busy_lock = threading.Lock()
 
 
 def runtime() -> CairnRuntime:
@@ -104,8 +107,9 @@ def runtime() -> CairnRuntime:
 @worker_process_init.connect
 def _reset_after_fork(**_: object) -> None:
     """A forked child must not reuse the parent's NATS loop thread or sockets."""
-    global _runtime
+    global _runtime, _busy
     _runtime = None
+    _busy = None
     if cairn_configured():
         from workers.cairn.handlers.context import reset_context
 
@@ -145,6 +149,31 @@ def _manifest_at_start(sender: Any = None, **_: object) -> None:
         hostname = getattr(sender, "hostname", None)
         if hostname:
             presence.apply_async(queue=instance_queue(hostname), expires=PRESENCE_INTERVAL_S)
+
+
+def busy_presence() -> BusyPresence:
+    """This process's :class:`BusyPresence`, built on first use (after fork), on the runtime's interval."""
+    global _busy
+    with _busy_lock:
+        if _busy is None:
+            from workers.cairn.presence import write_presence
+
+            rt = runtime()
+            _busy = BusyPresence(lambda iid: write_presence(rt.ctx, iid), float(rt.ctx.settings.presence_interval_s))
+        return _busy
+
+
+@task_prerun.connect
+def _cairn_task_started(task_id: str = "", task: Any = None, **_: object) -> None:
+    """A Cairn task starts in this pool process: watch it, so a long one keeps the instance present."""
+    if task is not None and str(task.name).startswith("cairn.") and cairn_configured():
+        busy_presence().started(task_id, instance_id(task.request.hostname))
+
+
+@task_postrun.connect
+def _cairn_task_finished(task_id: str = "", task: Any = None, **_: object) -> None:
+    if _busy is not None and task is not None and str(task.name).startswith("cairn."):
+        _busy.finished(task_id)
 
 
 @beat_init.connect
@@ -249,7 +278,8 @@ def presence(self: Any) -> None:
     """Write this instance's presence record (contract §2); skipped against an incompatible core (§1)."""
     from workers.cairn.presence import write_presence
 
-    write_presence(runtime().ctx, instance_id(self.request.hostname))
+    if write_presence(runtime().ctx, instance_id(self.request.hostname)) is not None:
+        busy_presence().wrote()
 
 
 @shared_task(name=MANIFEST_TASK, ignore_result=True)

@@ -57,6 +57,7 @@ class CairnStack:
     gate: Gate = field(default_factory=lambda: Gate.path_pattern(STRAVA_ACTIVITY_PATH))
     workers: list[CeleryWorker] = field(default_factory=list)
     bridge: Proc | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)  # on top of the stack's CAIRN_* settings
     _athletes: int = 0
 
     def start(self) -> CairnStack:
@@ -96,6 +97,7 @@ class CairnStack:
             "CAIRN_STRAVA_BASE_URL": self.strava.base_url if self.strava else "",
             "PYTHONUNBUFFERED": "1",
         })
+        env.update(self.extra_env)
         return env
 
     def start_worker(self, concurrency: int = 2) -> CeleryWorker:

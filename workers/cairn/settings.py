@@ -39,6 +39,8 @@ TERM_AFTER_DELIVERIES = 5
 DEFAULT_LEASE_TTL_S = 15.0  # a SIGKILLed provider task is noticed by the bridge about this long after
 DEFAULT_SHUTDOWN_GRACE_S = 20.0  # SIGTERM: the bridge's running tasks get this long before their NAK
 DEFAULT_TASK_START_DEADLINE_S = 60.0  # a dispatched task not started by then is revoked and NAKed
+DEFAULT_PRESENCE_INTERVAL_S = 20.0  # contract §2: every ~20 s
+MAX_PRESENCE_INTERVAL_S = 30.0  # core counts a record live for 45 s: leave room for one late write
 DEFAULT_DISCOVER_DEADLINE_S = 30.0
 DEFAULT_EXCHANGE_DEADLINE_S = 15.0
 MAX_EXCHANGE_DEADLINE_S = 20.0  # contract §9b: core waits 20 s for the exchange reply
@@ -76,6 +78,7 @@ class CairnSettings(BaseSettings):
     exchange_deadline_s: float = Field(default=DEFAULT_EXCHANGE_DEADLINE_S, gt=0, le=MAX_EXCHANGE_DEADLINE_S)
     lease_ttl_s: float = Field(default=DEFAULT_LEASE_TTL_S, gt=0)
     shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, ge=0)
+    presence_interval_s: float = Field(default=DEFAULT_PRESENCE_INTERVAL_S, gt=0, le=MAX_PRESENCE_INTERVAL_S)
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
 
     @field_validator("nats_url")
