@@ -14,17 +14,22 @@ time in the queue. A process killed in between leaves a grant that expires.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 
 from celery import Task, shared_task
 from celery.signals import celeryd_after_setup, worker_process_init
 
 from workers.config import load_settings
+from workers.errors import ConfigError
 from workers.logs import setup_logging
 from workers.transcribe import engine
 from workers.voicy import pipeline
 from workers.voicy.pipeline import VoicyRuntime
+from workers.voicy.settings import load_voicy_settings
 
+from tasks.routes import QUEUE_GPU, QUEUE_IO
 from tasks.settings import FleetSettings
 
 log = logging.getLogger(__name__)
@@ -65,6 +70,29 @@ def _share_cores_between_pool_processes(instance: object, **_: object) -> None:
     (``VOICY_WORKER_CPU_THREADS=0``).
     """
     engine.set_pool_processes(pool_processes(instance))
+
+
+@celeryd_after_setup.connect
+def _check_voicy_settings_at_start(instance: object, **_: object) -> None:
+    """A worker of the Voicy pools stops at start on a bad ``VOICY_WORKER_*``, naming the variable.
+
+    The runtime is built lazily in each pool process (after fork), so without
+    this a bad value (say ``VOICY_WORKER_LANGUAGE``) would only surface as a
+    failed task, job after job. Checked only when Voicy is configured
+    (``VOICY_WORKER_API_URL``) and the worker consumes ``io`` or ``gpu``;
+    SystemExit, since Celery logs and swallows a signal handler's exceptions.
+    """
+    if not os.environ.get("VOICY_WORKER_API_URL"):
+        return
+    amqp = getattr(getattr(instance, "app", None), "amqp", None)
+    queues = set(amqp.queues.consume_from or ()) if amqp is not None else set()
+    if queues and not queues & {QUEUE_IO, QUEUE_GPU}:  # no -Q consumes every queue
+        return
+    try:
+        load_voicy_settings()
+    except ConfigError as exc:
+        print(f"switchyard voicy worker: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 @worker_process_init.connect

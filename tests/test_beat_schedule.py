@@ -81,3 +81,13 @@ def test_a_bad_period_stops_a_celery_process_at_start_naming_the_variable() -> N
     cairn_only = _celery_env(**{HEARTBEAT: "30s"})
     code = "import tasks; assert not tasks.app.conf.beat_schedule"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cairn_only, check=True, timeout=START_TIMEOUT_S)
+
+
+def test_a_bad_voicy_variable_stops_a_voicy_worker_at_start_naming_it() -> None:
+    """Not only beat's periods: any bad ``VOICY_WORKER_*`` stops an io/gpu worker before it takes a job."""
+    bad = _celery_env(VOICY_WORKER_API_URL=API_URL, VOICY_WORKER_TOKEN="t", VOICY_WORKER_LANGUAGE="klingon")
+    out = subprocess.run([sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "gpu", "-P", "solo"],
+                         cwd=ROOT, env=bad, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "VOICY_WORKER_LANGUAGE" in out.stderr
+    assert "ready" not in out.stdout + out.stderr  # it never got to consuming
