@@ -19,7 +19,7 @@ import os
 import socket
 import uuid
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.config import load_settings
@@ -34,8 +34,12 @@ DEFAULT_STRAVA_BASE_URL = "https://www.strava.com"
 DEFAULT_MAX_IN_FLIGHT = 16
 DEFAULT_WORKER_PACKAGE = "switchyard.providers.strava"
 DEFAULT_ACK_WAIT_S = 30.0
-DEFAULT_MAX_DELIVER = 10  # above TERM_AFTER_DELIVERIES: we term with an envelope ourselves
-TERM_AFTER_DELIVERIES = 5
+# Consumer MaxDeliver: unlimited, as the real Strava worker's (reference §3.3). Rate-limit waits and
+# parser refusals are NAKed without counting towards our own term, so a finite MaxDeliver would let
+# JetStream stop delivering such a job silently, without the failure envelope C2 demands.
+UNLIMITED_MAX_DELIVER = -1
+DEFAULT_MAX_DELIVER = UNLIMITED_MAX_DELIVER
+TERM_AFTER_DELIVERIES = 5  # a job that failed this many times minus one is termed on its next delivery
 DEFAULT_LEASE_TTL_S = 15.0  # a SIGKILLed provider task is noticed by the bridge about this long after
 DEFAULT_SHUTDOWN_GRACE_S = 20.0  # SIGTERM: the bridge's running tasks get this long before their NAK
 DEFAULT_TASK_START_DEADLINE_S = 60.0  # a dispatched task not started by then is revoked and NAKed
@@ -68,8 +72,8 @@ class CairnSettings(BaseSettings):
     strava_base_url: str = DEFAULT_STRAVA_BASE_URL
     release: str = Field(default=WORKER_RELEASE, pattern=RELEASE_PATTERN)
     ack_wait_s: float = Field(default=DEFAULT_ACK_WAIT_S, gt=0)
-    max_deliver: int = Field(default=DEFAULT_MAX_DELIVER, gt=TERM_AFTER_DELIVERIES)
-    term_after_deliveries: int = Field(default=TERM_AFTER_DELIVERIES, ge=1)
+    term_after_deliveries: int = Field(default=TERM_AFTER_DELIVERIES, ge=1)  # before max_deliver: it checks it
+    max_deliver: int = Field(default=DEFAULT_MAX_DELIVER, ge=UNLIMITED_MAX_DELIVER)
     max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
     task_start_deadline_s: float = Field(default=DEFAULT_TASK_START_DEADLINE_S, gt=0)
     discover_deadline_s: float = Field(default=DEFAULT_DISCOVER_DEADLINE_S, gt=0)
@@ -91,6 +95,17 @@ class CairnSettings(BaseSettings):
         if not value.startswith(("https://", "http://")):
             raise ValueError("must be an http(s) URL")
         return value.rstrip("/")
+
+    @field_validator("max_deliver")
+    @classmethod
+    def _max_deliver_above_term(cls, value: int, info: ValidationInfo) -> int:
+        """A finite MaxDeliver must leave room for our own term with its envelope: JetStream
+        stops delivering at MaxDeliver without telling core anything."""
+        term_after = info.data.get("term_after_deliveries")
+        if value != UNLIMITED_MAX_DELIVER and term_after is not None and value <= term_after:
+            raise ValueError(f"must be {UNLIMITED_MAX_DELIVER} (unlimited) or greater than "
+                             f"CAIRN_TERM_AFTER_DELIVERIES ({term_after})")
+        return value
 
     @model_validator(mode="after")
     def _auth_modes(self) -> CairnSettings:
