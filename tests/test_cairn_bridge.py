@@ -59,8 +59,25 @@ def test_release_parsing() -> None:
     assert decode_info(b"v0.7.1") == "v0.7.1"
     assert decode_info(b'"v0.7.2"') == "v0.7.2"
     assert is_dev_build("dev") and is_dev_build("v0.8.0-dev.1") and not is_dev_build("v0.8.0")
-    with pytest.raises(IncompatibleCoreError):
+    with pytest.raises(IncompatibleCoreError, match="^core release 'seven'"):  # names the right side
         compatible("v0.7.0", "seven")
+
+
+@pytest.mark.parametrize("release", ["dev", "dev-abc123", "dev.3", "dev+g1", "v0.8.0-dev.3", "v0.9.0+dev",
+                                     "v0.8.0-rc.1+dev.2"])
+def test_a_dev_build_the_settings_accept_is_exempt_on_either_side(release: str) -> None:
+    """One rule: what CAIRN_RELEASE accepts as a dev build, the core check exempts, ours or core's."""
+    assert CairnSettings(release=release).release == release
+    assert is_dev_build(release)
+    assert compatible(release, "v0.1.0") and compatible("v0.7.0", release)
+
+
+def test_a_pre_release_is_not_a_dev_build() -> None:
+    assert CairnSettings(release="v0.8.0-rc.1").release == "v0.8.0-rc.1"
+    assert not is_dev_build("v0.8.0-rc.1") and not is_dev_build("v0.8.0+gdev1")
+    assert not compatible("v0.8.0-rc.1", "v0.7.0")
+    with pytest.raises(ValueError, match="dev build"):
+        CairnSettings(release="seven")
 
 
 def test_max_deliver_is_unlimited_by_default_and_a_finite_one_must_exceed_the_term(
@@ -129,6 +146,9 @@ def test_core_release_check(nats_url: str) -> None:
             with pytest.raises(IncompatibleCoreError, match="v0.8.0"):
                 await check_core_release(js, "v0.7.0")
             assert await check_core_release(js, "dev") == "v0.8.0"
+            assert await check_core_release(js, "dev-abc123") == "v0.8.0"  # was refused, blaming core
+            await kv.put("info", b"dev.3")
+            assert await check_core_release(js, "v0.7.0") == "dev.3"
         finally:
             await nc.close()
     _run(scenario())

@@ -11,11 +11,17 @@ Versions (contract §1 Versioning) are three independent things:
   presence/manifest ``version`` carry. ``PARSER_VERSION`` is the contract
   layer's default; a provider declares its own (``Provider.parser_version``),
   which always wins.
+
+Dev builds are exempt from the release check (§1). :func:`is_dev_build` is the
+one rule for "dev build": ``CAIRN_RELEASE`` is validated with it, and the
+bridge applies it to our release and to core's alike, so a release this module
+accepts as a dev build is never refused, or blamed on the wrong side, later.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 
@@ -28,7 +34,13 @@ from workers.logs import register_secret
 WORKER_RELEASE = "v0.7.0"
 WORKER_VERSION = WORKER_RELEASE  # the release string, not the parser version
 PARSER_VERSION = "1.0"  # dataset 1, output revision 0
-RELEASE_PATTERN = r"^(?:v\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?|dev[0-9A-Za-z.+-]*)$"  # dev builds are exempt
+RELEASE_PATTERN = r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"  # vX.Y.Z[-pre][+build]
+# A dev build: ``dev`` itself or anything starting with it (``dev-abc123``, ``dev.3``, ``dev+g1``), or a
+# release whose pre-release or build part has an identifier starting with ``dev`` (``v0.8.0-dev.3``,
+# ``v0.8.0+dev``, ``v0.8.0-rc.1+dev.2``). Core may omit the ``v`` and the patch (``0.8-dev``).
+DEV_BUILD_PATTERN = (r"^(?:dev[0-9A-Za-z.+-]*"
+                     r"|v?\d+\.\d+(?:\.\d+)?[-+](?:[0-9A-Za-z]+[.+-])*dev[0-9A-Za-z.+-]*)$")
+_DEV_BUILD_RE = re.compile(DEV_BUILD_PATTERN, re.IGNORECASE)
 PARSER_VERSION_PATTERN = r"^\d+\.\d+$"
 DEFAULT_STRAVA_BASE_URL = "https://www.strava.com"
 DEFAULT_MAX_IN_FLIGHT = 16
@@ -47,6 +59,11 @@ DEFAULT_DISCOVER_DEADLINE_S = 30.0
 DEFAULT_EXCHANGE_DEADLINE_S = 15.0
 MAX_EXCHANGE_DEADLINE_S = 20.0  # contract §9b: core waits 20 s for the exchange reply
 NAME_PATTERN = r"^[a-z0-9_-]{1,48}$"
+
+
+def is_dev_build(release: str) -> bool:
+    """Whether ``release`` (ours or core's) is a dev build, exempt from the compatibility check."""
+    return bool(_DEV_BUILD_RE.match(release.strip()))
 
 
 def _default_instance_id() -> str:
@@ -70,7 +87,7 @@ class CairnSettings(BaseSettings):
     instance_id: str = Field(default_factory=_default_instance_id, validation_alias=AliasChoices(
         "CAIRN_INSTANCE_ID", "CAIRN_WORKER_INSTANCE_ID"))
     strava_base_url: str = DEFAULT_STRAVA_BASE_URL
-    release: str = Field(default=WORKER_RELEASE, pattern=RELEASE_PATTERN)
+    release: str = WORKER_RELEASE
     ack_wait_s: float = Field(default=DEFAULT_ACK_WAIT_S, gt=0)
     term_after_deliveries: int = Field(default=TERM_AFTER_DELIVERIES, ge=1)  # before max_deliver: it checks it
     max_deliver: int = Field(default=DEFAULT_MAX_DELIVER, ge=UNLIMITED_MAX_DELIVER)
@@ -87,6 +104,13 @@ class CairnSettings(BaseSettings):
     def _nats_scheme(cls, value: str) -> str:
         if not value.startswith(("nats://", "tls://", "ws://", "wss://")):
             raise ValueError("must be a nats:// URL")
+        return value
+
+    @field_validator("release")
+    @classmethod
+    def _release_or_dev_build(cls, value: str) -> str:
+        if not (re.match(RELEASE_PATTERN, value) or is_dev_build(value)):
+            raise ValueError("must be a release vX.Y.Z or a dev build (dev, dev-<id>, vX.Y.Z-dev.N)")
         return value
 
     @field_validator("strava_base_url")
