@@ -57,6 +57,7 @@ class CairnStack:
     gate: Gate = field(default_factory=lambda: Gate.path_pattern(STRAVA_ACTIVITY_PATH))
     workers: list[CeleryWorker] = field(default_factory=list)
     bridge: Proc | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)  # CAIRN_* overrides of one stack (bridge, workers)
     _athletes: int = 0
 
     def start(self) -> CairnStack:
@@ -96,7 +97,11 @@ class CairnStack:
             "CAIRN_STRAVA_BASE_URL": self.strava.base_url if self.strava else "",
             "PYTHONUNBUFFERED": "1",
         })
+        env.update(self.extra_env)
         return env
+
+    def live_workers(self) -> list[CeleryWorker]:
+        return [w for w in self.workers if w.proc.poll() is None]
 
     def start_worker(self, concurrency: int = 2) -> CeleryWorker:
         name = f"provider-{len(self.workers)}-{uuid.uuid4().hex[:4]}@test"
