@@ -289,6 +289,7 @@ class CairnBridge:
             reason = f"poison {kind} payload: {glue.describe_invalid(exc)}"
             return await glue.terminate(self, held, raw if isinstance(raw, dict) else {}, code="bad_payload",
                                         message=reason, error_class="ERROR_CLASS_INVALID_INPUT")
+        held.failures = await self.failures.count(held.seq)  # read first: a term below also clears it
         max_deliver = self.settings.max_deliver
         if 0 < max_deliver <= held.delivery:  # JetStream would drop a NAK of its last delivery silently (C2)
             reason = f"delivery {held.delivery} is the last CAIRN_MAX_DELIVER allows; giving up"
@@ -298,7 +299,6 @@ class CairnBridge:
             refusal = glue.parse_blob_refusal(self.provider, job)
             if refusal:  # left for a newer instance: not a failure of the job
                 return glue.nak(refusal, failure=False, delay_s=glue.PARSER_REFUSED_NAK_DELAY_S)
-        held.failures = await self.failures.count(held.seq)
         if gives_up(held.failures, self.settings.term_after_deliveries):
             reason = f"failed on {held.failures} of {held.delivery} deliveries; giving up"
             return await glue.terminate(self, held, raw, code="max_deliveries", message=reason,
