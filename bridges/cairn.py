@@ -6,9 +6,11 @@ fetched from arrival to disposition (contract §3 ack discipline, C1/C2):
 * it fetches only while fewer than ``CAIRN_MAX_IN_FLIGHT`` messages are held;
 * every held message gets ``in_progress`` every ``AckWait/3`` until it is
   acked, NAKed or termed, whatever it is waiting for;
-* it decides on its own what needs no provider call: a poison payload and the
-  ``CAIRN_TERM_AFTER_DELIVERIES``-th (5th) delivery get a failure envelope and a Term, a
-  ``parse_blob`` our parser cannot read is NAKed for a newer instance;
+* it decides on its own what needs no provider call: a poison payload, a job
+  that already *failed* ``CAIRN_TERM_AFTER_DELIVERIES - 1`` times (counted in
+  Redis, :mod:`bridges.cairn_ack`: rate-limit waits do not count) and the last
+  delivery a finite ``CAIRN_MAX_DELIVER`` allows get a failure envelope and a
+  Term; a ``parse_blob`` our parser cannot read is NAKed for a newer instance;
 * everything else becomes one ``cairn.job`` Celery task on the ``provider``
   queue, carrying no secret; the task's returned disposition arrives through
   the Redis result backend's pub/sub (:mod:`bridges.cairn_results`);
@@ -16,7 +18,7 @@ fetched from arrival to disposition (contract §3 ack discipline, C1/C2):
   ``cairn``, key = stream sequence): granted by us before sending, taken and
   renewed by the task. A grant that is never taken within
   ``CAIRN_TASK_START_DEADLINE_S``, or a running lease that expires (worker
-  SIGKILLed), is NAKed at once so JetStream redelivers.
+  SIGKILLed), is NAKed at once (after ``MIN_NAK_DELAY_S``) so JetStream redelivers.
 
 Discover and OAuth exchange responders run here too (:mod:`bridges.cairn_responders`).
 """
@@ -31,7 +33,6 @@ import signal
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 import nats
@@ -42,6 +43,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import ValidationError
 
 from bridges import cairn_glue as glue
+from bridges.cairn_ack import FailureCounts, Held, gives_up, settle
 from bridges.cairn_pool import STREAM_JOBS, IncompatibleCoreError, JobConsumer, check_core_release, ensure_consumers
 from bridges.cairn_responders import Responders
 from bridges.cairn_results import TaskResults, TaskWatch
@@ -60,22 +62,6 @@ TASK_FAILURE_NAK_DELAY_S = 2.0  # a task that raised: redeliver soon, but not in
 LEASE_NAMESPACE = "cairn"
 EXIT_INCOMPATIBLE_CORE = 3
 EXIT_LOOP_FAILED = 4
-
-
-@dataclass
-class Held:
-    """One fetched message the bridge owns until its disposition."""
-
-    consumer: JobConsumer
-    msg: Msg
-    delivery: int
-    seq: int
-    arrived: float = field(default_factory=time.monotonic)
-    token: str | None = None
-    running: bool = False
-    settled: bool = False
-
-
 INITIAL_CONNECT_TIMEOUT_S = 30.0
 EXIT_NATS_UNREACHABLE = 5
 
@@ -137,6 +123,7 @@ class CairnBridge:
         self._sync_redis = redis.Redis.from_url(self.redis_url)
         self._aredis = aioredis.Redis.from_url(self.redis_url)
         self.leases = Leases(self._sync_redis, LEASE_NAMESPACE)
+        self.failures = FailureCounts(self._aredis, STREAM_JOBS)
         self.sealed_store = glue.SealedStore(self._sync_redis)
         self.envelope_ctx = glue.envelope_context(self.settings, self.provider, asyncio.get_running_loop(),
                                                   self.nc, self.js)
@@ -262,13 +249,13 @@ class CairnBridge:
         ticker = asyncio.create_task(self._keep_alive(held))
         try:
             if self._stopping.is_set():
-                await self._settle(held, glue.nak(reason="bridge shutting down"))
+                await self._settle(held, glue.nak("bridge shutting down", failure=False))
                 return
             disposition = await self._decide(held)
             await self._settle(held, disposition)
         except Exception as exc:  # noqa: BLE001 - never leave a message without disposition
             log.exception("job seq %d failed in the bridge: %s", held.seq, redact(str(exc)))
-            await self._settle(held, glue.nak(delay_s=TASK_FAILURE_NAK_DELAY_S, reason="bridge error"))
+            await self._settle(held, glue.nak("bridge error", failure=False, delay_s=TASK_FAILURE_NAK_DELAY_S))
         finally:
             ticker.cancel()
             self._held.pop(held.seq, None)
@@ -287,23 +274,7 @@ class CairnBridge:
                 log.warning("in_progress for seq %d failed: %s", held.seq, type(exc).__name__)
 
     async def _settle(self, held: Held, disposition: Any) -> None:
-        if held.settled:
-            return
-        held.settled = True
-        action, delay_s = disposition.action, disposition.delay_s
-        try:
-            if action == "ack":
-                await held.msg.ack()
-            elif action == "term":
-                await held.msg.term()
-            else:
-                await held.msg.nak(delay=delay_s or None)
-        except Exception as exc:  # noqa: BLE001 - JetStream redelivers after AckWait anyway
-            log.warning("%s for seq %d failed: %s", action, held.seq, type(exc).__name__)
-            return
-        log.info("%s %s seq %d (delivery %d)%s%s", action, held.consumer.kind, held.seq, held.delivery,
-                 f" delay {delay_s:.1f}s" if delay_s else "",
-                 f": {redact(disposition.reason)}" if disposition.reason else "")
+        await settle(held, disposition, self.failures, self.settings.term_after_deliveries)
 
     # ------------------------------------------------------------------ deciding
     async def _decide(self, held: Held) -> Any:
@@ -318,12 +289,18 @@ class CairnBridge:
             reason = f"poison {kind} payload: {glue.describe_invalid(exc)}"
             return await glue.terminate(self, held, raw if isinstance(raw, dict) else {}, code="bad_payload",
                                         message=reason, error_class="ERROR_CLASS_INVALID_INPUT")
+        held.failures = await self.failures.count(held.seq)  # read first: a term below also clears it
+        max_deliver = self.settings.max_deliver
+        if 0 < max_deliver <= held.delivery:  # JetStream would drop a NAK of its last delivery silently (C2)
+            reason = f"delivery {held.delivery} is the last CAIRN_MAX_DELIVER allows; giving up"
+            return await glue.terminate(self, held, raw, code="max_deliveries", message=reason,
+                                        error_class="ERROR_CLASS_TRANSIENT")
         if kind == glue.PARSE_BLOB:
             refusal = glue.parse_blob_refusal(self.provider, job)
-            if refusal:
-                return glue.nak(delay_s=glue.PARSER_REFUSED_NAK_DELAY_S, reason=refusal)
-        if held.delivery >= self.settings.term_after_deliveries:
-            reason = f"gave up after {held.delivery} deliveries"
+            if refusal:  # left for a newer instance: not a failure of the job
+                return glue.nak(refusal, failure=False, delay_s=glue.PARSER_REFUSED_NAK_DELAY_S)
+        if gives_up(held.failures, self.settings.term_after_deliveries):
+            reason = f"failed on {held.failures} of {held.delivery} deliveries; giving up"
             return await glue.terminate(self, held, raw, code="max_deliveries", message=reason,
                                         error_class="ERROR_CLASS_TRANSIENT")
         return await self._run_task(held, raw)
@@ -363,7 +340,7 @@ class CairnBridge:
                 if self._stopping.is_set() or time.monotonic() - held.arrived > self.start_deadline_s:
                     if await asyncio.to_thread(self.leases.release, str(held.seq), granted):
                         why = "shutting down" if self._stopping.is_set() else "task not started in time"
-                        return glue.nak(reason=f"{why}; revoked the queued task")
+                        return glue.nak(f"{why}; revoked the queued task", failure=False)
                     continue  # it was taken just now
             else:
                 # Grant expired unstarted, or the running lease expired: the task is lost,
@@ -371,10 +348,12 @@ class CairnBridge:
                 done, _ = await asyncio.wait({watch.done}, timeout=LOST_TASK_GRACE_S)
                 if done:
                     return glue.disposition_from_meta(watch.done.result(), TASK_FAILURE_NAK_DELAY_S)
+                # A task lost mid-run failed (a job that kills its worker every time must end
+                # in a term); one that never started did not.
                 why = "lease expired: task lost" if held.running else "task never started"
-                return glue.nak(reason=why)
+                return glue.nak(why, failure=held.running)
             if self._stopping.is_set() and time.monotonic() > self._stop_deadline:
-                return glue.nak(reason="shutdown grace over; handing the job to another instance")
+                return glue.nak("shutdown grace over; handing the job to another instance", failure=False)
 
 
 def main() -> None:

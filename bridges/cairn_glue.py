@@ -26,9 +26,11 @@ from workers.cairn.subjects import JOB_KINDS, PARSE_BLOB
 from workers.providers.base import Provider
 
 if TYPE_CHECKING:
-    from bridges.cairn import CairnBridge, Held
+    from bridges.cairn import CairnBridge
+    from bridges.cairn_ack import Held
 
 REQUIRED_KINDS = (subjects.FETCH_SOURCE, subjects.RECONCILE)
+BRIDGE_NAK_DELAY_S = 1.0  # the bridge's own NAKs (hand-over, lost task): soon, never at once
 __all__ = ["PARSE_BLOB", "PARSER_REFUSED_NAK_DELAY_S", "Disposition"]
 
 
@@ -97,22 +99,31 @@ def parse_blob_refusal(provider: Provider, job: Any) -> str | None:
 # --------------------------------------------------------------------------- dispositions
 
 
-def nak(delay_s: float | None = None, reason: str = "") -> Disposition:
-    return _nak(delay_s=delay_s, reason=reason)
+def nak(reason: str, *, failure: bool, delay_s: float = BRIDGE_NAK_DELAY_S) -> Disposition:
+    """A NAK the bridge builds itself. ``failure`` is required: only the bridge knows whether
+    this delivery failed (a lost task) or merely waited or changed hands (a refusal, a
+    shutdown, a task never started), and only failures bring the job closer to its term.
+    The delay is never zero: consumers redeliver without limit, an instant NAK would spin."""
+    return _nak(delay_s=delay_s, reason=reason, failure=failure)
 
 
 def term(reason: str) -> Disposition:
     return _term(reason)
 
 
+REVOKED = "REVOKED"  # Celery's state of a task revoked before it ran (start deadline, operator)
+
+
 def disposition_from_meta(meta: dict[str, Any], failure_delay_s: float) -> Disposition:
-    """The task's returned disposition; a task that raised (or was revoked) is a delayed NAK."""
+    """The task's returned disposition; a task that raised is a delayed, failed NAK, one that
+    was revoked before it ran is a delayed NAK that did not fail."""
     if meta.get("status") == "SUCCESS":
         try:
             return Disposition.model_validate(meta.get("result"))
         except ValidationError:
-            return nak(delay_s=failure_delay_s, reason="task returned no valid disposition")
-    return nak(delay_s=failure_delay_s, reason=f"task ended {meta.get('status')}")
+            return nak("task returned no valid disposition", failure=True, delay_s=failure_delay_s)
+    status = meta.get("status")
+    return nak(f"task ended {status}", failure=status != REVOKED, delay_s=failure_delay_s)
 
 
 class LoopNats:

@@ -27,7 +27,6 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from workers.cairn import subjects
 # The release check lives in workers/cairn/compat.py, shared with the presence/manifest writers.
 from workers.cairn.compat import (  # noqa: F401 - re-exported for the bridge, doctor and tests
-    DEV_RELEASE,
     IncompatibleCoreError,
     check_core_release,
     compatible,
@@ -58,8 +57,11 @@ def job_consumers(worker_name: str, kinds_and_subjects: Iterable[tuple[str, str]
 
 
 def consumer_config(consumer: JobConsumer, ack_wait_s: float, max_deliver: int) -> ConsumerConfig:
-    """MaxDeliver is a backstop above our own term-after-N (the bridge envelopes and terms first:
-    a max-delivered message would otherwise sit in the work queue forever)."""
+    """MaxDeliver is always sent, ``-1`` (unlimited, the default, as the Strava worker's) included,
+    so a restart moves an existing durable back to it. Unlimited because rate-limit waits do not
+    count towards our term: a finite value would let JetStream drop such a job silently (a
+    max-delivered message gets no envelope and sits in the work queue forever). An operator's
+    finite value is above ``CAIRN_TERM_AFTER_DELIVERIES`` and its last delivery is termed by us."""
     return ConsumerConfig(durable_name=consumer.durable, filter_subject=consumer.subject,
                           ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
                           ack_wait=ack_wait_s, max_deliver=max_deliver)
@@ -70,5 +72,5 @@ async def ensure_consumers(js: JetStreamContext, consumers: Iterable[JobConsumer
     """Create or update every durable (idempotent; several instances may race here)."""
     for consumer in consumers:
         await js.add_consumer(STREAM_JOBS, consumer_config(consumer, ack_wait_s, max_deliver))
-        log.info("consumer %s on %s ready (AckWait %.1fs, MaxDeliver %d)",
-                 consumer.durable, consumer.subject, ack_wait_s, max_deliver)
+        log.info("consumer %s on %s ready (AckWait %.1fs, MaxDeliver %s)", consumer.durable,
+                 consumer.subject, ack_wait_s, max_deliver if max_deliver > 0 else "unlimited")

@@ -224,7 +224,7 @@ def job(self: Any, kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> 
     if running is None:
         # The bridge revoked this copy (start deadline, shutdown) or a newer delivery owns the job.
         log.info("cairn job seq %s: lease not granted to this task; skipping", seq)
-        return nak(reason="lease not granted to this task").model_dump()
+        return nak(reason="lease not granted to this task", failure=False).model_dump()
     try:
         with LeaseKeeper(rt.leases, seq, running, rt.lease_ttl_s) as keeper:
             delivery = _delivery(meta, keeper, rt.leases, seq)

@@ -57,7 +57,7 @@ class CairnStack:
     gate: Gate = field(default_factory=lambda: Gate.path_pattern(STRAVA_ACTIVITY_PATH))
     workers: list[CeleryWorker] = field(default_factory=list)
     bridge: Proc | None = None
-    extra_env: dict[str, str] = field(default_factory=dict)  # on top of the stack's CAIRN_* settings
+    extra_env: dict[str, str] = field(default_factory=dict)  # CAIRN_* overrides of one stack (bridge, workers)
     _athletes: int = 0
 
     def start(self) -> CairnStack:
@@ -99,6 +99,9 @@ class CairnStack:
         })
         env.update(self.extra_env)
         return env
+
+    def live_workers(self) -> list[CeleryWorker]:
+        return [w for w in self.workers if w.proc.poll() is None]
 
     def start_worker(self, concurrency: int = 2) -> CeleryWorker:
         name = f"provider-{len(self.workers)}-{uuid.uuid4().hex[:4]}@test"

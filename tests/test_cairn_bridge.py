@@ -2,26 +2,39 @@
 
 The end-to-end behaviour (real bridge process, real Celery workers, dev core,
 fake Strava) is in ``test_cairn_e2e.py``; here are the pieces whose rules are
-easier to pin one by one: release compatibility, durable consumers, the
-result waiter on the Redis backend's pub/sub.
+easier to pin one by one: release compatibility, durable consumers and their
+MaxDeliver, the failed-delivery count and the NAK delays, the result waiter on
+the Redis backend's pub/sub.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
+import time
 import uuid
+from pathlib import Path
 
 import nats
 import pytest
+import redis.asyncio as aioredis
 from celery import Celery, states
 from nats.js.api import RetentionPolicy, StreamConfig
 
+from bridges.cairn_ack import FAILURE_COUNT_TTL_S, MIN_NAK_DELAY_S, FailureCounts, Held, gives_up, settle
 from bridges.cairn_check import subject_matches, valid_discover_reply
 from bridges.cairn_pool import (STREAM_JOBS, IncompatibleCoreError, check_core_release, compatible,
-                                decode_info, ensure_consumers, is_dev_build, job_consumers)
-from workers.cairn.settings import CairnSettings
+                                consumer_config, decode_info, ensure_consumers, is_dev_build, job_consumers)
 from bridges.cairn_results import TaskResults
+from workers.cairn.disposition import ack, nak
+from workers.cairn.settings import CairnSettings, load_cairn_settings
+from workers.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXIT_CONFIG_ERROR = 2  # bridges.__main__
 
 
 # ------------------------------------------------------------------ release compatibility
@@ -46,13 +59,57 @@ def test_release_parsing() -> None:
     assert decode_info(b"v0.7.1") == "v0.7.1"
     assert decode_info(b'"v0.7.2"') == "v0.7.2"
     assert is_dev_build("dev") and is_dev_build("v0.8.0-dev.1") and not is_dev_build("v0.8.0")
-    with pytest.raises(IncompatibleCoreError):
+    with pytest.raises(IncompatibleCoreError, match="^core release 'seven'"):  # names the right side
         compatible("v0.7.0", "seven")
 
 
-def test_max_deliver_is_a_backstop_above_our_own_term() -> None:
+@pytest.mark.parametrize("release", ["dev", "dev-abc123", "dev.3", "dev+g1", "v0.8.0-dev.3", "v0.9.0+dev",
+                                     "v0.8.0-rc.1+dev.2"])
+def test_a_dev_build_the_settings_accept_is_exempt_on_either_side(release: str) -> None:
+    """One rule: what CAIRN_RELEASE accepts as a dev build, the core check exempts, ours or core's."""
+    assert CairnSettings(release=release).release == release
+    assert is_dev_build(release)
+    assert compatible(release, "v0.1.0") and compatible("v0.7.0", release)
+
+
+def test_a_pre_release_is_not_a_dev_build() -> None:
+    assert CairnSettings(release="v0.8.0-rc.1").release == "v0.8.0-rc.1"
+    assert not is_dev_build("v0.8.0-rc.1") and not is_dev_build("v0.8.0+gdev1")
+    assert not compatible("v0.8.0-rc.1", "v0.7.0")
+    with pytest.raises(ValueError, match="dev build"):
+        CairnSettings(release="seven")
+
+
+def test_max_deliver_is_unlimited_by_default_and_a_finite_one_must_exceed_the_term(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     defaults = CairnSettings()
-    assert defaults.max_deliver > defaults.term_after_deliveries == 5
+    assert defaults.max_deliver == -1 and defaults.term_after_deliveries == 5
+    monkeypatch.setenv("CAIRN_TERM_AFTER_DELIVERIES", "8")
+    monkeypatch.setenv("CAIRN_MAX_DELIVER", "12")
+    assert load_cairn_settings().max_deliver == 12
+    monkeypatch.setenv("CAIRN_MAX_DELIVER", "8")  # above the default 5, not above the configured 8
+    with pytest.raises(ConfigError, match=r"CAIRN_MAX_DELIVER: .*CAIRN_TERM_AFTER_DELIVERIES \(8\)"):
+        load_cairn_settings()
+    monkeypatch.setenv("CAIRN_MAX_DELIVER", "0")
+    with pytest.raises(ConfigError, match="CAIRN_MAX_DELIVER"):
+        load_cairn_settings()
+
+
+def test_a_bad_max_deliver_stops_the_bridge_at_start_naming_the_variable() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env |= {"CAIRN_MAX_DELIVER": "4", "CAIRN_NATS_URL": "nats://127.0.0.1:1"}  # 4 <= the default 5
+    done = subprocess.run([sys.executable, "-m", "bridges", "cairn"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == EXIT_CONFIG_ERROR, done.stderr[-2000:]
+    assert "invalid configuration: CAIRN_MAX_DELIVER" in done.stderr
+    assert "CAIRN_TERM_AFTER_DELIVERIES (5)" in done.stderr
+    assert "cairn bridge started" not in done.stderr
+
+
+def test_the_term_counts_failures_not_deliveries() -> None:
+    """With 5, a job that failed 4 times is termed on arrival (its 5th delivery if every one failed)."""
+    assert not gives_up(0, 5) and not gives_up(3, 5) and gives_up(4, 5) and gives_up(9, 5)
+    assert gives_up(0, 1)  # CAIRN_TERM_AFTER_DELIVERIES=1: no retry at all
 
 
 # ------------------------------------------------------------------ JetStream
@@ -89,6 +146,9 @@ def test_core_release_check(nats_url: str) -> None:
             with pytest.raises(IncompatibleCoreError, match="v0.8.0"):
                 await check_core_release(js, "v0.7.0")
             assert await check_core_release(js, "dev") == "v0.8.0"
+            assert await check_core_release(js, "dev-abc123") == "v0.8.0"  # was refused, blaming core
+            await kv.put("info", b"dev.3")
+            assert await check_core_release(js, "v0.7.0") == "dev.3"
         finally:
             await nc.close()
     _run(scenario())
@@ -113,6 +173,65 @@ def test_consumers_are_shared_durables_created_idempotently(nats_url: str) -> No
                 assert info.config.ack_wait == 12.0
                 assert info.config.max_deliver == 8
         finally:
+            await nc.close()
+    _run(scenario())
+
+
+def test_consumer_max_deliver_follows_the_setting_on_every_restart(nats_url: str) -> None:
+    """MaxDeliver is sent explicitly, -1 included, and create-or-update applies a change to a durable."""
+    pool = f"pool-{uuid.uuid4().hex[:6]}"
+    consumers = job_consumers(pool, [("fetch_source", f"cairn.jobs.fetch_source.strava.{pool}")])
+    assert consumer_config(consumers[0], 30.0, -1).as_dict()["max_deliver"] == -1
+
+    async def scenario() -> None:
+        nc, js = await _js(nats_url)
+        try:
+            for max_deliver in (CairnSettings().max_deliver, 12, -1):  # default, an operator's value, back
+                await ensure_consumers(js, consumers, 30.0, max_deliver)
+                info = await js.consumer_info(STREAM_JOBS, consumers[0].durable)
+                assert info.config.max_deliver == max_deliver
+        finally:
+            await nc.close()
+    _run(scenario())
+
+
+def test_failed_naks_are_counted_waits_are_not_and_no_nak_is_instant(nats_url: str, fresh_redis: str) -> None:
+    pool = f"pool-{uuid.uuid4().hex[:6]}"
+    subject = f"cairn.jobs.fetch_source.strava.{pool}"
+    (consumer,) = job_consumers(pool, [("fetch_source", subject)])
+
+    async def scenario() -> None:
+        nc, js = await _js(nats_url)
+        r = aioredis.Redis.from_url(fresh_redis)
+        counts = FailureCounts(r)
+        try:
+            await ensure_consumers(js, [consumer], 30.0, -1)
+            sub = await js.pull_subscribe_bind(durable=consumer.durable, stream=STREAM_JOBS)
+            await js.publish(subject, b"{}")
+
+            async def deliver() -> Held:
+                (msg,) = await sub.fetch(1, timeout=10)
+                held = Held(consumer, msg, msg.metadata.num_delivered, msg.metadata.sequence.stream)
+                held.failures = await counts.count(held.seq)
+                return held
+
+            held = await deliver()
+            await settle(held, nak(None, "rate_limited: short window", failure=False), counts, 5)
+            naked = time.monotonic()
+            held = await deliver()
+            assert time.monotonic() - naked >= MIN_NAK_DELAY_S * 0.9  # a NAK without delay still waits
+            assert (held.delivery, held.failures) == (2, 0)  # a rate-limit wait is not a failure
+            await settle(held, nak(0.1, "transient: HTTP 500"), counts, 5)
+            held = await deliver()
+            assert (held.delivery, held.failures) == (3, 1)
+            assert 0 < await r.ttl(counts.key(held.seq)) <= FAILURE_COUNT_TTL_S
+            await settle(held, nak(0.1, "lease expired: task lost"), counts, 5)
+            held = await deliver()
+            assert (held.delivery, held.failures) == (4, 2)
+            await settle(held, ack(), counts, 5)
+            assert not await r.exists(counts.key(held.seq))  # deleted with the ack
+        finally:
+            await r.aclose()
             await nc.close()
     _run(scenario())
 

@@ -31,11 +31,16 @@ from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
 
 
 def test_disposition_constructors_are_json_and_redacted() -> None:
-    assert ack().model_dump() == {"action": "ack", "delay_s": None, "reason": ""}
+    assert ack().model_dump() == {"action": "ack", "delay_s": None, "reason": "", "counts_as_failure": False}
     assert nak(12.5, "rate").model_dump()["delay_s"] == 12.5
-    assert term("gone").action == "term"
+    assert term("gone").action == "term" and not term("gone").counts_as_failure
     restored = Disposition.model_validate(json.loads(json.dumps(nak(3).model_dump())))
     assert restored == nak(3)
+    waiting = Disposition.model_validate(json.loads(json.dumps(nak(3, failure=False).model_dump())))
+    assert waiting.action == "nak" and not waiting.counts_as_failure  # survives the result backend
+    # a NAK from an older task image, without the field, counts as every NAK used to
+    assert Disposition.model_validate({"action": "nak", "delay_s": 2.0}).counts_as_failure
+    assert not Disposition.model_validate({"action": "ack", "counts_as_failure": True}).counts_as_failure
     leaky = term("url?X-Amz-Signature=abcdef123456&x=1")
     assert "abcdef123456" not in leaky.reason
 
@@ -91,6 +96,7 @@ def test_rate_limited_naks_until_the_real_window_reset(core: DevCairnCore, ctx: 
     assert disposition.action == "nak"
     assert disposition.delay_s is not None and abs(disposition.delay_s - expected) < 3.0
     assert "rate_limited" in disposition.reason
+    assert not disposition.counts_as_failure  # waiting for the window is not failing
     assert len(core.ingested) + len(core.rejected) == before  # nothing published
 
 
@@ -101,6 +107,7 @@ def test_presign_failure_naks_and_the_retry_publishes(core: DevCairnCore, ctx: J
     core.inject_fault("presign_upload", {"error": "s3 unavailable"})
     first = handle_job(ctx, "fetch_source", job, 1)
     assert first.action == "nak" and first.delay_s and "transient" in first.reason
+    assert first.counts_as_failure
     second = handle_job(ctx, "fetch_source", job, 2)
     assert second.action == "ack"
     [rec] = ingested_since(core, before)
@@ -318,6 +325,7 @@ def test_parse_blob_is_byte_identical_to_the_import_and_re_presigns(
     newer = dict(expired, job_id="reparse:newer", min_parser_version="1.7")
     refused = handle_job(ctx, "parse_blob", newer, 1)
     assert refused.action == "nak" and "parser" in refused.reason
+    assert not refused.counts_as_failure  # left for a newer instance, not failed
 
 
 def test_import_gear_one_event_per_gear_retired_included(core: DevCairnCore, ctx: JobContext,

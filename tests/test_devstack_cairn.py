@@ -297,6 +297,54 @@ def test_reconcile_result_and_failure_envelope(core: DevCairnCore, acct: Any, po
     assert core.account(acct.account_id).last_sync_at is not None
 
 
+async def _publish_watching_terms(url: str, subjects_bodies: list[tuple[str, bytes]]) -> tuple[list[int], set[int]]:
+    """Publish in order; return the stream sequences and those the router termed (JetStream's
+    MSG_TERMINATED advisories), waiting for the last message's term: the router takes results in
+    order, so every earlier message has been decided by then. The last one must be one it terms."""
+    nc = await nats.connect(url)
+    termed: set[int] = set()
+    last_termed = asyncio.Event()
+    seqs: list[int] = []
+
+    async def on_term(msg: Any) -> None:
+        termed.add(int(json.loads(msg.data)["stream_seq"]))
+        if seqs and seqs[-1] in termed:
+            last_termed.set()
+
+    try:
+        await nc.subscribe(f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{bs.STREAM_RESULTS}.>", cb=on_term)
+        await nc.flush()
+        js = nc.jetstream()
+        for subject, body in subjects_bodies:
+            seqs.append((await js.publish(subject, body)).seq)
+        if seqs[-1] in termed:
+            last_termed.set()
+        await asyncio.wait_for(last_termed.wait(), WAIT_S)
+    finally:
+        await nc.close()
+    return seqs, termed
+
+
+def test_reconcile_result_on_any_other_subject_is_acked_and_applies_nothing(core: DevCairnCore, acct: Any,
+                                                                           pool: str) -> None:
+    """Reference §2.7: a result is a reconcile result only on exactly 5 tokens with a UUID account;
+    core logs anything else and acks it, without a watermark or ``last_sync_at``."""
+    mark = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    inline = json.dumps({"workerName": pool, "workerVersion": "1.0", "workerPackage": PACKAGE,
+                         "newWatermark": iso(mark)}).encode()
+    ignored = [f"cairn.results.reconcile.strava.{pool}.{acct.account_id}",  # the 6-token form
+               f"cairn.results.reconcile.strava.{pool}"]  # 5 tokens, not a UUID
+    termed_last = (f"cairn.results.fetch_source.strava.{pool}.x.y", inline)  # bad_subject: termed
+    seqs, termed = run(_publish_watching_terms(core.nats_url, [(s, inline) for s in ignored] + [termed_last]))
+    assert termed & set(seqs) == {seqs[-1]}  # the two reconcile results were acked, not termed
+    ok, bad = decided(core, pool)
+    assert ok == []
+    assert [(r.subject, r.reason, r.acked) for r in bad] == [
+        (s, "bad_reconcile_subject", True) for s in ignored] + [(termed_last[0], "bad_subject", False)]
+    account = core.account(acct.account_id)
+    assert account.sync_watermark is None and account.last_sync_at is None
+
+
 # ---- jobs --------------------------------------------------------------------------------------
 async def _fetch_one(url: str, subject: str) -> tuple[dict[str, Any], dict[str, str]]:
     nc = await nats.connect(url)

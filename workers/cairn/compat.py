@@ -3,8 +3,9 @@
 Core publishes its release under ``info`` in the ``cairn_core`` KV; a worker
 MUST refuse to run against an incompatible core. Before 1.0 that means the
 same major.minor; from 1.0 the same major and our minor not above core's.
-*Dev builds are exempt*: a release that is ``dev``, or carries a ``-dev``
-pre-release tag (``v0.8.0-dev.3``), on either side. A missing ``info`` record
+*Dev builds are exempt*, on either side, by the one rule the settings
+validate ``CAIRN_RELEASE`` with (:func:`workers.cairn.settings.is_dev_build`:
+``dev``, ``dev-abc123``, ``v0.8.0-dev.3``, ...). A missing ``info`` record
 (older core) is a warning, not a refusal.
 
 Why here and not in the bridge: "refuse to run" covers more than consuming.
@@ -32,13 +33,13 @@ from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from workers.cairn import subjects
+from workers.cairn.settings import is_dev_build  # the one dev-build rule, shared with CAIRN_RELEASE
 from workers.errors import SwitchyardError
 
 log = logging.getLogger(__name__)
 
 KV_CORE = subjects.CORE_BUCKET
 KV_CORE_INFO_KEY = subjects.CORE_INFO_KEY
-DEV_RELEASE = "dev"
 CORE_CHECK_TTL_S = 60.0  # how long a process trusts its last verdict before reading ``info`` again
 CORE_CHECK_TIMEOUT_S = 5.0  # one KV read of ``cairn_core``/``info``
 _RELEASE_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+].*)?$")
@@ -48,15 +49,12 @@ class IncompatibleCoreError(SwitchyardError):
     """Core's release is not one this worker may run against (contract §1)."""
 
 
-def is_dev_build(release: str) -> bool:
-    text = release.strip().lower()
-    return text in (DEV_RELEASE, "") or "-dev" in text or text.endswith("+dev")
-
-
-def parse_release(release: str) -> tuple[int, int, int]:
+def parse_release(release: str, side: str = "core") -> tuple[int, int, int]:
+    """(major, minor, patch) of a non-dev release; the error names whose release it is."""
     match = _RELEASE_RE.match(release.strip())
     if not match:
-        raise IncompatibleCoreError(f"core release {release!r} is not a vMAJOR.MINOR.PATCH version")
+        raise IncompatibleCoreError(f"{side} release {release!r} is neither a vMAJOR.MINOR.PATCH version "
+                                    "nor a dev build")
     return int(match[1]), int(match[2]), int(match[3] or 0)
 
 
@@ -64,8 +62,8 @@ def compatible(worker_release: str, core_release: str) -> bool:
     """Contract §1: pre-1.0 same major.minor; from 1.0 same major, worker minor ≤ core minor."""
     if is_dev_build(worker_release) or is_dev_build(core_release):
         return True
-    w_major, w_minor, _ = parse_release(worker_release)
-    c_major, c_minor, _ = parse_release(core_release)
+    w_major, w_minor, _ = parse_release(worker_release, "worker")
+    c_major, c_minor, _ = parse_release(core_release, "core")
     if w_major != c_major:
         return False
     if w_major == 0:

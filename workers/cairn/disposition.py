@@ -6,13 +6,23 @@ Celery result backend keeps that split honest (the task never touches the
 message) and keeps secrets out of results: a ``Disposition`` has an action, a
 delay and a short human reason, nothing else. Reasons are built from error
 classes and codes, never from provider responses or tokens.
+
+``counts_as_failure`` says whether a NAK is a *failed* delivery. The bridge
+terms a job with a failure envelope once it has failed
+``CAIRN_TERM_AFTER_DELIVERIES - 1`` times (contract §3: "after ~5 deliveries
+of a *persistently failing* job"), so a NAK that only waits (a provider rate
+limit, a parser refusal, a hand-over) must not count, or a reconcile's
+sub-jobs waiting out a 100-requests/15-min budget would be termed and lost.
+Whoever builds the NAK knows which it is and says so here; nobody downstream
+guesses from the reason text. A NAK counts unless its builder says otherwise:
+a forgotten flag then bounds retries (the safe side) instead of looping.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from workers.logs import redact
 
@@ -23,13 +33,19 @@ Action = Literal["ack", "nak", "term"]
 
 
 class Disposition(BaseModel):
-    """``ack`` (done), ``nak`` (redeliver, optionally after ``delay_s``) or ``term`` (never again)."""
+    """``ack`` (done), ``nak`` (redeliver, optionally after ``delay_s``) or ``term`` (never again).
+
+    ``counts_as_failure`` only means something on a NAK; it defaults to True so
+    a disposition from an older task image (without the field) counts as it
+    always did, and it is forced False on ``ack``/``term``.
+    """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     action: Action
     delay_s: float | None = Field(default=None, ge=0.0)
     reason: str = ""
+    counts_as_failure: bool = True
 
     @field_validator("reason", mode="before")
     @classmethod
@@ -42,14 +58,25 @@ class Disposition(BaseModel):
     def _bounded(cls, value: float | None) -> float | None:
         return None if value is None else min(float(value), MAX_NAK_DELAY_S)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _only_naks_fail(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("action") in ("ack", "term"):
+            return {**data, "counts_as_failure": False}
+        return data
+
 
 def ack(reason: str = "") -> Disposition:
     return Disposition(action="ack", reason=reason)
 
 
-def nak(delay_s: float | None = None, reason: str = "") -> Disposition:
-    """Redeliver; ``delay_s`` anchors a rate-limit wait to the real window reset."""
-    return Disposition(action="nak", delay_s=delay_s, reason=reason)
+def nak(delay_s: float | None = None, reason: str = "", *, failure: bool = True) -> Disposition:
+    """Redeliver; ``delay_s`` anchors a rate-limit wait to the real window reset.
+
+    ``failure=False`` for a NAK that only waits or hands the job on (rate limit,
+    parser refusal, lease hand-over): it does not bring the job closer to its term.
+    """
+    return Disposition(action="nak", delay_s=delay_s, reason=reason, counts_as_failure=failure)
 
 
 def term(reason: str) -> Disposition:

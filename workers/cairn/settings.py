@@ -11,15 +11,21 @@ Versions (contract §1 Versioning) are three independent things:
   presence/manifest ``version`` carry. ``PARSER_VERSION`` is the contract
   layer's default; a provider declares its own (``Provider.parser_version``),
   which always wins.
+
+Dev builds are exempt from the release check (§1). :func:`is_dev_build` is the
+one rule for "dev build": ``CAIRN_RELEASE`` is validated with it, and the
+bridge applies it to our release and to core's alike, so a release this module
+accepts as a dev build is never refused, or blamed on the wrong side, later.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.config import load_settings
@@ -28,14 +34,24 @@ from workers.logs import register_secret
 WORKER_RELEASE = "v0.7.0"
 WORKER_VERSION = WORKER_RELEASE  # the release string, not the parser version
 PARSER_VERSION = "1.0"  # dataset 1, output revision 0
-RELEASE_PATTERN = r"^(?:v\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?|dev[0-9A-Za-z.+-]*)$"  # dev builds are exempt
+RELEASE_PATTERN = r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"  # vX.Y.Z[-pre][+build]
+# A dev build: ``dev`` itself or anything starting with it (``dev-abc123``, ``dev.3``, ``dev+g1``), or a
+# release whose pre-release or build part has an identifier starting with ``dev`` (``v0.8.0-dev.3``,
+# ``v0.8.0+dev``, ``v0.8.0-rc.1+dev.2``). Core may omit the ``v`` and the patch (``0.8-dev``).
+DEV_BUILD_PATTERN = (r"^(?:dev[0-9A-Za-z.+-]*"
+                     r"|v?\d+\.\d+(?:\.\d+)?[-+](?:[0-9A-Za-z]+[.+-])*dev[0-9A-Za-z.+-]*)$")
+_DEV_BUILD_RE = re.compile(DEV_BUILD_PATTERN, re.IGNORECASE)
 PARSER_VERSION_PATTERN = r"^\d+\.\d+$"
 DEFAULT_STRAVA_BASE_URL = "https://www.strava.com"
 DEFAULT_MAX_IN_FLIGHT = 16
 DEFAULT_WORKER_PACKAGE = "switchyard.providers.strava"
 DEFAULT_ACK_WAIT_S = 30.0
-DEFAULT_MAX_DELIVER = 10  # above TERM_AFTER_DELIVERIES: we term with an envelope ourselves
-TERM_AFTER_DELIVERIES = 5
+# Consumer MaxDeliver: unlimited, as the real Strava worker's (reference §3.3). Rate-limit waits and
+# parser refusals are NAKed without counting towards our own term, so a finite MaxDeliver would let
+# JetStream stop delivering such a job silently, without the failure envelope C2 demands.
+UNLIMITED_MAX_DELIVER = -1
+DEFAULT_MAX_DELIVER = UNLIMITED_MAX_DELIVER
+TERM_AFTER_DELIVERIES = 5  # a job that failed this many times minus one is termed on its next delivery
 DEFAULT_LEASE_TTL_S = 15.0  # a SIGKILLed provider task is noticed by the bridge about this long after
 DEFAULT_SHUTDOWN_GRACE_S = 20.0  # SIGTERM: the bridge's running tasks get this long before their NAK
 DEFAULT_TASK_START_DEADLINE_S = 60.0  # a dispatched task not started by then is revoked and NAKed
@@ -45,6 +61,11 @@ DEFAULT_DISCOVER_DEADLINE_S = 30.0
 DEFAULT_EXCHANGE_DEADLINE_S = 15.0
 MAX_EXCHANGE_DEADLINE_S = 20.0  # contract §9b: core waits 20 s for the exchange reply
 NAME_PATTERN = r"^[a-z0-9_-]{1,48}$"
+
+
+def is_dev_build(release: str) -> bool:
+    """Whether ``release`` (ours or core's) is a dev build, exempt from the compatibility check."""
+    return bool(_DEV_BUILD_RE.match(release.strip()))
 
 
 def _default_instance_id() -> str:
@@ -68,10 +89,10 @@ class CairnSettings(BaseSettings):
     instance_id: str = Field(default_factory=_default_instance_id, validation_alias=AliasChoices(
         "CAIRN_INSTANCE_ID", "CAIRN_WORKER_INSTANCE_ID"))
     strava_base_url: str = DEFAULT_STRAVA_BASE_URL
-    release: str = Field(default=WORKER_RELEASE, pattern=RELEASE_PATTERN)
+    release: str = WORKER_RELEASE
     ack_wait_s: float = Field(default=DEFAULT_ACK_WAIT_S, gt=0)
-    max_deliver: int = Field(default=DEFAULT_MAX_DELIVER, gt=TERM_AFTER_DELIVERIES)
-    term_after_deliveries: int = Field(default=TERM_AFTER_DELIVERIES, ge=1)
+    term_after_deliveries: int = Field(default=TERM_AFTER_DELIVERIES, ge=1)  # before max_deliver: it checks it
+    max_deliver: int = Field(default=DEFAULT_MAX_DELIVER, ge=UNLIMITED_MAX_DELIVER)
     max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
     task_start_deadline_s: float = Field(default=DEFAULT_TASK_START_DEADLINE_S, gt=0)
     discover_deadline_s: float = Field(default=DEFAULT_DISCOVER_DEADLINE_S, gt=0)
@@ -88,12 +109,30 @@ class CairnSettings(BaseSettings):
             raise ValueError("must be a nats:// URL")
         return value
 
+    @field_validator("release")
+    @classmethod
+    def _release_or_dev_build(cls, value: str) -> str:
+        if not (re.match(RELEASE_PATTERN, value) or is_dev_build(value)):
+            raise ValueError("must be a release vX.Y.Z or a dev build (dev, dev-<id>, vX.Y.Z-dev.N)")
+        return value
+
     @field_validator("strava_base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("https://", "http://")):
             raise ValueError("must be an http(s) URL")
         return value.rstrip("/")
+
+    @field_validator("max_deliver")
+    @classmethod
+    def _max_deliver_above_term(cls, value: int, info: ValidationInfo) -> int:
+        """A finite MaxDeliver must leave room for our own term with its envelope: JetStream
+        stops delivering at MaxDeliver without telling core anything."""
+        term_after = info.data.get("term_after_deliveries")
+        if value != UNLIMITED_MAX_DELIVER and term_after is not None and value <= term_after:
+            raise ValueError(f"must be {UNLIMITED_MAX_DELIVER} (unlimited) or greater than "
+                             f"CAIRN_TERM_AFTER_DELIVERIES ({term_after})")
+        return value
 
     @model_validator(mode="after")
     def _auth_modes(self) -> CairnSettings:

@@ -8,6 +8,13 @@ to the first package it reports, an activity must come from the account's pool
 (or, for ``parse_blob``, from the package that imported the source), and a
 source's parser version never goes down. Decoding is strict protojson (unknown
 fields rejected). Every decision is recorded for tests to assert on.
+
+A reconcile result is one only on ``cairn.results.reconcile.<provider>.<account
+uuid>`` (exactly 5 tokens, §2.7). Any other reconcile subject (a non-UUID
+account, or a 6-token ``...<pool>.<account>``) is what core logs and *acks*
+without touching the account: no watermark, no ``last_sync_at``. The double
+records it as a rejection (``acked``) and acks it too, so a worker that
+publishes there sees exactly what production would do: nothing happens.
 """
 
 from __future__ import annotations
@@ -35,9 +42,10 @@ ONEOF_TO_TYPE = {"activity": "ACTIVITY", "segment": "SEGMENT", "segment_effort":
 class Rejected(Exception):
     """A result core refuses (Term); ``reason`` is the machine code recorded for tests."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    def __init__(self, reason: str, detail: str = "", *, ack: bool = False) -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason, self.detail = reason, detail
+        self.ack = ack  # core acks it (ignored, logged) instead of terming it
 
 
 @dataclass
@@ -66,6 +74,7 @@ class Rejection:
     reason: str
     detail: str
     msg_id: str | None = None
+    acked: bool = False  # core ignores it with an ack (bad reconcile subject); else Term
 
 
 @dataclass
@@ -85,18 +94,22 @@ def parse_version(text: str) -> tuple[int, int]:
 
 
 def parse_subject(subject: str, accounts: AccountRegistry) -> tuple[str, str, str | None, str | None]:
-    """(job_type, provider, pool, reconcile account) from a 0.7 result subject."""
+    """(job_type, provider, pool, reconcile account) from a 0.7 result subject.
+
+    A reconcile subject that is not exactly ``...reconcile.<provider>.<uuid>``
+    gives neither pool nor account; ``_process`` ignores it after the failure path.
+    """
     tokens = subject.split(".")
     if len(tokens) < 4 or tokens[:2] != ["cairn", "results"]:
         raise Rejected("bad_subject", subject)
     job, provider = tokens[2], tokens[3]
-    if job == "reconcile" and len(tokens) == 5 and is_uuid(tokens[4]):
+    if job == "reconcile" and len(tokens) >= 5:
+        if len(tokens) != 5 or not is_uuid(tokens[4]):
+            return job, provider, None, None
         acct = accounts.for_provider(tokens[4], provider)
         if acct is None:
             raise Rejected("unknown_account", tokens[4])
         return job, provider, acct.worker_name, acct.account_id
-    if job == "reconcile" and len(tokens) == 6:
-        return job, provider, tokens[4], tokens[5]
     if len(tokens) == 5:
         return job, provider, tokens[4], None
     raise Rejected("legacy_subject" if len(tokens) == 4 else "bad_subject", subject)
@@ -116,14 +129,14 @@ class ResultRouter:
 
     # ---- entry point (loop thread) ---------------------------------------------------------
     async def handle(self, subject: str, data: bytes, msg_id: str | None) -> bool:
-        """Process one message; True → ack, False → term (already recorded)."""
+        """Process one message; True → ack, False → term (a rejection is recorded either way)."""
         try:
             record = await self._process(subject, data, msg_id)
         except Rejected as rej:
             with self.cond:
-                self.rejected.append(Rejection(subject, rej.reason, rej.detail, msg_id))
+                self.rejected.append(Rejection(subject, rej.reason, rej.detail, msg_id, acked=rej.ack))
                 self.cond.notify_all()
-            return False
+            return rej.ack
         with self.cond:
             self.ingested.append(record)
             self.cond.notify_all()
@@ -136,6 +149,8 @@ class ResultRouter:
                     account_id=account_id)
         if envelope.HasField("error"):
             return IngestedResult(kind="failure", result=envelope, **base)  # type: ignore[arg-type]
+        if job == "reconcile" and account_id is None:  # §2.7: core logs it and acks, applying nothing
+            raise Rejected("bad_reconcile_subject", subject, ack=True)
         result, blob_id = envelope, None
         outer_name = envelope.worker_name  # type: ignore[attr-defined]
         if outer_name and pool is not None and outer_name != pool:  # refuse before touching S3

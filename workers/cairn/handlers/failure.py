@@ -11,7 +11,9 @@ Envelope = worker stamp + ``error {class, code, message}`` + ``failed_ref``,
 no events. The stamp is not required by §6 but C3 asks for it on every
 ``JobResult`` and core ignores every other field once ``error`` is set.
 Messages are redacted and short; they are built from our own error texts,
-which never carry tokens.
+which never carry tokens. Every NAK here is a failed delivery (it brings the
+job closer to the bridge's term after ~5 failures) except a rate limit, which
+only waits for the window: a reconcile's sub-jobs may wait out many windows.
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, ex
     if isinstance(exc, ProviderRateLimited):
         delay = exc.delay_s()
         log.info("%s rate limited (%s window); nak %.0fs", kind, exc.window, delay)
-        return nak(delay, reason=f"rate_limited: {exc.window} window")
+        return nak(delay, reason=f"rate_limited: {exc.window} window", failure=False)  # waiting is not failing
     if isinstance(exc, CredentialsUnavailable):
         return nak(exc.retry_after_s or TRANSIENT_NAK_DELAY_S, reason=str(exc))
     if isinstance(exc, CredentialsRevoked):

@@ -72,7 +72,7 @@ def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
         outcome.attach_raw_blob(archive.blob_id, size_bytes=outcome.archive.size_bytes,
                                 content_type=outcome.archive.content_type)
     if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
-        return nak(reason="lease lost before publishing")
+        return nak(reason="lease lost before publishing", failure=False)  # a hand-over, not a failure
     ctx.claimcheck.publish_claim_checked(
         _result_subject(ctx), activity_result(outcome),
         result_msg_id(str(getattr(job, "job_id", "") or ""), outcome.ext_id, delivery))

@@ -61,13 +61,13 @@ def read_archive(ctx: JobContext, job: ParseBlobJob) -> tuple[bytes, str]:
 def handle(ctx: JobContext, job: ParseBlobJob, delivery: Delivery) -> Disposition:
     refusal = parser_refusal(job, ctx.provider.parser_version)
     if refusal:
-        return nak(PARSER_REFUSED_NAK_DELAY_S, reason=f"parser refuses: {refusal}")
+        return nak(PARSER_REFUSED_NAK_DELAY_S, reason=f"parser refuses: {refusal}", failure=False)
     raw, blob_id = read_archive(ctx, job)
     outcome = ctx.provider.parse_blob(raw, job)
     if blob_id:
         outcome.attach_raw_blob(blob_id, size_bytes=len(raw), content_type=ARCHIVE_CONTENT_TYPE)
     if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
-        return nak(reason="lease lost before publishing")
+        return nak(reason="lease lost before publishing", failure=False)  # a hand-over, not a failure
     from workers.cairn.handlers.context import result_subject
 
     ctx.claimcheck.publish_claim_checked(
