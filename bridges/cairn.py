@@ -289,7 +289,7 @@ class CairnBridge:
             reason = f"poison {kind} payload: {glue.describe_invalid(exc)}"
             return await glue.terminate(self, held, raw if isinstance(raw, dict) else {}, code="bad_payload",
                                         message=reason, error_class="ERROR_CLASS_INVALID_INPUT")
-        held.failures = await self.failures.count(held.seq)  # read first: a term below also clears it
+        held.failures = await self.failures.count(held)  # read first: a term below also clears it
         max_deliver = self.settings.max_deliver
         if 0 < max_deliver <= held.delivery:  # JetStream would drop a NAK of its last delivery silently (C2)
             reason = f"delivery {held.delivery} is the last CAIRN_MAX_DELIVER allows; giving up"

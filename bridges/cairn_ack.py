@@ -59,29 +59,41 @@ class Held:
 
 
 class FailureCounts:
-    """Failed deliveries per message in Redis, shared by every bridge instance of the pool."""
+    """Failed deliveries per message in Redis, shared by every bridge instance of the pool.
+
+    A message is named by its stream sequence *and* its stream timestamp: a
+    stream that core deletes and recreates starts its sequences at 1 again,
+    and a week-old count under a reused sequence must not doom a new job. The
+    timestamp is the same on every redelivery of one message. A first delivery
+    has no count to read (nothing failed before it), which keeps the Redis read
+    off the hot path of nearly every job.
+    """
 
     def __init__(self, client: Any, stream: str = STREAM_JOBS) -> None:
         self._r = client  # redis.asyncio.Redis
         self._stream = stream
 
-    def key(self, seq: int) -> str:
-        return f"{FAILURES_PREFIX}{self._stream}:{seq}"
+    def key(self, held: Held) -> str:
+        stamp = held.msg.metadata.timestamp
+        return f"{FAILURES_PREFIX}{self._stream}:{held.seq}:{stamp.timestamp():.6f}"
 
-    async def count(self, seq: int) -> int:
-        raw = await self._r.get(self.key(seq))
+    async def count(self, held: Held) -> int:
+        if held.delivery <= 1:
+            return 0
+        raw = await self._r.get(self.key(held))
         return int(raw) if raw else 0
 
-    async def record(self, seq: int) -> int:
+    async def record(self, held: Held) -> int:
         """One more failed delivery; the TTL restarts so a slowly failing job keeps its count."""
+        key = self.key(held)
         async with self._r.pipeline(transaction=True) as pipe:
-            pipe.incr(self.key(seq))
-            pipe.expire(self.key(seq), FAILURE_COUNT_TTL_S)
+            pipe.incr(key)
+            pipe.expire(key, FAILURE_COUNT_TTL_S)
             count, _ = await pipe.execute()
         return int(count)
 
-    async def clear(self, seq: int) -> None:
-        await self._r.delete(self.key(seq))
+    async def clear(self, held: Held) -> None:
+        await self._r.delete(self.key(held))
 
 
 def gives_up(failures: int, term_after_deliveries: int) -> bool:
@@ -108,7 +120,7 @@ async def settle(held: Held, disposition: Disposition, failures: FailureCounts, 
     delay_s = max(disposition.delay_s or 0.0, MIN_NAK_DELAY_S) if action == "nak" else 0.0
     if action == "nak" and disposition.counts_as_failure:
         try:
-            note = f" [failure {await failures.record(held.seq)} of {max(term_after - 1, 1)} before the term]"
+            note = f" [failure {await failures.record(held)} of {max(term_after - 1, 1)} before the term]"
         except Exception as exc:  # noqa: BLE001 - never hold a message back for its count
             log.warning("failure count for seq %d not recorded: %s", held.seq, type(exc).__name__)
     try:
@@ -123,7 +135,7 @@ async def settle(held: Held, disposition: Disposition, failures: FailureCounts, 
         return
     if action != "nak" and held.failures:
         try:
-            await failures.clear(held.seq)
+            await failures.clear(held)
         except Exception as exc:  # noqa: BLE001 - the key expires on its own
             log.warning("failure count for seq %d not cleared: %s", held.seq, type(exc).__name__)
     log.info("%s %s seq %d (delivery %d)%s%s%s", action, held.consumer.kind, held.seq, held.delivery,

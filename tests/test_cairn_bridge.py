@@ -24,7 +24,8 @@ import redis.asyncio as aioredis
 from celery import Celery, states
 from nats.js.api import RetentionPolicy, StreamConfig
 
-from bridges.cairn_ack import FAILURE_COUNT_TTL_S, MIN_NAK_DELAY_S, FailureCounts, Held, gives_up, settle
+from bridges.cairn_ack import (FAILURE_COUNT_TTL_S, FAILURES_PREFIX, MIN_NAK_DELAY_S, FailureCounts, Held,
+                               gives_up, settle)
 from bridges.cairn_check import subject_matches, valid_discover_reply
 from bridges.cairn_pool import (STREAM_JOBS, IncompatibleCoreError, check_core_release, compatible,
                                 consumer_config, decode_info, ensure_consumers, is_dev_build, job_consumers)
@@ -207,12 +208,15 @@ def test_failed_naks_are_counted_waits_are_not_and_no_nak_is_instant(nats_url: s
         try:
             await ensure_consumers(js, [consumer], 30.0, -1)
             sub = await js.pull_subscribe_bind(durable=consumer.durable, stream=STREAM_JOBS)
-            await js.publish(subject, b"{}")
+            ack_ = await js.publish(subject, b"{}")
+            # A recreated stream reuses sequences: a count left under this seq by an earlier
+            # incarnation (another stream timestamp) must not count against this message.
+            await r.set(f"{FAILURES_PREFIX}{STREAM_JOBS}:{ack_.seq}:0.000000", 4)
 
             async def deliver() -> Held:
                 (msg,) = await sub.fetch(1, timeout=10)
                 held = Held(consumer, msg, msg.metadata.num_delivered, msg.metadata.sequence.stream)
-                held.failures = await counts.count(held.seq)
+                held.failures = await counts.count(held)
                 return held
 
             held = await deliver()
@@ -224,12 +228,12 @@ def test_failed_naks_are_counted_waits_are_not_and_no_nak_is_instant(nats_url: s
             await settle(held, nak(0.1, "transient: HTTP 500"), counts, 5)
             held = await deliver()
             assert (held.delivery, held.failures) == (3, 1)
-            assert 0 < await r.ttl(counts.key(held.seq)) <= FAILURE_COUNT_TTL_S
+            assert 0 < await r.ttl(counts.key(held)) <= FAILURE_COUNT_TTL_S
             await settle(held, nak(0.1, "lease expired: task lost"), counts, 5)
             held = await deliver()
             assert (held.delivery, held.failures) == (4, 2)
             await settle(held, ack(), counts, 5)
-            assert not await r.exists(counts.key(held.seq))  # deleted with the ack
+            assert not await r.exists(counts.key(held))  # deleted with the ack
         finally:
             await r.aclose()
             await nc.close()
