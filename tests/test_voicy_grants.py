@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ import redis
 from bridges.voicy import VoicyBridge
 from tests.conftest import wait_until
 from tests.test_voicy_e2e import enqueue_fixture, requests_for, wait_final
-from tests.voicy_stack import ROOT, audio_manifest, start_beat, start_bridge, voicy_dev_stack
+from tests.voicy_stack import ROOT, audio_manifest, fleet_runtime, start_beat, start_bridge, voicy_dev_stack
 from workers.voicy import pipeline
 from workers.voicy.pipeline import QUEUED_LEASE_TTL_S, VoicyRuntime
 
@@ -60,17 +59,8 @@ def voicy(tmp_path: Path, fresh_redis: str):
 @pytest.fixture()
 def rt(voicy, monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
     """This test process as one more fleet process: same Redis, Voicy server, media store."""
-    _, _, env = voicy
-    for key in list(os.environ):
-        if key.startswith("VOICY_") or key == "TOKEN":
-            monkeypatch.delenv(key)
-    for key, value in env.items():
-        if key.startswith("VOICY_"):
-            monkeypatch.setenv(key, value)
-    runtime = VoicyRuntime.from_env(env["REDIS_URL"])
-    yield runtime
-    runtime.client.close()
-    runtime.redis.close()
+    with fleet_runtime(voicy[2], monkeypatch) as runtime:
+        yield runtime
 
 
 def never_sent(_rt: VoicyRuntime, _job_id: str, _token: str) -> None:

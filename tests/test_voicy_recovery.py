@@ -22,7 +22,6 @@ pipeline and beat task code where a test must control each step.
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +36,7 @@ from tests.gate import Gate
 from tests.test_voicy_e2e import JOB_DONE_TIMEOUT_S, enqueue_fixture, requests_for, wait_final
 from tests.test_voicy_grants import (assert_completed_once, claim_without_sending, never_sent, short_item,
                                      worker_logs)
-from tests.voicy_stack import start_beat, start_bridge, voicy_dev_stack
+from tests.voicy_stack import fleet_runtime, start_beat, start_bridge, voicy_dev_stack
 from workers.errors import RetryableJobError
 from workers.voicy import pipeline
 from workers.voicy.client import RETRY_ATTEMPTS
@@ -74,17 +73,8 @@ def voicy(tmp_path: Path, fresh_redis: str,
 @pytest.fixture()
 def rt(voicy: tuple[Any, Any, Gate, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
     """This test process as one more fleet process: same Redis, Voicy server, media store."""
-    env = voicy[3]
-    for key in list(os.environ):
-        if key.startswith("VOICY_") or key == "TOKEN":
-            monkeypatch.delenv(key)
-    for key, value in env.items():
-        if key.startswith("VOICY_"):
-            monkeypatch.setenv(key, value)
-    runtime = VoicyRuntime.from_env(env["REDIS_URL"])
-    yield runtime
-    runtime.client.close()
-    runtime.redis.close()
+    with fleet_runtime(voicy[3], monkeypatch) as runtime:
+        yield runtime
 
 
 def stored_media(tmp_path: Path) -> list[Path]:

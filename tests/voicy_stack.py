@@ -83,3 +83,23 @@ def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
         telegram.clear_faults()
         telegram.stop()
         server.stop()
+
+
+@contextmanager
+def fleet_runtime(env: dict[str, str], monkeypatch: Any) -> Iterator[Any]:
+    """This test process as one more fleet process (same Redis, Voicy server, media store) under ``env``'s
+    ``VOICY_*`` settings; ``monkeypatch`` restores the process environment afterwards."""
+    from workers.voicy.pipeline import VoicyRuntime
+
+    for key in list(os.environ):
+        if key.startswith("VOICY_") or key == "TOKEN":
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith("VOICY_"):
+            monkeypatch.setenv(key, value)
+    runtime = VoicyRuntime.from_env(env["REDIS_URL"])
+    try:
+        yield runtime
+    finally:
+        runtime.client.close()
+        runtime.redis.close()
