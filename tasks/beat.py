@@ -23,7 +23,7 @@ from celery import shared_task
 from tasks import app
 from tasks.cairn import MANIFEST_INTERVAL_S, MANIFEST_TASK, PRESENCE_OPTIONS, PRESENCE_TASK
 from tasks.voicy import dispatch_transcription, runtime
-from workers.cairn.settings import CairnSettings
+from workers.cairn.settings import CairnTimings
 from workers.config import load_settings
 from workers.voicy import pipeline
 from workers.voicy.settings import VoicyTimings
@@ -65,7 +65,7 @@ def build_schedule() -> dict[str, dict[str, object]]:
                                   "options": {"expires": reap_s * BEAT_EXPIRY_FACTOR}}
     if os.environ.get("CAIRN_NATS_URL"):
         # Presence goes to the fanout broadcast so every live pool instance writes its own record.
-        presence_s = load_settings(CairnSettings).presence_interval_s  # ConfigError naming a bad variable
+        presence_s = load_settings(CairnTimings).presence_interval_s  # ConfigError naming a bad variable
         schedule["cairn-presence"] = {"task": PRESENCE_TASK, "schedule": presence_s,
                                       "options": {**PRESENCE_OPTIONS,
                                                   "expires": presence_s * BEAT_EXPIRY_FACTOR}}

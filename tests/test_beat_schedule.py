@@ -91,3 +91,14 @@ def test_a_bad_voicy_variable_stops_a_voicy_worker_at_start_naming_it() -> None:
     assert out.returncode == 2, out.stderr[-2000:]
     assert "VOICY_WORKER_LANGUAGE" in out.stderr
     assert "ready" not in out.stdout + out.stderr  # it never got to consuming
+
+
+def test_beat_reads_only_the_cairn_presence_period(env: pytest.MonkeyPatch) -> None:
+    """A bad ``CAIRN_*`` that beat does not use stops only the Cairn side's processes, not ``import tasks``."""
+    env.setenv("CAIRN_NATS_URL", "nats://127.0.0.1:9")
+    env.setenv("CAIRN_PROVIDER", "Not A Name")
+    env.setenv("CAIRN_PRESENCE_INTERVAL_S", "7")
+    assert build_schedule()["cairn-presence"]["schedule"] == 7.0
+    env.setenv("CAIRN_PRESENCE_INTERVAL_S", "60")  # core counts a record live for 45 s
+    with pytest.raises(ConfigError, match="CAIRN_PRESENCE_INTERVAL_S"):
+        build_schedule()

@@ -72,7 +72,16 @@ def _default_instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-class CairnSettings(BaseSettings):
+class CairnTimings(BaseSettings):
+    """The Cairn periods beat schedules (``import tasks``, in every Celery process and both bridges):
+    read alone, so a bad ``CAIRN_*`` elsewhere stops only the Cairn side's own processes."""
+
+    model_config = SettingsConfigDict(env_prefix="CAIRN_", extra="ignore", env_ignore_empty=True)
+
+    presence_interval_s: float = Field(default=DEFAULT_PRESENCE_INTERVAL_S, gt=0, le=MAX_PRESENCE_INTERVAL_S)
+
+
+class CairnSettings(CairnTimings):
     """Everything the Cairn side reads from the environment (``CAIRN_*``), bridge and tasks alike."""
 
     model_config = SettingsConfigDict(env_prefix="CAIRN_", extra="ignore", env_ignore_empty=True,
@@ -87,11 +96,12 @@ class CairnSettings(BaseSettings):
     worker_name: str = Field(default="strava-fetcher", pattern=NAME_PATTERN)
     worker_package: str = DEFAULT_WORKER_PACKAGE
     instance_id: str = Field(default_factory=_default_instance_id, validation_alias=AliasChoices(
-        "CAIRN_INSTANCE_ID", "CAIRN_WORKER_INSTANCE_ID"))
+        "CAIRN_WORKER_INSTANCE_ID", "CAIRN_INSTANCE_ID"))  # the Strava worker's name first, as presence reads it
     strava_base_url: str = DEFAULT_STRAVA_BASE_URL
     release: str = WORKER_RELEASE
     ack_wait_s: float = Field(default=DEFAULT_ACK_WAIT_S, gt=0)
-    term_after_deliveries: int = Field(default=TERM_AFTER_DELIVERIES, ge=1)  # before max_deliver: it checks it
+    # At least 2: with 1 every job would be termed on arrival, before it ever ran (no failure yet counts).
+    term_after_deliveries: int = Field(default=TERM_AFTER_DELIVERIES, ge=2)  # before max_deliver: it checks it
     max_deliver: int = Field(default=DEFAULT_MAX_DELIVER, ge=UNLIMITED_MAX_DELIVER)
     max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
     task_start_deadline_s: float = Field(default=DEFAULT_TASK_START_DEADLINE_S, gt=0)
@@ -99,7 +109,6 @@ class CairnSettings(BaseSettings):
     exchange_deadline_s: float = Field(default=DEFAULT_EXCHANGE_DEADLINE_S, gt=0, le=MAX_EXCHANGE_DEADLINE_S)
     lease_ttl_s: float = Field(default=DEFAULT_LEASE_TTL_S, gt=0)
     shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, ge=0)
-    presence_interval_s: float = Field(default=DEFAULT_PRESENCE_INTERVAL_S, gt=0, le=MAX_PRESENCE_INTERVAL_S)
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
 
     @field_validator("nats_url")
