@@ -258,7 +258,8 @@ class DevCairnCore:
                      "filter_subject": i.config.filter_subject, "filter_subjects": i.config.filter_subjects,
                      "ack_policy": i.config.ack_policy, "ack_wait_s": i.config.ack_wait,
                      "max_deliver": i.config.max_deliver, "deliver_policy": i.config.deliver_policy,
-                     "num_pending": i.num_pending, "num_ack_pending": i.num_ack_pending} for i in infos]
+                     "num_pending": i.num_pending, "num_ack_pending": i.num_ack_pending,
+                     "num_redelivered": i.num_redelivered} for i in infos]
         return self._call(run())
 
     def stream_info(self, name: str) -> Any:
