@@ -15,16 +15,11 @@ from deploy.devstack import services
 from workers.cairn import subjects
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
-from workers.cairn.ratelimit import (
-    BudgetUnavailable,
-    RateLimiter,
-    WindowState,
-    nak_delay_s,
-    next_midnight_utc,
-    next_quarter_hour,
-)
+from workers.cairn.ratelimit import BudgetUnavailable, RateLimiter, WindowState, nak_delay_s
 from workers.cairn.settings import CairnSettings
-from workers.providers.base import ProviderRateLimited, WindowUsage
+from workers.providers.errors import ProviderRateLimited
+from workers.providers.strava.usage import RATE_WINDOWS, RESET_GRACE_S, next_daily_reset, next_short_reset
+from workers.providers.windows import RateWindow, WindowUsage
 
 POOL = "strava-fetcher"
 KV_TTL_S = 15 * 60
@@ -43,7 +38,7 @@ def nats_url() -> Iterator[str]:
 @pytest.fixture()
 def limiter(nats_url: str) -> Iterator[RateLimiter]:
     thread = NatsThread(CairnSettings(nats_url=nats_url, worker_name=POOL))
-    yield RateLimiter(thread, CairnSettings(nats_url=nats_url, worker_name=POOL))
+    yield RateLimiter(thread, CairnSettings(nats_url=nats_url, worker_name=POOL), RATE_WINDOWS)  # Strava's
     thread.close()
 
 
@@ -100,7 +95,7 @@ def test_two_reservers_never_exceed_the_budget(nats_url: str) -> None:
     app_id, capacity = app(), 40
     settings = CairnSettings(nats_url=nats_url, worker_name=POOL)
     threads = [NatsThread(settings), NatsThread(settings)]
-    limiters = [RateLimiter(t, settings) for t in threads]
+    limiters = [RateLimiter(t, settings, RATE_WINDOWS) for t in threads]
     reset = datetime.now(UTC) + timedelta(minutes=10)
     limiters[0].sync(app_id, [WindowUsage("short", limit=capacity, used=0, reset_at=reset)])
     for lim in limiters:
@@ -146,12 +141,44 @@ def test_snapshot_is_a_rate_limit_snapshot(limiter: RateLimiter) -> None:
 
 
 def test_reset_helpers_anchor_to_real_windows() -> None:
+    """Strava's windows reset on the clock (its provider computes them); the NAK waits for the reset."""
     now = datetime(2026, 7, 20, 12, 7, 30, tzinfo=UTC)
-    assert next_quarter_hour(now) == datetime(2026, 7, 20, 12, 15, 5, tzinfo=UTC)
-    assert next_quarter_hour(now, grace_s=0) == datetime(2026, 7, 20, 12, 15, tzinfo=UTC)
-    assert next_midnight_utc(now) == datetime(2026, 7, 21, 0, 0, 5, tzinfo=UTC)
+    grace = timedelta(seconds=RESET_GRACE_S)
+    assert next_short_reset(now) + grace == datetime(2026, 7, 20, 12, 15, 5, tzinfo=UTC)
+    assert next_short_reset(now) == datetime(2026, 7, 20, 12, 15, tzinfo=UTC)
+    assert next_daily_reset(now) + grace == datetime(2026, 7, 21, 0, 0, 5, tzinfo=UTC)
     assert nak_delay_s(now + timedelta(seconds=90), now) == 90.0
     assert nak_delay_s(now - timedelta(seconds=5), now) == 1.0  # never a hot loop
+
+
+def test_windows_are_the_providers_declaration(nats_url: str) -> None:
+    """The limiter knows only what the provider declares: another provider's windows, capacities
+    and lengths, under its own keys; an undeclared window is unlimited; the snapshot slots follow
+    ``snapshot_as``."""
+    settings = CairnSettings(nats_url=nats_url, provider="garmin", worker_name="garmin-pool")
+    windows = (RateWindow("minute", 2, 60, snapshot_as="short"), RateWindow("hour", 50, 3600, snapshot_as="long"))
+    thread = NatsThread(settings)
+    try:
+        limiter = RateLimiter(thread, settings, windows)
+        app_id, before = app(), datetime.now(UTC)
+        hook = limiter.hook(app_id)
+        hook.reserve(["hour", "minute"])
+        hook.reserve(["hour", "minute"])
+        with pytest.raises(ProviderRateLimited) as denied:
+            hook.reserve(["hour", "minute"])
+        assert denied.value.window == "minute"
+        assert 55 < (denied.value.reset_at - before).total_seconds() <= 61
+        minute = stored(limiter, f"garmin.{app_id}.minute")
+        assert (minute["capacity"], minute["used"]) == (2, 2)
+        assert stored(limiter, f"garmin.{app_id}.hour")["capacity"] == 50
+        for _ in range(5):
+            hook.reserve(["daily"])  # not declared: never denied, never written
+        with pytest.raises(Exception):  # noqa: B017 - KeyNotFoundError
+            stored(limiter, f"garmin.{app_id}.daily")
+        snap = limiter.snapshot(app_id)
+        assert (snap["shortLimit"], snap["shortRemaining"], snap["longLimit"]) == (2, 0, 50)
+    finally:
+        thread.close()
 
 
 def test_no_bucket_is_a_transient_error_and_no_call_goes_unbudgeted() -> None:
@@ -161,7 +188,7 @@ def test_no_bucket_is_a_transient_error_and_no_call_goes_unbudgeted() -> None:
         thread = NatsThread(settings)
         try:
             with pytest.raises(BudgetUnavailable) as err:
-                RateLimiter(thread, settings).hook("app").reserve(["daily", "short"])
+                RateLimiter(thread, settings, RATE_WINDOWS).hook("app").reserve(["daily", "short"])
             assert err.value.retryable
         finally:
             thread.close()

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.providers.base import ProviderPermanentError, ProviderTransientError
+from workers.providers.errors import ProviderPermanentError, ProviderTransientError
 from workers.providers.strava.mapping import ingest_problems, map_activity, map_gear, map_streams, ts
 from workers.providers.strava.models import StravaActivity, StravaGear
 
