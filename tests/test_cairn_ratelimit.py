@@ -12,12 +12,18 @@ from typing import Any
 import pytest
 
 from deploy.devstack import services
+from deploy.devstack.strava import FakeStrava
 from workers.cairn import subjects
+from workers.cairn.handlers.context import JobContext
+from workers.cairn.handlers.fetch_source import provider_context
+from workers.cairn.jobs import FetchSourceJob
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.ratelimit import BudgetUnavailable, RateLimiter, WindowState, nak_delay_s
 from workers.cairn.settings import CairnSettings
 from workers.providers.errors import ProviderRateLimited
+from workers.providers.strava.provider import StravaProvider
+from workers.providers.strava.settings import StravaSettings
 from workers.providers.strava.usage import RATE_WINDOWS, RESET_GRACE_S, next_daily_reset, next_short_reset
 from workers.providers.windows import RateWindow, WindowUsage
 
@@ -179,6 +185,34 @@ def test_windows_are_the_providers_declaration(nats_url: str) -> None:
         assert (snap["shortLimit"], snap["shortRemaining"], snap["longLimit"]) == (2, 0, 50)
     finally:
         thread.close()
+
+
+def test_the_provider_picks_the_window_a_job_spends(limiter: RateLimiter) -> None:
+    """The short-term window is the provider's decision from the job's reason: a Strava webhook
+    fetch spends ``webhook`` (and ``daily``), any other fetch ``short``; the handler only asks."""
+    athlete = 8800
+    with FakeStrava() as strava:
+        strava.add_athlete(athlete, n_activities=1, with_gear=False)
+        ext_id = str(next(iter(strava.athlete(athlete).activities)))
+        provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=POOL, package="p")
+        with provider.new_http_client() as http:
+            ctx = JobContext(settings=CairnSettings(worker_name=POOL), nats=None, redis=None, provider=provider,
+                             http=http, limiter=limiter)
+            for reason, bucket in (("webhook", "webhook"), ("backfill", "short")):
+                app_id = app()
+                job = FetchSourceJob(job_id="j", account_id="a", user_id="u", ext_id=ext_id, fetch_streams=False,
+                                     reason=reason)
+                pctx = provider_context(ctx, job, strava.athlete(athlete).access_token, app_id)
+                assert pctx.bucket == bucket
+                provider.fetch_source(pctx, job)
+                # Strava reports short and daily usage (synced over our reservations), never webhook
+                # usage: the webhook window holds exactly what webhook fetches reserved.
+                if reason == "webhook":
+                    assert stored(limiter, f"strava.{app_id}.webhook")["used"] == 1
+                else:
+                    with pytest.raises(Exception):  # noqa: B017 - KeyNotFoundError: never reserved
+                        stored(limiter, f"strava.{app_id}.webhook")
+                assert stored(limiter, f"strava.{app_id}.daily")["used"] >= 1
 
 
 def test_no_bucket_is_a_transient_error_and_no_call_goes_unbudgeted() -> None:
