@@ -27,7 +27,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 from workers.cairn.wire import parse_rfc3339, rfc3339
 
 SHA256_HEX_PATTERN = r"^[0-9a-f]{64}$"
-DISCOVER_ERRORS = ("bad_request", "rate_limited", "transient", "account_gone")
 EXCHANGE_ERRORS = ("exchange_failed", "bad_request", "transient")
 
 
