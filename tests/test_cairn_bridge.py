@@ -26,11 +26,12 @@ from nats.js.api import RetentionPolicy, StreamConfig
 
 from bridges.cairn_ack import (FAILURE_COUNT_TTL_S, FAILURES_PREFIX, MIN_NAK_DELAY_S, FailureCounts, Held,
                                gives_up, settle)
-from bridges.cairn_check import subject_matches, valid_discover_reply
 from bridges.cairn_pool import (STREAM_JOBS, IncompatibleCoreError, check_core_release, compatible,
                                 consumer_config, decode_info, ensure_consumers, is_dev_build, job_consumers)
 from bridges.cairn_results import TaskResults
+from ops.cairn_check import subject_matches
 from workers.cairn.disposition import ack, nak
+from workers.cairn.handlers.discover import valid_discover_reply
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
 
