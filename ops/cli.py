@@ -9,25 +9,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 
-from ops.commands import COMMANDS
+from ops.commands import COMMANDS, Command
 
 DESCRIPTION = "Operator tools for a Switchyard deployment."
 EPILOG = "Run 'switchyard COMMAND --help' for the options of one command."
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Iterable[Command] = COMMANDS) -> argparse.ArgumentParser:
     """The whole command tree: each command module adds its own sub-parser (and sub-verbs)."""
     parser = argparse.ArgumentParser(prog="switchyard", description=DESCRIPTION, epilog=EPILOG)
     verbs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
+    for command in commands:
         command.register(verbs)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, commands: Iterable[Command] = COMMANDS) -> int:
     """Parse ``argv`` and run the chosen verb; its return value is the exit code."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(commands).parse_args(argv)
     return int(args.run(args))
 
 

@@ -191,3 +191,12 @@ def test_transcribe_imports_nothing_from_voicy() -> None:
                  if any(name == "workers.voicy" or name.startswith("workers.voicy.")
                         for name in [imp.target, *(f"{imp.target}.{n}" for n in imp.names)])]
     assert not offending, "\n".join(offending)
+
+
+def test_nothing_in_the_live_path_imports_the_operator_tools() -> None:
+    """``ops`` sits above the fleet: bridges, tasks and workers never import it (not even for a type)."""
+    known = modules(ROOT, ("tasks", "bridges", "workers"))
+    offending = [f"{path.relative_to(ROOT)}:{imp.line} imports {imp.target}"
+                 for module, path in known.items() for imp in imports_of(module, path)
+                 if imp.target == "ops" or imp.target.startswith("ops.")]
+    assert not offending, "\n".join(offending)
