@@ -71,11 +71,20 @@ def _run(name: str, fn: Callable[[], str]) -> Check:
         return Check(name, FAIL, redact(str(exc)) or type(exc).__name__)
 
 
-def check_redis() -> str:
-    # Imported here, not at the top: importing ``tasks`` builds the Celery app, which reads
-    # every fleet variable and stops on a bad one; at the top, one bad value would crash
-    # the doctor instead of becoming this check's FAIL line.
+def check_fleet_settings() -> str:
+    """What every ``celery -A tasks`` process does first: import ``tasks``, which reads REDIS_URL
+    and the beat periods and stops on a bad value."""
+    # Imported here, not at the top: at the top, one bad value would crash the doctor
+    # instead of becoming this check's FAIL line.
+    import tasks  # noqa: F401
     from tasks.settings import FleetSettings
+
+    load_settings(FleetSettings)  # read again: the variables may have changed since the import
+    return "the Celery app loads (REDIS_URL and the beat periods are valid)"
+
+
+def check_redis() -> str:
+    from tasks.settings import FleetSettings  # see check_fleet_settings; it ran first
 
     client = sync_client(load_settings(FleetSettings).redis_url)
     # Bounded on the pool's connection options, so the client stays the one redisconn builds.
@@ -247,7 +256,9 @@ def summary(checks: list[Check]) -> str:
 def run(out: TextIO) -> int:
     """Run every check, print one line each and the summary; 1 when any check failed."""
     setup_logging("WARNING")
-    checks = [_run("redis", check_redis)]
+    fleet = _run("fleet settings", check_fleet_settings)
+    checks = [fleet, _run("redis", check_redis) if not fleet.failed
+              else Check("redis", SKIP, "needs valid fleet settings")]
     if os.environ.get("VOICY_WORKER_API_URL") or os.environ.get("VOICY_WORKER_TOKEN"):
         checks += voicy_checks()
     else:

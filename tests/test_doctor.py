@@ -63,7 +63,7 @@ def line(text: str, name: str) -> str:
 def test_doctor_passes_against_the_devstack(stack) -> None:
     code, text = run_doctor()
     assert code == 0, text
-    for name in ("redis", "voicy token", "telegram getMe", "model", "media store", "nats + core release",
+    for name in ("fleet settings", "redis", "voicy token", "telegram getMe", "model", "media store", "nats + core release",
                  "provider credentials", "presign round trip"):
         assert line(text, name).startswith("ok"), text
 
@@ -111,7 +111,7 @@ def test_doctor_ends_with_one_fail_line_per_unreachable_service() -> None:
     assert fails[1].startswith("FAIL nats + core release:") and "CAIRN_NATS_URL" in fails[1]
     assert line(out.stdout, "provider credentials").startswith("skip")
     assert line(out.stdout, "presign round trip").startswith("skip")
-    assert lines[-1] == "0 passed, 2 failed, 3 skipped"
+    assert lines[-1] == "1 passed, 2 failed, 3 skipped"
 
 
 def test_doctor_counts_skipped_checks_as_skipped(redis_url: str) -> None:
@@ -119,9 +119,9 @@ def test_doctor_counts_skipped_checks_as_skipped(redis_url: str) -> None:
     out = doctor_process({"REDIS_URL": redis_url})
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("ok   redis:")
-    assert [row.split(":")[0] for row in lines[1:3]] == ["skip voicy", "skip cairn"]
-    assert lines[-1] == "1 passed, 0 failed, 2 skipped"
+    assert lines[0].startswith("ok   fleet settings:") and lines[1].startswith("ok   redis:")
+    assert [row.split(":")[0] for row in lines[2:4]] == ["skip voicy", "skip cairn"]
+    assert lines[-1] == "2 passed, 0 failed, 2 skipped"
 
 
 def test_doctor_names_an_unreachable_voicy_api(redis_url: str, tmp_path: Path) -> None:
@@ -138,4 +138,17 @@ def test_doctor_names_an_unreachable_voicy_api(redis_url: str, tmp_path: Path) -
     assert line(out.stdout, "telegram getMe").startswith("FAIL")
     assert line(out.stdout, "media store").startswith("ok")
     assert "SECRET" not in out.stdout + out.stderr
-    assert out.stdout.splitlines()[-1] == "3 passed, 2 failed, 1 skipped"
+    assert out.stdout.splitlines()[-1] == "4 passed, 2 failed, 1 skipped"
+
+
+def test_doctor_names_a_bad_value_every_celery_process_would_stop_on(redis_url: str) -> None:
+    """The doctor loads the Celery app as ``celery -A tasks`` does: a bad beat period is named there,
+    and Redis (whose URL the same settings give) is skipped rather than blamed."""
+    out = doctor_process({"REDIS_URL": redis_url, "CAIRN_NATS_URL": f"nats://127.0.0.1:{free_port()}",
+                          "CAIRN_PRESENCE_INTERVAL_S": "abc"})
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr, out.stderr
+    assert line(out.stdout, "fleet settings").startswith("FAIL")
+    assert "CAIRN_PRESENCE_INTERVAL_S" in line(out.stdout, "fleet settings")
+    assert line(out.stdout, "redis").startswith("skip")
+    assert "abc" not in out.stdout
