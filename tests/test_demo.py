@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.demo import activity_payloads, bar
 from deploy.devstack import procfile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,3 +97,21 @@ def test_help_reads_as_help() -> None:
     assert "--timeout SECONDS" in out.stdout and "after this many seconds" in out.stdout
     assert "\n\nCtrl-C stops the fleet first" in out.stdout  # paragraphs kept, not one flattened block
     assert "``" not in out.stdout  # no docstring markup
+
+
+def test_bars_fill_from_the_streamed_parts_and_activities_come_in_date_order() -> None:
+    streaming = {"status": "transcribing", "partialResultParts": [{"timeCode": "00:00", "text": "a"},
+                                                                  {"timeCode": "01:02", "text": "b"}]}
+    assert bar("long", streaming, 124.0) == f"  long     [{'#' * 15}{'.' * 15}] 01:02/02:04 transcribing, 2 parts"
+    assert "[" + "." * 30 + "]" in bar("long", {"status": "ready"}, 124.0)
+    done = {"status": "completed", "resultParts": [{"timeCode": "01:50", "text": "c"}]}
+    assert "[" + "#" * 30 + "] 02:04/02:04 completed" in bar("long", done, 124.0)
+
+    class Result:
+        def __init__(self, *starts: str) -> None:
+            self.data = {"events": [{"activity": {"payload": {"startTime": s}}} for s in starts]}
+
+    payloads = activity_payloads([Result("2026-12-03T08:00:00Z"),
+                                  Result("2026-11-29T16:00:00Z", "2026-12-01T12:00:00Z")])
+    assert [p["startTime"] for p in payloads] == ["2026-11-29T16:00:00Z", "2026-12-01T12:00:00Z",
+                                                  "2026-12-03T08:00:00Z"]
