@@ -1,6 +1,7 @@
 """``switchyard doctor``: check a deployment's configuration, one line per check, no side effects on work.
 
-Each check says what it verified or what to fix. Checks of a side that is not
+Each check says what it verified or what to fix. The first one loads the
+fleet's settings as every ``celery -A tasks`` process does at start. Checks of a side that is not
 configured (no ``VOICY_WORKER_API_URL`` / no ``CAIRN_NATS_URL``) are skipped,
 and so are the checks that need a service found unreachable just before: an
 unreachable service is one FAIL line, never a cascade and never a traceback.
