@@ -133,7 +133,7 @@ def cairn_checks() -> list[Check]:
 async def _cairn_async(settings) -> list[Check]:  # type: ignore[no-untyped-def]
     import nats
 
-    from bridges.cairn_pool import IncompatibleCoreError, check_core_release
+    from workers.cairn.compat import IncompatibleCoreError, check_core_release
     from workers.cairn import subjects
     from workers.cairn.nats_conn import connect_options
 

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from workers.cairn import subjects
+from workers.cairn.disposition import MIN_NAK_DELAY_S
 from workers.providers.base import ProviderRateLimited, ProviderTransientError, WindowUsage
 
 CAS_ATTEMPTS = 200
@@ -30,7 +31,6 @@ WINDOW_LENGTH_S = {"short": 15 * 60, "daily": 24 * 3600, "webhook": 15 * 60}
 DEFAULT_WINDOW_S = 15 * 60
 FALLBACK_CAPACITY = {"short": 100, "daily": 1000, "webhook": 20}
 RESET_GRACE_S = 5.0  # the provider's window boundary plus a little: wake after it, not before
-MIN_NAK_DELAY_S = 1.0
 
 
 def next_quarter_hour(now: datetime, grace_s: float = RESET_GRACE_S) -> datetime:

@@ -53,6 +53,16 @@ def discover(ctx: JobContext, request: dict[str, Any]) -> dict[str, Any]:
     return _checked(reply)
 
 
+def valid_discover_reply(reply: object) -> bool:
+    """At least one of error/items/complete/next_page present and non-null (reference §5).
+
+    The bridge checks the pool's reply with it before answering core, and the
+    conformance check (``switchyard check cairn``) checks the pool's answer with it.
+    """
+    return isinstance(reply, dict) and any(reply.get(k) is not None
+                                           for k in ("error", "items", "complete", "next_page"))
+
+
 def _checked(reply: DiscoverReply) -> dict[str, Any]:
     body = reply.to_wire()
     if body.get("error"):
