@@ -101,7 +101,7 @@ class Execution:
     async def dispatch(self, held: Held, meta: DeliveryMeta, payload: dict[str, Any]) -> Disposition:
         held.token = token = new_token()
         key = meta.key
-        task_id = f"cairn-{meta.stream}-{meta.seq}-d{meta.delivered}-{uuid.uuid4().hex[:8]}"
+        task_id = f"cairn-{meta.seq}-d{meta.delivered}-{uuid.uuid4().hex[:8]}"  # Flower: seq and delivery at a glance
         task_meta = {**key.as_meta(), "delivery": meta.delivered, "subject": meta.subject, "lease_token": token}
         watch = await self._results.watch(task_id)
         try:
