@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import uuid
 from collections.abc import Iterator
@@ -80,8 +81,22 @@ def new_bridge(stack: CairnStack, name: str) -> Proc:
 
 
 def sigkill(proc: Proc) -> None:
-    os.killpg(proc.proc.pid, signal.SIGKILL)
+    if proc.proc.poll() is None:
+        os.killpg(proc.proc.pid, signal.SIGKILL)
     proc.proc.wait(WAIT_S)
+
+
+def live_bridge(stack: CairnStack) -> None:
+    """A running, responsive bridge (an earlier test may have left a killed or stopped one)."""
+    stack.gate.open()
+    if stack.bridge is not None and stack.bridge.proc.poll() is None:
+        return
+    new_bridge(stack, f"bridge-{uuid.uuid4().hex[:4]}")
+
+
+def succeeded_jobs(stack: CairnStack) -> int:
+    """``cairn.job`` tasks the workers report finished (Celery's own log line)."""
+    return sum(len(re.findall(r"Task cairn\.job\[[^\]]+\] succeeded", w.log())) for w in stack.workers)
 
 
 def request_raw(stack: CairnStack, subject: str, body: bytes) -> dict[str, Any]:
@@ -148,28 +163,33 @@ def test_oauth_exchange_answers_bad_request(stack: CairnStack, body: bytes) -> N
 
 # --------------------------------------------------------------------------- observed defect 2
 def test_a_bridge_killed_between_result_and_ack_is_settled_from_the_ledger(stack: CairnStack) -> None:
+    live_bridge(stack)
     acct = stack.connect_athlete()
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
     r = redis.Redis.from_url(stack.redis_url)
     doomed = stack.bridge
+    finished = succeeded_jobs(stack)
     stack.gate.arm()
     stack.core.enqueue_job("fetch_source", job)
     assert stack.gate.arrived.wait(WAIT_S), "the job never reached Strava"
     os.kill(doomed.proc.pid, signal.SIGSTOP)  # the bridge hears nothing from here on...
-    stack.gate.open()
-    stack.core.router.wait(lambda: bool(result_ids(stack, job["job_id"])), WAIT_S, "the task's result")
-    wait_until(lambda: list(r.scan_iter(f"{OUTCOME_PREFIX}*")), WAIT_S, "the task's recorded outcome")
-    sigkill(doomed)  # ...and dies without acking
+    try:
+        stack.gate.open()
+        stack.core.router.wait(lambda: bool(result_ids(stack, job["job_id"])), WAIT_S, "the task's result")
+        wait_until(lambda: succeeded_jobs(stack) > finished, WAIT_S, "the task's end")
+    finally:
+        sigkill(doomed)  # ...and dies without acking
     bridge = new_bridge(stack, f"bridge-after-kill-{uuid.uuid4().hex[:4]}")
-    wait_until(lambda: settled(stack, "fetch_source"), SETTLE_S, "the redelivery's ack")
-    assert "applying the recorded outcome, not running it again" in bridge.log()
+    wait_until(lambda: settled(stack, "fetch_source"), SETTLE_S, "the redelivery's settling")
     assert result_ids(stack, job["job_id"]) == {f"result:{job['job_id']}:d1"}  # published once
     assert detail_calls(stack, ext_id) == 1  # Strava's budget spent once
+    assert "applying the recorded outcome, not running it again" in bridge.log()
     wait_until(lambda: not list(r.scan_iter(f"{OUTCOME_PREFIX}*")), WAIT_S, "the ledger entry's delete")
 
 
 def test_a_task_still_running_when_its_bridge_died_is_adopted_not_run_again(stack: CairnStack) -> None:
+    live_bridge(stack)
     acct = stack.connect_athlete()
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
