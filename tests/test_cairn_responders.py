@@ -103,8 +103,8 @@ class Pool:
             return task
 
         config = ResponderConfig(self.discover_subject, self.exchange_subject, "fuzz", DEADLINE_S, DEADLINE_S)
-        responders = Responders(nc, config, PoolCalls(results), self._send("cairn.discover"),
-                                self._send("cairn.exchange"), redis.Redis.from_url(self.redis_url), spawn)
+        pool = PoolCalls(results, self._send("cairn.discover"), self._send("cairn.exchange"))
+        responders = Responders(nc, config, pool, redis.Redis.from_url(self.redis_url), spawn)
         replies: dict[str, list[bytes]] = {}
         inbox = f"_INBOX.fuzz.{uuid.uuid4().hex}"
 

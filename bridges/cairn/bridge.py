@@ -157,8 +157,8 @@ class CairnBridge:
                                  exchange if links_oauth_accounts(self.provider) else None,
                                  s.worker_name,  # instances of one pool share requests
                                  float(s.discover_deadline_s), float(s.exchange_deadline_s))
-        self.responders = Responders(nc, config, PoolCalls(self.results), self.senders.discover,
-                                     self.senders.exchange, self._sync_redis, self.spawn)
+        pool = PoolCalls(self.results, self.senders.discover, self.senders.exchange)
+        self.responders = Responders(nc, config, pool, self._sync_redis, self.spawn)
 
     async def run(self) -> None:
         self._slots = asyncio.Semaphore(self.settings.max_in_flight)

@@ -121,16 +121,23 @@ class ResponderConfig:
 
 
 class PoolCalls:
-    """Runs one pool task under a deadline and returns its result dict, or None."""
+    """Runs the pool's discover / exchange tasks under a deadline; a result dict, or None."""
 
-    def __init__(self, results: TaskResults) -> None:
+    def __init__(self, results: TaskResults, send_discover: PoolSend, send_exchange: PoolSend) -> None:
         self._results = results
+        self._send = {"cairn.discover": send_discover, "cairn.exchange": send_exchange}
 
-    async def call(self, send: PoolSend, arg: Any, name: str, deadline_s: float) -> dict[str, Any] | None:
+    async def discover(self, body: dict[str, Any], deadline_s: float) -> dict[str, Any] | None:
+        return await self._call("cairn.discover", body, deadline_s)
+
+    async def exchange(self, request_key: str, deadline_s: float) -> dict[str, Any] | None:
+        return await self._call("cairn.exchange", request_key, deadline_s)
+
+    async def _call(self, name: str, arg: Any, deadline_s: float) -> dict[str, Any] | None:
         task_id = f"{name}-{uuid.uuid4().hex}"
         watch = await self._results.watch(task_id)
         try:
-            await asyncio.to_thread(send, arg, task_id, deadline_s)
+            await asyncio.to_thread(self._send[name], arg, task_id, deadline_s)
             try:
                 meta = await asyncio.wait_for(asyncio.shield(watch.done), timeout=deadline_s)
             except asyncio.TimeoutError:
@@ -147,10 +154,8 @@ class PoolCalls:
 class Responders:
     """The pool's request/reply subscriptions."""
 
-    def __init__(self, nc: NATS, config: ResponderConfig, pool: PoolCalls, send_discover: PoolSend,
-                 send_exchange: PoolSend, sealed_redis: Any, spawn: Spawn) -> None:
+    def __init__(self, nc: NATS, config: ResponderConfig, pool: PoolCalls, sealed_redis: Any, spawn: Spawn) -> None:
         self.nc, self.config, self.pool = nc, config, pool
-        self._send_discover, self._send_exchange = send_discover, send_exchange
         self._sealed = sealed_redis  # blocking client: park/unpark the exchange secrets
         self._spawn = spawn
         self._subs: list[Subscription] = []
@@ -199,7 +204,7 @@ class Responders:
 
     async def discover(self, raw: bytes) -> dict[str, Any]:
         body = discover_request(raw)
-        reply = await self.pool.call(self._send_discover, body, "cairn.discover", self.config.discover_deadline_s)
+        reply = await self.pool.discover(body, self.config.discover_deadline_s)
         if reply is None or not valid_discover_reply(reply):
             return {"error": "discover did not complete in the provider pool; try again"}
         return reply
@@ -209,7 +214,7 @@ class Responders:
         deadline_s = self.config.exchange_deadline_s
         key = await asyncio.to_thread(sealed.park, self._sealed, request, deadline_s + PARK_MARGIN_S)
         del request
-        result = await self.pool.call(self._send_exchange, key, "cairn.exchange", deadline_s)
+        result = await self.pool.exchange(key, deadline_s)
         reply: Any = None
         if result is not None and result.get("reply_key"):
             reply = await asyncio.to_thread(sealed.unpark, self._sealed, str(result["reply_key"]), missing_ok=True)

@@ -28,8 +28,11 @@ import httpx
 
 from workers.cairn.claimcheck import PUBLISH_TIMEOUT_S, ClaimCheck, WorkerStamp
 from workers.cairn.compat import CoreGate
-from workers.cairn.nats_conn import REQUEST_TIMEOUT_S, CoreRequestError, request_json
+from workers.cairn.nats_conn import REQUEST_TIMEOUT_S, CoreRequestError, NatsThread, request_json
+from workers.cairn.ratelimit import RateLimiter
+from workers.cairn.settings import load_cairn_settings
 from workers.providers.base import Provider
+from workers.providers.registry import get_provider
 from workers.redisconn import sync_client
 
 log = logging.getLogger(__name__)
@@ -156,11 +159,6 @@ def reset_context() -> None:
 
 
 def _build(settings: Any) -> JobContext:
-    from workers.cairn.nats_conn import NatsThread
-    from workers.cairn.ratelimit import RateLimiter
-    from workers.cairn.settings import load_cairn_settings
-    from workers.providers.registry import get_provider
-
     settings = settings or load_cairn_settings()
     provider = get_provider(str(settings.provider), settings)
     nats_thread = NatsThread(settings)

@@ -11,17 +11,15 @@ Core marks the account rate-limited when the error text says ``rate_limited``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, fetch_tokens
+from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.fetch_source import provider_context
 from workers.logs import redact
 from workers.providers.base import DiscoverReply, DiscoverRequest, ProviderError, ProviderRateLimited
-
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import JobContext
 
 log = logging.getLogger(__name__)
 

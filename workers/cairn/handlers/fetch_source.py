@@ -18,17 +18,15 @@ Order, and why:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workers.cairn.claimcheck import KIND_RAW, strict_result
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack, nak
+from workers.cairn.handlers.context import Delivery, JobContext, result_subject
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import activity_result_msg_id
 from workers.providers.base import FetchOutcome, ProviderContext
-
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import Delivery, JobContext
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +80,4 @@ def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
 
 
 def _result_subject(ctx: JobContext) -> str:
-    from workers.cairn.handlers.context import result_subject
-
     return result_subject(KIND, ctx.provider_name, ctx.worker_name)
