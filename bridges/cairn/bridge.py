@@ -30,7 +30,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +70,9 @@ INITIAL_CONNECT_TIMEOUT_S = 30.0
 EXIT_NATS_UNREACHABLE = 5
 
 
+Consumption = tuple[JobConsumer, MessageKind]  # a durable consumer and how admission reads its messages
+
+
 class NatsUnreachableError(Exception):
     """NATS did not answer at start; the message names the variable to check."""
 
@@ -91,23 +94,25 @@ def links_oauth_accounts(provider: Provider) -> bool:
 class CairnBridge:
     """One bridge instance; ``await run()`` until ``stop()``.
 
-    ``kinds`` maps each consumer's ``kind`` to its admission parser; the pool's
-    job subjects get theirs by default. Another consumer kind (webhook events) is
-    one more entry in ``consumers`` and one in ``kinds``.
+    It consumes the pool's job subjects (``pool_consumers``), each admitted by its
+    ``job_kind``. Another consumer kind — webhook events on ``CAIRN_WEBHOOKS`` — is
+    one more :data:`Consumption` in ``extra``: its durable consumer (with its own
+    stream) and the :class:`MessageKind` admission reads it with. Same ack
+    discipline, same single decision point, same ledger; the task side serves it
+    through ``workers.cairn.handlers.HANDLERS[kind]``.
     """
 
     def __init__(self, settings: CairnSettings, senders: TaskSenders, backend: Any, *,
-                 provider: Provider | None = None, consumers: list[JobConsumer] | None = None,
-                 kinds: Mapping[str, MessageKind] | None = None) -> None:
+                 provider: Provider | None = None, extra: Sequence[Consumption] = ()) -> None:
         self.settings = settings
         self.senders, self.backend = senders, backend
         self.provider = provider or get_provider(settings.provider, settings)
         self.ack_wait_s = float(settings.ack_wait_s)
-        self.consumers = consumers if consumers is not None else pool_consumers(settings, self.provider)
         parser_version = str(self.provider.parser_version)
-        self.kinds: dict[str, MessageKind] = {c.kind: job_kind(c.kind, parser_version) for c in self.consumers
-                                              if c.kind in subjects.JOB_KINDS}
-        self.kinds.update(kinds or {})
+        consumptions = [(c, job_kind(c.kind, parser_version)) for c in pool_consumers(settings, self.provider)]
+        consumptions += list(extra)
+        self.consumers = [c for c, _ in consumptions]
+        self.kinds: dict[str, MessageKind] = {c.kind: kind for c, kind in consumptions}
         self.rules = Rules(settings.term_after_deliveries, settings.max_deliver)
         self.shutdown = Shutdown()
         self._held: dict[tuple[str, int], Held] = {}
@@ -333,13 +338,14 @@ class CairnBridge:
         await settle(held, disposition, self.failures, self.settings.term_after_deliveries)
 
 
-def main(senders: TaskSenders, backend: Any) -> None:
-    """Entry point of ``python -m bridges cairn`` (``bridges.__main__`` injects the Celery side).
+def main(senders: TaskSenders, backend: Any, extra: Sequence[Consumption] = ()) -> None:
+    """Entry point of ``python -m bridges cairn`` (``bridges.__main__`` injects the Celery side
+    and any consumer kind beyond the job subjects, ``extra``).
 
     A bad setting raises ConfigError (``bridges.__main__`` exits 2); an
     incompatible core exits ``EXIT_INCOMPATIBLE_CORE`` with the reason.
     """
-    bridge = CairnBridge(load_cairn_settings(), senders, backend)
+    bridge = CairnBridge(load_cairn_settings(), senders, backend, extra=extra)
 
     async def _run() -> None:
         loop = asyncio.get_running_loop()

@@ -27,7 +27,7 @@ from typing import Any
 from workers.cairn.disposition import Disposition, nak
 from workers.cairn.handlers import run_admitted
 from workers.cairn.handlers.context import Delivery, JobContext
-from workers.cairn.jobs import parse_job
+from workers.cairn.jobs import JOB_MODELS, parse_job
 from workers.cairn.outcomes import MessageKey, OutcomeLedger
 from workers.cairn.subjects import JOBS_STREAM
 from workers.lease import LeaseKeeper, Leases
@@ -57,7 +57,9 @@ def run_job(ctx: JobContext, leases: Leases, ledger: OutcomeLedger, lease_ttl_s:
                                 subject=str(meta.get("subject", "")), lost=lost)
             # The round trip of the job admission already parsed and judged (a dump of its
             # model): rebuilt, not re-judged; it cannot fail unless the images disagree.
-            disposition = run_admitted(ctx, kind, parse_job(kind, job), delivery)
+            # A kind without a job model (a plug-in consumer kind) gets the dump as it is.
+            admitted = parse_job(kind, job) if kind in JOB_MODELS else job
+            disposition = run_admitted(ctx, kind, admitted, delivery)
             if lost():
                 log.info("cairn job %s: lease lost while running; outcome not recorded", key.id)
             else:
