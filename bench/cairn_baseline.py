@@ -39,7 +39,7 @@ import nats
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from bridges.cairn_pool import JobConsumer, consumer_config
+from bridges.cairn.consumers import JobConsumer, consumer_config
 from workers.cairn import subjects, wire
 from workers.cairn.settings import load_cairn_settings
 from workers.config import load_settings

@@ -161,9 +161,6 @@ def test_celery_app_import_is_the_only_exception(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the product
-@pytest.mark.xfail(condition=(ROOT / "bridges" / "cairn_glue.py").exists(), strict=True,
-                   reason="bridges.cairn <-> cairn_glue <-> cairn_responders: the cairn-core branch replaces "
-                          "them with the bridges/cairn/ package; this mark lapses once cairn_glue.py is gone")
 def test_no_import_cycles_in_the_product_packages() -> None:
     known = modules(ROOT, PRODUCT_PACKAGES)
     graph = import_graph(known)

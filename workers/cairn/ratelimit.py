@@ -30,6 +30,7 @@ from workers.cairn import subjects
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.providers.errors import ProviderRateLimited, ProviderTransientError
 from workers.providers.windows import RateWindow, WindowUsage
+from workers.cairn.disposition import MIN_NAK_DELAY_S
 
 CAS_ATTEMPTS = 200
 CAS_BACKOFF_BASE_S = 0.0002  # jittered backoff after a lost CAS round: base × 2^attempt, capped
@@ -37,7 +38,6 @@ CAS_BACKOFF_MAX_S = 0.02
 CAS_GIVE_UP_RETRY_S = 0.06  # after CAS_ATTEMPTS lost rounds: a soft deny with a ~60 ms retry
 KV_TIMEOUT_S = 5.0
 UNDECLARED_WINDOW_LENGTH_S = 15 * 60  # a window the provider reports but never declared
-MIN_NAK_DELAY_S = 1.0
 CAS_CONFLICT_ERR_CODES = (10071, 10164)  # JetStream "wrong last sequence" as a BadRequestError
 
 

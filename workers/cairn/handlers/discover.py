@@ -11,18 +11,16 @@ Core marks the account rate-limited when the error text says ``rate_limited``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, fetch_tokens
+from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.fetch_source import provider_context
 from workers.logs import redact
 from workers.providers.errors import ProviderError, ProviderRateLimited
 from workers.providers.models import DiscoverReply, DiscoverRequest
-
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import JobContext
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +50,16 @@ def discover(ctx: JobContext, request: dict[str, Any]) -> dict[str, Any]:
         log.warning("discover failed: %s", type(exc).__name__)
         return {"error": f"discover failed: {type(exc).__name__}"}
     return _checked(reply)
+
+
+def valid_discover_reply(reply: object) -> bool:
+    """At least one of error/items/complete/next_page present and non-null (reference §5).
+
+    The bridge checks the pool's reply with it before answering core, and the
+    conformance check (``switchyard check cairn``) checks the pool's answer with it.
+    """
+    return isinstance(reply, dict) and any(reply.get(k) is not None
+                                           for k in ("error", "items", "complete", "next_page"))
 
 
 def _checked(reply: DiscoverReply) -> dict[str, Any]:

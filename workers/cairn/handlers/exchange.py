@@ -12,8 +12,9 @@ fetches when the token response lacks it.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from workers.cairn.handlers.context import JobContext
 from workers.logs import redact, register_secret
 from workers.providers.errors import (
     ProviderAuthError,
@@ -21,9 +22,6 @@ from workers.providers.errors import (
     ProviderRateLimited,
     ProviderTransientError,
 )
-
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import JobContext
 
 log = logging.getLogger(__name__)
 

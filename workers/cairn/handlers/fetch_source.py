@@ -18,18 +18,16 @@ Order, and why:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workers.cairn.claimcheck import KIND_RAW, strict_result
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack, nak
+from workers.cairn.handlers.context import Delivery, JobContext, result_subject
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import activity_result_msg_id, result_subject
 from workers.providers.context import ProviderContext
 from workers.providers.models import FetchOutcome
-
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import Delivery, JobContext
 
 log = logging.getLogger(__name__)
 
