@@ -152,6 +152,19 @@ class NullRateLimitHook:
         return None
 
 
+@runtime_checkable
+class BlobSink(Protocol):
+    """Durable blob upload through core's presign (contract §5; the worker holds no S3 keys).
+
+    ``upload`` stores ``body`` under the user's layout (``users/<user>/<provider>/…``)
+    with its real content type and returns core's ``blob_id`` verbatim. Failures
+    raise a ``RetryableJobError`` (presign or PUT refused); a caller that treats
+    the blob as optional (a mirrored photo) skips it.
+    """
+
+    def upload(self, body: bytes, content_type: str, user_id: str) -> str: ...
+
+
 @dataclasses.dataclass
 class ProviderContext:
     """What a provider call may use: a token held in memory, an HTTP client, the budget.
@@ -167,6 +180,7 @@ class ProviderContext:
     http: httpx.Client
     rate_limit: RateLimitHook = dataclasses.field(default_factory=NullRateLimitHook)
     bucket: str = "short"
+    blobs: BlobSink | None = None  # mirrored media (photos); None: nothing is mirrored
 
     def __post_init__(self) -> None:
         register_secret(self.access_token)
@@ -272,13 +286,24 @@ class FetchOutcome:
     the same as proto messages (strictly parsed, so a field outside the
     contract fails here, not at core). ``archive`` is None for parse_blob (the
     blob already exists). ``gear_errors`` counts gear lookups that failed and
-    were skipped (gear never fails an import).
+    were skipped (gear never fails an import); ``segment_errors`` and
+    ``photo_errors`` count the same for segment details and mirrored photos.
+
+    ``segment_events`` (SEGMENT events, then SEGMENT_EFFORT events) travel in a
+    second result after the activity's, as the published worker sends them.
+    ``rate_limited`` is set when the budget ran out part-way (the segment
+    loop): publish what there is, then NAK the job until ``reset_at`` so the
+    re-run completes it; waiting for a window is not a failure.
     """
 
     ext_id: str
     wire_events: list[dict[str, Any]]
     archive: RawArchive | None = None
     gear_errors: int = 0
+    segment_events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    rate_limited: ProviderRateLimited | None = None
+    segment_errors: int = 0
+    photo_errors: int = 0
 
     @property
     def events(self) -> list[Any]:
