@@ -227,12 +227,13 @@ class FakeStrava(MediaMixin):
         with self._lock:
             self._budget.force_429(times, window, retry_after_s)
 
-    def fail(self, endpoint: str, status: int, times: int = 1) -> None:
-        """The next ``times`` calls to ``endpoint`` (one of ``ENDPOINTS``) answer ``status``."""
+    def fail(self, endpoint: str, status: int, times: int = 1, *, after: int = 0) -> None:
+        """The next ``times`` calls to ``endpoint`` (one of ``ENDPOINTS``) answer ``status``,
+        after ``after`` calls that are answered normally."""
         if endpoint not in ENDPOINTS:
             raise ValueError(f"unknown endpoint {endpoint!r}, expected one of {ENDPOINTS}")
         with self._lock:
-            self._faults.setdefault(endpoint, []).extend([status] * times)
+            self._faults.setdefault(endpoint, []).extend([0] * after + [status] * times)
 
     def set_usage(self, short: int, daily: int, *, read_short: int | None = None,
                   read_daily: int | None = None, client_id: str | None = None) -> None:
@@ -290,8 +291,8 @@ class FakeStrava(MediaMixin):
                 self._record(request, endpoint, 429, token)
                 return self._json(self._error_body(429, "Application", "rate limit"), 429, verdict.headers)
             faults = self._faults.get(endpoint)
-            if faults:
-                status = faults.pop(0)
+            status = faults.pop(0) if faults else 0  # 0: a call ``fail(..., after=n)`` lets through
+            if status:
                 self._record(request, endpoint, status, token)
                 headers = verdict.headers  # a 429 reports its window spent, as Strava's does
                 if status == 429:
