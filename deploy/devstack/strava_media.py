@@ -54,6 +54,7 @@ class FakePhoto:
     header_type: str | None = None  # the CDN's Content-Type header; None: the true type; "": none
     oversize_bytes: int = 0  # > 0: the CDN streams this many bytes, chunked
     fail_status: int = 0  # > 0: the CDN answers this status
+    listed: bool = True  # False: counted in the detail but missing from the listing (e.g. Instagram)
 
 
 def scaled(native: tuple[int, int], size: int) -> tuple[int, int]:
@@ -92,13 +93,14 @@ class MediaMixin:
     # ---- test control ----------------------------------------------------------------------
     def add_photo(self, athlete_id: int, activity_id: int, *, caption: str = "",
                   native: tuple[int, int] = (4032, 3024), content_type: str = "image/jpeg",
-                  header_type: str | None = None, oversize_bytes: int = 0, fail_status: int = 0) -> FakePhoto:
+                  header_type: str | None = None, oversize_bytes: int = 0, fail_status: int = 0,
+                  listed: bool = True) -> FakePhoto:
         """Attach a photo to an activity; the first one becomes the detail's primary photo."""
         with self._lock:
             ath = self._athletes[athlete_id]
             photos = ath.photos.setdefault(activity_id, [])
             photo = FakePhoto(f"{activity_id:x}-{len(photos) + 1:04d}", caption, native, content_type,
-                              header_type, oversize_bytes, fail_status)
+                              header_type, oversize_bytes, fail_status, listed)
             photos.append(photo)
             act = ath.activities[activity_id]
             first = photos[0]
@@ -169,7 +171,7 @@ class MediaMixin:
                  "created_at": act.get("start_date"), "created_at_local": act.get("start_date_local"),
                  "urls": {str(size): self.cdn_url(p, size)}, "sizes": {str(size): list(scaled(p.native, size))},
                  "default_photo": i == 0, "location": None, "post_id": None}
-                for i, p in enumerate(ath.photos.get(aid, []))]
+                for i, p in enumerate(p for p in ath.photos.get(aid, []) if p.listed)]
 
     async def _photos(self, request: Request) -> Response:
         aid = request.path_params["id"]
