@@ -29,9 +29,6 @@ from workers.providers.strava.dataset import PARSER_VERSION
 from workers.providers.strava.photos import (MAX_PHOTO_BYTES, PhotoError, content_type_of, download, largest_size,
                                              may_have_photos, sniff)
 
-ACTIVITY = "WORKER_EVENT_TYPE_ACTIVITY"
-
-
 def photo_activity(strava: FakeStrava, ath: Athlete) -> tuple[int, int]:
     """(index, id) of an activity without segment efforts: photos alone decide its outcome."""
     acts = strava.athlete(ath.id).activities
@@ -218,3 +215,22 @@ def test_the_listing_reserves_budget_and_a_denied_one_falls_back(core: DevCairnC
                                                 rate_limit=denied, blobs=UserBlobSink(ctx.claimcheck)), job)
     assert out.rate_limited is None and not [r for r in strava.requests if r.endpoint == "photos"]
     assert [a["externalUrl"] for a in out.activity["attachments"]] == [strava.cdn_url(primary, 600)]
+
+
+def test_a_rerun_reuses_the_mirrored_photo_instead_of_storing_it_again(
+        core: DevCairnCore, ctx: JobContext, strava: FakeStrava, pool: str) -> None:
+    """A job NAKed for its segments re-runs the whole fetch: the photo must not pile up in S3."""
+    ath = Athlete(core, strava, pool, n=6)
+    i, aid = photo_activity(strava, ath)
+    strava.add_photo(ath.id, aid)
+    strava.clear_requests()
+    blobs = []
+    for attempt in (1, 2):
+        before = len(core.ingested)
+        assert handle_job(ctx, "fetch_source", ath.fetch_job(i), attempt).action == "ack"
+        [imported] = ingested_since(core, before)
+        blobs += [a["blobId"] for a in attachments_of(imported)]
+    assert len(blobs) == 2 and blobs[0] == blobs[1]
+    assert len([r for r in strava.requests if r.endpoint == "cdn"]) == 1
+    assert len([r for r in strava.requests if r.endpoint == "photos"]) == 2  # the listing is fresh
+    assert sum(1 for k in user_objects(core, ath) if k in blobs) == 1

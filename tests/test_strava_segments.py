@@ -29,7 +29,8 @@ from workers.providers.base import ProviderContext
 from workers.providers.strava.dataset import PARSER_VERSION, build_archive, parse_dataset
 from workers.providers.strava.models import StravaSegment, StravaSegmentEffort
 from workers.providers.strava.provider import StravaProvider
-from workers.providers.strava.segments import SEGMENT_CACHE_MAX_ENTRIES, SEGMENT_CACHE_TTL_S, SegmentCache, map_effort, map_segment
+from workers.providers.strava.segments import (SEGMENT_CACHE_MAX_ENTRIES, SEGMENT_CACHE_TTL_S, SegmentCache,
+                                               map_effort, map_segment)
 from workers.providers.strava.settings import StravaSettings
 from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
 

@@ -41,6 +41,7 @@ THUMBNAIL_PX = 100  # the listing's size when the request names none
 PHOTO_BODY_BYTES = 4096  # a generated image's size: realistic magic, small body
 OVERSIZE_CHUNK_BYTES = 1024 * 1024
 SEGMENT_ID_BASE = 7_000_000
+ACCESS_DENIED_XML = b'<?xml version="1.0"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>'
 
 
 @dataclass
@@ -129,14 +130,15 @@ class MediaMixin:
                 lat0, lon0 = 46.0 + k * 0.01, 7.0 + (activity_id % 50) * 0.01
                 points = [[lat0 + j * 0.001, lon0 + j * 0.0005] for j in range(12)]
                 ath.segments[sid] = {
-                    "id": sid, "resource_state": 3, "name": f"Segment {k}", "activity_type": "Run" if k % 2 else "Ride",
+                    "id": sid, "resource_state": 3, "name": f"Segment {k}",
+                    "activity_type": "Run" if k % 2 else "Ride",
                     "distance": 1200.0 + 100 * k, "average_grade": 3.5 + k, "maximum_grade": 8.0 + k,
                     "elevation_high": 600.0 + k, "elevation_low": 540.0, "climb_category": k % 7,
                     "private": False, "hazardous": k in without_polyline, "starred": k == 0,
                     "total_elevation_gain": 0.0 if k == 1 else 60.0 + k, "effort_count": 100 + k,
                     "athlete_count": 40, "star_count": 3,
-                    "map": {"id": f"s{sid}", "polyline": None if k in without_polyline else encode_polyline(points),
-                            "resource_state": 3}}
+                    "map": {"id": f"s{sid}", "resource_state": 3,
+                            "polyline": None if k in without_polyline else encode_polyline(points)}}
                 ids.append(sid)
             order = ids + ids[:1] if repeat_first and ids else ids
             for n, sid in enumerate(order):
@@ -203,8 +205,7 @@ class MediaMixin:
             if request.headers.get("authorization"):
                 self.cdn_with_authorization += 1
         if status != 200 or photo is None:
-            body = b"<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
-            return Response(body, status, media_type="application/xml")
+            return Response(ACCESS_DENIED_XML, status, media_type="application/xml")
         header = photo.content_type if photo.header_type is None else photo.header_type
         headers = {"Cache-Control": "max-age=31536000", "X-Cache": "Hit from cloudfront"}
         if photo.oversize_bytes:

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.providers.base import BlobSink, ProviderError
+from workers.providers.strava.cache import BoundedCache
 from workers.providers.strava.client import StravaClient
 from workers.providers.strava.models import StravaPhoto
 
@@ -43,6 +44,8 @@ MAX_PHOTO_BYTES = 32 * 1024 * 1024  # one download, streamed; the published work
 MAX_PHOTOS_PER_ACTIVITY = 25  # bounds the time photos add to one import
 PHOTO_DOWNLOAD_TIMEOUT_S = 20.0  # per photo; a slow CDN costs the photo, not the activity
 DOWNLOAD_CHUNK_BYTES = 64 * 1024
+MIRROR_CACHE_MAX_ENTRIES = 2048  # (user, URL) → blob id of photos mirrored lately
+MIRROR_CACHE_TTL_S = 3600.0  # covers a re-run after a 15-min window; short, as core may drop blobs
 FALLBACK_CONTENT_TYPE = "application/octet-stream"
 SOURCE_LISTING = "photos"
 SOURCE_PRIMARY = "primary"
@@ -72,7 +75,8 @@ def may_have_photos(activity: Mapping[str, Any]) -> bool:
     return any(c > 0 for c in counts) or bool(primary)
 
 
-def candidates(client: StravaClient, activity: Mapping[str, Any], ext_id: str) -> tuple[list[dict[str, Any]], str]:
+def candidates(client: StravaClient, activity: Mapping[str, Any],
+               ext_id: str) -> tuple[list[dict[str, Any]], str]:
     """(photo JSONs to mirror, their source): the listing, else the detail's primary photo."""
     if not may_have_photos(activity):
         return [], ""
@@ -159,9 +163,14 @@ def content_type_of(header: str, body: bytes) -> str:
 
 
 def archive_entries(http: httpx.Client, sink: BlobSink, user_id: str, photos: Sequence[dict[str, Any]],
-                    source: str) -> tuple[list[dict[str, Any]], int]:
+                    source: str, mirrored: BoundedCache | None = None) -> tuple[list[dict[str, Any]], int]:
     """Mirror each photo; (archive entries, failures). An entry keeps Strava's photo JSON and,
-    when the mirror succeeded, ``mirror = {blob_id, content_type, size, url}``."""
+    when the mirror succeeded, ``mirror = {blob_id, content_type, size, url}``.
+
+    ``mirrored`` remembers (user, URL) → (blob id, content type) for a while, so
+    the re-run of a job NAKed for its segments (or a quick re-fetch) reuses the
+    blob instead of downloading and storing the same photo again.
+    """
     entries, failures = [], 0
     for photo in photos:
         entry: dict[str, Any] = {"source": source, "photo": photo}
@@ -170,9 +179,14 @@ def archive_entries(http: httpx.Client, sink: BlobSink, user_id: str, photos: Se
             if chosen is None:
                 raise PhotoError("photo offers no URL")
             size, url = chosen
-            body, header = download(http, url)
-            content_type = content_type_of(header, body)
-            blob_id = sink.upload(body, content_type, user_id)
+            known = mirrored.get((user_id, url)) if mirrored is not None else None
+            if known is None:
+                body, header = download(http, url)
+                content_type = content_type_of(header, body)
+                known = (sink.upload(body, content_type, user_id), content_type)
+                if mirrored is not None:
+                    mirrored.put((user_id, url), known)
+            blob_id, content_type = known
             entry["mirror"] = {"blob_id": blob_id, "content_type": content_type, "size": size, "url": url}
         except (PhotoError, ProviderError, RetryableJobError, PermanentJobError) as exc:
             failures += 1

@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from workers.config import load_settings
 from workers.providers.base import (
@@ -64,8 +65,9 @@ from workers.providers.strava.dataset import (
     build_archive,
     parse_dataset,
 )
-from workers.providers.strava.mapping import map_gear, parse_time
-from workers.providers.strava.models import StravaGear, StravaSummaryActivity
+from workers.providers.strava.cache import BoundedCache
+from workers.providers.strava.mapping import ingest_problems, map_activity, map_gear, parse_time
+from workers.providers.strava.models import StravaActivity, StravaGear, StravaSummaryActivity
 from workers.providers.strava.segments import SegmentCache, fetch_segments
 from workers.providers.strava.settings import StravaSettings
 
@@ -95,6 +97,8 @@ class StravaProvider(Provider):
         self._gear_lock = threading.Lock()
         self.segment_cache = SegmentCache(self.settings.segment_cache_max_entries,
                                           self.settings.segment_cache_ttl_s)
+        self.mirrored_photos = BoundedCache(strava_photos.MIRROR_CACHE_MAX_ENTRIES,
+                                            strava_photos.MIRROR_CACHE_TTL_S)
 
     @classmethod
     def from_settings(cls, settings: object | None = None) -> StravaProvider:
@@ -157,13 +161,14 @@ class StravaProvider(Provider):
             except ProviderError as exc:  # gear is optional data (contract §5)
                 gear_errors = 1
                 log.warning("strava gear %s lookup skipped: %s", gear_id, type(exc).__name__)
-        photos, photo_errors = [], 0
-        if ctx.blobs is not None:  # nowhere to mirror to (a parser-only context): no listing call
+        photos, photo_errors, segments = [], 0, None
+        mappable = _mappable(activity)  # an activity core cannot ingest gets no photos or segments
+        if ctx.blobs is not None and mappable:  # no sink (a parser-only context): no listing call
             listed, source = strava_photos.candidates(client, activity, ext_id)
-            photos, photo_errors = strava_photos.archive_entries(ctx.http, ctx.blobs, job.user_id,
-                                                                 listed, source)
-        segments = fetch_segments(client, activity, self.segment_cache, job.account_id) \
-            if job.fetch_streams else None
+            photos, photo_errors = strava_photos.archive_entries(ctx.http, ctx.blobs, job.user_id, listed,
+                                                                 source, self.mirrored_photos)
+        if job.fetch_streams and mappable:
+            segments = fetch_segments(client, activity, self.segment_cache, job.account_id)
         body = build_archive(activity, streams, gear, segments=segments.details if segments else None,
                              photos=photos, worker_name=self.worker_name,
                              worker_version=self.parser_version, package=self.package)
@@ -291,6 +296,14 @@ class StravaProvider(Provider):
                            expires_at=api.token_expiry(body), scope=str(body.get("scope") or ""),
                            token_type=str(body.get("token_type") or "Bearer"),
                            provider_account_id=str(athlete.get("id") or ""))
+
+
+def _mappable(activity: dict[str, Any]) -> bool:
+    """Whether core could ingest the activity (the parser raises ``UnmappableActivity`` otherwise)."""
+    try:
+        return not ingest_problems(map_activity(StravaActivity.model_validate(activity)))
+    except ValidationError:
+        return False
 
 
 def _gear_id(activity: dict[str, Any]) -> str:

@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from workers.providers.base import ProviderError, ProviderRateLimited
+from workers.providers.strava.cache import BoundedCache
 from workers.providers.strava.client import StravaClient
 from workers.providers.strava.mapping import duration, parse_time, ts
 from workers.providers.strava.models import StravaSegment, StravaSegmentEffort
@@ -45,45 +44,13 @@ SEGMENT_CACHE_TTL_S = 6 * 3600.0  # renamed segments / new stars show within thi
 # Strava climb_category 0..5 → cairn.v1.ClimbCategory (reference §4.6); anything else → NONE.
 CLIMB_CATEGORIES = {0: "NONE", 1: "FOUR", 2: "THREE", 3: "TWO", 4: "ONE", 5: "HORS_CATEGORIE"}
 
-CacheKey = tuple[str, str]  # (account id, segment id)
 
-
-class SegmentCache:
-    """A thread-safe LRU of segment details with a size bound and a time-to-live."""
+class SegmentCache(BoundedCache):
+    """Segment details by (account id, segment id), with this module's bounds as defaults."""
 
     def __init__(self, max_entries: int = SEGMENT_CACHE_MAX_ENTRIES, ttl_s: float = SEGMENT_CACHE_TTL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if max_entries < 1 or ttl_s <= 0:
-            raise ValueError("segment cache needs max_entries >= 1 and ttl_s > 0")
-        self.max_entries, self.ttl_s, self._clock = max_entries, ttl_s, clock
-        self._items: OrderedDict[CacheKey, tuple[float, dict[str, Any]]] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = self.misses = self.evictions = 0
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
-
-    def get(self, key: CacheKey) -> dict[str, Any] | None:
-        now = self._clock()
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is None or hit[0] <= now:
-                if hit is not None:
-                    del self._items[key]
-                self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return hit[1]
-
-    def put(self, key: CacheKey, detail: dict[str, Any]) -> None:
-        with self._lock:
-            self._items[key] = (self._clock() + self.ttl_s, detail)
-            self._items.move_to_end(key)
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)
-                self.evictions += 1
+        super().__init__(max_entries, ttl_s, clock)
 
 
 @dataclasses.dataclass
