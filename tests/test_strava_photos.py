@@ -10,6 +10,7 @@ Nothing of ours is mocked.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -150,7 +151,8 @@ def test_an_empty_listing_falls_back_and_a_photo_less_activity_costs_no_call(
     i, aid = photo_activity(strava, ath)
     strava.clear_requests()
     before = len(core.ingested)
-    assert handle_job(ctx, "fetch_source", ath.fetch_job(i), 1).action == "ack"
+    plain_disposition = handle_job(ctx, "fetch_source", ath.fetch_job(i), 1)
+    assert plain_disposition.action == "ack", plain_disposition
     [plain] = ingested_since(core, before)
     assert "attachments" not in plain.data["events"][-1]["activity"]
     assert not [r for r in strava.requests if r.endpoint == "photos"]  # the detail says: no photos
@@ -163,7 +165,9 @@ def test_an_empty_listing_falls_back_and_a_photo_less_activity_costs_no_call(
 
 
 def test_oversize_and_failing_downloads_are_skipped_and_the_rest_imported(
-        core: DevCairnCore, ctx: JobContext, strava: FakeStrava, pool: str) -> None:
+        core: DevCairnCore, ctx: JobContext, strava: FakeStrava, pool: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="workers")
     ath = Athlete(core, strava, pool, n=6)
     i, aid = photo_activity(strava, ath)
     strava.add_photo(ath.id, aid, oversize_bytes=MAX_PHOTO_BYTES + 1)  # streamed, no Content-Length
@@ -180,6 +184,8 @@ def test_oversize_and_failing_downloads_are_skipped_and_the_rest_imported(
     assert user_objects(core, ath) == sorted([raw_key, attachment["blobId"]])  # nothing else uploaded
     archived = json.loads(core.blobs.get(raw_key) or b"{}")["photos"]
     assert [("mirror" in p) for p in archived] == [False, False, True, False]  # metadata of all four kept
+    assert caplog.text.count("not mirrored") == 3 and "bound" in caplog.text and "HTTP 403" in caplog.text
+    assert ath.fake.access_token not in caplog.text and "/cdn/photos/" not in caplog.text
 
 
 def test_a_failed_photo_upload_never_fails_the_activity(core: DevCairnCore, ctx: JobContext,

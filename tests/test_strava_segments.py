@@ -122,6 +122,18 @@ def test_segment_cache_is_bounded_by_size_and_ttl() -> None:
         SegmentCache(max_entries=0)
 
 
+def test_manifest_and_presence_declare_segment_and_segment_effort() -> None:
+    from workers.cairn.presence import manifest_record, presence_record
+    from workers.cairn.settings import CairnSettings
+
+    provider = StravaProvider(StravaSettings(base_url="https://unused.example"))
+    settings = CairnSettings(provider="strava", worker_name="pool-caps", worker_package="switchyard.test")
+    for record in (manifest_record(settings, provider), presence_record(settings, provider, "i-1")):
+        caps = record["capabilities"]
+        assert caps["Segment"]["read"] is True and caps["SegmentEffort"]["read"] is True
+        assert caps["Segment"]["write"] is False
+
+
 # --------------------------------------------------------------------------- provider vs fake Strava
 
 
