@@ -41,7 +41,7 @@ def job_context(nats_url: str, redis_url: str, strava: FakeStrava, pool: str, *,
                           **settings)
     nt = NatsThread(cairn)
     provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=pool, package=PACKAGE)
-    limiter = RateLimiter(nt, cairn)
+    limiter = RateLimiter(nt, cairn, provider.rate_windows())
     kv = limiter._bucket()  # open the KV bucket off the loop thread (see context._build)
     if fresh_budget:
         forget_budget(nt, kv)  # a fresh shared budget (a 429 test exhausts it)

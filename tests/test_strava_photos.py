@@ -25,7 +25,7 @@ from tests.test_provider_strava import RecordingHook
 from workers.cairn import wire
 from workers.cairn.claimcheck import UserBlobSink
 from workers.cairn.handlers import JobContext, handle_job
-from workers.providers.base import ProviderContext
+from workers.providers.context import ProviderContext
 from workers.providers.strava.dataset import PARSER_VERSION
 from workers.providers.strava.photos import (MAX_PHOTO_BYTES, PhotoError, content_type_of, download, largest_size,
                                              may_have_photos, sniff)

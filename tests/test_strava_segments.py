@@ -25,7 +25,7 @@ from tests.cairn_ctx import (Athlete, core, ctx, forget_budget, ingested_since, 
 from tests.test_provider_strava import RecordingHook
 from workers.cairn import wire
 from workers.cairn.handlers import Delivery, JobContext, handle_job
-from workers.providers.base import ProviderContext
+from workers.providers.context import ProviderContext
 from workers.providers.strava.dataset import PARSER_VERSION, build_archive, parse_dataset
 from workers.providers.strava.models import StravaSegment, StravaSegmentEffort
 from workers.providers.strava.provider import StravaProvider

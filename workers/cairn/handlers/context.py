@@ -170,7 +170,7 @@ def _build(settings: Any) -> JobContext:
     # The limiter opens the cairn_rate_limits bucket on first use, from the calling thread; if
     # core has not created it yet, that job fails transiently and is retried, rather than this
     # process running without the shared budget for the rest of its life.
-    limiter = RateLimiter(nats_thread, settings)
+    limiter = RateLimiter(nats_thread, settings, provider.rate_windows())  # the provider's windows
     return JobContext(settings=settings, nats=nats_thread, redis=redis.Redis.from_url(redis_url),
                       provider=provider, http=provider.new_http_client(), limiter=limiter,
                       blob_http=httpx.Client(timeout=BLOB_HTTP_TIMEOUT_S))

@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, fetch_tokens
 from workers.cairn.handlers.fetch_source import provider_context
 from workers.logs import redact
-from workers.providers.base import DiscoverReply, DiscoverRequest, ProviderError, ProviderRateLimited
+from workers.providers.errors import ProviderError, ProviderRateLimited
+from workers.providers.models import DiscoverReply, DiscoverRequest
 
 if TYPE_CHECKING:
     from workers.cairn.handlers.context import JobContext

@@ -29,7 +29,7 @@ from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import failure_msg_id
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import redact
-from workers.providers.base import (
+from workers.providers.errors import (
     ProviderAuthError,
     ProviderError,
     ProviderNotFound,

@@ -33,8 +33,9 @@ from workers.cairn.claimcheck import KIND_RAW, UserBlobSink, segment_result_msg_
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack, nak
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
-from workers.cairn.subjects import activity_result_msg_id
-from workers.providers.base import FetchOutcome, ProviderContext
+from workers.cairn.subjects import activity_result_msg_id, result_subject
+from workers.providers.context import ProviderContext
+from workers.providers.models import FetchOutcome
 
 if TYPE_CHECKING:
     from workers.cairn.handlers.context import Delivery, JobContext
@@ -42,16 +43,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KIND = "fetch_source"
-WEBHOOK_REASON = "webhook"
 
 
 def provider_context(ctx: JobContext, job: Any, access_token: str, app_id: str = "") -> ProviderContext:
     """The provider's view of one job: token, HTTP client, and the shared budget of its app.
 
     The budget is keyed ``<provider>.<app_id>.<window>``, or by the pool when
-    core's token reply carries no ``app_id`` (older core; contract §3).
+    core's token reply carries no ``app_id`` (older core; contract §3). Which
+    short-term window the job spends is the provider's decision from the job's
+    ``reason`` (Strava: webhook fetches have a window of their own); only
+    fetch_source and import_gear jobs carry a reason, the others spend the default.
     """
-    bucket = "webhook" if str(getattr(job, "reason", "") or "") == WEBHOOK_REASON else "short"
+    bucket = ctx.provider.bucket_for(str(getattr(job, "reason", "") or ""))
     if ctx.limiter is None:
         return ProviderContext(access_token=access_token, http=ctx.http, bucket=bucket)
     return ProviderContext(access_token=access_token, http=ctx.http, bucket=bucket,
@@ -116,6 +119,4 @@ def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
 
 
 def _result_subject(ctx: JobContext) -> str:
-    from workers.cairn.handlers.context import result_subject
-
     return result_subject(KIND, ctx.provider_name, ctx.worker_name)

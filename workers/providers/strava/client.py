@@ -22,14 +22,13 @@ from typing import Any
 import httpx
 
 from workers.logs import register_secret
-from workers.providers.base import (
-    NullRateLimitHook,
+from workers.providers.errors import (
     ProviderAuthError,
     ProviderNotFound,
     ProviderPermanentError,
     ProviderTransientError,
-    RateLimitHook,
 )
+from workers.providers.windows import NullRateLimitHook, RateLimitHook
 from workers.providers.strava.usage import DAILY_WINDOW, SHORT_WINDOW, parse_usage, rate_limited_from_429
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.providers.base import ProviderPermanentError, ProviderTransientError
+from workers.providers.errors import ProviderPermanentError, ProviderTransientError
 from workers.providers.strava.mapping import ingest_problems, map_activity, map_gear, map_streams, ts
 from workers.providers.strava.models import StravaActivity, StravaGear
 from workers.providers.strava.photos import attachments

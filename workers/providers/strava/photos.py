@@ -32,7 +32,8 @@ import httpx
 from pydantic import ValidationError
 
 from workers.errors import PermanentJobError, RetryableJobError
-from workers.providers.base import BlobSink, ProviderError
+from workers.providers.context import BlobSink
+from workers.providers.errors import ProviderError
 from workers.providers.strava.cache import BoundedCache
 from workers.providers.strava.client import StravaClient
 from workers.providers.strava.models import StravaPhoto

@@ -33,11 +33,16 @@ import httpx
 from pydantic import ValidationError
 
 from workers.config import load_settings
-from workers.providers.base import (
-    FETCH_SOURCE,
-    IMPORT_GEAR,
-    PARSE_BLOB,
-    RECONCILE,
+from workers.providers.base import Provider
+from workers.providers.context import ProviderContext
+from workers.providers.errors import (
+    ProviderError,
+    ProviderNotFound,
+    ProviderPermanentError,
+    ProviderRateLimited,
+)
+from workers.providers.kinds import FETCH_SOURCE, IMPORT_GEAR, PARSE_BLOB, RECONCILE
+from workers.providers.models import (
     AccountJob,
     ActivityRef,
     Capabilities,
@@ -47,12 +52,6 @@ from workers.providers.base import (
     FetchJob,
     FetchOutcome,
     OAuthTokens,
-    Provider,
-    ProviderContext,
-    ProviderError,
-    ProviderNotFound,
-    ProviderPermanentError,
-    ProviderRateLimited,
     RawArchive,
 )
 from workers.providers.strava import client as api
@@ -70,6 +69,8 @@ from workers.providers.strava.mapping import ingest_problems, map_activity, map_
 from workers.providers.strava.models import StravaActivity, StravaGear, StravaSummaryActivity
 from workers.providers.strava.segments import SegmentCache, fetch_segments
 from workers.providers.strava.settings import StravaSettings
+from workers.providers.strava.usage import RATE_WINDOWS, SHORT_WINDOW, WEBHOOK_REASON, WEBHOOK_WINDOW
+from workers.providers.windows import RateWindow
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +138,21 @@ class StravaProvider(Provider):
             ],
         }
 
+    def rate_windows(self) -> tuple[RateWindow, ...]:
+        """15-minute and daily read budgets per app, and the webhook fetches' own window."""
+        return RATE_WINDOWS
+
+    def bucket_for(self, reason: str) -> str:
+        """Webhook fetches spend the ``webhook`` window, so a burst of events cannot starve
+        reconciles and backfills of the ``short`` one; every call also spends ``daily``."""
+        return WEBHOOK_WINDOW if reason == WEBHOOK_REASON else SHORT_WINDOW
+
     def new_http_client(self) -> httpx.Client:
         return api.new_http_client()
 
     def _client(self, ctx: ProviderContext) -> api.StravaClient:
         return api.StravaClient(ctx.http, ctx.access_token, base_url=self.settings.base_url,
-                                rate_limit=ctx.rate_limit, bucket=ctx.bucket)
+                                rate_limit=ctx.rate_limit, bucket=ctx.bucket or self.bucket_for(""))
 
     # ------------------------------------------------------------------ activities
 

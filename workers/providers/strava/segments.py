@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.providers.base import ProviderError, ProviderRateLimited
+from workers.providers.errors import ProviderError, ProviderRateLimited
 from workers.providers.strava.cache import BoundedCache
 from workers.providers.strava.client import StravaClient
 from workers.providers.strava.mapping import duration, parse_time, ts
