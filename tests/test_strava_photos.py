@@ -80,6 +80,28 @@ def test_download_is_bounded_before_and_while_reading(strava: FakeStrava) -> Non
     assert MAX_PHOTO_BYTES == 32 * 1024 * 1024
 
 
+def test_the_fake_serves_photos_like_strava(strava: FakeStrava) -> None:
+    """The listing is an API call (auth, usage headers, ``size`` honoured); the CDN is not."""
+    ath = strava.add_athlete(4302, n_activities=1)
+    aid = next(iter(ath.activities))
+    photo = strava.add_photo(4302, aid, caption="c", native=(800, 600))
+    api = f"{strava.api_url}/activities/{aid}/photos"
+    auth = {"Authorization": f"Bearer {ath.access_token}"}
+    with httpx.Client(timeout=10.0) as http:
+        assert http.get(api, params={"size": 2048}).status_code == 401
+        listed = http.get(api, params={"size": 2048, "photo_sources": "true"}, headers=auth)
+        assert listed.status_code == 200 and "X-ReadRateLimit-Usage" in listed.headers
+        [entry] = listed.json()
+        assert entry["sizes"] == {"2048": [800, 600]}  # never upscaled
+        assert list(http.get(api, headers=auth).json()[0]["urls"]) == ["100"]  # the thumbnail by default
+        assert http.get(f"{strava.api_url}/activities/1/photos", headers=auth).status_code == 404
+        detail = http.get(f"{strava.api_url}/activities/{aid}", headers=auth).json()
+        assert detail["total_photo_count"] == 1 and sorted(detail["photos"]["primary"]["urls"]) == ["100", "600"]
+        cdn = http.get(entry["urls"]["2048"])  # no token
+        assert cdn.status_code == 200 and "X-ReadRateLimit-Usage" not in cdn.headers
+        assert cdn.content == image_bytes(photo, 2048)
+
+
 # --------------------------------------------------------------------------- handlers vs dev core
 
 
