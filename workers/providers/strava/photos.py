@@ -128,6 +128,8 @@ def download(http: httpx.Client, url: str, max_bytes: int = MAX_PHOTO_BYTES) -> 
     try:
         with http.stream("GET", url, headers={"Accept": "image/*,*/*;q=0.5"},
                          timeout=PHOTO_DOWNLOAD_TIMEOUT_S, follow_redirects=True) as response:
+            if not _allowed_url(str(response.url)):  # a redirect must not lead anywhere a URL may not
+                raise PhotoError("photo redirected to neither https nor loopback http")
             if response.status_code != 200:
                 raise PhotoError(f"photo download: HTTP {response.status_code}")
             declared = response.headers.get("content-length", "")
