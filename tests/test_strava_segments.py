@@ -303,3 +303,16 @@ def test_parse_blob_reproduces_both_results_byte_for_byte(core: DevCairnCore, ct
     assert reparsed_segments.msg_id == f"result:{reparse['job_id']}:d1:seg"
     assert wire.encode_result(reparsed.result) == wire.encode_result(imported.result)
     assert wire.encode_result(reparsed_segments.result) == wire.encode_result(imported_segments.result)
+
+
+def test_an_unmappable_activity_spends_nothing_on_segments_or_photos(
+        core: DevCairnCore, ctx: JobContext, strava: FakeStrava, pool: str) -> None:
+    """It is termed with an envelope (contract §3 poison); its segments and photos would be wasted budget."""
+    ath = Athlete(core, strava, pool, n=2)
+    aid, _ = ride_with_segments(strava, ath.id)
+    strava.add_photo(ath.id, aid)
+    strava.patch_activity(ath.id, aid, elapsed_time=0)
+    strava.clear_requests()
+    disposition = handle_job(ctx, "fetch_source", ath.fetch_job(0), 1)
+    assert disposition.action == "term" and disposition.reason.startswith("unmappable")
+    assert {r.endpoint for r in strava.requests} <= {"activity", "streams", "gear"}
