@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from google.protobuf import json_format
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
@@ -25,6 +26,7 @@ from tests.test_provider_strava import RecordingHook
 from workers.cairn import wire
 from workers.cairn.claimcheck import UserBlobSink
 from workers.cairn.handlers import JobContext, handle_job
+from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.providers.context import ProviderContext
 from workers.providers.strava.dataset import PARSER_VERSION
 from workers.providers.strava.photos import (MAX_PHOTO_BYTES, PhotoError, content_type_of, download, largest_size,
@@ -262,3 +264,24 @@ def test_a_rerun_reuses_the_mirrored_photo_instead_of_storing_it_again(
     assert len([r for r in strava.requests if r.endpoint == "cdn"]) == 1
     assert len([r for r in strava.requests if r.endpoint == "photos"]) == 2  # the listing is fresh
     assert sum(1 for k in user_objects(core, ath) if k in blobs) == 1
+
+
+def test_the_dev_core_refuses_an_attachment_outside_the_users_layout(
+        core: DevCairnCore, ctx: JobContext, strava: FakeStrava, pool: str) -> None:
+    """Contract §5: core refuses blob keys outside ``users/<user>/<provider>/…`` (and ``shared/``)."""
+    ath = Athlete(core, strava, pool, n=6)
+    i, aid = photo_activity(strava, ath)
+    strava.add_photo(ath.id, aid)
+    before = len(core.ingested)
+    assert handle_job(ctx, "fetch_source", ath.fetch_job(i), 1).action == "ack"
+    [imported] = ingested_since(core, before)
+    for foreign in (f"users/{uuid.uuid4()}/strava/uploads/x", "users/u/garmin/uploads/x"):
+        body = imported.data
+        body["events"][-1]["activity"]["attachments"][0]["blobId"] = foreign
+        for stamp in ("workerName", "workerVersion", "workerPackage"):
+            body.pop(stamp, None)
+        result = json_format.ParseDict(body, pb.JobResult())
+        rejected = len(core.rejected)
+        ctx.claimcheck.publish_claim_checked(imported.subject, result, f"result:forged-{uuid.uuid4()}:d1")
+        [rejection] = core.wait_for_rejected(rejected + 1)[rejected:]
+        assert rejection.reason == "foreign_attachment_key", rejection

@@ -25,6 +25,8 @@ from tests.cairn_ctx import (Athlete, core, ctx, forget_budget, ingested_since, 
 from tests.test_provider_strava import RecordingHook
 from workers.cairn import wire
 from workers.cairn.handlers import Delivery, JobContext, handle_job
+from workers.cairn.presence import manifest_record, presence_record
+from workers.cairn.settings import CairnSettings
 from workers.providers.context import ProviderContext
 from workers.providers.strava.dataset import PARSER_VERSION, build_archive, parse_dataset
 from workers.providers.strava.models import StravaSegment, StravaSegmentEffort
@@ -123,9 +125,6 @@ def test_segment_cache_is_bounded_by_size_and_ttl() -> None:
 
 
 def test_manifest_and_presence_declare_segment_and_segment_effort() -> None:
-    from workers.cairn.presence import manifest_record, presence_record
-    from workers.cairn.settings import CairnSettings
-
     provider = StravaProvider(StravaSettings(base_url="https://unused.example"))
     settings = CairnSettings(provider="strava", worker_name="pool-caps", worker_package="switchyard.test")
     for record in (manifest_record(settings, provider), presence_record(settings, provider, "i-1")):

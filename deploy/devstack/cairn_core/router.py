@@ -302,6 +302,11 @@ class ResultRouter:
             raise Rejected("invalid", f"event {index}: zero start_time")
         if payload.elapsed_duration.seconds <= 0 and payload.elapsed_duration.nanos <= 0:
             raise Rejected("invalid", f"event {index}: elapsed <= 0")
+        for attachment in act.attachments:  # type: ignore[attr-defined]
+            blob_id = attachment.blob_id
+            foreign_user = blob_id.startswith("users/") and blob_id.split("/")[1] != ref.user_id
+            if blob_id and (foreign_user or not key_provider_ok(blob_id, provider, results=False)):
+                raise Rejected("foreign_attachment_key", f"event {index}: {blob_id}")  # contract §5
         key = (provider, ref.external_account_id, ref.external_id)
         acct = self.accounts.get(ref.external_account_id) if ref.external_account_id else None
         existing = self.sources.get(key)
