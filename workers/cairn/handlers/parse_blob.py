@@ -24,7 +24,7 @@ from workers.cairn.disposition import Disposition, ack, nak
 from workers.cairn.handlers.failure import Permanent
 from workers.cairn.handlers.fetch_source import publish_results
 from workers.cairn.jobs import PARSER_REFUSED_NAK_DELAY_S, ParseBlobJob, parser_refusal
-from workers.cairn.subjects import activity_result_msg_id
+from workers.cairn.subjects import activity_result_msg_id, result_subject
 
 if TYPE_CHECKING:
     from workers.cairn.handlers.context import Delivery, JobContext
@@ -69,8 +69,6 @@ def handle(ctx: JobContext, job: ParseBlobJob, delivery: Delivery) -> Dispositio
         outcome.attach_raw_blob(blob_id, size_bytes=len(raw), content_type=ARCHIVE_CONTENT_TYPE)
     if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
         return nak(reason="lease lost before publishing", failure=False)  # a hand-over, not a failure
-    from workers.cairn.handlers.context import result_subject
-
     publish_results(ctx, result_subject(KIND, ctx.provider_name, ctx.worker_name), outcome,
                     activity_result_msg_id(job.job_id, delivery.attempt))
     log.info("parse_blob %s re-parsed (%d events, %d segment events)", outcome.ext_id,
