@@ -200,7 +200,7 @@ class SealedStore:
 
 
 def valid_discover_reply(reply: object) -> bool:
-    from bridges.cairn_check import valid_discover_reply as valid
+    from workers.cairn.handlers.discover import valid_discover_reply as valid
 
     return valid(reply)
 

@@ -6,6 +6,11 @@ port keeps its rules and output format and moves them to the pool-scoped
 subjects. It is stricter where the contract is explicit: the presence record
 must carry every field of §2, and the ``--active`` reconcile round-trip must
 come back with the full worker stamp and no error.
+
+The checks run in the order of ``CHECKS``; each one records one or more
+PASS/FAIL lines on the ``Report``. A new check (webhooks, say) is one more
+``async def check_x(probe, report)`` appended there, with any option it needs
+added to ``CheckOptions`` and to ``ops.commands.check``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -21,6 +27,7 @@ import nats
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
 
 from workers.cairn import subjects
+from workers.cairn.handlers.discover import valid_discover_reply
 
 STREAM_JOBS = subjects.JOBS_STREAM
 PRESENCE_BUCKET = subjects.PRESENCE_BUCKET
@@ -31,6 +38,7 @@ PRESENCE_FIELDS = ("worker_name", "worker_key", "instance_id", "version", "relea
 METRIC_DATA_TYPES = frozenset({"Steps", "HRV", "RestingHR", "Sleep", "Weight", "WaterIntake"})
 DOCS_URL = "https://docs.opencairn.org/architecture/provider-contract"
 NAME_WIDTH = 40
+DEFAULT_CHECK_TIMEOUT_S = 10.0
 EXIT_OK, EXIT_VIOLATIONS, EXIT_CONNECT = 0, 1, 2
 
 
@@ -45,7 +53,7 @@ class CheckOptions:
     metrics: bool = False
     gear: bool = False
     parse_blob: bool = True
-    timeout_s: float = 10.0
+    timeout_s: float = DEFAULT_CHECK_TIMEOUT_S
 
 
 class CheckFailed(Exception):
@@ -76,12 +84,6 @@ def subject_matches(filter_subject: str, subject: str) -> bool:
         if i >= len(s_tokens) or (token != "*" and token != s_tokens[i]):
             return False
     return len(f_tokens) == len(s_tokens)
-
-
-def valid_discover_reply(reply: object) -> bool:
-    """At least one of error/items/complete/next_page present and non-null (reference §5)."""
-    return isinstance(reply, dict) and any(reply.get(k) is not None
-                                           for k in ("error", "items", "complete", "next_page"))
 
 
 def parse_rfc3339(text: str) -> datetime:
@@ -213,7 +215,66 @@ async def _reconcile_round_trip(nc: Any, js: Any, o: CheckOptions) -> None:
 
 
 async def _quiet(exc: Exception) -> None:
-    """nats-py's default error callback prints a traceback per failed attempt; the result says enough."""
+    """nats-py's default error callback logs a traceback per failed attempt; the result says enough."""
+
+
+@dataclass
+class Probe:
+    """What every check reads: the connection, the options, and what earlier checks learned."""
+
+    nc: Any
+    js: Any
+    options: CheckOptions
+    presence: dict[str, Any] | None = None
+
+
+Check = Callable[[Probe, Report], Awaitable[None]]
+
+
+async def check_presence(probe: Probe, report: Report) -> None:
+    try:
+        probe.presence = await asyncio.wait_for(_presence(probe.js, probe.options), probe.options.timeout_s)
+        report.record("presence heartbeat", None)
+    except (CheckFailed, asyncio.TimeoutError) as exc:
+        report.record("presence heartbeat", str(exc) or "timed out")
+
+
+async def check_consumers(probe: Probe, report: Report) -> None:
+    try:
+        filters = await _consumer_filters(probe.js)
+    except Exception as exc:  # noqa: BLE001 - any failure to list is the violation
+        report.record("consumers on CAIRN_JOBS", f"cannot list consumers: {type(exc).__name__}")
+        return
+    manifest = await _manifest(probe.js, probe.options)
+    for kind in required_kinds(probe.options, probe.presence, manifest):
+        subject = job_subject(kind, probe.options)
+        try:
+            _check_consumer(filters, subject)
+            report.record(f"consumer for {subject}", None)
+        except CheckFailed as exc:
+            report.record(f"consumer for {subject}", str(exc))
+
+
+async def check_discover(probe: Probe, report: Report) -> None:
+    try:
+        await _discover(probe.nc, probe.options)
+        report.record("discover request/reply", None)
+    except CheckFailed as exc:
+        report.record("discover request/reply", str(exc))
+
+
+async def check_reconcile(probe: Probe, report: Report) -> None:
+    if not probe.options.active:
+        return
+    try:
+        await _reconcile_round_trip(probe.nc, probe.js, probe.options)
+        report.record("reconcile round-trip", None)
+    except CheckFailed as exc:
+        report.record("reconcile round-trip", str(exc))
+
+
+# In order: the consumer checks read what the presence check learned.
+CHECKS: tuple[Check, ...] = (check_presence, check_consumers, check_discover, check_reconcile)
 
 
 async def run_checks(o: CheckOptions, out: TextIO) -> int:
@@ -226,40 +287,11 @@ async def run_checks(o: CheckOptions, out: TextIO) -> int:
     except Exception as exc:  # noqa: BLE001
         print(f"cannot connect to {o.nats_url}: {type(exc).__name__}: {exc}", file=out)
         return EXIT_CONNECT
-    js = nc.jetstream(timeout=o.timeout_s)
+    probe = Probe(nc, nc.jetstream(timeout=o.timeout_s), o)
     report = Report(out)
     try:
-        presence: dict[str, Any] | None = None
-        try:
-            presence = await asyncio.wait_for(_presence(js, o), o.timeout_s)
-            report.record("presence heartbeat", None)
-        except (CheckFailed, asyncio.TimeoutError) as exc:
-            report.record("presence heartbeat", str(exc) or "timed out")
-        try:
-            filters = await _consumer_filters(js)
-        except Exception as exc:  # noqa: BLE001
-            filters = None
-            report.record("consumers on CAIRN_JOBS", f"cannot list consumers: {type(exc).__name__}")
-        if filters is not None:
-            manifest = await _manifest(js, o)
-            for kind in required_kinds(o, presence, manifest):
-                subject = job_subject(kind, o)
-                try:
-                    _check_consumer(filters, subject)
-                    report.record(f"consumer for {subject}", None)
-                except CheckFailed as exc:
-                    report.record(f"consumer for {subject}", str(exc))
-        try:
-            await _discover(nc, o)
-            report.record("discover request/reply", None)
-        except CheckFailed as exc:
-            report.record("discover request/reply", str(exc))
-        if o.active:
-            try:
-                await _reconcile_round_trip(nc, js, o)
-                report.record("reconcile round-trip", None)
-            except CheckFailed as exc:
-                report.record("reconcile round-trip", str(exc))
+        for check in CHECKS:
+            await check(probe, report)
     finally:
         await nc.close()
     if report.failures:

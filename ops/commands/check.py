@@ -1,9 +1,8 @@
-"""The ``switchyard`` console script: ``switchyard check cairn`` and ``switchyard doctor``.
+"""``switchyard check <target>``: conformance checks against a live deployment.
 
 ``check cairn`` is our port of cairn-core's ``cmd/worker-conformance``
 (contract §10, reference §5) to the 0.7 pool-scoped subjects; see
-:mod:`bridges.cairn_check`. Exit codes follow the Go harness: 0 compliant,
-1 violations, 2 usage or connection error.
+:mod:`ops.cairn_check`. A new target is one more sub-parser here.
 """
 
 from __future__ import annotations
@@ -12,21 +11,26 @@ import argparse
 import asyncio
 import sys
 
-EXIT_OK = 0
-EXIT_VIOLATIONS = 1
-EXIT_USAGE = 2
+from ops.cairn_check import DEFAULT_CHECK_TIMEOUT_S, CheckOptions, run_checks
+
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-DEFAULT_CHECK_TIMEOUT_S = 10.0
+HELP = "conformance checks against a live pool"
+CAIRN_DESCRIPTION = """\
+The Cairn provider contract 0.7 §10 checks against a live pool: presence,
+a durable consumer for every job kind the pool must serve, discover
+request/reply, and with --active a reconcile round trip through core.
+
+Exit code: 0 compliant, 1 violations, 2 usage or connection error."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("doctor", help="check this deployment's configuration, one line per check")
-    check = sub.add_parser("check", help="conformance checks against a live pool")
-    check_sub = check.add_subparsers(dest="target", required=True)
-    cairn = check_sub.add_parser("cairn", help="Cairn provider contract 0.7 §10 checks")
-    cairn.add_argument("--nats", default=DEFAULT_NATS_URL, help="NATS URL of the dev/staging stack")
+def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    check = verbs.add_parser("check", help=HELP, description=HELP)
+    targets = check.add_subparsers(dest="target", required=True, metavar="TARGET")
+    cairn = targets.add_parser("cairn", help="Cairn provider contract 0.7 §10 checks",
+                               description=CAIRN_DESCRIPTION,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    cairn.add_argument("--nats", default=DEFAULT_NATS_URL,
+                       help="NATS URL of the dev/staging stack (default %(default)s)")
     cairn.add_argument("--provider", required=True, help="provider type, e.g. strava")
     cairn.add_argument("--worker-name", default=None, help="pool name (default <provider>-fetcher)")
     cairn.add_argument("--active", action="store_true", help="also round-trip a synthetic reconcile job")
@@ -37,26 +41,15 @@ def _parser() -> argparse.ArgumentParser:
     cairn.add_argument("--gear", action="store_true", help="require an import_gear consumer")
     cairn.add_argument("--no-parse-blob", dest="parse_blob", action="store_false",
                        help="do not require a parse_blob consumer (pool archives no raw blobs)")
-    cairn.add_argument("--timeout", type=float, default=DEFAULT_CHECK_TIMEOUT_S,
-                       help="seconds per check")
-    return parser
+    cairn.add_argument("--timeout", type=float, default=DEFAULT_CHECK_TIMEOUT_S, metavar="SECONDS",
+                       help="seconds per check (default %(default)s)")
+    cairn.set_defaults(run=run_cairn)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "doctor":
-        from bridges.doctor import run as run_doctor
-
-        return run_doctor(sys.stdout)
-    from bridges.cairn_check import CheckOptions, run_checks
-
+def run_cairn(args: argparse.Namespace) -> int:
     options = CheckOptions(nats_url=args.nats, provider=args.provider,
                            worker_name=args.worker_name or f"{args.provider}-fetcher",
                            active=args.active, account_id=args.account_id, user_id=args.user_id,
                            metrics=args.metrics, gear=args.gear, parse_blob=args.parse_blob,
                            timeout_s=args.timeout)
     return asyncio.run(run_checks(options, out=sys.stdout))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
