@@ -37,7 +37,7 @@ SHORT_FIXTURES = 2
 
 
 def _fixtures(short: bool) -> list[dict]:
-    from tests.voicy_stack import audio_manifest
+    from deploy.devstack.stack import audio_manifest
 
     items = sorted(audio_manifest(), key=lambda m: m["duration_s"])
     return items[:SHORT_FIXTURES] + [items[-1]] if short else items
@@ -49,7 +49,7 @@ class Demo:
         from deploy.devstack.strava import FakeStrava
         from deploy.devstack.telegram import FakeTelegram
         from deploy.devstack.voicy_api import DevVoicyServer
-        from tests.voicy_stack import BOT_TOKEN, TINY_MODEL_DIR
+        from deploy.devstack.stack import BOT_TOKEN, TINY_MODEL_DIR
 
         self.short, self.tmp = short, tmp
         print("starting the embedded stack (Redis, NATS JetStream, S3, dev Voicy, dev Cairn core, fakes)")
