@@ -28,6 +28,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,9 @@ def _pick(rng: random.Random, sup: Supervisor) -> tuple[Dyno, psutil.Process, st
     return None
 
 
-def kill_one(rng: random.Random, sup: Supervisor, log: ChaosLog, t0: float) -> None:
+def kill_one(rng: random.Random, rig: ChaosRig, log: ChaosLog, t0: float) -> None:
+    assert rig.supervisor is not None
+    sup = rig.supervisor
     picked = _pick(rng, sup)
     if picked is None:
         return
@@ -94,7 +97,19 @@ def kill_one(rng: random.Random, sup: Supervisor, log: ChaosLog, t0: float) -> N
         proc.send_signal(signal.SIGKILL)
     except psutil.Error:
         return
-    log.kills.append({"t": round(time.monotonic() - t0, 1), "target": what, "pid": proc.pid})
+    log.kills.append({"t": round(time.monotonic() - t0, 1), "target": what, "pid": proc.pid,
+                      **in_flight(rig)})
+
+
+def in_flight(rig: ChaosRig) -> dict[str, int]:
+    """What was in flight when a kill landed (so the report can show kills mid-download/transcription)."""
+    statuses = Counter(rig.voicy_api.get_job(j.job_id)["status"] for j in rig.voicy if j.job_id)
+    try:
+        cairn = sum(c["num_ack_pending"] for c in chaos_count.pool_consumers(rig))
+    except Exception:  # noqa: BLE001 - NATS is being restarted
+        cairn = -1
+    return {"voicy_downloading": statuses["downloading"], "voicy_transcribing": statuses["transcribing"],
+            "cairn_in_flight": cairn}
 
 
 def run_window(rig: ChaosRig, rng: random.Random, window_s: float, kill_every_s: float) -> ChaosLog:
@@ -119,7 +134,7 @@ def run_window(rig: ChaosRig, rng: random.Random, window_s: float, kill_every_s:
                               "down_s": round(time.monotonic() - nats_at, 1)})
             nats_at = 0.0
         elif now >= next_kill:
-            kill_one(rng, rig.supervisor, log, t0)
+            kill_one(rng, rig, log, t0)
             next_kill = now + kill_every_s * rng.uniform(1 - KILL_JITTER, 1 + KILL_JITTER)
         wake = min(t for t in (redis_at or end, nats_at or end, next_kill, end))
         time.sleep(max(0.0, min(wake - time.monotonic(), 1.0)))  # the schedule's own clock
@@ -197,6 +212,8 @@ def run(*, seed: int, window_s: float, voicy_jobs: int, cairn_jobs: int, kill_ev
         "kept_workdir": str(workdir) if keep else None, "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
     print(chaos_report.summary_line(figures), flush=True)
+    if keep:
+        print(f"fleet logs kept for a post-mortem in {workdir}", flush=True)
     if write_doc:
         chaos_report.write_reliability(figures)
     return figures

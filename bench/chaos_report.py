@@ -80,6 +80,10 @@ def _detail(f: dict[str, Any]) -> str:
         f"{'yes' if f['quiet'] else 'no'}), total {f['total_s']:g} s.",
         f"- Faults: {f['kills']} SIGKILLs ({dict(kills)}; by dyno {dict(by_dyno)}), "
         + ", ".join(f"{i['what']} at {i['t']:g} s (down {i['down_s']:g} s)" for i in f["infra"]) + ".",
+        f"- Kills that landed with a Voicy download in flight: "
+        f"{sum(1 for k in f['kill_log'] if k.get('voicy_downloading', 0) > 0)}, with a transcription in flight: "
+        f"{sum(1 for k in f['kill_log'] if k.get('voicy_transcribing', 0) > 0)}, with Cairn jobs in flight: "
+        f"{sum(1 for k in f['kill_log'] if k.get('cairn_in_flight', 0) > 0)} (of {f['kills']}).",
         f"- Supervisor: {f['restarts']} restarts; exits the harness did not cause (crashes): "
         f"{dict(crashes) or 'none'}; dynos down at the end: {f['down_at_end'] or 'none'}.",
         "",
