@@ -35,11 +35,12 @@ def summary_line(f: dict[str, Any]) -> str:
             f"total {f['total_s']:g}s)")
 
 
-def _commit() -> str:
+def commit() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                f":!{DOC_PATH.relative_to(ROOT)}"], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
         branch = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True, check=True).stdout.strip()
@@ -50,7 +51,7 @@ def _commit() -> str:
 
 def _row(f: dict[str, Any]) -> str:
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
-    cells = [date, _commit(), str(f["seed"]), f"{f['window_s']:g}", f"{f['voicy_jobs']} / {f['cairn_jobs']}",
+    cells = [date, f["commit"], str(f["seed"]), f"{f['window_s']:g}", f"{f['voicy_jobs']} / {f['cairn_jobs']}",
              str(f["kills"]), str(f["lost"]), str(f["duplicate_executions"]), str(f["failed"]), str(f["stuck"]),
              str(f["crashed_not_restarted"]), str(f["self_exits"]), "yes" if f["quiet"] else "no",
              f"{f['total_s']:g}", f"`{f['command']}`"]
@@ -73,7 +74,7 @@ def _detail(f: dict[str, Any]) -> str:
     crashes = Counter(f"{c['dyno']} rc={c['rc']}" for c in f["self_exit_detail"])
     side = {name: {k: v for k, v in f[name].items()} for name in ("voicy", "cairn")}
     return "\n".join([
-        f"- Command: `{f['command']}` (seed {f['seed']}), commit `{_commit()}`, load average at the end "
+        f"- Command: `{f['command']}` (seed {f['seed']}), commit `{f['commit']}`, load average at the end "
         f"{f['loadavg']}.",
         f"- Time: setup {f['setup_s']:g} s (of which warm-up {f['warmup_s']:g} s), window {f['window_s']:g} s, "
         f"quiescence {f['quiescence_s']:g} s (bound {f['quiesce_bound_s']:g} s, reached: "
@@ -100,7 +101,7 @@ def render(f: dict[str, Any], rows: list[str]) -> str:
 `python -m bench chaos` (also `make bench ARGS=chaos`) starts the dev stack (Redis with an AOF,
 nats-server with JetStream on disk, moto S3, the dev Voicy Worker API, fake Telegram, the dev Cairn
 core, fake Strava) and the Procfile's own command lines (both bridges, the gpu/io/provider workers,
-beat; formation {r.FORMATION}) under a supervisor that restarts whatever dies, as a platform
+beat; one dyno each, two gpu dynos: {r.GPU_SLOTS} transcription slots, as the Procfile's gpu line is `-c 1`) under a supervisor that restarts whatever dies, as a platform
 would (`deploy/devstack/supervisor.py`). It feeds Voicy voice messages of 5-20 s of speech and Cairn
 `fetch_source` jobs over the first {r.FEED_SPAN_FRACTION:.0%} of a fixed window; during the window it
 SIGKILLs a random fleet process every few seconds (either bridge, beat, a worker's main process or
@@ -108,7 +109,8 @@ one of its pool children), restarts Redis once and NATS once (SIGTERM, a few sec
 the same port and data directory), then waits, bounded, for quiescence. Every figure below is
 counted from the dev servers' own records, never from the fleet's logs. Options: `--seed`,
 `--window-s` (300), `--voicy-jobs` (60), `--cairn-jobs` (300), `--kill-every-s` (6),
-`--quiesce-s` (300), `--no-doc`. A default run takes about setup (1-2 min) + 5 min + quiescence.
+`--quiesce-s` (300), `--no-doc`. A default run takes setup (about 15 s on an idle box: one warm-up job per side) + the 5-min
+window + quiescence (bounded) + teardown.
 
 Targets on the 2-core dev box: **0 lost, 0 duplicate executions, 0 stuck, 0 crashed-and-not-restarted**.
 
@@ -134,18 +136,33 @@ every extra delivery's stored result counts.
   response and its Redis record (one round trip), leaves a job `downloading` at Voicy with no
   record of ours (docs/DESIGN.md, "Windows no client can close"); such a lost job is reported as
   `lost_of_which_inherent`.
-- Cairn: a result published but whose ack is lost with the bridge (a SIGKILL between the publish
-  and the ack) is redelivered after AckWait; without an outcome ledger it runs again (issue 9 §2);
-  with it, the redelivery is acked from the ledger. A task SIGKILLed mid-run is re-run by design.
+- Cairn: a provider task SIGKILLed after its result was published but before its outcome was
+  recorded (one Redis write after the publish) runs again on redelivery and publishes `:d2`;
+  at-least-once delivery cannot close that window, and the contract makes core's ingest
+  idempotent for it. It is a few milliseconds wide; everything wider (a bridge dying while its
+  tasks run, a Redis or NATS outage while results wait to be applied) is not inherent: the
+  outcome ledger of issue 9 applies the recorded outcome instead of running the job again.
+  A task killed *before* its publish is simply run again; that is not a duplicate.
 - A Redis restart with `appendfsync everysec` can lose up to a second of writes if Redis *crashes*;
   the harness restarts it with SIGTERM, which flushes the AOF.
 
 **Harness timings** (shortened so that recovery fits the bound; production defaults in brackets):
-Voicy lease {r.VOICY_LEASE_TTL_MS} ms [30 000], heartbeat {r.VOICY_HEARTBEAT_INTERVAL_MS} ms [30 000],
-stale-job cutoff (server and fleet) {r.VOICY_STALE_ACTIVE_JOB_MS} ms [900 000]; Cairn AckWait
+Voicy lease {r.VOICY_LEASE_TTL_MS / 1000:g} s [30], heartbeat {r.VOICY_HEARTBEAT_INTERVAL_MS / 1000:g} s [30],
+stale-job cutoff (server and fleet) {r.VOICY_STALE_ACTIVE_JOB_MS / 1000:g} s [900]; Cairn AckWait
 {r.CAIRN_ACK_WAIT_S:g} s [30], lease {r.CAIRN_LEASE_TTL_S:g} s [15]; Telegram downloads held
 {r.TELEGRAM_DELAY_S[0]:g}-{r.TELEGRAM_DELAY_S[1]:g} s, Strava {r.STRAVA_DELAY_S * 1000:g} ms a call with
 its rate budget out of the way; IO_CONCURRENCY={r.IO_CONCURRENCY}, PROVIDER_CONCURRENCY={r.PROVIDER_CONCURRENCY}.
+
+## Reading the figures
+
+- Cairn duplicates come from a bridge dying while its tasks run (issue 9 §2), from results missed
+  right after a bridge starts (§3), and from a Redis or NATS outage while results wait to be
+  applied (the bridge NAKs "bridge error" although the task is still running or has published).
+  The kept fleet logs (`cairn_bridge.1.log`) show which: `nak ... bridge error`, `lease expired`.
+- Self-exits name the process and its exit code: `voicy_bridge.1 rc=1` and `beat.1 rc=1` at the
+  Redis restart are issue 9 §4 (R1).
+- A run that misses a target keeps its working directory (every dyno's log, Redis's AOF, the
+  JetStream store) and prints its path.
 
 ## Runs
 
@@ -161,6 +178,7 @@ its rate budget out of the way; IO_CONCURRENCY={r.IO_CONCURRENCY}, PROVIDER_CONC
 
 
 def write_reliability(f: dict[str, Any], path: Path = DOC_PATH) -> Path:
+    f.setdefault("commit", commit())
     rows = (_previous_rows(path) + [_row(f)])[-MAX_RUN_ROWS:]
     path.write_text(render(f, rows))
     return path
