@@ -63,7 +63,7 @@ VOICY_POLL_INTERVAL_MS = 500  # [1000]
 CAIRN_ACK_WAIT_S = 10.0  # [30]: an unacked message of a dead bridge comes back this soon
 CAIRN_LEASE_TTL_S = 15.0  # [15]
 
-FEED_SPAN_FRACTION = 0.6  # jobs arrive evenly over this part of the window
+FEED_SPAN_FRACTION = 0.85  # jobs arrive evenly over this part of the window, so kills keep hitting work
 PUBLISH_RETRY_S = 1.0
 PUBLISH_GIVE_UP_S = 90.0  # a Cairn publish is retried (same Nats-Msg-Id: deduplicated) this long
 READY_TIMEOUT_S = 240.0
