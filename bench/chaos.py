@@ -177,7 +177,7 @@ def run(*, seed: int, window_s: float, voicy_jobs: int, cairn_jobs: int, kill_ev
     workdir = Path(tempfile.mkdtemp(prefix="sy-chaos-"))
     rng = random.Random(seed)
     rig = ChaosRig(workdir, seed, voicy_jobs, cairn_jobs)
-    keep = False
+    keep = True  # until the figures say otherwise: a run that fails keeps its logs
     try:
         rig.start()
         assert rig.supervisor is not None
@@ -193,6 +193,9 @@ def run(*, seed: int, window_s: float, voicy_jobs: int, cairn_jobs: int, kill_ev
         restarts = sum(d.starts - 1 for d in rig.supervisor.dynos)
         keep = bool(voicy.lost or voicy.stuck or voicy.duplicates or cairn.lost or cairn.stuck
                     or cairn.duplicates or down)
+    except BaseException:
+        print(f"chaos run failed; fleet logs kept in {workdir}", file=sys.stderr, flush=True)
+        raise
     finally:
         rig.stop()
         if not keep:

@@ -144,7 +144,10 @@ class Supervisor:
             now = time.monotonic()
             with self._lock:
                 for dyno in self.dynos:
-                    self._check(dyno, now)
+                    try:
+                        self._check(dyno, now)
+                    except OSError:  # a spawn that failed (fd or process limits): try again next tick
+                        continue
 
     def _check(self, dyno: Dyno, now: float) -> None:
         if dyno.proc is None:
