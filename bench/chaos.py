@@ -69,7 +69,7 @@ class ChaosLog:
 
 def _pick(rng: random.Random, sup: Supervisor) -> tuple[Dyno, psutil.Process, str] | None:
     for _ in range(PICK_ATTEMPTS):
-        label, kinds, which = rng.choice(TARGETS)
+        _label, kinds, which = rng.choice(TARGETS)
         dynos = [d for d in sup.dynos if d.kind in kinds and d.alive and d.restart_at is None]
         if not dynos:
             continue
@@ -136,7 +136,7 @@ def run_window(rig: ChaosRig, rng: random.Random, window_s: float, kill_every_s:
         elif now >= next_kill:
             kill_one(rng, rig, log, t0)
             next_kill = now + kill_every_s * rng.uniform(1 - KILL_JITTER, 1 + KILL_JITTER)
-        wake = min(t for t in (redis_at or end, nats_at or end, next_kill, end))
+        wake = min(redis_at or end, nats_at or end, next_kill, end)
         time.sleep(max(0.0, min(wake - time.monotonic(), 1.0)))  # the schedule's own clock
     return log
 

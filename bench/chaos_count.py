@@ -72,8 +72,6 @@ def count_voicy(rig: ChaosRig) -> SideCount:
     out = SideCount()
     requests = rig.voicy_api.requests
     results = Counter(r.get("job_id") for r in requests if r.get("endpoint") == "result" and r["status"] == 200)
-    transcribes = Counter(r.get("job_id") for r in requests
-                          if r.get("endpoint") == "transcribe" and r["status"] == 200)
     now = rig.voicy_api.state.now()
     for job in rig.voicy:
         if not job.job_id:
@@ -103,9 +101,6 @@ def count_voicy(rig: ChaosRig) -> SideCount:
                  and r["at"] >= claimed]
         if status == "downloading" and not later:
             out.inherent.append(job.job_id)
-    # Informative, not a duplicate: transcriptions entered more than once (a re-run after a kill, or
-    # a claim-ready recovery); Voicy accepts one result whatever happens.
-    out.notes["transcribe_entered_more_than_once"] = sum(1 for j in rig.voicy if transcribes[j.job_id] > 1)
     return out
 
 
