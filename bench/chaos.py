@@ -102,14 +102,16 @@ def kill_one(rng: random.Random, rig: ChaosRig, log: ChaosLog, t0: float) -> Non
 
 
 def in_flight(rig: ChaosRig) -> dict[str, int]:
-    """What was in flight when a kill landed (so the report can show kills mid-download/transcription)."""
+    """What was in flight when a kill landed (so the report can show kills mid-download/transcription),
+    and how many live presence records core saw for the pool (C5: it must never drop to 0)."""
     statuses = Counter(rig.voicy_api.get_job(j.job_id)["status"] for j in rig.voicy if j.job_id)
     try:
         cairn = sum(c["num_ack_pending"] for c in chaos_count.pool_consumers(rig))
+        presence = len(rig.core.live_presence(rig.pool))
     except Exception:  # noqa: BLE001 - NATS is being restarted
-        cairn = -1
+        cairn = presence = -1
     return {"voicy_downloading": statuses["downloading"], "voicy_transcribing": statuses["transcribing"],
-            "cairn_in_flight": cairn}
+            "cairn_in_flight": cairn, "cairn_live_presence": presence}
 
 
 def run_window(rig: ChaosRig, rng: random.Random, window_s: float, kill_every_s: float) -> ChaosLog:

@@ -84,7 +84,9 @@ def _detail(f: dict[str, Any]) -> str:
         f"- Kills that landed with a Voicy download in flight: "
         f"{sum(1 for k in f['kill_log'] if k.get('voicy_downloading', 0) > 0)}, with a transcription in flight: "
         f"{sum(1 for k in f['kill_log'] if k.get('voicy_transcribing', 0) > 0)}, with Cairn jobs in flight: "
-        f"{sum(1 for k in f['kill_log'] if k.get('cairn_in_flight', 0) > 0)} (of {f['kills']}).",
+        f"{sum(1 for k in f['kill_log'] if k.get('cairn_in_flight', 0) > 0)} (of {f['kills']}); core saw no live "
+        f"presence record of the pool at {sum(1 for k in f['kill_log'] if k.get('cairn_live_presence') == 0)} "
+        f"of them (C5, informative).",
         f"- Supervisor: {f['restarts']} restarts; exits the harness did not cause (crashes): "
         f"{dict(crashes) or 'none'}; dynos down at the end: {f['down_at_end'] or 'none'}.",
         "",
