@@ -227,12 +227,15 @@ def run(*, seed: int, window_s: float, voicy_jobs: int, cairn_jobs: int, kill_ev
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench chaos",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                                      description="SIGKILL fleet processes at random while jobs flow; count "
                                                  "lost, duplicated, failed and stuck jobs.")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="random seed of the load and the faults")
     parser.add_argument("--window-s", type=float, default=DEFAULT_WINDOW_S, help="fault window, seconds")
-    parser.add_argument("--voicy-jobs", type=int, default=DEFAULT_VOICY_JOBS)
-    parser.add_argument("--cairn-jobs", type=int, default=DEFAULT_CAIRN_JOBS)
+    parser.add_argument("--voicy-jobs", type=int, default=DEFAULT_VOICY_JOBS,
+                        help="voice messages of 5-20 s of speech")
+    parser.add_argument("--cairn-jobs", type=int, default=DEFAULT_CAIRN_JOBS,
+                        help="fetch_source jobs (fake Strava ~250 ms a call)")
     parser.add_argument("--kill-every-s", type=float, default=DEFAULT_KILL_EVERY_S,
                         help="mean seconds between SIGKILLs")
     parser.add_argument("--quiesce-s", type=float, default=DEFAULT_QUIESCE_S,
