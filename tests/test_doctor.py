@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bridges import doctor
-from deploy.devstack.stack import BOT_TOKEN, TINY_MODEL_DIR
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
+from deploy.devstack.stack import BOT_TOKEN, TINY_MODEL_DIR
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,8 @@ processes at random. A platform (Heroku's dyno manager, systemd, Kubernetes)
 restarts a dyno whose main process exited, after tearing down whatever was
 left in it; this does the same:
 
-* each dyno runs ``/bin/sh -c <Procfile line>`` in a session of its own, with
+* each dyno runs ``bash -c <Procfile line>`` (bash execs a lone simple command, so the dyno's
+  process is the command itself) in a session of its own, with
   ``DYNO=<name>.<index>`` (the Procfile names Celery nodes after it);
 * a monitor thread polls every ``MONITOR_INTERVAL_S``; when a dyno's top process
   has exited, the rest of its process group (orphaned prefork children) is
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -43,7 +45,7 @@ MAX_RESTART_DELAY_S = 10.0
 STABLE_AFTER_S = 30.0  # a dyno up this long is healthy again: its restart delay resets
 KILL_ATTRIBUTION_S = 5.0  # an exit this soon after the harness SIGKILLed the dyno is the harness's doing
 STOP_GRACE_S = 20.0
-SHELL = "/bin/sh"
+SHELL = shutil.which("bash") or "/bin/sh"  # bash execs a lone simple command: the dyno is the process
 _PROCFILE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")
 
 
