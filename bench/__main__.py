@@ -1,8 +1,4 @@
-"""``python -m bench voicy|cairn [--jobs N]``: run one benchmark and print its figures as JSON.
-
-``python -m bench chaos [--seed N --window-s S ...]``: the chaos harness (``bench/chaos.py``); it prints
-one summary line and writes docs/RELIABILITY.md. Its exit code is 0 when the targets are met.
-"""
+"""``python -m bench voicy|cairn [--jobs N]``: run one benchmark and print its figures as JSON."""
 
 from __future__ import annotations
 
@@ -12,12 +8,15 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    # ``python -m bench chaos [--seed N --window-s S ...]``: the chaos harness has options of its own
+    # (bench/chaos.py); it prints one summary line, writes docs/RELIABILITY.md and exits 0 when its
+    # targets are met.
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["chaos"]:
         from bench.chaos import main as chaos_main, targets_met
         return 0 if targets_met(chaos_main(argv[1:])) else 1
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("suite", choices=["voicy", "voicy-rss", "cairn", "chaos"])
+    parser.add_argument("suite", choices=["voicy", "voicy-rss", "cairn"])
     parser.add_argument("--jobs", type=int, default=None)
     args = parser.parse_args(argv)
     if args.suite == "voicy":
