@@ -50,6 +50,7 @@ REDIS_RESTART_AT = (0.25, 0.40)  # fractions of the window, seeded uniform
 NATS_RESTART_AT = (0.55, 0.70)
 QUIESCE_POLL_S = 2.0
 SETTLE_S = 5.0
+ORPHAN_AFTER_S = 60.0  # an orphaned Voicy claim (an inherent window) this old no longer holds quiescence
 PICK_ATTEMPTS = 10
 # What a kill can hit: (label, Procfile process types, main process or a pool child).
 TARGETS: list[tuple[str, tuple[str, ...], str]] = [
@@ -144,12 +145,13 @@ def run_window(rig: ChaosRig, rng: random.Random, window_s: float, kill_every_s:
 
 
 def quiesce(rig: ChaosRig, bound_s: float) -> tuple[float, bool]:
-    """Wait until every job is final and the consumers are idle, ``SETTLE_S`` in a row; (seconds, quiet)."""
+    """Wait until every job is final (or an old orphaned Voicy claim, an inherent window) and the
+    consumers are idle, ``SETTLE_S`` in a row; (seconds, quiet)."""
     started = time.monotonic()
     rig.join_feeder(bound_s)
     quiet_since: float | None = None
     while time.monotonic() - started < bound_s:
-        voicy_done = all(j.job_id and chaos_count.voicy_final(rig, j.job_id) for j in rig.voicy)
+        voicy_done = chaos_count.voicy_settled(rig, ORPHAN_AFTER_S)
         try:
             quiet = voicy_done and chaos_count.cairn_quiet(rig)
         except Exception:  # noqa: BLE001 - the core is reconnecting; ask again

@@ -64,8 +64,32 @@ class SideCount:
                 "duplicate_ids": self.duplicates[:20], **self.notes}
 
 
-def voicy_final(rig: ChaosRig, job_id: str) -> bool:
-    return rig.voicy_api.get_job(job_id)["status"] in FINAL_VOICY
+def orphaned_claim(doc: dict[str, Any], requests: list[dict[str, Any]]) -> bool:
+    """The documented inherent window: ``downloading`` at Voicy, and no request about the job since
+    its last claim (the claim response never reached a bridge that recorded it)."""
+    claimed = doc.get("claimedAt")
+    if doc["status"] != "downloading" or claimed is None:
+        return False
+    job_id = str(doc["_id"])
+    return not any(r.get("job_id") == job_id and r["at"] >= claimed for r in requests)
+
+
+def voicy_settled(rig: ChaosRig, orphan_after_s: float) -> bool:
+    """Every job final, or an orphaned claim older than ``orphan_after_s`` (nothing will ever move it:
+    waiting longer for it would only stretch the run to its bound)."""
+    requests: list[dict[str, Any]] | None = None
+    now = rig.voicy_api.state.now()
+    for job in rig.voicy:
+        if not job.job_id:
+            return False
+        doc = rig.voicy_api.get_job(job.job_id)
+        if doc["status"] in FINAL_VOICY:
+            continue
+        requests = rig.voicy_api.requests if requests is None else requests
+        claimed = doc.get("claimedAt")
+        if not (orphaned_claim(doc, requests) and now - claimed > timedelta(seconds=orphan_after_s)):
+            return False
+    return True
 
 
 def count_voicy(rig: ChaosRig) -> SideCount:
@@ -96,10 +120,7 @@ def count_voicy(rig: ChaosRig) -> SideCount:
             out.stuck.append(f"{job.job_id}:{status}")
             continue
         out.lost.append(f"{job.job_id}:{status}")
-        claimed = doc.get("claimedAt")
-        later = [r for r in requests if r.get("job_id") == job.job_id and claimed is not None
-                 and r["at"] >= claimed]
-        if status == "downloading" and not later:
+        if orphaned_claim(doc, requests):
             out.inherent.append(job.job_id)
     return out
 
