@@ -1,4 +1,5 @@
-"""The chaos harness's bookkeeping: what counts as one Cairn execution, and the RELIABILITY.md writer.
+"""The chaos harness's bookkeeping: how a Voicy job is counted from the dev server's records, what
+counts as one Cairn execution, and the RELIABILITY.md writer.
 
 The harness itself runs as ``make bench ARGS=chaos`` (minutes, the whole fleet);
 these check the parts of it that decide the figures and keep the history, in
@@ -7,12 +8,18 @@ milliseconds, so a rerun on main cannot silently drop the earlier rows.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from bson import ObjectId
+
 from bench import chaos_report
 from bench.chaos import targets_met
-from bench.chaos_count import _executions
+from bench.chaos_count import _executions, count_voicy
+from bench.chaos_rig import VoicyJob
+from deploy.devstack.voicy_api import DevVoicyServer
 
 
 def test_a_delivery_and_its_segment_companion_are_one_execution() -> None:
@@ -64,3 +71,41 @@ def test_targets_are_zero_lost_duplicate_stuck_and_crashed() -> None:
     assert targets_met(_figures(failed=4, self_exits=2))
     for figure in ("lost", "duplicate_executions", "stuck", "crashed_not_restarted"):
         assert not targets_met(_figures(**{figure: 1}))
+
+
+@dataclass
+class _Rig:
+    """What ``count_voicy`` reads of a rig: the dev server and the measured jobs."""
+
+    voicy_api: DevVoicyServer
+    voicy: list[VoicyJob] = field(default_factory=list)
+
+
+def _job(server: DevVoicyServer, name: str, **fields: Any) -> VoicyJob:
+    job_id = server.enqueue_job(name, file_size=10, mime_type="audio/ogg")
+    if fields:
+        server.update_job(job_id, fields)
+    return VoicyJob(job_id, name, 5.0)
+
+
+def test_voicy_jobs_are_counted_final_stuck_lost_or_inherent() -> None:
+    with DevVoicyServer() as server:
+        now = server.state.now()
+        rig = _Rig(server)
+        rig.voicy = [
+            _job(server, "done", status="completed"),
+            _job(server, "failed", status="failed", lastError="attempts exhausted"),
+            _job(server, "held", status="transcribing", claimedAt=now, heartbeatAt=now),
+            _job(server, "dropped", status="transcribing", claimedAt=now - timedelta(minutes=5),
+                 heartbeatAt=now - timedelta(minutes=5)),
+            _job(server, "orphan", status="downloading", claimedAt=now - timedelta(minutes=2),
+                 heartbeatAt=now - timedelta(minutes=2), workerId=str(ObjectId())),
+        ]
+        out = count_voicy(rig)  # type: ignore[arg-type]
+    ids = {j.file_id: j.job_id for j in rig.voicy}
+    assert (out.jobs, out.final, out.completed) == (5, 2, 1)
+    assert dict(out.failed) == {"attempts exhausted": 1}
+    assert out.stuck == [f"{ids['held']}:transcribing"]
+    assert sorted(out.lost) == sorted([f"{ids['dropped']}:transcribing", f"{ids['orphan']}:downloading"])
+    assert out.inherent == [ids["orphan"]]
+    assert out.duplicates == []
