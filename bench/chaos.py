@@ -36,7 +36,7 @@ from typing import Any
 import psutil
 
 from bench import chaos_count, chaos_report
-from bench.chaos_rig import FEED_SPAN_FRACTION, RESTART_CHECK_S, ChaosRig
+from bench.chaos_rig import FEED_SPAN_FRACTION, RESTART_CHECK_S, ChaosRig, is_celery_worker
 from deploy.devstack.supervisor import Dyno, Supervisor
 
 DEFAULT_SEED = 1
@@ -52,14 +52,14 @@ QUIESCE_POLL_S = 2.0
 SETTLE_S = 5.0
 ORPHAN_AFTER_S = 60.0  # an orphaned Voicy claim (an inherent window) this old no longer holds quiescence
 PICK_ATTEMPTS = 10
-# What a kill can hit: (label, Procfile process types, main process or a pool child).
-TARGETS: list[tuple[str, tuple[str, ...], str]] = [
-    ("voicy_bridge", ("voicy_bridge",), "main"),
-    ("cairn_bridge", ("cairn_bridge",), "main"),
-    ("beat", ("beat",), "main"),
-    ("worker main", ("gpu", "io", "provider"), "main"),
-    ("pool child", ("gpu", "io", "provider"), "child"),
-]
+
+
+def targets(sup: Supervisor) -> list[tuple[tuple[str, ...], str]]:
+    """What a kill can hit, each equally likely: every process type that is not a Celery worker (both
+    bridges, beat) on its own; a worker's main process; a worker's pool child."""
+    kinds = list(dict.fromkeys(d.kind for d in sup.dynos))
+    workers = tuple(k for k in kinds if is_celery_worker(sup.procfile[k]))
+    return [*(((k,), "main") for k in kinds if k not in workers), (workers, "main"), (workers, "child")]
 
 
 @dataclass
@@ -69,8 +69,9 @@ class ChaosLog:
 
 
 def _pick(rng: random.Random, sup: Supervisor) -> tuple[Dyno, psutil.Process, str] | None:
+    choices = targets(sup)
     for _ in range(PICK_ATTEMPTS):
-        _label, kinds, which = rng.choice(TARGETS)
+        kinds, which = rng.choice(choices)
         dynos = [d for d in sup.dynos if d.kind in kinds and d.alive and d.restart_at is None]
         if not dynos:
             continue

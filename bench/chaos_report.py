@@ -109,7 +109,8 @@ def render(f: dict[str, Any], rows: list[str]) -> str:
 `python -m bench chaos` (also `make bench ARGS=chaos`) starts the dev stack (Redis with an AOF,
 nats-server with JetStream on disk, moto S3, the dev Voicy Worker API, fake Telegram, the dev Cairn
 core, fake Strava) and the Procfile's own command lines (both bridges, the gpu/io/provider workers,
-beat; one dyno each, two gpu dynos: {r.GPU_SLOTS} transcription slots, as the Procfile's gpu line is `-c 1`) under a supervisor that restarts whatever dies, as a platform
+beat; one dyno of every process type but `web`, and {r.GPU_SLOTS} gpu dynos, as the Procfile's gpu
+line is `-c 1`) under a supervisor that restarts whatever dies, as a platform
 would (`deploy/devstack/supervisor.py`). It feeds Voicy voice messages of 5-20 s of speech and Cairn
 `fetch_source` jobs over the first {r.FEED_SPAN_FRACTION:.0%} of a fixed window; during the window it
 SIGKILLs a random fleet process every few seconds (either bridge, beat, a worker's main process or

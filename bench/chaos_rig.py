@@ -7,7 +7,7 @@ Everything on loopback, in one temporary directory:
 * the dev Voicy Worker API and fake Telegram (each download held
   ``TELEGRAM_DELAY_S``, so a kill can land mid-download), the dev Cairn core and
   the fake Strava behind ``LatencyMiddleware`` (``STRAVA_DELAY_S`` a call);
-* the Procfile's own command lines, ``FORMATION`` dynos, under
+* the Procfile's own command lines, ``formation()`` dynos, under
   ``deploy.devstack.supervisor.Supervisor`` (Flower, ``web``, is left out: it
   holds no work).
 
@@ -41,12 +41,23 @@ from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
 
 PROVIDER = "strava"
-# One dyno of each process type, two gpu dynos: the Procfile's gpu line is ``-c 1``, so two gpu
-# slots in the fleet are two dynos, as a platform scales them (``gpu=2``).
-FORMATION = {"voicy_bridge": 1, "cairn_bridge": 1, "gpu": 2, "io": 1, "provider": 1, "beat": 1}
+# One dyno of every Procfile process type but those that hold no work, and two gpu dynos: the
+# Procfile's gpu line is ``-c 1``, so two gpu slots are two dynos, as a platform scales them (``gpu=2``).
+# Read from the Procfile at run time, so a process type added later (a housekeeping queue) runs too.
+NOT_RUN = frozenset({"web"})  # Flower: a dashboard, no work of the fleet
+GPU_SLOTS = 2
 IO_CONCURRENCY = 2
 PROVIDER_CONCURRENCY = 4
-GPU_SLOTS = FORMATION["gpu"]
+
+
+def formation(procfile: dict[str, str]) -> dict[str, int]:
+    """Dynos per process type: every type of the Procfile except ``NOT_RUN``, ``gpu`` scaled to ``GPU_SLOTS``."""
+    return {kind: GPU_SLOTS if kind == "gpu" else 1 for kind in procfile if kind not in NOT_RUN}
+
+
+def is_celery_worker(command: str) -> bool:
+    """A prefork worker line (its pool children are kill targets of their own)."""
+    return "celery" in command and " worker" in command
 
 SPEECH_MIN_S, SPEECH_MAX_S = 5.0, 16.0  # the target; whole sentences make the files 5-20 s long
 TELEGRAM_DELAY_S = (0.5, 2.0)  # a download is held this long (uniform), so kills land mid-download
@@ -118,8 +129,8 @@ class ChaosRig:
         self.telegram = FakeTelegram(BOT_TOKEN).start()
         token = self.voicy_api.create_client("switchyard-chaos")
         self.env = self._fleet_env(token)
-        self.supervisor = Supervisor(read_procfile(ROOT / "Procfile"), FORMATION, self.env,
-                                     self.workdir).start()
+        procfile = read_procfile(ROOT / "Procfile")
+        self.supervisor = Supervisor(procfile, formation(procfile), self.env, self.workdir).start()
         return self
 
     def _fleet_env(self, token: str) -> dict[str, str]:
