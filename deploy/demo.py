@@ -46,7 +46,7 @@ from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
-from tests.voicy_stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
+from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
 
 FLOWER_PORT = 5555
 DEMO_TIMEOUT_S = 600.0

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from deploy.devstack.synth_media import write_video_only_mp4
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.transcribe import engine as engine_mod
-from tests.synth_media import write_video_only_mp4
 from workers.transcribe.engine import (Engine, Transcript, get_engine, pick_device, resolve_cpu_threads,
                                        time_code, usable_cores)
 from workers.transcribe.languages import pick_language, whisper_languages
