@@ -94,14 +94,15 @@ def voicy_checks() -> list[Check]:
         return f"getMe ok (@{r.json()['result'].get('username', '?')})"
 
     def model() -> str:
-        from workers.transcribe.engine import Engine
+        from workers.transcribe.engine import create_engine
 
         try:
-            engine = Engine(settings)
+            engine = create_engine(settings)
         except Exception as exc:
             raise RuntimeError(f"VOICY_WORKER_MODEL={settings.model!s} does not load on "
                                f"{settings.device}: {type(exc).__name__}") from None
-        return f"{engine.metadata.model} loads on {engine.device} ({engine.compute_type})"
+        info = engine.metadata
+        return f"{info.model} loads on {info.device} ({info.compute_type}), engine {engine.name}"
 
     def store() -> str:
         from workers.voicy.media_store import media_store_from_url
