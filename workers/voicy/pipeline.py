@@ -57,6 +57,7 @@ QUEUED_LEASE_TTL_S = 6 * 3600.0  # a queued task is safe in the broker; only a t
 PENDING_GRANT_LEASE_TTLS = 1.0
 REAP_LOCK_KEY = "sy:voicy:reaper-lock"
 REAP_LOCK_TTL_S = 30.0
+WORKER_LOST = "worker lost before the media was stored"  # the reaper's failure when no media was stored
 
 
 class LeaseLost(StaleJobError):
@@ -363,22 +364,16 @@ class Recovery:
     token: str
 
 
-WORKER_LOST = "worker lost before the media was stored"
-
-
 def recover(rt: VoicyRuntime, job_id: str, token: str, *, no_media: str) -> Recovery | None:
     """The one recovery rule: media in the store → transcribe, else a retryable failure.
 
-    For a job nobody works on any more that we hold under a *pending* grant to
-    ``token``: the reaper's (a held job whose lease expired) and the bridge's
-    (a ready or stale job claim-ready handed back after a restart, adopted with
-    its media key). Media in the store: the job goes on the gpu set and is
-    returned for the caller to dispatch a transcription carrying ``token``
-    (``tasks.voicy.dispatch`` sends, then confirms the grant); that
-    transcription also completes a ``/downloaded`` that never landed
-    (:func:`_enter_transcribing`). No media: ``failure`` with ``retryable: true``
-    and the ``no_media`` message, so Voicy requeues the job for a fresh
-    download, and the job is forgotten.
+    For a held job nobody works on, ours again under a *pending* grant to
+    ``token``: the reaper's (lease expired) and the bridge's (claim-ready after
+    a restart, adopted with its media key). Media in the store: the job goes on
+    the gpu set and is returned; the caller dispatches its transcription, which
+    also completes a ``/downloaded`` that never landed (:func:`_enter_transcribing`).
+    No media: a retryable ``failure`` saying ``no_media``, so Voicy requeues the
+    job for a fresh download, and the job is forgotten.
     """
     held = rt.fleet.get(job_id)
     if held and held.media_key and rt.store.exists(held.media_key):
@@ -391,9 +386,8 @@ def recover(rt: VoicyRuntime, job_id: str, token: str, *, no_media: str) -> Reco
 def reap(rt: VoicyRuntime) -> list[Recovery]:
     """Find held jobs whose lease expired (their worker died) and recover each one once (:func:`recover`).
 
-    The grant is taken only if no lease exists, so of two reapers, or a reaper
-    and the bridge, one recovers the job. A reaper killed half-way leaves
-    pending grants only, which expire so the next pass retries.
+    The grant is taken only if no lease exists. A reaper killed half-way
+    leaves pending grants only, which expire so the next pass retries.
     """
     if not rt.redis.set(REAP_LOCK_KEY, "1", nx=True, px=int(REAP_LOCK_TTL_S * 1000)):
         return []
