@@ -15,6 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=5.0, help="engine: length of the recording (minutes)")
     parser.add_argument("--repeats", type=int, default=5, help="engine: runs per engine, interleaved")
     parser.add_argument("--batch-sizes", default="8", help="engine: batched engines to run, e.g. 8,16")
+    parser.add_argument("--cpu-threads", type=int, default=0, help="engine: CPU threads per model (0 = auto)")
     args = parser.parse_args(argv)
     if args.suite == "voicy":
         from bench.voicy_bench import run
@@ -22,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.suite == "engine":
         from bench.engine_bench import run as run_engine
         figures = run_engine(minutes=args.minutes, repeats=args.repeats,
-                             batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")))
+                             batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
+                             cpu_threads=args.cpu_threads)
     elif args.suite == "voicy-rss":
         from bench.voicy_bench import run_rss
         figures = run_rss(jobs=args.jobs or 200)

@@ -12,16 +12,14 @@ other processes on a shared host falls on both sides alike.
 Reported per engine: wall seconds of each run, their median and spread, the
 CPU seconds of each run (``time.process_time``: every thread of this process,
 so CTranslate2's too, and mostly insensitive to other processes), and the
-real-time factor, and how close its words are to what was said (the
-manifest's texts, ``similarity_to_reference``: difflib's ratio of the word
-sequences, 1.0 = identical). ``speed_vs_sequential`` is sequential wall ÷ batched wall
+real-time factor, and its word error rate against what was said (the
+manifest's texts, ``wer_vs_reference``) and against the sequential engine. ``speed_vs_sequential`` is sequential wall ÷ batched wall
 per interleaved pair (above 1: batched is faster). The host's load average
 before each run is recorded, since the figures mean little without it.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -38,7 +36,7 @@ from faster_whisper.audio import decode_audio
 from workers.transcribe.engine import create_engine
 from workers.transcribe.protocol import TranscriptionEngine
 from workers.transcribe.registry import SEQUENTIAL_ENGINE
-from workers.transcribe.settings import EngineSettings
+from workers.transcribe.settings import AUTO_CPU_THREADS, EngineSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
@@ -62,8 +60,20 @@ def _words(text: str) -> list[str]:
     return WORD_RE.findall(text.lower())
 
 
-def _similarity(a: list[str], b: list[str]) -> float:
-    return round(difflib.SequenceMatcher(a=a, b=b, autojunk=False).ratio(), 3)
+def word_error_rate(reference: list[str], hypothesis: list[str]) -> float:
+    """Word-level edit distance (substitutions, deletions, insertions) ÷ reference words.
+
+    A real alignment, not difflib's ratio: the recording repeats the same
+    sentences, and difflib's greedy longest-block matching then pairs a
+    sentence with its next repetition and reports half the words wrong.
+    """
+    previous = list(range(len(hypothesis) + 1))
+    for i, word in enumerate(reference, 1):
+        current = [i]
+        for j, other in enumerate(hypothesis, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (word != other)))
+        previous = current
+    return round(previous[-1] / max(1, len(reference)), 3)
 
 
 def reference_words(audio_s: float) -> list[str]:
@@ -109,12 +119,12 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 def run(minutes: float = DEFAULT_MINUTES, repeats: int = DEFAULT_REPEATS,
-        batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES) -> dict[str, object]:
-    engines: dict[str, TranscriptionEngine] = {
-        SEQUENTIAL_ENGINE: create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu"))}
+        batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES, cpu_threads: int = AUTO_CPU_THREADS) -> dict[str, object]:
+    """``cpu_threads`` as ``VOICY_WORKER_CPU_THREADS`` (0: auto, all usable cores for one process)."""
+    base = {"model": TINY_MODEL_DIR, "device": "cpu", "cpu_threads": cpu_threads}
+    engines: dict[str, TranscriptionEngine] = {SEQUENTIAL_ENGINE: create_engine(EngineSettings(**base))}
     for size in batch_sizes:
-        engines[f"batched-{size}"] = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu",
-                                                                  batch_size=size))
+        engines[f"batched-{size}"] = create_engine(EngineSettings(**base, batch_size=size))
     names = list(engines)
     walls: dict[str, list[float]] = {n: [] for n in names}
     cpus: dict[str, list[float]] = {n: [] for n in names}
@@ -143,12 +153,12 @@ def run(minutes: float = DEFAULT_MINUTES, repeats: int = DEFAULT_REPEATS,
         entry: dict[str, object] = {"wall_s": [round(w, 2) for w in walls[name]], "wall": _spread(walls[name]),
                                     "cpu_s": [round(c, 2) for c in cpus[name]], "cpu": _spread(cpus[name]),
                                     "realtime_x": round(audio_s / statistics.median(walls[name]), 1),
-                                    "words": len(words), "similarity_to_reference": _similarity(truth, words)}
+                                    "words": len(words), "wer_vs_reference": word_error_rate(truth, words)}
         if name != SEQUENTIAL_ENGINE:
             pairs = [s / b for s, b in zip(walls[SEQUENTIAL_ENGINE], walls[name])]
             entry["speed_vs_sequential"] = {"per_pair": [round(p, 2) for p in pairs], **_spread(pairs)}
             entry["cpu_vs_sequential"] = round(statistics.median(cpus[SEQUENTIAL_ENGINE])
                                                / statistics.median(cpus[name]), 2)
-            entry["similarity_to_sequential"] = _similarity(sequential_words, words)
+            entry["wer_vs_sequential"] = word_error_rate(sequential_words, words)
         figures[name] = entry
     return figures
