@@ -4,9 +4,10 @@ Selected with ``VOICY_WORKER_BATCH_SIZE`` > 0 (``workers.transcribe.settings``).
 faster-whisper's batched mode cuts the audio at VAD pauses into chunks of at
 most 30 s and decodes ``batch_size`` of them in one forward pass. On a GPU
 that keeps the device busy and faster-whisper documents a several-fold
-speed-up on long recordings; on a CPU the same arithmetic is done either way
-and the padding of short chunks to 30 s is extra work, so it is slower there
-(docs/BENCHMARKS.md) and stays off by default. No code here is GPU-only.
+speed-up on long recordings (3.7× for large-v2); on this project's 2-core CPU
+with tiny.en it measured 1.2–1.4× (docs/BENCHMARKS.md), bought with lost words
+at chunk boundaries and more memory, so it stays off by default. No code here
+is GPU-only.
 
 What differs from the sequential engine, by faster-whisper's design: each
 chunk is decoded without the previous chunk's text as a prompt

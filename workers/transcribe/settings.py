@@ -18,8 +18,9 @@ has an explicit alias list, for its fallback. Never a bare field name such as
 
 * ``VOICY_WORKER_BATCH_SIZE`` 0 (default): ``faster-whisper``, the sequential
   engine; N > 0: ``faster-whisper-batched``, faster-whisper's
-  ``BatchedInferencePipeline`` decoding N 30-second windows at once (a GPU
-  gains several-fold on long recordings; a CPU loses: docs/BENCHMARKS.md).
+  ``BatchedInferencePipeline`` decoding N VAD chunks of up to 30 s at once (a
+  GPU gains several-fold on long recordings; a CPU little, and words are lost at
+  chunk boundaries: docs/BENCHMARKS.md).
 * ``VOICY_WORKER_TRANSCRIBER`` names the engine explicitly (a key of
   ``workers.transcribe.registry.ENGINES``); unset, the batch size chooses as
   above. A name that contradicts the batch size is a ``ConfigError`` naming
