@@ -36,12 +36,12 @@ from workers.voicy.pipeline import VoicyRuntime, adopt_claim, recover
 
 log = logging.getLogger(__name__)
 
+MEDIA_NOT_AVAILABLE = "media not available to this fleet after a restart"  # claim-ready, no media: why
 POLL_JITTER_FRACTION = 0.2  # ±20% so a fleet of bridges does not poll in lockstep
 ERROR_BACKOFF_INITIAL_S = 1.0
 ERROR_BACKOFF_MAX_S = 60.0
 AUTH_RECHECK_INTERVAL_S = 60.0  # a disabled token is checked slowly, not hammered
 BUCKETS = ("oldest", "newest")
-MEDIA_NOT_AVAILABLE = "media not available to this fleet after a restart"
 
 Dispatch = Callable[[VoicyRuntime, str, str], None]  # send the task, then confirm its grant
 
