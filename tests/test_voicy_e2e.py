@@ -23,7 +23,7 @@ from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_
 from deploy.devstack.synth_media import write_video_only_mp4
 from tests.conftest import wait_until
 from tests.voicy_stack import voicy_dev_stack
-from workers.transcribe.engine import usable_cores
+from workers.transcribe.device import usable_cores
 from workers.voicy.client import VoicyClient
 
 pytestmark = pytest.mark.slow
