@@ -35,6 +35,7 @@ from deploy.devstack.strava_data import (ACTIVITY_SPACING_S, FakeAthlete, gear_s
                                          generate_gear, start_ts)
 # Re-exported: tests and the bench import the window lengths, budgets and OAuth defaults from here.
 from deploy.devstack.strava_limits import DAY_S, DEFAULT_LIMITS, DEFAULT_READ_LIMITS, SHORT_WINDOW_S, RateBudget
+from deploy.devstack.strava_push import StravaPush
 from deploy.devstack.strava_oauth import (ACCESS_TOKEN_TTL_S, DEFAULT_CLIENT_ID, DEFAULT_SCOPE,
                                           REFRESH_REISSUE_WINDOW_S, TOKEN_BYTES, OAuthState, Token)
 
@@ -84,7 +85,10 @@ class FakeStrava:
         self._log: list[RequestRecord] = []
         self.http: BackgroundServer | None = None
         self.port = 0
+        self.push = StravaPush(self._valid_app, self._now)  # webhooks: deploy/devstack/strava_push.py
         self.app = Starlette(routes=[
+            Route(API_PREFIX + "/push_subscriptions", self.push.collection, methods=["GET", "POST"]),
+            Route(API_PREFIX + "/push_subscriptions/{id:int}", self.push.item, methods=["DELETE"]),
             Route(API_PREFIX + "/athlete/activities", self._list_activities),
             Route(API_PREFIX + "/athlete", self._athlete),
             Route(API_PREFIX + "/activities/{id:int}", self._activity),
@@ -126,6 +130,10 @@ class FakeStrava:
     @rotate_refresh_tokens.setter
     def rotate_refresh_tokens(self, value: bool) -> None:
         self._oauth.rotate_refresh_tokens = value
+
+    def _valid_app(self, client_id: str, client_secret: str) -> bool:
+        with self._lock:
+            return self._oauth.valid_app(client_id, client_secret)
 
     # ---- lifecycle -------------------------------------------------------------------------
     @property
@@ -204,6 +212,36 @@ class FakeStrava:
     def delete_activity(self, athlete_id: int, activity_id: int) -> None:
         with self._lock:
             self._athletes[athlete_id].activities.pop(activity_id, None)
+
+    # ---- webhooks: change data as the athlete would, and push the event (strava_push) ----------
+    def _app_of(self, athlete_id: int) -> str:
+        with self._lock:
+            return self._athletes[athlete_id].client_id
+
+    def create_activity(self, athlete_id: int, start: float | None = None) -> dict[str, Any]:
+        """A new upload: the activity exists, then its ``create`` event is pushed."""
+        act = self.add_activity(athlete_id, start)
+        self.push.push(self._app_of(athlete_id), "activity", act["id"], "create", athlete_id)
+        return act
+
+    def update_activity(self, athlete_id: int, activity_id: int, *, event_time: int | None = None,
+                        **fields: Any) -> dict[str, Any] | None:
+        """Edit ``title``/``type``/``private`` (Strava's ``updates`` keys) and push ``update``."""
+        renames = {"title": "name", "type": "sport_type", "private": "private"}
+        self.patch_activity(athlete_id, activity_id, **{renames.get(k, k): v for k, v in fields.items()})
+        return self.push.push(self._app_of(athlete_id), "activity", activity_id, "update", athlete_id,
+                              updates=fields, event_time=event_time)
+
+    def remove_activity(self, athlete_id: int, activity_id: int) -> dict[str, Any] | None:
+        """The athlete deletes the activity: it is gone, then ``delete`` is pushed."""
+        self.delete_activity(athlete_id, activity_id)
+        return self.push.push(self._app_of(athlete_id), "activity", activity_id, "delete", athlete_id)
+
+    def deauthorize(self, athlete_id: int) -> dict[str, Any] | None:
+        """The athlete revokes the app: tokens die, then athlete ``update`` ``authorized=false`` is pushed."""
+        self.revoke(athlete_id)
+        return self.push.push(self._app_of(athlete_id), "athlete", athlete_id, "update", athlete_id,
+                              updates={"authorized": "false"})
 
     def issue_code(self, athlete_id: int, client_id: str | None = None, scope: str = DEFAULT_SCOPE) -> str:
         """An authorization code as the authorize redirect would deliver it (one use)."""

@@ -1,0 +1,286 @@
+"""Provider webhooks (contract §9a, reference §2.13/§3.14): the generic half, no Celery, no bridge.
+
+Core accepts ``POST /webhooks/<worker_key>`` and publishes an envelope
+``{"provider": key, "headers": {…}, "body": "<base64>"}`` on
+``cairn.webhooks.<worker_key>.event`` (stream CAIRN_WEBHOOKS); it relays the
+subscription handshake ``GET /webhooks/<worker_key>`` as a request
+``{"method": "GET", "query": {…}}`` on ``cairn.webhooks.<worker_key>.verify``
+and decodes ``{status, content_type, body (base64)}`` from the reply.
+
+This module owns what every provider's webhooks share: decoding the envelope,
+the verify reply's wire shape, the account lookup (an event names the
+provider's owner, not a Cairn account), and turning an action into the
+contract's messages — a ``fetch_source`` sub-job with ``reason: "webhook"``
+on the pool's own job subject (deterministic ``job_id`` = ``Nats-Msg-Id``),
+``cairn.events.source.deleted_upstream``, or ``cairn.tokens.<p>.needs_reauth``.
+What an event *means* is the provider's (``workers.providers.<name>.webhooks``,
+found by :func:`rules_for`, so this module imports no provider).
+
+:func:`handle_event` returns a :class:`Disposition`, like every job handler:
+whoever holds the message (the bridge's admission point) applies it. A lookup
+that says ``not_found`` / ``auto_import_suspended`` / anything else, or times
+out, is acked and dropped with one log line (Strava does not redeliver; the
+next reconcile catches up). A publish that fails is a transient NAK.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import importlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from workers.cairn import subjects
+from workers.cairn.disposition import Disposition, ack, nak
+from workers.cairn.handlers.failure import terminate
+
+if TYPE_CHECKING:
+    from workers.cairn.handlers.context import Delivery, JobContext
+
+log = logging.getLogger(__name__)
+
+KIND = "webhook_event"  # the consumer kind the bridge registers for CAIRN_WEBHOOKS
+FAILURE_KIND = subjects.FETCH_SOURCE  # an undecodable webhook's envelope names the job it would have become
+LOOKUP_TIMEOUT_S = 1.0  # as the Strava worker: a webhook is best effort, the reconcile catches up
+NEEDS_REAUTH_TIMEOUT_S = 5.0
+PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take our publish: retry soon
+MIN_COALESCE_NAK_S = 1.0
+WEBHOOK_REASON = "webhook"
+DEAUTHORIZED_REASON = "deauthorized"
+MAX_LOG_TOKEN_CHARS = 64
+
+
+# --------------------------------------------------------------------------- what a provider decides
+
+@dataclass(frozen=True)
+class FetchActivity:
+    """Import (again) ``object_id``; ``tag`` names the event or coalescing bucket, ``not_before``
+    (unix s) holds the event back until its bucket has closed."""
+
+    owner_id: str
+    subscription_id: str
+    object_id: str
+    tag: str
+    not_before: float | None = None
+
+
+@dataclass(frozen=True)
+class DeleteActivity:
+    owner_id: str
+    subscription_id: str
+    object_id: str
+    event_time: int
+
+
+@dataclass(frozen=True)
+class Deauthorize:
+    owner_id: str
+    subscription_id: str
+
+
+@dataclass(frozen=True)
+class Ignore:
+    reason: str
+
+
+WebhookAction = FetchActivity | DeleteActivity | Deauthorize | Ignore
+
+
+@dataclass(frozen=True)
+class VerifyReply:
+    status: int
+    content_type: str
+    body: bytes
+
+    def to_wire(self) -> dict[str, Any]:
+        """What core decodes (reference §2.13): lower-case keys, the body base64."""
+        return {"status": self.status, "content_type": self.content_type,
+                "body": base64.b64encode(self.body).decode()}
+
+
+class WebhookRules(Protocol):
+    """A provider's webhook knowledge (``workers.providers.<name>.webhooks.rules()``)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def verify(self, query: dict[str, str]) -> VerifyReply: ...
+
+    def classify(self, body: bytes) -> WebhookAction: ...
+
+
+_rules: dict[str, WebhookRules | None] = {}
+_rules_lock = threading.Lock()
+
+
+def rules_for(provider: str) -> WebhookRules | None:
+    """The provider's rules (cached per process), or None when it has no webhooks module."""
+    with _rules_lock:
+        if provider not in _rules:
+            try:
+                module = importlib.import_module(f"workers.providers.{provider}.webhooks")
+            except ModuleNotFoundError:
+                _rules[provider] = None
+            else:
+                _rules[provider] = module.rules()
+        return _rules[provider]
+
+
+def reset_rules() -> None:
+    """Forget the cached rules (tests that change the environment)."""
+    with _rules_lock:
+        _rules.clear()
+
+
+def webhooks_enabled(provider: str) -> bool:
+    rules = rules_for(provider)
+    return bool(rules is not None and rules.enabled)
+
+
+# --------------------------------------------------------------------------- wire
+
+class WebhookEnvelope(BaseModel):
+    """Core's forwarder envelope; ``body`` is the raw provider body, base64 on the wire."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    provider: str = ""
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: str
+
+
+def decode_envelope(data: bytes) -> tuple[WebhookEnvelope, bytes]:
+    """The envelope and its decoded body; ``ValueError`` on anything else."""
+    try:
+        env = WebhookEnvelope.model_validate_json(data)
+        return env, base64.b64decode(env.body, validate=True)
+    except (ValidationError, binascii.Error) as exc:
+        raise ValueError(f"undecodable webhook envelope ({type(exc).__name__})") from None
+
+
+def verify_response(rules: WebhookRules | None, data: bytes) -> bytes:
+    """The reply to one relayed handshake (JSON bytes, always a valid reply shape)."""
+    if rules is None:
+        reply = VerifyReply(503, "text/plain; charset=utf-8", b"this pool takes no webhooks")
+    else:
+        try:
+            request = json.loads(data or b"{}")
+            raw_query = request.get("query") if isinstance(request, dict) else None
+            query = {str(k): str(v) for k, v in (raw_query or {}).items()} if isinstance(raw_query, dict) else {}
+        except ValueError:
+            query = {}
+        reply = rules.verify(query)
+    return json.dumps(reply.to_wire(), separators=(",", ":")).encode()
+
+
+def webhook_job_id(provider: str, worker_name: str, owner_id: str, object_id: str, tag: str) -> str:
+    """``webhook:<provider>:<pool>:<owner>:<object>:<tag>``: the sub-job's ``job_id`` and ``Nats-Msg-Id``.
+
+    Deterministic, so a redelivered event, Strava's retry of one delivery and a
+    coalesced burst all land on one job inside CAIRN_JOBS' dedup window; the
+    pool is part of it because the window spans every pool's subjects.
+    """
+    return f"webhook:{provider}:{worker_name}:{owner_id}:{object_id}:{tag}"
+
+
+def deleted_msg_id(provider: str, account_id: str, object_id: str) -> str:
+    return f"source_deleted:{provider}:{account_id}:{object_id}"
+
+
+# --------------------------------------------------------------------------- lookup
+
+@dataclass(frozen=True)
+class Account:
+    account_id: str
+    user_id: str
+
+
+def lookup_account(ctx: JobContext, owner_id: str, subscription_id: str) -> tuple[Account | None, str]:
+    """Resolve the owner on the pool's lookup subject; (account, "") or (None, why)."""
+    body: dict[str, Any] = {"external_id": owner_id}
+    if subscription_id:
+        body["subscription_id"] = subscription_id
+    subject = subjects.account_lookup_subject(ctx.provider_name, ctx.worker_name)
+    try:
+        reply = ctx.request(subject, body, LOOKUP_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - timeout, no responder, refusal: drop the event
+        return None, f"lookup failed ({type(exc).__name__})"
+    error = reply.get("error")
+    if error:
+        return None, str(error)[:MAX_LOG_TOKEN_CHARS]
+    account_id, user_id = reply.get("account_id"), reply.get("user_id")
+    if not isinstance(account_id, str) or not account_id or not isinstance(user_id, str) or not user_id:
+        return None, "lookup reply without account_id/user_id"
+    return Account(account_id, user_id), ""
+
+
+# --------------------------------------------------------------------------- the handler
+
+def handle_event(ctx: JobContext, data: bytes, delivery: Delivery, *,
+                 rules: WebhookRules | None = None, now: Callable[[], float] = time.time) -> Disposition:
+    """One CAIRN_WEBHOOKS message → the disposition (ack, coalescing NAK, transient NAK, envelope+term)."""
+    rules = rules if rules is not None else rules_for(ctx.provider_name)
+    try:
+        _, body = decode_envelope(data)
+        if rules is None:
+            raise ValueError(f"provider {ctx.provider_name} has no webhook rules")
+        action = rules.classify(body)
+    except ValueError as exc:
+        ref = {"job_id": f"{subjects.WEBHOOKS_STREAM}-{delivery.stream_seq}"}
+        return terminate(ctx, FAILURE_KIND, ref, delivery, code="bad_webhook", message=str(exc),
+                         error_class="ERROR_CLASS_INVALID_INPUT")
+    if isinstance(action, Ignore):
+        log.info("webhook ignored: %s", action.reason)
+        return ack(f"ignored: {action.reason}")
+    if isinstance(action, FetchActivity) and action.not_before is not None:
+        wait_s = action.not_before - now()
+        if wait_s > 0:  # coalescing: not a failure, the burst's bucket is still open
+            return nak(max(wait_s, MIN_COALESCE_NAK_S), reason="coalescing updates", failure=False)
+    account, why = lookup_account(ctx, action.owner_id, action.subscription_id)
+    if account is None:
+        log.info("webhook for %s owner %s dropped: %s", ctx.provider_name, action.owner_id, why)
+        return ack(f"dropped: {why}")
+    try:
+        return _apply(ctx, action, account)
+    except Exception as exc:  # noqa: BLE001 - every publish failure is transient
+        log.warning("webhook %s not published: %s", type(action).__name__, type(exc).__name__)
+        return nak(PUBLISH_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}")
+
+
+def _apply(ctx: JobContext, action: WebhookAction, account: Account) -> Disposition:
+    provider = ctx.provider_name
+    if isinstance(action, FetchActivity):
+        job_id = webhook_job_id(provider, ctx.worker_name, action.owner_id, action.object_id, action.tag)
+        body = {"job_id": job_id, "account_id": account.account_id, "user_id": account.user_id,
+                "provider": provider, "ext_id": action.object_id, "fetch_streams": True,
+                "reason": WEBHOOK_REASON}
+        ctx.publish(subjects.job_subject(subjects.FETCH_SOURCE, provider, ctx.worker_name),
+                    json.dumps(body, separators=(",", ":")).encode(), job_id)
+        log.info("webhook: fetch_source %s enqueued for account %s", action.object_id, account.account_id)
+        return ack(f"fetch enqueued ({action.tag})")
+    if isinstance(action, DeleteActivity):
+        body = {"account_id": account.account_id, "user_id": account.user_id, "provider": provider,
+                "ext_id": action.object_id, "event_time": action.event_time}
+        ctx.publish(subjects.SOURCE_DELETED_UPSTREAM, json.dumps(body, separators=(",", ":")).encode(),
+                    deleted_msg_id(provider, account.account_id, action.object_id))
+        log.info("webhook: source %s deleted upstream (account %s)", action.object_id, account.account_id)
+        return ack("deleted upstream")
+    if isinstance(action, Deauthorize):
+        reply = ctx.request(subjects.token_subject(provider, "needs_reauth"),
+                            {"account_id": account.account_id, "reason": DEAUTHORIZED_REASON},
+                            NEEDS_REAUTH_TIMEOUT_S)
+        if reply.get("ok") is False:
+            log.info("webhook: core refused needs_reauth for account %s: %s", account.account_id,
+                     str(reply.get("error", ""))[:MAX_LOG_TOKEN_CHARS])
+        else:
+            log.info("webhook: account %s deauthorized upstream; core told", account.account_id)
+        return ack("deauthorized")
+    return ack()
