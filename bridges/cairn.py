@@ -47,6 +47,7 @@ from bridges.cairn_ack import FailureCounts, Held, gives_up, settle
 from bridges.cairn_pool import STREAM_JOBS, IncompatibleCoreError, JobConsumer, check_core_release, ensure_consumers
 from bridges.cairn_responders import Responders
 from bridges.cairn_results import TaskResults, TaskWatch
+from bridges.cairn_webhooks import WebhookIntake
 from workers.cairn.nats_conn import connect_options
 from workers.cairn.settings import CairnSettings
 from workers.lease import Leases, new_token
@@ -133,6 +134,8 @@ class CairnBridge:
             await ensure_consumers(self.js, self.consumers, self.ack_wait_s, self.settings.max_deliver)
             self.responders = Responders(self, self.nc)
             await self.responders.start()
+            self.webhooks = WebhookIntake(self)  # CAIRN_WEBHOOKS consumer + verify (bridges/cairn_webhooks.py)
+            await self.webhooks.start()
             loops = [asyncio.create_task(self._pull_loop(c), name=f"pull-{c.kind}") for c in self.consumers]
             for loop_task in loops:
                 loop_task.add_done_callback(self._loop_ended)
@@ -146,6 +149,7 @@ class CairnBridge:
             for loop_task in waiting:
                 loop_task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            await self.webhooks.stop()
             await self.responders.stop()
             await self._drain_held()
         finally:

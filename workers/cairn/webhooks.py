@@ -284,3 +284,29 @@ def _apply(ctx: JobContext, action: WebhookAction, account: Account) -> Disposit
             log.info("webhook: account %s deauthorized upstream; core told", account.account_id)
         return ack("deauthorized")
     return ack()
+
+
+# --------------------------------------------------------------------------- presence
+
+CONSUMER_INFO_TIMEOUT_S = 5.0
+
+
+def consumer_exists(ctx: JobContext) -> bool:
+    """Whether the pool's CAIRN_WEBHOOKS durable exists (the bridge creates it)."""
+    js = ctx.nats.js  # resolved in the calling thread, never on the loop thread
+    durable = subjects.webhook_durable_name(ctx.worker_name)
+
+    async def info() -> None:
+        await js.consumer_info(subjects.WEBHOOKS_STREAM, durable)
+
+    try:
+        ctx.nats.run(info(), CONSUMER_INFO_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - not found, no stream, NATS down: not taking webhooks
+        return False
+    return True
+
+
+def presence_flag(ctx: JobContext) -> bool:
+    """Contract §2 ``webhooks``: a verify token is configured *and* the consumer exists."""
+    provider = str(getattr(ctx, "provider_name", "") or ctx.settings.provider)
+    return webhooks_enabled(provider) and consumer_exists(ctx)
