@@ -20,6 +20,7 @@ from typing import Any, TextIO
 import nats
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
 
+from bridges import cairn_check_webhooks
 from workers.cairn import subjects
 
 STREAM_JOBS = subjects.JOBS_STREAM
@@ -46,6 +47,8 @@ class CheckOptions:
     gear: bool = False
     parse_blob: bool = True
     timeout_s: float = 10.0
+    webhooks: bool = False  # bridges/cairn_check_webhooks.py
+    verify_token: str | None = None
 
 
 class CheckFailed(Exception):
@@ -254,6 +257,8 @@ async def run_checks(o: CheckOptions, out: TextIO) -> int:
             report.record("discover request/reply", None)
         except CheckFailed as exc:
             report.record("discover request/reply", str(exc))
+        if o.webhooks:
+            await cairn_check_webhooks.run(nc, js, o, presence, report.record)
         if o.active:
             try:
                 await _reconcile_round_trip(nc, js, o)

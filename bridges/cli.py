@@ -12,6 +12,8 @@ import argparse
 import asyncio
 import sys
 
+from bridges import cairn_check_webhooks, strava_webhook
+
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
 EXIT_USAGE = 2
@@ -39,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="do not require a parse_blob consumer (pool archives no raw blobs)")
     cairn.add_argument("--timeout", type=float, default=DEFAULT_CHECK_TIMEOUT_S,
                        help="seconds per check")
+    cairn_check_webhooks.add_arguments(cairn)  # pluggable: --webhooks, --verify-token
+    strava_webhook.add_parser(sub)  # pluggable: switchyard strava webhook subscribe|show|delete
     return parser
 
 
@@ -48,13 +52,15 @@ def main(argv: list[str] | None = None) -> int:
         from bridges.doctor import run as run_doctor
 
         return run_doctor(sys.stdout)
+    if args.command == "strava":
+        return strava_webhook.run(args)
     from bridges.cairn_check import CheckOptions, run_checks
 
     options = CheckOptions(nats_url=args.nats, provider=args.provider,
                            worker_name=args.worker_name or f"{args.provider}-fetcher",
                            active=args.active, account_id=args.account_id, user_id=args.user_id,
                            metrics=args.metrics, gear=args.gear, parse_blob=args.parse_blob,
-                           timeout_s=args.timeout)
+                           timeout_s=args.timeout, webhooks=args.webhooks, verify_token=args.verify_token)
     return asyncio.run(run_checks(options, out=sys.stdout))
 
 

@@ -14,21 +14,25 @@ import asyncio
 import base64
 import itertools
 import json
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
 import nats
 import pytest
 
+from bridges.cairn_check import CheckOptions, run_checks
+from bridges.cli import main
 from deploy.devstack.cairn_core.accounts import utcnow
+from tests.cairn_ctx import job_context
 from tests.cairn_stack import PROVIDER, CairnStack
 from tests.conftest import wait_until
-from workers.cairn import subjects
+from workers.cairn import presence, subjects
+from workers.cairn import webhooks as wh
 
 VERIFY_TOKEN = "wh-verify-" + uuid.uuid4().hex
 COALESCE_S = 2.0
@@ -322,10 +326,7 @@ def test_core_http_caps_bodies_at_one_mib(stack: CairnStack) -> None:
 
 
 def test_presence_says_webhooks_when_the_token_is_set_and_the_consumer_exists(
-        stack: CairnStack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from tests.cairn_ctx import job_context
-    from workers.cairn import presence
-    from workers.cairn import webhooks as wh
+        stack: CairnStack, monkeypatch: pytest.MonkeyPatch) -> None:
 
     assert stack.nats is not None and stack.strava is not None
     monkeypatch.setenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN", VERIFY_TOKEN)
@@ -343,3 +344,60 @@ def test_presence_says_webhooks_when_the_token_is_set_and_the_consumer_exists(
             assert wh.presence_flag(ctx) is False  # consumer exists, but no token
     finally:
         wh.reset_rules()
+
+
+# --------------------------------------------------------------------------- operator tools
+
+
+def test_check_cairn_webhooks_passes_on_the_pool_and_fails_without_the_consumer(
+        stack: CairnStack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+
+    assert stack.core is not None and stack.nats is not None and stack.strava is not None
+    monkeypatch.setenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN", VERIFY_TOKEN)
+    wh.reset_rules()
+    try:  # rewrite every instance's record now (the worker wrote its first one before the bridge made the consumer)
+        with job_context(stack.nats.url, stack.redis_url, stack.strava, stack.pool, fresh_budget=False) as ctx:
+            for key in stack.core.presence(stack.pool):
+                presence.write_presence(ctx, key.split(".", 1)[1])
+    finally:
+        wh.reset_rules()
+    options = CheckOptions(nats_url=stack.nats.url, provider=PROVIDER, worker_name=stack.pool, webhooks=True,
+                           verify_token=VERIFY_TOKEN, timeout_s=5.0)
+    assert asyncio.run(run_checks(options, out=sys.stdout)) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    for name in ("webhook consumer", "webhook verify", "presence says webhooks"):
+        assert f"PASS  {name}" in out
+    monkeypatch.delenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN")
+    options.verify_token = None  # a wrong token must be refused: the responder checks tokens
+    assert asyncio.run(run_checks(options, out=sys.stdout)) == 0
+    capsys.readouterr()
+    other = CheckOptions(nats_url=stack.nats.url, provider=PROVIDER, worker_name="no-such-pool", webhooks=True,
+                         timeout_s=2.0)
+    assert asyncio.run(run_checks(other, out=sys.stdout)) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  webhook consumer" in out and "FAIL  webhook verify" in out and VERIFY_TOKEN not in out
+
+
+def test_the_cli_subscribes_shows_and_deletes_without_printing_the_secret(
+        stack: CairnStack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+
+    assert stack.core is not None and stack.strava is not None
+    app, secret = "app-cli", "cli-secret-" + uuid.uuid4().hex
+    stack.strava.add_app(app, secret)
+    monkeypatch.setenv("STRAVA_CLIENT_ID", app)
+    monkeypatch.setenv("STRAVA_CLIENT_SECRET", secret)
+    monkeypatch.setenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN", VERIFY_TOKEN)
+    base = ["strava", "webhook"]
+    callback = stack.core.webhook_url(worker_key(stack))
+    assert main([*base, "subscribe", "--callback-url", callback, "--base-url", stack.strava.base_url]) == 0
+    sub = stack.strava.push.subscription(app)
+    assert sub is not None and sub.callback_url == callback
+    assert main([*base, "show", "--base-url", stack.strava.base_url]) == 0
+    assert main([*base, "subscribe", "--callback-url", callback, "--base-url", stack.strava.base_url]) == 1
+    assert main([*base, "delete", "--base-url", stack.strava.base_url]) == 0
+    assert stack.strava.push.subscription(app) is None
+    monkeypatch.setenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN", "not-the-pools-token")
+    assert main([*base, "subscribe", "--callback-url", callback, "--base-url", stack.strava.base_url]) == 1
+    out = capsys.readouterr().out
+    assert f"id {sub.id}" in out and "already exists" in out and f"deleted subscription {sub.id}" in out
+    assert secret not in out and VERIFY_TOKEN not in out
