@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from deploy import demo_webhook
 from deploy.devstack import services
 from deploy.devstack.procs import Proc, spawn
 
@@ -75,6 +76,7 @@ class Demo:
             "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4", "PATH": f"{Path(sys.executable).parent}:"
             + os.environ.get("PATH", ""),
         })
+        self.env.update(demo_webhook.fleet_env())  # the webhook leg (deploy/demo_webhook.py)
         self.fleet: Proc | None = None
         self.jobs: dict[str, dict] = {}
         self.account_id = ""
@@ -201,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             demo.enqueue()
             demo.watch(args.timeout)
             code = demo.summary()
+            code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, "strava-fetcher"))
             if args.serve:
                 print("serving; press Ctrl-C to stop")
                 try:
