@@ -39,11 +39,13 @@ import nats
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from bridges.cairn_pool import JobConsumer, consumer_config
+from bridges.cairn.consumers import JobConsumer, consumer_config
 from workers.cairn import subjects, wire
 from workers.cairn.settings import load_cairn_settings
-from workers.providers.strava.client import STREAM_KEYS
+from workers.config import load_settings
+from workers.providers.strava.client import API_PREFIX, STREAM_KEYS
 from workers.providers.strava.dataset import CONTENT_TYPE, PARSER_VERSION, build_archive, parse_archive
+from workers.providers.strava.settings import StravaSettings
 
 log = logging.getLogger("bench.cairn_baseline")
 
@@ -65,7 +67,7 @@ class BaselineWorker:
         self.settings = settings
         self.provider = str(settings.provider)
         self.pool = str(settings.worker_name)
-        self.api = str(settings.strava_base_url).rstrip("/") + "/api/v3"
+        self.api = load_settings(StravaSettings).base_url + API_PREFIX  # CAIRN_STRAVA_BASE_URL
         self.stamp = {"workerName": self.pool, "workerVersion": PARSER_VERSION,
                       "workerPackage": str(settings.worker_package)}
         self.max_in_flight = max_in_flight

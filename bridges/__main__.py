@@ -14,6 +14,8 @@ log = logging.getLogger("bridges")
 EXIT_CONFIG_ERROR = 2
 
 
+# Each bridge imports its own side inside its runner: a Voicy bridge never loads nats-py and the
+# Cairn contract code, a Cairn bridge never loads the Voicy pipeline.
 def _run_voicy() -> None:
     from tasks.settings import FleetSettings
     from tasks.voicy import dispatch_download, dispatch_transcription
@@ -30,9 +32,18 @@ def _run_voicy() -> None:
 
 
 def _run_cairn() -> None:
-    from bridges.cairn import main as cairn_main
+    from tasks import app
+    from tasks.cairn import dispatch_discover, dispatch_exchange, dispatch_job
 
-    cairn_main()
+    from workers.cairn.settings import load_cairn_settings
+
+    from bridges.cairn import webhooks
+    from bridges.cairn.bridge import TaskSenders
+    from bridges.cairn.bridge import main as cairn_main
+
+    settings = load_cairn_settings()  # the webhook kind needs the pool's name; the bridge loads them again
+    cairn_main(TaskSenders(job=dispatch_job, discover=dispatch_discover, exchange=dispatch_exchange),
+               app.backend, extra=webhooks.consumptions(settings), replies=webhooks.replies(settings))
 
 
 def main(argv: list[str] | None = None) -> int:

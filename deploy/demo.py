@@ -2,217 +2,368 @@
 
 1. Starts deploy/devstack: Redis, nats-server (JetStream), moto S3, the dev
    Voicy Worker API, the dev Cairn core, fake Telegram and fake Strava.
-2. Starts the whole Procfile fleet with honcho on loopback (Flower on
-   http://127.0.0.1:5555, user ``demo``, password printed at start).
-3. Enqueues the voice fixtures and connects a fake Strava athlete.
-4. Shows a progress bar per transcription (moving as segments arrive) and
-   counters for Cairn jobs and results, then prints the transcripts and the
-   imported activities, and exits 0 with a summary. ``--serve`` keeps it all up.
+2. Starts the whole Procfile fleet on loopback, one process per type, as
+   Heroku runs it (``deploy.devstack.procfile``; Flower on
+   http://127.0.0.1:5555, user ``demo``, password printed at start). Each
+   process logs to its own file in a directory kept after the demo exits.
+3. Enqueues the voice fixtures (and, in the full run, one long message stitched
+   from them) and connects a fake Strava athlete.
+4. Draws a bar per transcription from the segments the worker streams (the
+   parts of its progress posts), and labelled Cairn counters; then prints the
+   transcripts and the imported activities in date order, and exits with a
+   summary. ``--serve`` keeps it all up.
+
+Stopping (the end of the run, Ctrl-C or SIGTERM) goes in dependency order:
+the fleet first (SIGTERM to every process, SIGKILL only after 30 s, as on
+Heroku), then the dev core and the fake APIs, then S3, NATS and Redis, so no
+process ever loses a service under it.
+Redis and NATS run in sessions of their own, so a Ctrl-C reaches only the demo.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import secrets
+import shutil
 import signal
 import sys
 import tempfile
 import time
+import wave
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+from faster_whisper.audio import decode_audio
 
 from deploy import demo_webhook
-from deploy.devstack import services
-from deploy.devstack.procs import Proc, spawn
+from deploy.devstack import procfile, services
+from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.strava import FakeStrava
+from deploy.devstack.telegram import FakeTelegram
+from deploy.devstack.voicy_api import DevVoicyServer
+from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
 
-ROOT = Path(__file__).resolve().parents[1]
 FLOWER_PORT = 5555
 DEMO_TIMEOUT_S = 600.0
-FLEET_STOP_TIMEOUT_S = 30.0  # SIGTERM to the honcho group at exit, SIGKILL if it is still up after this
-REFRESH_S = 0.25
+REFRESH_S = 0.25  # redraw period on a terminal
+PLAIN_PRINT_INTERVAL_S = 5.0  # print period when stdout is not a terminal (CI, a pipe)
 BAR_WIDTH = 30
 ATHLETE_ID = 424242
 FULL_ACTIVITIES = 20
 SHORT_ACTIVITIES = 5
 SHORT_FIXTURES = 2
+ACTIVITIES_SHOWN = 25
+TRANSCRIPT_SHOWN_CHARS = 600  # the long message's transcript is cut here in the summary
+SAMPLE_RATE_HZ = 16_000  # the long message is written as 16 kHz mono PCM WAV
+LONG_MESSAGE_STORIES = 3  # the long message: the longest fixture this many times, then every short one
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
+
+DESCRIPTION = """\
+Run the whole Switchyard fleet on an embedded stack and show both sides working.
+
+Starts Redis, NATS JetStream, S3 (moto), a dev Voicy Worker API, a dev Cairn
+core and fake Telegram and Strava APIs on 127.0.0.1, then the Procfile fleet,
+one process per type (Flower on http://127.0.0.1:5555). Enqueues voice messages and
+connects a fake Strava athlete, draws a bar per transcription from the
+segments the worker streams, counts what Cairn core published and received,
+and prints the transcripts and the imported activities.
+
+Ctrl-C stops the fleet first, then the fake services, NATS and Redis."""
+EPILOG = """\
+make demo runs it with no option; pass options with make demo ARGS="--short --serve".
+exit status: 0 when every job completed, 1 when the run timed out or a job
+failed, 130 when interrupted before the summary.
+The fleet's logs (one file per process) are kept after the demo exits."""
 
 
-def _fixtures(short: bool) -> list[dict]:
-    from tests.voicy_stack import audio_manifest
+def say(text: str) -> None:
+    print(text, flush=True)
 
+
+# --- what the demo sends -------------------------------------------------------------------------
+def fixtures(short: bool) -> list[dict[str, Any]]:
     items = sorted(audio_manifest(), key=lambda m: m["duration_s"])
     return items[:SHORT_FIXTURES] + [items[-1]] if short else items
 
 
-class Demo:
-    def __init__(self, short: bool, tmp: Path) -> None:
-        from deploy.devstack.cairn_core import DevCairnCore
-        from deploy.devstack.strava import FakeStrava
-        from deploy.devstack.telegram import FakeTelegram
-        from deploy.devstack.voicy_api import DevVoicyServer
-        from tests.voicy_stack import BOT_TOKEN, TINY_MODEL_DIR
+def long_message(items: list[dict[str, Any]]) -> tuple[bytes, float]:
+    """One message of about two minutes stitched from the fixtures (WAV), and its duration in seconds.
 
-        self.short, self.tmp = short, tmp
-        print("starting the embedded stack (Redis, NATS JetStream, S3, dev Voicy, dev Cairn core, fakes)")
-        self.redis = services.start_redis(tmp / "redis")
-        self.nats = services.start_nats(tmp / "nats")
+    Why: a worker posts progress at most once per ``VOICY_WORKER_PROGRESS_INTERVAL_MS``
+    (1 s at least), and the tiny model hears a 36-second fixture in about two seconds,
+    so only a message of minutes streams enough progress for its bar to fill visibly.
+    """
+    longest = max(items, key=lambda m: m["duration_s"])
+    order = [longest] * LONG_MESSAGE_STORIES + [m for m in items if m is not longest]
+    audio = np.concatenate([decode_audio(str(AUDIO_DIR / m["file"]), sampling_rate=SAMPLE_RATE_HZ)
+                            for m in order])
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(SAMPLE_RATE_HZ)
+        out.writeframes((np.clip(audio, -1.0, 1.0) * 32767).astype("<i2").tobytes())
+    return buf.getvalue(), len(audio) / SAMPLE_RATE_HZ
+
+
+# --- what the demo shows -------------------------------------------------------------------------
+def seconds(time_code: str) -> float:
+    """``MM:SS`` (minutes may exceed 59) -> seconds."""
+    minutes, _, secs = time_code.partition(":")
+    return int(minutes) * 60 + int(secs or 0)
+
+
+def clock(secs: float) -> str:
+    return f"{int(secs) // 60:02d}:{int(secs) % 60:02d}"
+
+
+def heard_s(job: dict[str, Any]) -> float:
+    """How far into the audio the streamed segments reach: the start of the last part posted so far."""
+    parts = job.get("resultParts") or job.get("partialResultParts") or []
+    return seconds(parts[-1]["timeCode"]) if parts else 0.0
+
+
+def bar(name: str, job: dict[str, Any], duration_s: float) -> str:
+    done = job["status"] == "completed"
+    heard = duration_s if done else min(heard_s(job), duration_s)
+    fill = int(BAR_WIDTH * heard / max(duration_s, 1.0))
+    parts = len(job.get("resultParts") or job.get("partialResultParts") or [])
+    return (f"  {name:<8} [{'#' * fill}{'.' * (BAR_WIDTH - fill)}] {clock(heard)}/{clock(duration_s)} "
+            f"{job['status']}" + (f", {parts} parts" if parts else ""))
+
+
+def activity_payloads(results: list[Any]) -> list[dict[str, Any]]:
+    """Every imported activity's payload, in date order (RFC 3339 UTC strings sort by time)."""
+    payloads = [ev["activity"].get("payload", {}) for r in results for ev in r.data.get("events", [])
+                if "activity" in ev]
+    return sorted(payloads, key=lambda p: p.get("startTime", ""))
+
+
+@contextmanager
+def signals_ignored() -> Iterator[None]:
+    """While the stack stops, a second Ctrl-C must not abort it half-way and leave servers behind."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Demo:
+    def __init__(self, short: bool, tmp: Path, log_dir: Path) -> None:
+        self.short, self.tmp, self.log_dir = short, tmp, log_dir
+        self.fleet: procfile.Fleet | None = None
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.account_id = ""
+        self.expected_activities = SHORT_ACTIVITIES if short else FULL_ACTIVITIES
+        self.flower_password = secrets.token_urlsafe(12)
+        # (what, how to stop it), in start order; close() stops them in reverse.
+        self._started: list[tuple[str, Callable[[], None]]] = []
+
+    def _started_as(self, what: str, stop: Callable[[], None]) -> None:
+        self._started.append((what, stop))
+
+    def start_stack(self) -> None:
+        say("starting the embedded stack (Redis, NATS JetStream, S3, dev Voicy, dev Cairn core, fakes)")
+        self.redis = services.start_redis(self.tmp / "redis")
+        self._started_as("Redis", self.redis.stop)
+        self.nats = services.start_nats(self.tmp / "nats")
+        self._started_as("NATS", self.nats.stop)
         self.s3 = services.start_moto()
+        self._started_as("S3", lambda: services.stop_moto(self.s3))
         self.voicy = DevVoicyServer().start()
+        self._started_as("the dev Voicy API", self.voicy.stop)
         self.telegram = FakeTelegram(BOT_TOKEN).start()
+        self._started_as("fake Telegram", self.telegram.stop)
         self.strava = FakeStrava().start()
+        self._started_as("fake Strava", self.strava.stop)
         self.core = DevCairnCore(self.nats.url, self.s3.url, bucket="cairn-demo")
         self.core.start()
-        self.flower_password = secrets.token_urlsafe(12)
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
-        self.env.update({
+        self._started_as("the dev Cairn core", self.core.stop)
+        say(f"stack: Redis {self.redis.url}, NATS {self.nats.url}, S3 {self.s3.url}, "
+            f"dev Voicy {self.voicy.url}, fake Telegram {self.telegram.url}, fake Strava {self.strava.base_url}")
+
+    def fleet_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
+        env.update({
             "REDIS_URL": self.redis.url, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
             "VOICY_WORKER_API_URL": self.voicy.url, "VOICY_WORKER_TOKEN": self.voicy.create_client("demo"),
             "VOICY_WORKER_TELEGRAM_API_URL": self.telegram.url, "VOICY_WORKER_TELEGRAM_BOT_TOKEN": BOT_TOKEN,
-            "VOICY_WORKER_MODEL": TINY_MODEL_DIR, "VOICY_WORKER_WORK_DIR": str(tmp / "media"),
+            "VOICY_WORKER_MODEL": TINY_MODEL_DIR, "VOICY_WORKER_WORK_DIR": str(self.tmp / "media"),
             "VOICY_WORKER_PROGRESS_INTERVAL_MS": "1000", "VOICY_WORKER_LEASE_TTL_MS": "5000",
             "CAIRN_NATS_URL": self.nats.url, "CAIRN_PROVIDER": "strava", "CAIRN_WORKER_NAME": "strava-fetcher",
             "CAIRN_STRAVA_BASE_URL": self.strava.base_url,
             "FLOWER_USER": "demo", "FLOWER_PASSWORD": self.flower_password,
-            "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4", "PATH": f"{Path(sys.executable).parent}:"
-            + os.environ.get("PATH", ""),
+            "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4",
+            "PATH": f"{Path(sys.executable).parent}:" + os.environ.get("PATH", ""),
         })
-        self.env.update(demo_webhook.fleet_env())  # the webhook leg (deploy/demo_webhook.py)
-        self.fleet: Proc | None = None
-        self.jobs: dict[str, dict] = {}
-        self.account_id = ""
+        env.update(demo_webhook.fleet_env())  # the webhook leg (deploy/demo_webhook.py)
+        return env
 
     def start_fleet(self) -> None:
-        print(f"starting the Procfile fleet with honcho (log: {self.tmp / 'fleet.log'})")
-        self.fleet = spawn([sys.executable, "-m", "honcho", "start", "-f", str(ROOT / "Procfile"),
-                            "-p", str(FLOWER_PORT)], self.env, self.tmp / "fleet.log",
-                           stop_timeout_s=FLEET_STOP_TIMEOUT_S)
-        print(f"Flower: http://127.0.0.1:{FLOWER_PORT}  (user demo, password {self.flower_password})")
+        say(f"starting the Procfile fleet; its logs, one per process: {self.log_dir} (kept after the demo exits)")
+        self.fleet = procfile.start(self.fleet_env(), self.log_dir, FLOWER_PORT)
+        self._started_as("the fleet", self._stop_fleet)
+        say(f"Flower: http://127.0.0.1:{FLOWER_PORT}  (user demo, password {self.flower_password})")
 
     def enqueue(self) -> None:
-        for item in _fixtures(self.short):
-            data = (ROOT / "tests" / "fixtures" / "audio" / item["file"]).read_bytes()
-            self.telegram.add_file(f"demo-{item['name']}", data)
-            job_id = self.voicy.enqueue_job(f"demo-{item['name']}", file_size=len(data))
-            self.jobs[job_id] = item
-        n = SHORT_ACTIVITIES if self.short else FULL_ACTIVITIES
-        athlete = self.strava.add_athlete(ATHLETE_ID, n_activities=n)
+        items = fixtures(self.short)
+        for item in items:
+            data = (AUDIO_DIR / item["file"]).read_bytes()
+            self._enqueue_voice(item["name"], data, item["duration_s"])
+        if not self.short:
+            data, duration_s = long_message(audio_manifest())
+            self._enqueue_voice("long", data, duration_s, mime_type="audio/wav", source_kind="audio",
+                                file_name="long.wav")
+        athlete = self.strava.add_athlete(ATHLETE_ID, n_activities=self.expected_activities)
         account = self.core.connect_account("strava", None, athlete.access_token, athlete.refresh_token,
                                             athlete.expires_at, worker_name="strava-fetcher",
                                             external_id=ATHLETE_ID, client_id=self.strava.client_id,
                                             client_secret=getattr(self.strava, "client_secret", ""))
         self.account_id = account.account_id
-        self.expected_activities = n
         self.core.schedule_reconcile(self.account_id)
-        print(f"enqueued {len(self.jobs)} voice messages and connected a Strava athlete with {n} activities")
+        say(f"enqueued {len(self.jobs)} voice messages and connected a Strava athlete with "
+            f"{self.expected_activities} activities")
+        say("cairn: core publishes one reconcile job; the pool lists the athlete and enqueues one "
+            "fetch_source job per activity itself, so core receives more results than it published jobs")
+
+    def _enqueue_voice(self, name: str, data: bytes, duration_s: float, **job: Any) -> None:
+        file_id = f"demo-{name}"
+        self.telegram.add_file(file_id, data)
+        job_id = self.voicy.enqueue_job(file_id, file_size=len(data), **job)
+        self.jobs[job_id] = {"name": name, "duration_s": duration_s}
 
     # --- live view -------------------------------------------------------------------------------
-    def _bars(self) -> list[str]:
-        rows = []
-        for job_id, item in self.jobs.items():
-            job = self.voicy.get_job(job_id)
-            parts = job.get("resultParts") or job.get("partialResultParts") or []
-            done = job["status"] == "completed"
-            heard = 1.0 if done else _seconds(parts[-1]["timeCode"]) / max(item["duration_s"], 1) if parts else 0.0
-            fill = int(BAR_WIDTH * min(heard, 1.0))
-            rows.append(f"  {item['name']:<8} [{'#' * fill}{'.' * (BAR_WIDTH - fill)}] {job['status']}")
-        return rows
-
-    def _activities(self) -> list:
+    def _activity_results(self) -> list[Any]:
         return [r for r in self.core.ingested if r.kind == "events"]
 
-    def _cairn_line(self) -> str:
-        jobs = len(self.core.published_jobs) if hasattr(self.core, "published_jobs") else 0
-        return (f"  cairn: jobs published {jobs}, results ingested {len(self.core.ingested)}, "
-                f"activity results {len(self._activities())}/{self.expected_activities}, "
-                f"rejected {len(self.core.rejected)}")
+    def rows(self) -> list[str]:
+        rows = [bar(item["name"], self.voicy.get_job(job_id), item["duration_s"])
+                for job_id, item in self.jobs.items()]
+        kinds = Counter(r.kind for r in self.core.ingested)
+        rows.append(f"  cairn: jobs published by core {len(self.core.published_jobs)} | results accepted by "
+                    f"core {sum(kinds.values())} (activity {kinds['events']}, reconcile {kinds['reconcile']}, "
+                    f"failure {kinds['failure']}) | results rejected {len(self.core.rejected)}")
+        rows.append(f"  cairn: activities imported {len(self._activity_results())}/{self.expected_activities}")
+        return rows
 
     def done(self) -> bool:
         voicy = all(self.voicy.get_job(j)["status"] in ("completed", "failed") for j in self.jobs)
-        return voicy and len(self._activities()) >= self.expected_activities
+        return voicy and len(self._activity_results()) >= self.expected_activities
 
     def watch(self, timeout_s: float) -> bool:
         tty = sys.stdout.isatty()
         deadline = time.monotonic() + timeout_s
-        last_print = 0.0
-        lines = 0
+        last_print = float("-inf")
+        drawn = 0
         while time.monotonic() < deadline:
-            if self.fleet is not None and self.fleet.proc.poll() is not None:
-                print("the fleet exited early; see fleet.log")
+            exited = self.fleet.exited() if self.fleet is not None else []
+            if exited:
+                say(f"fleet process {', '.join(exited)} exited early; see its log in {self.log_dir}")
                 return False
-            rows = self._bars() + [self._cairn_line()]
+            rows, finished = self.rows(), self.done()
             if tty:
-                sys.stdout.write(("\x1b[F" * lines) + "\n".join(r + "\x1b[K" for r in rows) + "\n")
+                sys.stdout.write(("\x1b[F" * drawn) + "\n".join(r + "\x1b[K" for r in rows) + "\n")
                 sys.stdout.flush()
-                lines = len(rows)
-            elif time.monotonic() - last_print > 5:
-                print("\n".join(rows), flush=True)
+                drawn = len(rows)
+            elif finished or time.monotonic() - last_print >= PLAIN_PRINT_INTERVAL_S:
+                say("\n".join(rows))
                 last_print = time.monotonic()
-            if self.done():
-                if not tty:
-                    print("\n".join(rows))
+            if finished:
                 return True
             time.sleep(REFRESH_S)
+        say(f"gave up waiting after {timeout_s:.0f} s")
         return False
 
     def summary(self) -> int:
-        print("\n== transcripts ==")
+        say("\n== transcripts ==")
         completed = 0
         for job_id, item in self.jobs.items():
             job = self.voicy.get_job(job_id)
             completed += job["status"] == "completed"
-            print(f"[{item['name']}] {job['status']}: {job.get('resultText', job.get('lastError', ''))}")
-        acts = self._activities()
-        print("\n== imported activities ==")
-        for r in acts[:25]:
-            for ev in r.data.get("events", []):
-                if "activity" in ev:
-                    p = ev["activity"].get("payload", {})
-                    print(f"  {p.get('startTime', '?')}  {p.get('type', '?'):<22} {p.get('title', '')}")
-        ok = completed == len(self.jobs) and len(acts) >= self.expected_activities
-        print(f"\nSUMMARY voicy_completed={completed}/{len(self.jobs)} "
-              f"cairn_activities={len(acts)}/{self.expected_activities} "
-              f"cairn_rejected={len(self.core.rejected)} status={'ok' if ok else 'incomplete'}")
+            text = str(job.get("resultText", job.get("lastError", "")))
+            if len(text) > TRANSCRIPT_SHOWN_CHARS:
+                text = f"{text[:TRANSCRIPT_SHOWN_CHARS]}… ({len(text)} characters)"
+            say(f"[{item['name']}] {job['status']}: {text}")
+        results = self._activity_results()
+        say("\n== imported activities (by start time) ==")
+        for p in activity_payloads(results)[:ACTIVITIES_SHOWN]:
+            say(f"  {p.get('startTime', '?')}  {p.get('type', '?'):<22} {p.get('title', '')}")
+        ok = completed == len(self.jobs) and len(results) >= self.expected_activities
+        say(f"\nSUMMARY voicy_completed={completed}/{len(self.jobs)} "
+            f"cairn_activities={len(results)}/{self.expected_activities} "
+            f"cairn_rejected={len(self.core.rejected)} status={'ok' if ok else 'incomplete'}")
         return 0 if ok else 1
 
+    # --- stopping --------------------------------------------------------------------------------
+    def _stop_fleet(self) -> None:
+        assert self.fleet is not None
+        started = time.monotonic()
+        killed = self.fleet.stop()
+        say(f"  fleet stopped in {time.monotonic() - started:.1f} s"
+            + (f"; SIGKILLed after {procfile.STOP_GRACE_S:.0f} s: {', '.join(killed)}" if killed
+               else ", every process exited on SIGTERM"))
+
     def close(self) -> None:
-        if self.fleet is not None:
-            self.fleet.stop()
-        for stop in (self.core.stop, self.strava.stop, self.telegram.stop, self.voicy.stop,
-                     lambda: services.stop_moto(self.s3), self.nats.stop, self.redis.stop):
+        """Stop what started, newest first: the fleet, core and the fakes, then S3, NATS, Redis."""
+        while self._started:
+            what, stop = self._started.pop()
+            say(f"stopping {what}")
             try:
                 stop()
-            except Exception:  # noqa: BLE001 - best effort on the way out
-                pass
+            except Exception as exc:  # noqa: BLE001 - keep stopping the rest; say what went wrong
+                say(f"  {what} did not stop cleanly: {type(exc).__name__}: {exc}")
+        say("stack stopped")
 
 
-def _seconds(time_code: str) -> float:
-    minutes, _, secs = time_code.partition(":")
-    return int(minutes) * 60 + int(secs or 0)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m deploy.demo", description=DESCRIPTION,
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--short", action="store_true",
+                   help=f"{SHORT_FIXTURES + 1} voice messages and {SHORT_ACTIVITIES} activities instead of "
+                        f"every fixture, a long message and {FULL_ACTIVITIES} activities (what the tests run)")
+    p.add_argument("--serve", action="store_true",
+                   help="keep the stack and the fleet up after the run, until Ctrl-C")
+    p.add_argument("--timeout", type=float, default=DEMO_TIMEOUT_S, metavar="SECONDS",
+                   help="stop waiting for the jobs after this many seconds (default: %(default).0f)")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.demo", description=__doc__)
-    parser.add_argument("--short", action="store_true", help="a few jobs only (used by the tests)")
-    parser.add_argument("--serve", action="store_true", help="keep the stack up after the run")
-    parser.add_argument("--timeout", type=float, default=DEMO_TIMEOUT_S)
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="switchyard-demo-") as tmp:
-        demo = Demo(args.short, Path(tmp))
-        try:
-            demo.start_fleet()
-            demo.enqueue()
-            demo.watch(args.timeout)
-            code = demo.summary()
-            code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, "strava-fetcher"))
-            if args.serve:
-                print("serving; press Ctrl-C to stop")
-                try:
-                    signal.pause()
-                except KeyboardInterrupt:
-                    pass
-            return code
-        finally:
+    args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the demo like Ctrl-C
+    tmp = Path(tempfile.mkdtemp(prefix="switchyard-demo-"))
+    log_dir = Path(tempfile.mkdtemp(prefix="switchyard-demo-logs-"))
+    demo = Demo(args.short, tmp, log_dir)
+    code = EXIT_INTERRUPTED
+    try:
+        demo.start_stack()
+        demo.start_fleet()
+        demo.enqueue()
+        demo.watch(args.timeout)
+        code = demo.summary()
+        code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, "strava-fetcher"))
+        if args.serve:
+            say("serving; press Ctrl-C to stop")
+            signal.pause()
+    except KeyboardInterrupt:
+        say("\ninterrupted: stopping the fleet first, then the stack")
+    finally:
+        with signals_ignored():
             demo.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+    if any(log_dir.iterdir()):
+        say(f"the fleet's logs are kept in {log_dir}")
+    else:
+        log_dir.rmdir()
+    return code
 
 
 if __name__ == "__main__":

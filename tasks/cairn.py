@@ -1,11 +1,16 @@
 """Thin Celery tasks for Cairn: take the lease, call ``workers.cairn.handlers``, return the outcome.
 
-The bridge (``bridges/cairn.py``) owns every NATS message; these tasks only do
+The bridge (``bridges/cairn/``) owns every NATS message; these tasks only do
 the provider work and return what the bridge should do with it:
 
-* ``cairn.job(kind, payload, meta)`` → ``Disposition.model_dump()``. ``meta``
-  carries the delivery attempt, the stream sequence, the subject and the lease
-  token the bridge granted; job payloads from core hold no secret (S1).
+* ``cairn.job(kind, job, meta)`` → ``Disposition.model_dump()``, through
+  ``workers.cairn.handlers.run.run_job`` (lease, handler, outcome ledger).
+  ``job`` is the job admission parsed (its model dump); ``meta`` names the
+  message (stream, sequence, stream timestamp), the delivery attempt, the subject
+  and the lease token the bridge granted; job payloads from core hold no secret (S1).
+* ``dispatch_job`` / ``dispatch_discover`` / ``dispatch_exchange``: the task
+  senders the bridge is given (``bridges/__main__.py``), as the Voicy bridge is
+  given ``tasks.voicy``'s dispatchers.
 * ``cairn.discover(request)`` → the §8 reply dict.
 * ``cairn.exchange(request_key)`` → ``{"reply_key": ...}``: request and reply
   (client secret, code, tokens) stay parked in Redis (``workers.cairn.sealed``).
@@ -28,6 +33,7 @@ import threading
 from typing import Any
 
 from celery import shared_task
+from celery.utils.saferepr import saferepr
 from celery.signals import (beat_init, celeryd_after_setup, task_postrun, task_prerun, worker_process_init,
                             worker_ready)
 from kombu import Queue
@@ -35,8 +41,14 @@ from kombu.common import Broadcast
 
 from tasks import app
 from tasks.routes import QUEUE_PROVIDER
+from workers.cairn.handlers import discover as handle_discover
+from workers.cairn.handlers import exchange as handle_exchange
+from workers.cairn.handlers.context import build_context
+from workers.cairn.handlers.run import run_job
+from workers.cairn.outcomes import LEASE_NAMESPACE, OutcomeLedger
 from workers.cairn.presence import MANIFEST_INTERVAL_S, PRESENCE_INTERVAL_S, BusyPresence
-from workers.lease import LeaseKeeper, Leases
+from workers.cairn.sealed import park, unpark
+from workers.lease import Leases
 from workers.logs import setup_logging
 
 log = logging.getLogger(__name__)
@@ -47,7 +59,6 @@ EXCHANGE_TASK = "cairn.exchange"
 PRESENCE_TASK = "cairn.presence"
 MANIFEST_TASK = "cairn.manifest"
 PRESENCE_BROADCAST = "cairn.presence"  # fanout exchange (and queue alias) of the presence broadcast
-LEASE_NAMESPACE = "cairn"
 EXCHANGE_REPLY_TTL_S = 30.0  # the parked token reply waits this long for the bridge
 ARGSREPR_MAX_CHARS = 1024  # Celery's own bound on a task's shown arguments
 HIDDEN = "…"  # what Flower shows instead of a lease token
@@ -81,11 +92,10 @@ class CairnRuntime:
     """The per-process objects every Cairn task uses."""
 
     def __init__(self) -> None:
-        from workers.cairn.handlers.context import build_context
-
         self.ctx = build_context()
         self.redis = self.ctx.redis
         self.leases = Leases(self.redis, LEASE_NAMESPACE)
+        self.ledger = OutcomeLedger(self.redis)
         self.lease_ttl_s = float(self.ctx.settings.lease_ttl_s)
 
 
@@ -195,15 +205,21 @@ def job_argsrepr(kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> st
     A lease token is not a credential, but it names an ownership grant and has
     no business on a dashboard; job payloads from core carry no secret (S1).
     """
-    from celery.utils.saferepr import saferepr
-
     return saferepr([kind, payload, {**meta, "lease_token": HIDDEN}], ARGSREPR_MAX_CHARS)
 
 
-def send_job(sender: Any, kind: str, payload: dict[str, Any], meta: dict[str, Any], task_id: str) -> None:
-    """Queue one ``cairn.job`` (the bridge's only way in); ``sender`` is the Celery app."""
-    sender.send_task(JOB_TASK, args=[kind, payload, meta], task_id=task_id,
-                     argsrepr=job_argsrepr(kind, payload, meta))
+def dispatch_job(kind: str, job: dict[str, Any], meta: dict[str, Any], task_id: str) -> None:
+    """Queue one ``cairn.job`` (the bridge's only way in for JetStream jobs)."""
+    app.send_task(JOB_TASK, args=[kind, job, meta], task_id=task_id, argsrepr=job_argsrepr(kind, job, meta))
+
+
+def dispatch_discover(request: dict[str, Any], task_id: str, expires_s: float) -> None:
+    app.send_task(DISCOVER_TASK, args=[request], task_id=task_id, expires=expires_s)
+
+
+def dispatch_exchange(request_key: str, task_id: str, expires_s: float) -> None:
+    """Only the parking key of the exchange request crosses Celery (S1)."""
+    app.send_task(EXCHANGE_TASK, args=[request_key], task_id=task_id, expires=expires_s)
 
 
 # --------------------------------------------------------------------------- tasks
@@ -212,57 +228,22 @@ def send_job(sender: Any, kind: str, payload: dict[str, Any], meta: dict[str, An
 # track_started off: the bridge learns "running" from the lease, not from a STARTED state, and
 # Flower gets the task-started event either way; storing it would cost a backend write and a
 # pub/sub message to the bridge on every job.
-@shared_task(name=JOB_TASK, bind=True, track_started=False)
-def job(self: Any, kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """Run one JetStream job under its lease and return the disposition for the bridge."""
-    from workers.cairn.disposition import nak
-    from workers.cairn.handlers import handle_job
-
+@shared_task(name=JOB_TASK, track_started=False)
+def job(kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """Run one admitted JetStream job under its lease; return the disposition for the bridge."""
     rt = runtime()
-    seq, token = str(meta["seq"]), str(meta["lease_token"])
-    running = rt.leases.take(seq, token, rt.lease_ttl_s)
-    if running is None:
-        # The bridge revoked this copy (start deadline, shutdown) or a newer delivery owns the job.
-        log.info("cairn job seq %s: lease not granted to this task; skipping", seq)
-        return nak(reason="lease not granted to this task", failure=False).model_dump()
-    try:
-        with LeaseKeeper(rt.leases, seq, running, rt.lease_ttl_s) as keeper:
-            delivery = _delivery(meta, keeper, rt.leases, seq)
-            disposition = handle_job(rt.ctx, kind, payload, delivery)
-    finally:
-        rt.leases.release(seq, running)
-    return disposition.model_dump()
-
-
-def _delivery(meta: dict[str, Any], keeper: LeaseKeeper, leases: Leases, seq: str) -> Any:
-    """The delivery facts, with a live ownership probe: the keeper's flag, or a direct lease read.
-
-    Handlers ask it right before publishing, so a copy whose message was handed
-    to another instance (e.g. after a bridge's shutdown grace) does not publish too.
-    """
-    from workers.cairn.handlers.context import Delivery
-
-    def lost() -> bool:
-        return keeper.lost.is_set() or leases.holder(seq) != keeper.value
-
-    return Delivery(attempt=int(meta["delivery"]), stream_seq=int(meta["seq"]),
-                    subject=str(meta.get("subject", "")), lost=lost)
+    return run_job(rt.ctx, rt.leases, rt.ledger, rt.lease_ttl_s, kind, payload, meta).model_dump()
 
 
 @shared_task(name=DISCOVER_TASK)
 def discover(request: dict[str, Any]) -> dict[str, Any]:
     """Contract §8 in the pool: errors and rate limits are in the reply, never an empty success."""
-    from workers.cairn.handlers import discover as handle_discover
-
     return handle_discover(runtime().ctx, request)
 
 
 @shared_task(name=EXCHANGE_TASK)
 def exchange(request_key: str) -> dict[str, Any]:
     """Contract §9b in the pool; only parking keys cross Celery."""
-    from workers.cairn.handlers import exchange as handle_exchange
-    from workers.cairn.sealed import park, unpark
-
     rt = runtime()
     request = unpark(rt.redis, request_key, missing_ok=True)
     if not isinstance(request, dict):

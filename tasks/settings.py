@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tasks.result_backend import result_backend_url
 from workers.config import load_settings
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -110,7 +111,7 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
     return {
         **ssl,
         "broker_url": settings.redis_url,
-        "result_backend": settings.redis_url,
+        "result_backend": result_backend_url(settings.redis_url),  # SET EX, not the deprecated SETEX
         "broker_transport_options": dict(transport),
         "result_backend_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT_S},
         "visibility_timeout": VISIBILITY_TIMEOUT_S,

@@ -41,7 +41,7 @@ def job_context(nats_url: str, redis_url: str, strava: FakeStrava, pool: str, *,
                           **settings)
     nt = NatsThread(cairn)
     provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=pool, package=PACKAGE)
-    limiter = RateLimiter(nt, cairn)
+    limiter = RateLimiter(nt, cairn, provider.rate_windows())
     kv = limiter._bucket()  # open the KV bucket off the loop thread (see context._build)
     if fresh_budget:
         forget_budget(nt, kv)  # a fresh shared budget (a 429 test exhausts it)
@@ -90,8 +90,23 @@ class Athlete:
                 "provider": PROVIDER, "ext_id": self.ext(i), "fetch_streams": True, "reason": "queue", **extra}
 
 
+def is_segment_result(record: Any) -> bool:
+    """The second fetch_source/parse_blob result (``…:seg``), which follows an activity's."""
+    return (record.msg_id or "").endswith(":seg")
+
+
 def ingested_since(core: DevCairnCore, before: int, n: int = 1) -> list[Any]:
-    return core.wait_for_ingested(before + n, INGEST_TIMEOUT_S)[before:]
+    """At least ``n`` results accepted since ``before``, segment results left out (see ``segments_since``)."""
+    mine = lambda: [r for r in core.router.ingested[before:] if not is_segment_result(r)]  # noqa: E731
+    core.router.wait(lambda: len(mine()) >= n, INGEST_TIMEOUT_S, f"{n} results")
+    return mine()
+
+
+def segments_since(core: DevCairnCore, before: int, n: int = 1) -> list[Any]:
+    """At least ``n`` segment results accepted since ``before``."""
+    mine = lambda: [r for r in core.router.ingested[before:] if is_segment_result(r)]  # noqa: E731
+    core.router.wait(lambda: len(mine()) >= n, INGEST_TIMEOUT_S, f"{n} segment results")
+    return mine()
 
 
 def assert_json_and_secret_free(value: Any, *secrets: str) -> None:

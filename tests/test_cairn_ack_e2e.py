@@ -29,11 +29,11 @@ import nats
 import pytest
 import redis
 
-from bridges.cairn_ack import FAILURES_PREFIX
 from deploy.devstack.cairn_core import DevCairnCore
 from tests.cairn_stack import LEASE_TTL_S, PROVIDER, WAIT_S, CairnStack
 from tests.conftest import CeleryWorker, wait_until
 from workers.cairn import subjects
+from workers.cairn.outcomes import FAILURES_PREFIX
 from workers.cairn.ratelimit import WindowState
 
 TERM_AFTER_DELIVERIES = 2  # terms on arrival after one failed delivery

@@ -24,13 +24,17 @@ import redis.asyncio as aioredis
 from celery import Celery, states
 from nats.js.api import RetentionPolicy, StreamConfig
 
-from bridges.cairn_ack import (FAILURE_COUNT_TTL_S, FAILURES_PREFIX, MIN_NAK_DELAY_S, FailureCounts, Held,
-                               gives_up, settle)
-from bridges.cairn_check import subject_matches, valid_discover_reply
-from bridges.cairn_pool import (STREAM_JOBS, IncompatibleCoreError, check_core_release, compatible,
-                                consumer_config, decode_info, ensure_consumers, is_dev_build, job_consumers)
-from bridges.cairn_results import TaskResults
+from bridges.cairn.admission import gives_up
+from bridges.cairn.consumers import STREAM_JOBS, consumer_config, ensure_consumers, job_consumers
+from bridges.cairn.results import TaskResults
+from bridges.cairn.settle import FAILURE_COUNT_TTL_S, FailureCounts, Held, settle
+from ops.cairn_check import subject_matches
+from tasks.result_backend import result_backend_url
+from workers.cairn.compat import IncompatibleCoreError, check_core_release, compatible, decode_info, is_dev_build
+from workers.cairn.disposition import MIN_NAK_DELAY_S
+from workers.cairn.outcomes import FAILURES_PREFIX
 from workers.cairn.disposition import ack, nak
+from workers.cairn.handlers.discover import valid_discover_reply
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
 
@@ -268,10 +272,10 @@ def test_discover_reply_shapes(reply: object, ok: bool) -> None:
 
 # ------------------------------------------------------------------ result waiter
 def test_task_results_arrive_by_pubsub_also_when_stored_before_watching(fresh_redis: str) -> None:
-    app = Celery("waiter-test", broker=fresh_redis, backend=fresh_redis)
+    app = Celery("waiter-test", broker=fresh_redis, backend=result_backend_url(fresh_redis))  # the fleet's backend
 
     async def scenario() -> None:
-        results = TaskResults(app, fresh_redis)
+        results = TaskResults(app.backend, fresh_redis)
         try:
             early = f"early-{uuid.uuid4().hex}"
             await asyncio.to_thread(app.backend.store_result, early, {"action": "ack"}, states.SUCCESS)

@@ -29,7 +29,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
 
 
 def run_check(stack: CairnStack, *extra: str, worker_name: str | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "bridges.cli", "check", "cairn", "--nats", stack.nats.url,  # type: ignore[union-attr]
+    cmd = [sys.executable, "-m", "ops", "check", "cairn", "--nats", stack.nats.url,  # type: ignore[union-attr]
            "--provider", PROVIDER, "--worker-name", worker_name or stack.pool, "--timeout", "15", *extra]
     return subprocess.run(cmd, cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=120)
 

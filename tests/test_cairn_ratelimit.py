@@ -12,19 +12,20 @@ from typing import Any
 import pytest
 
 from deploy.devstack import services
+from deploy.devstack.strava import FakeStrava
 from workers.cairn import subjects
+from workers.cairn.handlers.context import JobContext
+from workers.cairn.handlers.fetch_source import provider_context
+from workers.cairn.jobs import FetchSourceJob
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
-from workers.cairn.ratelimit import (
-    BudgetUnavailable,
-    RateLimiter,
-    WindowState,
-    nak_delay_s,
-    next_midnight_utc,
-    next_quarter_hour,
-)
+from workers.cairn.ratelimit import BudgetUnavailable, RateLimiter, WindowState, nak_delay_s
 from workers.cairn.settings import CairnSettings
-from workers.providers.base import ProviderRateLimited, WindowUsage
+from workers.providers.errors import ProviderRateLimited
+from workers.providers.strava.provider import StravaProvider
+from workers.providers.strava.settings import StravaSettings
+from workers.providers.strava.usage import RATE_WINDOWS, RESET_GRACE_S, next_daily_reset, next_short_reset
+from workers.providers.windows import RateWindow, WindowUsage
 
 POOL = "strava-fetcher"
 KV_TTL_S = 15 * 60
@@ -43,7 +44,7 @@ def nats_url() -> Iterator[str]:
 @pytest.fixture()
 def limiter(nats_url: str) -> Iterator[RateLimiter]:
     thread = NatsThread(CairnSettings(nats_url=nats_url, worker_name=POOL))
-    yield RateLimiter(thread, CairnSettings(nats_url=nats_url, worker_name=POOL))
+    yield RateLimiter(thread, CairnSettings(nats_url=nats_url, worker_name=POOL), RATE_WINDOWS)  # Strava's
     thread.close()
 
 
@@ -100,7 +101,7 @@ def test_two_reservers_never_exceed_the_budget(nats_url: str) -> None:
     app_id, capacity = app(), 40
     settings = CairnSettings(nats_url=nats_url, worker_name=POOL)
     threads = [NatsThread(settings), NatsThread(settings)]
-    limiters = [RateLimiter(t, settings) for t in threads]
+    limiters = [RateLimiter(t, settings, RATE_WINDOWS) for t in threads]
     reset = datetime.now(UTC) + timedelta(minutes=10)
     limiters[0].sync(app_id, [WindowUsage("short", limit=capacity, used=0, reset_at=reset)])
     for lim in limiters:
@@ -146,12 +147,72 @@ def test_snapshot_is_a_rate_limit_snapshot(limiter: RateLimiter) -> None:
 
 
 def test_reset_helpers_anchor_to_real_windows() -> None:
+    """Strava's windows reset on the clock (its provider computes them); the NAK waits for the reset."""
     now = datetime(2026, 7, 20, 12, 7, 30, tzinfo=UTC)
-    assert next_quarter_hour(now) == datetime(2026, 7, 20, 12, 15, 5, tzinfo=UTC)
-    assert next_quarter_hour(now, grace_s=0) == datetime(2026, 7, 20, 12, 15, tzinfo=UTC)
-    assert next_midnight_utc(now) == datetime(2026, 7, 21, 0, 0, 5, tzinfo=UTC)
+    grace = timedelta(seconds=RESET_GRACE_S)
+    assert next_short_reset(now) + grace == datetime(2026, 7, 20, 12, 15, 5, tzinfo=UTC)
+    assert next_short_reset(now) == datetime(2026, 7, 20, 12, 15, tzinfo=UTC)
+    assert next_daily_reset(now) + grace == datetime(2026, 7, 21, 0, 0, 5, tzinfo=UTC)
     assert nak_delay_s(now + timedelta(seconds=90), now) == 90.0
     assert nak_delay_s(now - timedelta(seconds=5), now) == 1.0  # never a hot loop
+
+
+def test_windows_are_the_providers_declaration(nats_url: str) -> None:
+    """The limiter knows only what the provider declares: another provider's windows, capacities
+    and lengths, under its own keys; an undeclared window is unlimited; the snapshot slots follow
+    ``snapshot_as``."""
+    settings = CairnSettings(nats_url=nats_url, provider="garmin", worker_name="garmin-pool")
+    windows = (RateWindow("minute", 2, 60, snapshot_as="short"), RateWindow("hour", 50, 3600, snapshot_as="long"))
+    thread = NatsThread(settings)
+    try:
+        limiter = RateLimiter(thread, settings, windows)
+        app_id, before = app(), datetime.now(UTC)
+        hook = limiter.hook(app_id)
+        hook.reserve(["hour", "minute"])
+        hook.reserve(["hour", "minute"])
+        with pytest.raises(ProviderRateLimited) as denied:
+            hook.reserve(["hour", "minute"])
+        assert denied.value.window == "minute"
+        assert 55 < (denied.value.reset_at - before).total_seconds() <= 61
+        minute = stored(limiter, f"garmin.{app_id}.minute")
+        assert (minute["capacity"], minute["used"]) == (2, 2)
+        assert stored(limiter, f"garmin.{app_id}.hour")["capacity"] == 50
+        for _ in range(5):
+            hook.reserve(["daily"])  # not declared: never denied, never written
+        with pytest.raises(Exception):  # noqa: B017 - KeyNotFoundError
+            stored(limiter, f"garmin.{app_id}.daily")
+        snap = limiter.snapshot(app_id)
+        assert (snap["shortLimit"], snap["shortRemaining"], snap["longLimit"]) == (2, 0, 50)
+    finally:
+        thread.close()
+
+
+def test_the_provider_picks_the_window_a_job_spends(limiter: RateLimiter) -> None:
+    """The short-term window is the provider's decision from the job's reason: a Strava webhook
+    fetch spends ``webhook`` (and ``daily``), any other fetch ``short``; the handler only asks."""
+    athlete = 8800
+    with FakeStrava() as strava:
+        strava.add_athlete(athlete, n_activities=1, with_gear=False)
+        ext_id = str(next(iter(strava.athlete(athlete).activities)))
+        provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=POOL, package="p")
+        with provider.new_http_client() as http:
+            ctx = JobContext(settings=CairnSettings(worker_name=POOL), nats=None, redis=None, provider=provider,
+                             http=http, limiter=limiter)
+            for reason, bucket in (("webhook", "webhook"), ("backfill", "short")):
+                app_id = app()
+                job = FetchSourceJob(job_id="j", account_id="a", user_id="u", ext_id=ext_id, fetch_streams=False,
+                                     reason=reason)
+                pctx = provider_context(ctx, job, strava.athlete(athlete).access_token, app_id)
+                assert pctx.bucket == bucket
+                provider.fetch_source(pctx, job)
+                # Strava reports short and daily usage (synced over our reservations), never webhook
+                # usage: the webhook window holds exactly what webhook fetches reserved.
+                if reason == "webhook":
+                    assert stored(limiter, f"strava.{app_id}.webhook")["used"] == 1
+                else:
+                    with pytest.raises(Exception):  # noqa: B017 - KeyNotFoundError: never reserved
+                        stored(limiter, f"strava.{app_id}.webhook")
+                assert stored(limiter, f"strava.{app_id}.daily")["used"] >= 1
 
 
 def test_no_bucket_is_a_transient_error_and_no_call_goes_unbudgeted() -> None:
@@ -161,7 +222,7 @@ def test_no_bucket_is_a_transient_error_and_no_call_goes_unbudgeted() -> None:
         thread = NatsThread(settings)
         try:
             with pytest.raises(BudgetUnavailable) as err:
-                RateLimiter(thread, settings).hook("app").reserve(["daily", "short"])
+                RateLimiter(thread, settings, RATE_WINDOWS).hook("app").reserve(["daily", "short"])
             assert err.value.retryable
         finally:
             thread.close()

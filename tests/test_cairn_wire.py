@@ -14,9 +14,13 @@ from pydantic import ValidationError
 from workers.cairn import jobs, messages, proto_build, subjects, wire
 from workers.cairn.pb.cairn.v1 import activity_pb2 as apb
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
-from workers.cairn.settings import PARSER_VERSION, WORKER_VERSION, load_cairn_settings
+from workers.cairn.settings import WORKER_VERSION, load_cairn_settings
 from workers.errors import ConfigError
 from workers.logs import RedactingFilter, redact
+from workers.providers.models import DiscoverReply, DiscoverRequest, OAuthTokens
+from workers.providers.registry import get_provider
+from workers.providers.strava.dataset import PARSER_VERSION
+from workers.providers.strava.settings import StravaSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = "5b0c8f7e-6a43-4c1e-9a55-0f1f2f3a4b5c"
@@ -185,11 +189,11 @@ def test_reply_models_and_secret_repr() -> None:
                                                     "client_secret": "cs-SECRET", "code": "code-SECRET",
                                                     "redirect_uri": "https://x/cb", "extra": 1})
     assert "SECRET" not in repr(req)
-    reply = jobs.OAuthExchangeReply(access_token="a", expires_at=datetime(2026, 1, 1, tzinfo=UTC),
+    reply = OAuthTokens(access_token="a", expires_at=datetime(2026, 1, 1, tzinfo=UTC),
                                     provider_account_id="42").to_wire()
     assert reply["expires_at"] == "2026-01-01T00:00:00Z" and reply["token_type"] == "Bearer"
-    assert jobs.DiscoverRequest.model_validate({"account_id": ACCOUNT, "start_page": 0}).start_page == 1
-    assert jobs.DiscoverReply.failed("rate_limited: budget").to_wire() == {"error": "rate_limited: budget"}
+    assert DiscoverRequest.model_validate({"account_id": ACCOUNT, "start_page": 0}).start_page == 1
+    assert DiscoverReply.failed("rate_limited: budget").to_wire() == {"error": "rate_limited: budget"}
     with pytest.raises(ValidationError):
         jobs.PresignUploadRequest(provider="strava", content_type="application/json", content_length=1,
                                   content_sha256="NOT-HEX")
@@ -236,7 +240,7 @@ def test_settings_env_versions_and_secret_registration(monkeypatch: pytest.Monke
     assert settings.worker_name == "strava-api" and settings.ack_wait_s == 12.5
     assert settings.lease_ttl_s == 4.0 and settings.shutdown_grace_s == 7.5
     assert settings.worker_key == "strava-api-strava"
-    assert settings.strava_base_url == "https://www.strava.com"
+    assert StravaSettings().base_url == "https://www.strava.com"  # CAIRN_STRAVA_BASE_URL, read by the provider
     assert settings.max_deliver == -1 and settings.term_after_deliveries == 5  # unlimited, as Strava's
     assert "enroll-SECRET-123" not in repr(settings)
     assert "enroll-SECRET-123" not in redact("token enroll-SECRET-123 leaked")
@@ -254,7 +258,8 @@ def test_settings_env_versions_and_secret_registration(monkeypatch: pytest.Monke
 def test_settings_errors_name_the_variable(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError, match=var):
-        load_cairn_settings()
+        settings = load_cairn_settings()
+        get_provider(settings.provider, settings)  # a provider reads its own CAIRN_<NAME>_* variables
 
 
 def test_subjects_and_message_ids() -> None:

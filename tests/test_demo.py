@@ -1,14 +1,20 @@
-"""``make demo`` in its short mode: the embedded stack and the whole Procfile fleet, end to end."""
+"""``make demo`` in its short mode: the embedded stack and the whole Procfile fleet, end to end, and Ctrl-C."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from deploy.demo import activity_payloads, bar
+from deploy.devstack import procfile
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_TIMEOUT_S = 420
@@ -33,3 +39,79 @@ def test_demo_short_mode_completes_both_sides() -> None:
     assert "Flower: http://127.0.0.1:5555" in out
     assert "== transcripts ==" in out and "market" in out.lower()
     assert "ACTIVITY_TYPE_" in out
+
+
+STATE_IN_FLIGHT = re.compile(r"\] \d\d:\d\d/\d\d:\d\d (downloading|ready|transcribing|completed)")
+STOP_ORDER = ["stopping the fleet", "stopping the dev Cairn core", "stopping fake Strava", "stopping fake Telegram",
+              "stopping the dev Voicy API", "stopping S3", "stopping NATS", "stopping Redis"]
+
+
+def _listening(url: str) -> bool:
+    host, _, port = url.split("//", 1)[1].split("/", 1)[0].partition(":")
+    with socket.socket() as sock:
+        return sock.connect_ex((host, int(port))) == 0
+
+
+@pytest.mark.skipif(not _port_free(5555), reason="Flower's demo port 5555 is in use on this machine")
+def test_ctrl_c_stops_the_fleet_first_then_nats_and_redis_without_a_traceback() -> None:
+    """Ctrl-C as a terminal sends it (SIGINT to the demo's whole process group) while jobs are in flight:
+    every fleet process exits on its SIGTERM, then core and the fakes stop, then S3, NATS, Redis last."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "deploy.demo", "--short", "--timeout", "300"], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    seen: list[str] = []
+    assert proc.stdout is not None
+    for row in proc.stdout:
+        seen.append(row)
+        if row.startswith("SUMMARY"):
+            proc.communicate(timeout=DEMO_TIMEOUT_S)
+            pytest.fail("the run ended before the test saw a job in flight:\n" + "".join(seen))
+        if STATE_IN_FLIGHT.search(row):
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    rest, _ = proc.communicate(timeout=DEMO_TIMEOUT_S)
+    out = "".join(seen) + rest
+    assert proc.returncode == 130, out[-4000:]
+    assert "Traceback" not in out, out[-4000:]
+    assert [row for row in out.splitlines() if row.startswith("stopping ")] == STOP_ORDER, out[-4000:]
+    assert "every process exited on SIGTERM" in out, out[-4000:]
+    [stack] = [row for row in out.splitlines() if row.startswith("stack: ")]
+    redis_url, nats_url = re.findall(r"(?:Redis|NATS) (\S+?),", stack)
+    assert not _listening(redis_url) and not _listening(nats_url)
+    last = out.rstrip().splitlines()[-1]
+    assert last.startswith("the fleet's logs are kept in "), out[-4000:]
+    log_dir = Path(last.removeprefix("the fleet's logs are kept in "))
+    try:
+        assert sorted(log.stem for log in log_dir.glob("*.log")) == sorted(procfile.entries())
+        for log in log_dir.glob("*.log"):
+            assert "Traceback" not in log.read_text(errors="replace"), log.name
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def test_help_reads_as_help() -> None:
+    out = subprocess.run([sys.executable, "-m", "deploy.demo", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "--timeout SECONDS" in out.stdout and "after this many seconds" in out.stdout
+    assert "\n\nCtrl-C stops the fleet first" in out.stdout  # paragraphs kept, not one flattened block
+    assert "``" not in out.stdout  # no docstring markup
+
+
+def test_bars_fill_from_the_streamed_parts_and_activities_come_in_date_order() -> None:
+    streaming = {"status": "transcribing", "partialResultParts": [{"timeCode": "00:00", "text": "a"},
+                                                                  {"timeCode": "01:02", "text": "b"}]}
+    assert bar("long", streaming, 124.0) == f"  long     [{'#' * 15}{'.' * 15}] 01:02/02:04 transcribing, 2 parts"
+    assert "[" + "." * 30 + "]" in bar("long", {"status": "ready"}, 124.0)
+    done = {"status": "completed", "resultParts": [{"timeCode": "01:50", "text": "c"}]}
+    assert "[" + "#" * 30 + "] 02:04/02:04 completed" in bar("long", done, 124.0)
+
+    class Result:
+        def __init__(self, *starts: str) -> None:
+            self.data = {"events": [{"activity": {"payload": {"startTime": s}}} for s in starts]}
+
+    payloads = activity_payloads([Result("2026-12-03T08:00:00Z"),
+                                  Result("2026-11-29T16:00:00Z", "2026-12-01T12:00:00Z")])
+    assert [p["startTime"] for p in payloads] == ["2026-11-29T16:00:00Z", "2026-12-01T12:00:00Z",
+                                                  "2026-12-03T08:00:00Z"]

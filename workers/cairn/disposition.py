@@ -27,6 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from workers.logs import redact
 
 REASON_MAX_CHARS = 300  # a reason is a log hint, not a payload
+# No NAK goes out faster than this (the bridge applies it to every NAK, the rate limiter to its
+# waits): consumers have unlimited MaxDeliver, so an instant NAK would be redelivered in a hot loop.
+MIN_NAK_DELAY_S = 1.0
 MAX_NAK_DELAY_S = 24 * 3600.0 + 60.0  # a daily window plus grace is the longest wait we anchor to
 
 Action = Literal["ack", "nak", "term"]

@@ -7,6 +7,7 @@ here and the bridge terms it with a failure envelope.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -51,6 +52,10 @@ class ReconcileJob(_Job):
         return [] if value is None else value
 
 
+_VERSION = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}")  # contract §1: parser versions are N.M
+_LEGACY_VERSION = re.compile(r"[0-9]{1,9}")
+
+
 class BlobRef(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -69,11 +74,21 @@ class ParseBlobJob(FetchSourceJob):
     @field_validator("min_parser_version", mode="before")
     @classmethod
     def _legacy_integer(cls, value: Any) -> str | None:
-        """A legacy bare integer ``N`` reads as ``N.0`` (contract §1)."""
+        """A legacy bare integer ``N`` reads as ``N.0`` (contract §1); anything but ``N.M`` is poison.
+
+        Checked here, at admission, so ``"one.two"`` or ``"1.x"`` is a bad payload (envelope +
+        term) and never reaches the version comparison, where it used to raise on every delivery.
+        """
         if value is None or str(value).strip() == "":
             return None
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ValueError("min_parser_version must be a string N.M or an integer N")
         text = str(value).strip()
-        return text if "." in text else f"{int(text)}.0"
+        if _LEGACY_VERSION.fullmatch(text):
+            text = f"{int(text)}.0"
+        if not _VERSION.fullmatch(text):
+            raise ValueError("min_parser_version is not N.M")
+        return text
 
 
 class ImportGearJob(_Job):
@@ -156,13 +171,9 @@ from workers.cairn.messages import (  # noqa: E402
     Capability,
     ConfigField,
     CredsReply,
-    DiscoverItem,
-    DiscoverReply,
-    DiscoverRequest,
     ManifestRecord,
     NeedsReauthRequest,
     OAuthExchangeError,
-    OAuthExchangeReply,
     OAuthExchangeRequest,
     OAuthMeta,
     OkReply,
@@ -178,9 +189,9 @@ from workers.cairn.messages import (  # noqa: E402
 
 __all__ = [
     "AccountLookupReply", "AccountLookupRequest", "AccountRequest", "BackfillJob", "BlobRef", "Capability",
-    "ConfigField", "CredsReply", "DiscoverItem", "DiscoverReply", "DiscoverRequest", "FetchSourceJob",
+    "ConfigField", "CredsReply", "FetchSourceJob",
     "ImportGearJob", "ImportMetricsJob", "JOB_MODELS", "ManifestRecord", "NeedsReauthRequest",
-    "OAuthExchangeError", "OAuthExchangeReply", "OAuthExchangeRequest", "OAuthMeta", "OkReply", "ParseBlobJob",
+    "OAuthExchangeError", "OAuthExchangeRequest", "OAuthMeta", "OkReply", "ParseBlobJob",
     "PresenceRecord", "PresignDownloadReply", "PresignDownloadRequest", "PresignUploadReply",
     "PresignUploadRequest", "ProviderMeta", "ReconcileJob", "TokenReply", "TokenStoreRequest", "parse_job",
     "parse_version", "parser_refusal",

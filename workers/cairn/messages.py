@@ -1,9 +1,12 @@
 """Pydantic models for the JSON request/reply bodies and KV records of contract 0.7.
 
 Job payloads are in :mod:`workers.cairn.jobs`; this module holds everything
-else that crosses the wire as plain JSON: discover (§8), OAuth exchange
-(§9b), token/creds replies (§9, reference §2.5), presign (reference §2.6),
-account lookup (§9a), and the presence (§2) and manifest (§1) records.
+else that crosses the wire as plain JSON: the OAuth exchange request and
+error (§9b), token/creds replies (§9, reference §2.5), presign (reference
+§2.6), account lookup (§9a), and the presence (§2) and manifest (§1) records.
+The bodies a provider itself returns (the discover request and reply, §8, and
+the exchange reply, ``OAuthTokens``) are defined once, with the provider
+contract, in :mod:`workers.providers.models`.
 
 Inbound models ignore unknown fields (core adds fields between releases);
 outbound models are built by us and serialized with :func:`to_wire`, which
@@ -24,7 +27,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 from workers.cairn.wire import parse_rfc3339, rfc3339
 
 SHA256_HEX_PATTERN = r"^[0-9a-f]{64}$"
-DISCOVER_ERRORS = ("bad_request", "rate_limited", "transient", "account_gone")
 EXCHANGE_ERRORS = ("exchange_failed", "bad_request", "transient")
 
 
@@ -71,42 +73,6 @@ def https_or_loopback(url: str) -> str:
     raise ValueError("must be an https URL (http only on a loopback host)")
 
 
-# --------------------------------------------------------------------------- discover (§8)
-
-class DiscoverRequest(Inbound):
-    account_id: str = Field(min_length=1)
-    start_page: int = 1
-
-    @field_validator("start_page", mode="before")
-    @classmethod
-    def _at_least_one(cls, value: Any) -> int:
-        return max(1, int(value or 1))
-
-
-class DiscoverItem(Outbound):
-    item_type: str = "activity"
-    external_id: str = Field(min_length=1)
-    item_time: datetime | None = None
-
-
-class DiscoverReply(Outbound):
-    """``items`` + ``next_page``, or ``complete``, or ``rate_limited`` partial, or ``error``.
-
-    Never an empty success when the cause was an error or a rate limit: build
-    an error reply with :meth:`failed` instead.
-    """
-
-    items: list[DiscoverItem] | None = None
-    next_page: int | None = None
-    complete: bool | None = None
-    rate_limited: bool | None = None
-    error: str | None = None
-
-    @classmethod
-    def failed(cls, error: str) -> DiscoverReply:
-        return cls(error=error)
-
-
 # --------------------------------------------------------------------------- OAuth exchange (§9b)
 
 class OAuthExchangeRequest(Inbound):
@@ -116,15 +82,6 @@ class OAuthExchangeRequest(Inbound):
     code: str = Field(min_length=1, repr=False)
     redirect_uri: str = ""
     code_verifier: str | None = Field(default=None, repr=False)
-
-
-class OAuthExchangeReply(Outbound):
-    access_token: str = Field(repr=False)
-    refresh_token: str = Field(default="", repr=False)
-    expires_at: datetime
-    scope: str = ""
-    token_type: str = "Bearer"
-    provider_account_id: str = Field(min_length=1)
 
 
 class OAuthExchangeError(Outbound):

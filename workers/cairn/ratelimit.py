@@ -6,6 +6,11 @@ the Strava worker's limiter JSON ``{capacity, used, window_start,
 window_reset_at}`` (reference §3.8). ``reserve`` is a compare-and-set loop so
 any number of processes share one budget without overspending; ``observe``
 syncs the state from the provider's usage headers on every response.
+
+Which windows exist, their fallback capacities and lengths are the
+provider's (``Provider.rate_windows()``, typed ``RateWindow`` specs); this
+module knows no provider's numbers. A window the provider did not declare is
+unlimited until the provider reports a limit for it.
 """
 
 from __future__ import annotations
@@ -18,32 +23,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from google.protobuf import json_format
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
+
 from workers.cairn import subjects
-from workers.providers.base import ProviderRateLimited, ProviderTransientError, WindowUsage
+from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.providers.errors import ProviderRateLimited, ProviderTransientError
+from workers.providers.windows import RateWindow, WindowUsage
+from workers.cairn.disposition import MIN_NAK_DELAY_S
 
 CAS_ATTEMPTS = 200
 CAS_BACKOFF_BASE_S = 0.0002  # jittered backoff after a lost CAS round: base × 2^attempt, capped
 CAS_BACKOFF_MAX_S = 0.02
 CAS_GIVE_UP_RETRY_S = 0.06  # after CAS_ATTEMPTS lost rounds: a soft deny with a ~60 ms retry
 KV_TIMEOUT_S = 5.0
-WINDOW_LENGTH_S = {"short": 15 * 60, "daily": 24 * 3600, "webhook": 15 * 60}
-DEFAULT_WINDOW_S = 15 * 60
-FALLBACK_CAPACITY = {"short": 100, "daily": 1000, "webhook": 20}
-RESET_GRACE_S = 5.0  # the provider's window boundary plus a little: wake after it, not before
-MIN_NAK_DELAY_S = 1.0
-
-
-def next_quarter_hour(now: datetime, grace_s: float = RESET_GRACE_S) -> datetime:
-    """Strava's short window resets on the quarter hour (reference §3.8), plus grace."""
-    now = now.astimezone(UTC)
-    base = now.replace(minute=(now.minute // 15) * 15, second=0, microsecond=0)
-    return base + timedelta(minutes=15, seconds=grace_s)
-
-
-def next_midnight_utc(now: datetime, grace_s: float = RESET_GRACE_S) -> datetime:
-    """The daily window resets at 00:00 UTC, plus grace."""
-    now = now.astimezone(UTC)
-    return now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1, seconds=grace_s)
+UNDECLARED_WINDOW_LENGTH_S = 15 * 60  # a window the provider reports but never declared
+CAS_CONFLICT_ERR_CODES = (10071, 10164)  # JetStream "wrong last sequence" as a BadRequestError
 
 
 def nak_delay_s(reset_at: datetime, now: datetime | None = None) -> float:
@@ -99,10 +94,11 @@ class WindowState:
 class RateLimiter:
     """KV-backed limiter; ``hook(app_id)`` gives the provider a ``RateLimitHook`` for one job."""
 
-    def __init__(self, nats_thread: Any, settings: Any) -> None:
+    def __init__(self, nats_thread: Any, settings: Any, windows: Sequence[RateWindow] = ()) -> None:
         self._nats = nats_thread
         self.provider = str(settings.provider)
         self.pool = str(settings.worker_name)
+        self.windows = {w.name: w for w in windows}
         self._kv: Any = None
 
     def _bucket(self) -> Any:
@@ -118,8 +114,6 @@ class RateLimiter:
         return subjects.rate_limit_key(self.provider, app_id or self.pool, window)
 
     async def _read(self, kv: Any, key: str) -> tuple[WindowState, int]:
-        from nats.js.errors import KeyNotFoundError
-
         try:
             entry = await kv.get(key)
         except KeyNotFoundError:
@@ -132,14 +126,13 @@ class RateLimiter:
 
     async def _reserve_one(self, kv: Any, key: str, window: str, n: int) -> None:
         """The CAS loop of one window, on the NATS loop thread (reference §3.8)."""
-        from nats.js.errors import KeyWrongLastSequenceError
-
+        spec = self.windows.get(window)
         for attempt in range(CAS_ATTEMPTS):
             state, revision = await self._read(kv, key)
             now = datetime.now(UTC)
             if state.window_reset_at is None or now >= state.window_reset_at:
-                length = WINDOW_LENGTH_S.get(window, DEFAULT_WINDOW_S)
-                state = WindowState(state.capacity or FALLBACK_CAPACITY.get(window, 0), 0, now,
+                length = spec.length_s if spec else UNDECLARED_WINDOW_LENGTH_S
+                state = WindowState(state.capacity or (spec.capacity if spec else 0), 0, now,
                                     now + timedelta(seconds=length))
             if state.capacity <= 0:
                 return  # unknown window: unlimited
@@ -195,25 +188,21 @@ class RateLimiter:
         self._nats.run(put_all(), KV_TIMEOUT_S)
 
     def snapshot(self, app_id: str | None) -> dict[str, Any]:
-        """A RateLimitSnapshot (protojson dict) of the short and daily windows."""
-        short, _ = self._get(self.key(app_id, "short"))
-        daily, _ = self._get(self.key(app_id, "daily"))
-        body: dict[str, Any] = {"shortRemaining": max(0, short.capacity - short.used),
-                                "shortLimit": short.capacity,
-                                "longRemaining": max(0, daily.capacity - daily.used),
-                                "longLimit": daily.capacity}
-        if short.window_reset_at:
-            body["shortResetAt"] = _iso(short.window_reset_at)
-        if daily.window_reset_at:
-            body["longResetAt"] = _iso(daily.window_reset_at)
+        """A RateLimitSnapshot (protojson dict) of the windows the provider places in one
+        (``RateWindow.snapshot_as``: Strava's 15-minute window is ``short``, its daily ``long``)."""
+        body: dict[str, Any] = {}
+        for spec in self.windows.values():
+            if spec.snapshot_as is None:
+                continue
+            state, _ = self._get(self.key(app_id, spec.name))
+            body[f"{spec.snapshot_as}Remaining"] = max(0, state.capacity - state.used)
+            body[f"{spec.snapshot_as}Limit"] = state.capacity
+            if state.window_reset_at:
+                body[f"{spec.snapshot_as}ResetAt"] = _iso(state.window_reset_at)
         return body
 
     def snapshot_pb(self, app_id: str | None) -> Any:
         """The same snapshot as a ``cairn.worker.v1.RateLimitSnapshot`` message."""
-        from google.protobuf import json_format
-
-        from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
-
         return json_format.ParseDict(self.snapshot(app_id), pb.RateLimitSnapshot())
 
     def hook(self, app_id: str | None) -> AppHook:
@@ -223,9 +212,7 @@ class RateLimiter:
 def _is_cas_conflict(exc: BaseException, cls: type) -> bool:
     if isinstance(exc, cls):
         return True
-    from nats.js.errors import BadRequestError
-
-    return isinstance(exc, BadRequestError) and getattr(exc, "err_code", None) in (10071, 10164)
+    return isinstance(exc, BadRequestError) and getattr(exc, "err_code", None) in CAS_CONFLICT_ERR_CODES
 
 
 @dataclass

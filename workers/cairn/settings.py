@@ -8,9 +8,8 @@ Versions (contract §1 Versioning) are three independent things:
   presence record as ``release``.
 * the dataset ``N`` is the archive format of the raw blob;
 * the parser version ``N.M`` is what ``JobResult.worker_version`` and the
-  presence/manifest ``version`` carry. ``PARSER_VERSION`` is the contract
-  layer's default; a provider declares its own (``Provider.parser_version``),
-  which always wins.
+  presence/manifest ``version`` carry. Only the provider knows it
+  (``Provider.parser_version``, Strava's in ``providers/strava/dataset.py``).
 
 Dev builds are exempt from the release check (§1). :func:`is_dev_build` is the
 one rule for "dev build": ``CAIRN_RELEASE`` is validated with it, and the
@@ -33,7 +32,6 @@ from workers.logs import register_secret
 
 WORKER_RELEASE = "v0.7.0"
 WORKER_VERSION = WORKER_RELEASE  # the release string, not the parser version
-PARSER_VERSION = "1.0"  # dataset 1, output revision 0
 RELEASE_PATTERN = r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"  # vX.Y.Z[-pre][+build]
 # A dev build: ``dev`` itself or anything starting with it (``dev-abc123``, ``dev.3``, ``dev+g1``), or a
 # release whose pre-release or build part has an identifier starting with ``dev`` (``v0.8.0-dev.3``,
@@ -41,8 +39,6 @@ RELEASE_PATTERN = r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"  
 DEV_BUILD_PATTERN = (r"^(?:dev[0-9A-Za-z.+-]*"
                      r"|v?\d+\.\d+(?:\.\d+)?[-+](?:[0-9A-Za-z]+[.+-])*dev[0-9A-Za-z.+-]*)$")
 _DEV_BUILD_RE = re.compile(DEV_BUILD_PATTERN, re.IGNORECASE)
-PARSER_VERSION_PATTERN = r"^\d+\.\d+$"
-DEFAULT_STRAVA_BASE_URL = "https://www.strava.com"
 DEFAULT_MAX_IN_FLIGHT = 16
 DEFAULT_WORKER_PACKAGE = "switchyard.providers.strava"
 DEFAULT_ACK_WAIT_S = 30.0
@@ -97,7 +93,6 @@ class CairnSettings(CairnTimings):
     worker_package: str = DEFAULT_WORKER_PACKAGE
     instance_id: str = Field(default_factory=_default_instance_id, validation_alias=AliasChoices(
         "CAIRN_WORKER_INSTANCE_ID", "CAIRN_INSTANCE_ID"))  # the Strava worker's name first, as presence reads it
-    strava_base_url: str = DEFAULT_STRAVA_BASE_URL
     release: str = WORKER_RELEASE
     ack_wait_s: float = Field(default=DEFAULT_ACK_WAIT_S, gt=0)
     # At least 2: with 1 every job would be termed on arrival, before it ever ran (no failure yet counts).
@@ -124,13 +119,6 @@ class CairnSettings(CairnTimings):
         if not (re.match(RELEASE_PATTERN, value) or is_dev_build(value)):
             raise ValueError("must be a release vX.Y.Z or a dev build (dev, dev-<id>, vX.Y.Z-dev.N)")
         return value
-
-    @field_validator("strava_base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("https://", "http://")):
-            raise ValueError("must be an http(s) URL")
-        return value.rstrip("/")
 
     @field_validator("max_deliver")
     @classmethod

@@ -10,6 +10,18 @@ are provider-scoped request/reply subjects.
 
 from __future__ import annotations
 
+# The job kinds (the ``<kind>`` token of job and result subjects) are defined once, with the
+# provider contract that declares them; imported here so subject builders and callers use one name.
+from workers.providers.kinds import (  # noqa: F401 - re-exported
+    BACKFILL,
+    FETCH_SOURCE,
+    IMPORT_GEAR,
+    IMPORT_METRICS,
+    JOB_KINDS,
+    PARSE_BLOB,
+    RECONCILE,
+)
+
 JOBS_STREAM = "CAIRN_JOBS"
 RESULTS_STREAM = "CAIRN_RESULTS"
 EVENTS_STREAM = "CAIRN_EVENTS"
@@ -22,14 +34,6 @@ MANIFEST_BUCKET = "cairn_worker_manifests"
 RATE_LIMIT_BUCKET = "cairn_rate_limits"
 CORE_BUCKET = "cairn_core"
 CORE_INFO_KEY = "info"
-
-FETCH_SOURCE = "fetch_source"
-RECONCILE = "reconcile"
-PARSE_BLOB = "parse_blob"
-IMPORT_GEAR = "import_gear"
-IMPORT_METRICS = "import_metrics"
-BACKFILL = "backfill"
-JOB_KINDS = (FETCH_SOURCE, RECONCILE, PARSE_BLOB, IMPORT_GEAR, IMPORT_METRICS, BACKFILL)
 
 # Core request/reply responders answered by the pool share one queue group per pool,
 # so exactly one instance spends provider budget on each request (the published

@@ -17,7 +17,9 @@ What an event *means* is the provider's (``workers.providers.<name>.webhooks``,
 found by :func:`rules_for`, so this module imports no provider).
 
 :func:`handle_event` returns a :class:`Disposition`, like every job handler:
-whoever holds the message (the bridge's admission point) applies it. A lookup
+the bridge applies it. :func:`parse_event` is admission's parser for the
+webhook consumer kind (``bridges.cairn.webhooks``): an undecodable envelope or
+event is poison there (failure envelope + term). A lookup
 that says ``not_found`` / ``auto_import_suspended`` / anything else, or times
 out, is acked and dropped with one log line (Strava does not redeliver; the
 next reconcile catches up). A publish that fails is a transient NAK.
@@ -34,21 +36,30 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workers.cairn import subjects
 from workers.cairn.disposition import Disposition, ack, nak
-from workers.cairn.handlers.failure import terminate
 
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import Delivery, JobContext
+
+class JobContext(Protocol):
+    """What the handler needs of ``workers.cairn.handlers.context.JobContext`` (named here, not
+    imported: the handlers package registers this module, so an import back would be a cycle)."""
+
+    provider_name: str
+    worker_name: str
+    settings: Any
+    nats: Any
+
+    def request(self, subject: str, body: dict[str, Any], timeout_s: float = ...) -> dict[str, Any]: ...
+
+    def publish(self, subject: str, data: bytes, msg_id: str, timeout_s: float = ...) -> None: ...
 
 log = logging.getLogger(__name__)
 
 KIND = "webhook_event"  # the consumer kind the bridge registers for CAIRN_WEBHOOKS
-FAILURE_KIND = subjects.FETCH_SOURCE  # an undecodable webhook's envelope names the job it would have become
 LOOKUP_TIMEOUT_S = 1.0  # as the Strava worker: a webhook is best effort, the reconcile catches up
 NEEDS_REAUTH_TIMEOUT_S = 5.0
 PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take our publish: retry soon
@@ -60,38 +71,28 @@ MAX_LOG_TOKEN_CHARS = 64
 
 # --------------------------------------------------------------------------- what a provider decides
 
-@dataclass(frozen=True)
-class FetchActivity:
-    """Import (again) ``object_id``; ``tag`` names the event or coalescing bucket, ``not_before``
-    (unix s) holds the event back until its bucket has closed."""
+FETCH, DELETE, DEAUTHORIZE, IGNORE = "fetch", "delete", "deauthorize", "ignore"
 
-    owner_id: str
-    subscription_id: str
-    object_id: str
-    tag: str
+
+class WebhookJob(BaseModel):
+    """What one event asks of the pool: the admitted form of a CAIRN_WEBHOOKS message.
+
+    ``fetch``: import ``object_id`` (again); ``tag`` names the event or its
+    coalescing bucket and ``not_before`` (unix s) holds it back until the bucket
+    has closed. ``delete``: the activity is gone upstream. ``deauthorize``: the
+    owner revoked the app. ``ignore``: nothing to do (``reason`` says why).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    action: Literal["fetch", "delete", "deauthorize", "ignore"]
+    owner_id: str = ""
+    subscription_id: str = ""
+    object_id: str = ""
+    tag: str = ""
     not_before: float | None = None
-
-
-@dataclass(frozen=True)
-class DeleteActivity:
-    owner_id: str
-    subscription_id: str
-    object_id: str
-    event_time: int
-
-
-@dataclass(frozen=True)
-class Deauthorize:
-    owner_id: str
-    subscription_id: str
-
-
-@dataclass(frozen=True)
-class Ignore:
-    reason: str
-
-
-WebhookAction = FetchActivity | DeleteActivity | Deauthorize | Ignore
+    event_time: int = 0
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class WebhookRules(Protocol):
 
     def verify(self, query: dict[str, str]) -> VerifyReply: ...
 
-    def classify(self, body: bytes) -> WebhookAction: ...
+    def classify(self, body: bytes) -> WebhookJob: ...
 
 
 _rules: dict[str, WebhookRules | None] = {}
@@ -222,68 +223,68 @@ def lookup_account(ctx: JobContext, owner_id: str, subscription_id: str) -> tupl
     return Account(account_id, user_id), ""
 
 
-# --------------------------------------------------------------------------- the handler
+# --------------------------------------------------------------------------- admission and handler
 
-def handle_event(ctx: JobContext, data: bytes, delivery: Delivery, *,
-                 rules: WebhookRules | None = None, now: Callable[[], float] = time.time) -> Disposition:
-    """One CAIRN_WEBHOOKS message → the disposition (ack, coalescing NAK, transient NAK, envelope+term)."""
-    rules = rules if rules is not None else rules_for(ctx.provider_name)
-    try:
-        _, body = decode_envelope(data)
-        if rules is None:
-            raise ValueError(f"provider {ctx.provider_name} has no webhook rules")
-        action = rules.classify(body)
-    except ValueError as exc:
-        ref = {"job_id": f"{subjects.WEBHOOKS_STREAM}-{delivery.stream_seq}"}
-        return terminate(ctx, FAILURE_KIND, ref, delivery, code="bad_webhook", message=str(exc),
-                         error_class="ERROR_CLASS_INVALID_INPUT")
-    if isinstance(action, Ignore):
-        log.info("webhook ignored: %s", action.reason)
-        return ack(f"ignored: {action.reason}")
-    if isinstance(action, FetchActivity) and action.not_before is not None:
-        wait_s = action.not_before - now()
+def parse_event(raw: bytes, rules: WebhookRules | None) -> WebhookJob:
+    """Admission's parser for the webhook consumer kind: envelope → provider event → job.
+
+    Raises on anything undecodable (the bridge's admission then publishes a
+    failure envelope and terms the message: never a redelivery loop).
+    """
+    if rules is None:
+        raise ValueError("this pool has no webhook rules")
+    _, body = decode_envelope(raw)
+    return rules.classify(body)
+
+
+def handle_event(ctx: JobContext, job: WebhookJob | dict[str, Any], delivery: Any, *,
+                 now: Callable[[], float] = time.time) -> Disposition:
+    """Run one admitted webhook job (``workers.cairn.handlers.HANDLERS[KIND]``)."""
+    job = job if isinstance(job, WebhookJob) else WebhookJob.model_validate(job)
+    if job.action == IGNORE:
+        log.info("webhook ignored: %s", job.reason)
+        return ack(f"ignored: {job.reason}")
+    if job.action == FETCH and job.not_before is not None:
+        wait_s = job.not_before - now()
         if wait_s > 0:  # coalescing: not a failure, the burst's bucket is still open
             return nak(max(wait_s, MIN_COALESCE_NAK_S), reason="coalescing updates", failure=False)
-    account, why = lookup_account(ctx, action.owner_id, action.subscription_id)
+    account, why = lookup_account(ctx, job.owner_id, job.subscription_id)
     if account is None:
-        log.info("webhook for %s owner %s dropped: %s", ctx.provider_name, action.owner_id, why)
+        log.info("webhook for %s owner %s dropped: %s", ctx.provider_name, job.owner_id, why)
         return ack(f"dropped: {why}")
     try:
-        return _apply(ctx, action, account)
+        return _apply(ctx, job, account)
     except Exception as exc:  # noqa: BLE001 - every publish failure is transient
-        log.warning("webhook %s not published: %s", type(action).__name__, type(exc).__name__)
+        log.warning("webhook %s not published: %s", job.action, type(exc).__name__)
         return nak(PUBLISH_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}")
 
 
-def _apply(ctx: JobContext, action: WebhookAction, account: Account) -> Disposition:
+def _apply(ctx: JobContext, job: WebhookJob, account: Account) -> Disposition:
     provider = ctx.provider_name
-    if isinstance(action, FetchActivity):
-        job_id = webhook_job_id(provider, ctx.worker_name, action.owner_id, action.object_id, action.tag)
+    if job.action == FETCH:
+        job_id = webhook_job_id(provider, ctx.worker_name, job.owner_id, job.object_id, job.tag)
         body = {"job_id": job_id, "account_id": account.account_id, "user_id": account.user_id,
-                "provider": provider, "ext_id": action.object_id, "fetch_streams": True,
+                "provider": provider, "ext_id": job.object_id, "fetch_streams": True,
                 "reason": WEBHOOK_REASON}
         ctx.publish(subjects.job_subject(subjects.FETCH_SOURCE, provider, ctx.worker_name),
                     json.dumps(body, separators=(",", ":")).encode(), job_id)
-        log.info("webhook: fetch_source %s enqueued for account %s", action.object_id, account.account_id)
-        return ack(f"fetch enqueued ({action.tag})")
-    if isinstance(action, DeleteActivity):
+        log.info("webhook: fetch_source %s enqueued for account %s", job.object_id, account.account_id)
+        return ack(f"fetch enqueued ({job.tag})")
+    if job.action == DELETE:
         body = {"account_id": account.account_id, "user_id": account.user_id, "provider": provider,
-                "ext_id": action.object_id, "event_time": action.event_time}
+                "ext_id": job.object_id, "event_time": job.event_time}
         ctx.publish(subjects.SOURCE_DELETED_UPSTREAM, json.dumps(body, separators=(",", ":")).encode(),
-                    deleted_msg_id(provider, account.account_id, action.object_id))
-        log.info("webhook: source %s deleted upstream (account %s)", action.object_id, account.account_id)
+                    deleted_msg_id(provider, account.account_id, job.object_id))
+        log.info("webhook: source %s deleted upstream (account %s)", job.object_id, account.account_id)
         return ack("deleted upstream")
-    if isinstance(action, Deauthorize):
-        reply = ctx.request(subjects.token_subject(provider, "needs_reauth"),
-                            {"account_id": account.account_id, "reason": DEAUTHORIZED_REASON},
-                            NEEDS_REAUTH_TIMEOUT_S)
-        if reply.get("ok") is False:
-            log.info("webhook: core refused needs_reauth for account %s: %s", account.account_id,
-                     str(reply.get("error", ""))[:MAX_LOG_TOKEN_CHARS])
-        else:
-            log.info("webhook: account %s deauthorized upstream; core told", account.account_id)
-        return ack("deauthorized")
-    return ack()
+    reply = ctx.request(subjects.token_subject(provider, "needs_reauth"),
+                        {"account_id": account.account_id, "reason": DEAUTHORIZED_REASON}, NEEDS_REAUTH_TIMEOUT_S)
+    if reply.get("ok") is False:
+        log.info("webhook: core refused needs_reauth for account %s: %s", account.account_id,
+                 str(reply.get("error", ""))[:MAX_LOG_TOKEN_CHARS])
+    else:
+        log.info("webhook: account %s deauthorized upstream; core told", account.account_id)
+    return ack("deauthorized")
 
 
 # --------------------------------------------------------------------------- presence

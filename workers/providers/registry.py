@@ -1,9 +1,11 @@
-"""Provider lookup by name: adding a provider is one sub-package and one line here.
+"""Provider lookup by name: built-in providers here, any other through an entry point.
 
 Why import paths and not imports: the bridge and the tasks resolve the
 provider from configuration (``CAIRN_PROVIDER``) and must not import every
-provider's dependencies. Third-party providers can also register through the
-``switchyard.providers`` entry-point group without touching this file.
+provider's dependencies. A provider shipped in its own distribution registers
+in the ``switchyard.providers`` entry-point group
+(``garmin = switchyard_garmin.provider:GarminProvider``) and touches no
+module of this repository; docs/DESIGN.md has the recipe.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from workers.providers.base import Provider
 
 ENTRY_POINT_GROUP = "switchyard.providers"
 
-# name → "module:Class"; the class needs a ``from_settings(settings)`` classmethod.
+# name → "module:Class" of a ``Provider`` subclass, built with ``Class.from_settings(settings)``.
 PROVIDERS: dict[str, str] = {
     "strava": "workers.providers.strava.provider:StravaProvider",
 }
@@ -39,11 +41,16 @@ def _target(name: str) -> str:
     raise ConfigError(f"CAIRN_PROVIDER: unknown provider {name!r} (known: {', '.join(provider_names())})")
 
 
-def get_provider(name: str, settings: Any = None) -> Provider:
-    """Build the provider ``name``; ``settings`` is passed to its ``from_settings``."""
+def provider_class(name: str) -> type[Provider]:
+    """The ``Provider`` subclass registered as ``name``; ConfigError for anything else."""
     module_name, _, attr = _target(name.strip().lower()).partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
-    provider = cls.from_settings(settings) if hasattr(cls, "from_settings") else cls()
-    if not isinstance(provider, Provider):
+    if not (isinstance(cls, type) and issubclass(cls, Provider)):
         raise ConfigError(f"CAIRN_PROVIDER: {name!r} does not implement the Provider interface")
-    return provider
+    return cls
+
+
+def get_provider(name: str, settings: Any = None) -> Provider:
+    """Build the provider ``name``; ``settings`` (the pool's ``CairnSettings``) goes to its
+    ``from_settings``."""
+    return provider_class(name).from_settings(settings)

@@ -270,6 +270,17 @@ class DevCairnCore:
     def stream_info(self, name: str) -> Any:
         return self._call(self.js.stream_info(name))
 
+    def stream_holds(self, seq: int, stream: str = bs.STREAM_JOBS) -> bool:
+        """Whether ``stream`` still holds message ``seq``; on the work-queue job stream, whether the
+        job is still pending (not yet acked or termed by the pool)."""
+        async def run() -> bool:
+            try:
+                await self.js.get_msg(stream, seq)
+            except NotFoundError:
+                return False
+            return True
+        return self._call(run())
+
     def kv_get(self, bucket: str, key: str) -> Any:
         async def run() -> Any:
             try:

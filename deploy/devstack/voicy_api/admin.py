@@ -26,9 +26,8 @@ from bson import ObjectId
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from deploy.devstack.voicy_api.app import MAX_ERROR_UNITS
 from deploy.devstack.voicy_api.store import DuplicateClientError, Store, now
-from deploy.devstack.voicy_api.validate import js_slice
+from deploy.devstack.voicy_api.validate import MAX_ERROR_UNITS, iso, js_slice
 
 _message_ids = itertools.count(1000)
 _created_lock = threading.Lock()
@@ -106,8 +105,6 @@ CAMEL = {"filePath": "file_path", "fileSize": "file_size", "mimeType": "mime_typ
 
 
 def _jsonable(doc: dict[str, Any]) -> dict[str, Any]:
-    from deploy.devstack.voicy_api.app import iso
-
     return {("id" if k == "_id" else k): (str(v) if isinstance(v, ObjectId) else iso(v)) for k, v in doc.items()}
 
 

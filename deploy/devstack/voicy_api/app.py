@@ -27,17 +27,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from deploy.devstack.voicy_api.admin import AdminApi
 from deploy.devstack.voicy_api.policy import Policy
 from deploy.devstack.voicy_api.publish import Publisher, PublishError
 from deploy.devstack.voicy_api.store import Store, now
-from deploy.devstack.voicy_api.validate import (ApiError, js_slice, js_truthy, object_id, progress_fields,
-                                                result_fields)
+from deploy.devstack.voicy_api.validate import (MAX_ERROR_UNITS, ApiError, iso, js_slice, js_truthy, object_id,
+                                                progress_fields, result_fields)
 from workers.voicy.telegram import is_token_bearing
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_048_576  # express.json({limit: "1mb"})
-MAX_ERROR_UNITS = 2000
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 ACTIVE4 = ["downloading", "ready", "transcribing", "processing"]
 TRANSCRIBING = ["transcribing", "processing"]
@@ -53,13 +53,6 @@ SOURCE_KEYS = ["fileId", "fileUniqueId", "filePath", "localSourcePath", "fileSiz
                "sourceKind", "sourceUrl"]
 CLAIMS = ("claim-download", "claim-ready", "claim")
 POST_ACTIONS = ("downloaded", "transcribe", "heartbeat", "progress", "result", "failure")
-
-
-def iso(value: Any) -> Any:
-    """``Date.toJSON()``: ISO-8601 UTC with milliseconds."""
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-    return value
 
 
 def serialize(job: dict[str, Any]) -> dict[str, Any]:
@@ -327,8 +320,6 @@ class WorkerApi:
 
 
 def build_app(state: ServerState) -> Starlette:
-    from deploy.devstack.voicy_api.admin import AdminApi
-
     api, admin = WorkerApi(state), AdminApi(state)
 
     async def root(request: Request) -> Response:

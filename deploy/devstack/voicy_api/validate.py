@@ -1,15 +1,22 @@
-"""Body validation for progress and result, in the real server's exact order (reference §1.9, §1.10)."""
+"""Body validation for progress and result, in the real server's exact order (reference §1.9, §1.10).
+
+Also the JavaScript value semantics the whole dev server shares (``.length``,
+``slice``, truthiness, ``Date.toJSON()``), so ``app`` (the Worker API) and
+``admin`` (the dev endpoints) both import them from here and not from each other.
+"""
 
 from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from typing import Any
 
 from bson import ObjectId
 
 MAX_TEXT = 100_000
 MAX_PARTS = 5000
+MAX_ERROR_UNITS = 2000  # a failure's lastError is cut at this many UTF-16 code units
 _HEX24 = re.compile(r"^[0-9a-fA-F]{24}$")
 
 
@@ -17,6 +24,13 @@ class ApiError(Exception):
     def __init__(self, status: int, code: str) -> None:
         super().__init__(code)
         self.status, self.code = status, code
+
+
+def iso(value: Any) -> Any:
+    """``Date.toJSON()``: ISO-8601 UTC with milliseconds."""
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return value
 
 
 def js_len(s: str) -> int:

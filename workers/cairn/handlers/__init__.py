@@ -14,12 +14,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from workers.cairn import webhooks
 from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.handlers import fetch_source, gear_metrics, parse_blob, reconcile
 from workers.cairn.handlers.context import Delivery, JobContext, build_context, reset_context
 from workers.cairn.handlers.discover import discover
 from workers.cairn.handlers.exchange import exchange
 from workers.cairn.handlers.failure import disposition_for, terminate
+from workers.cairn.jobs import PARSER_REFUSED_NAK_DELAY_S, parse_job, parser_refusal
 
 log = logging.getLogger(__name__)
 
@@ -29,20 +31,25 @@ HANDLERS = {
     "parse_blob": parse_blob.handle,
     "import_gear": gear_metrics.handle_gear,
     "import_metrics": gear_metrics.handle_metrics,
+    webhooks.KIND: webhooks.handle_event,  # CAIRN_WEBHOOKS events (bridges.cairn.webhooks)
 }
 
 __all__ = ["Delivery", "Disposition", "JobContext", "ack", "build_context", "discover", "exchange",
-           "handle_job", "nak", "reset_context", "term"]
+           "handle_job", "nak", "reset_context", "run_admitted", "term"]
 
 
 def handle_job(ctx: JobContext, kind: str, payload: dict[str, Any],
                delivery: Delivery | int | dict[str, Any] | None = None) -> Disposition:
-    """Run one job and say what the bridge should do with its message."""
-    from workers.cairn.jobs import parse_job
+    """Judge a raw payload and run it: the whole path for a caller that holds no admitted job.
 
+    The bridge does not come this way: its admission (``bridges.cairn.admission``)
+    parses and judges every message once, and the task runs the admitted job with
+    :func:`run_admitted` (through ``run.run_job``). This entry keeps the same rules
+    for direct callers (tests, tools): a poison payload or an unsupported kind is an
+    envelope + term, a ``parse_blob`` our parser must not read is a NAK that is not a failure.
+    """
     run = Delivery.coerce(delivery)
-    handler = HANDLERS.get(kind)
-    if handler is None:
+    if kind not in HANDLERS:
         return terminate(ctx, kind, payload if isinstance(payload, dict) else {}, run,
                          code="unsupported_job", message=f"this pool does not serve {kind}")
     try:
@@ -50,10 +57,22 @@ def handle_job(ctx: JobContext, kind: str, payload: dict[str, Any],
     except (ValidationError, ValueError, TypeError) as exc:
         return terminate(ctx, kind, payload if isinstance(payload, dict) else {}, run,
                          code="bad_payload", message=_describe(exc))
+    refusal = parser_refusal(job, ctx.provider.parser_version)
+    if refusal:
+        return nak(PARSER_REFUSED_NAK_DELAY_S, reason=f"parser refuses: {refusal}", failure=False)
+    return run_admitted(ctx, kind, job, run)
+
+
+def run_admitted(ctx: JobContext, kind: str, job: Any, delivery: Delivery) -> Disposition:
+    """Run a job that admission already parsed and judged; every failure maps onto ack/nak/term."""
+    handler = HANDLERS.get(kind)
+    if handler is None:  # admission only admits the kinds this pool consumes; a newer bridge's kind
+        return terminate(ctx, kind, job, delivery, code="unsupported_job",
+                         message=f"this pool does not serve {kind}")
     try:
-        return handler(ctx, job, run)
+        return handler(ctx, job, delivery)
     except Exception as exc:  # noqa: BLE001 - every failure maps onto ack/nak/term
-        return disposition_for(ctx, kind, job, run, exc)
+        return disposition_for(ctx, kind, job, delivery, exc)
 
 
 def _describe(exc: Exception) -> str:

@@ -26,14 +26,17 @@ from typing import Any
 
 import httpx
 
-from workers.cairn.claimcheck import ClaimCheck, WorkerStamp
+from workers.cairn.claimcheck import PUBLISH_TIMEOUT_S, ClaimCheck, WorkerStamp
 from workers.cairn.compat import CoreGate
-from workers.cairn.nats_conn import REQUEST_TIMEOUT_S, CoreRequestError, request_json
+from workers.cairn.nats_conn import REQUEST_TIMEOUT_S, CoreRequestError, NatsThread, request_json
+from workers.cairn.ratelimit import RateLimiter
+from workers.cairn.settings import load_cairn_settings
 from workers.providers.base import Provider
+from workers.providers.registry import get_provider
+from workers.redisconn import sync_client
 
 log = logging.getLogger(__name__)
 
-PUBLISH_TIMEOUT_S = 10.0  # one JetStream publish, PubAck included
 BLOB_HTTP_TIMEOUT_S = 30.0  # presigned PUT/GET of one body (reference §3.9)
 
 
@@ -156,13 +159,6 @@ def reset_context() -> None:
 
 
 def _build(settings: Any) -> JobContext:
-    import redis
-
-    from workers.cairn.nats_conn import NatsThread
-    from workers.cairn.ratelimit import RateLimiter
-    from workers.cairn.settings import load_cairn_settings
-    from workers.providers.registry import get_provider
-
     settings = settings or load_cairn_settings()
     provider = get_provider(str(settings.provider), settings)
     nats_thread = NatsThread(settings)
@@ -170,8 +166,8 @@ def _build(settings: Any) -> JobContext:
     # The limiter opens the cairn_rate_limits bucket on first use, from the calling thread; if
     # core has not created it yet, that job fails transiently and is retried, rather than this
     # process running without the shared budget for the rest of its life.
-    limiter = RateLimiter(nats_thread, settings)
-    return JobContext(settings=settings, nats=nats_thread, redis=redis.Redis.from_url(redis_url),
+    limiter = RateLimiter(nats_thread, settings, provider.rate_windows())  # the provider's windows
+    return JobContext(settings=settings, nats=nats_thread, redis=sync_client(redis_url),
                       provider=provider, http=provider.new_http_client(), limiter=limiter,
                       blob_http=httpx.Client(timeout=BLOB_HTTP_TIMEOUT_S))
 

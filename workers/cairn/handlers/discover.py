@@ -11,17 +11,16 @@ Core marks the account rate-limited when the error text says ``rate_limited``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, fetch_tokens
+from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.fetch_source import provider_context
 from workers.logs import redact
-from workers.providers.base import DiscoverReply, DiscoverRequest, ProviderError, ProviderRateLimited
-
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import JobContext
+from workers.providers.errors import ProviderError, ProviderRateLimited
+from workers.providers.models import DiscoverReply, DiscoverRequest
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +52,16 @@ def discover(ctx: JobContext, request: dict[str, Any]) -> dict[str, Any]:
     return _checked(reply)
 
 
+def valid_discover_reply(reply: object) -> bool:
+    """At least one of error/items/complete/next_page present and non-null (reference §5).
+
+    The bridge checks the pool's reply with it before answering core, and the
+    conformance check (``switchyard check cairn``) checks the pool's answer with it.
+    """
+    return isinstance(reply, dict) and any(reply.get(k) is not None
+                                           for k in ("error", "items", "complete", "next_page"))
+
+
 def _checked(reply: DiscoverReply) -> dict[str, Any]:
     body = reply.to_wire()
     if body.get("error"):
@@ -61,3 +70,9 @@ def _checked(reply: DiscoverReply) -> dict[str, Any]:
         if not body.get("next_page"):
             return {"error": "discover returned no items and no continuation"}
     return body
+
+
+def valid_discover_reply(reply: object) -> bool:
+    """At least one of error/items/complete/next_page present and non-null (reference §5)."""
+    return isinstance(reply, dict) and any(reply.get(k) is not None
+                                           for k in ("error", "items", "complete", "next_page"))

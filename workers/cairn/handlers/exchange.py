@@ -12,18 +12,16 @@ fetches when the token response lacks it.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from workers.cairn.handlers.context import JobContext
 from workers.logs import redact, register_secret
-from workers.providers.base import (
+from workers.providers.errors import (
     ProviderAuthError,
     ProviderPermanentError,
     ProviderRateLimited,
     ProviderTransientError,
 )
-
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import JobContext
 
 log = logging.getLogger(__name__)
 
@@ -62,5 +60,7 @@ def exchange(ctx: JobContext, request: dict[str, Any]) -> dict[str, Any]:
         return _error("transient", f"exchange failed ({type(exc).__name__}); retry")
     register_secret(tokens.access_token)
     register_secret(tokens.refresh_token)
+    if not tokens.provider_account_id:  # §9b: core links the connection by this id
+        return _error("exchange_failed", "the provider named no account id")
     log.info("oauth exchange done for provider account %s", tokens.provider_account_id)
     return tokens.to_wire()

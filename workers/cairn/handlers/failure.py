@@ -19,26 +19,24 @@ only waits for the window: a reconcile's sub-jobs may wait out many windows.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workers.cairn import wire
 from workers.cairn.claimcheck import ClaimCheckError
-from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable
+from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, report_needs_reauth
 from workers.cairn.disposition import Disposition, nak, term
+from workers.cairn.handlers.context import Delivery, JobContext, reconcile_result_subject, result_subject
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import failure_msg_id
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import redact
-from workers.providers.base import (
+from workers.providers.errors import (
     ProviderAuthError,
     ProviderError,
     ProviderNotFound,
     ProviderPermanentError,
     ProviderRateLimited,
 )
-
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import Delivery, JobContext
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +77,6 @@ def failure_envelope(ctx: JobContext, job: Any, *, code: str, message: str,
 def publish_failure(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *, code: str,
                     message: str, error_class: str = "ERROR_CLASS_INVALID_INPUT") -> None:
     """Publish the envelope on the job's result subject (msg-id ``failed:<p>:<ext|job>:d<n>``)."""
-    from workers.cairn.handlers.context import reconcile_result_subject, result_subject
-
     envelope = failure_envelope(ctx, job, code=code, message=message, error_class=error_class)
     account_id = _job_field(job, "account_id")
     if kind == "reconcile" and account_id:
@@ -114,8 +110,6 @@ def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, ex
     if isinstance(exc, CredentialsRevoked):
         return terminate(ctx, kind, job, delivery, code=exc.code, message=str(exc), error_class=exc.error_class)
     if isinstance(exc, ProviderAuthError):
-        from workers.cairn.credentials import report_needs_reauth
-
         account_id = str(getattr(job, "account_id", "") or "")
         if account_id:
             report_needs_reauth(ctx, account_id, exc.code or "unauthorized")

@@ -12,18 +12,16 @@ failure: envelope + Term, never a NAK loop.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workers.cairn.claimcheck import strict_result
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack
+from workers.cairn.handlers.context import Delivery, JobContext, result_subject
 from workers.cairn.handlers.failure import Permanent
 from workers.cairn.handlers.fetch_source import provider_context
 from workers.cairn.subjects import result_msg_id
-from workers.providers.base import IMPORT_GEAR, IMPORT_METRICS
-
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import Delivery, JobContext
+from workers.providers.kinds import IMPORT_GEAR, IMPORT_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +31,6 @@ def _declared(ctx: JobContext, kind: str) -> bool:
 
 
 def handle_gear(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
-    from workers.cairn.handlers.context import result_subject
-
     if not _declared(ctx, IMPORT_GEAR):
         raise Permanent("unsupported_job", f"{ctx.provider_name} does not serve import_gear")
     tokens = fetch_tokens(ctx, job.account_id)
@@ -47,13 +43,10 @@ def handle_gear(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
 
 
 def handle_metrics(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
-    from workers.cairn.handlers.context import result_subject
-
-    importer = getattr(ctx.provider, "import_metrics", None)
-    if not _declared(ctx, IMPORT_METRICS) or importer is None:
+    if not _declared(ctx, IMPORT_METRICS):
         raise Permanent("unsupported_job", f"{ctx.provider_name} declares no metrics")
     tokens = fetch_tokens(ctx, job.account_id)
-    events = importer(provider_context(ctx, job, tokens.access_token, tokens.app_id), job)
+    events = ctx.provider.import_metrics(provider_context(ctx, job, tokens.access_token, tokens.app_id), job)
     job_id = job.job_id or f"metrics-{job.account_id}-{job.since_unix}"
     ctx.claimcheck.publish_claim_checked(result_subject(IMPORT_METRICS, ctx.provider_name, ctx.worker_name),
                                          strict_result({"events": list(events)}), result_msg_id(job_id))

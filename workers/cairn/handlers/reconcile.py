@@ -32,19 +32,16 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from workers.cairn import wire
 from workers.cairn.claimcheck import PublishError
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack
+from workers.cairn.handlers.context import Delivery, JobContext, job_subject, reconcile_result_subject
 from workers.cairn.handlers.fetch_source import provider_context
 from workers.cairn.jobs import ReconcileJob
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import reconcile_subjob_msg_id, result_msg_id
-
-if TYPE_CHECKING:
-    from workers.cairn.handlers.context import Delivery, JobContext
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +105,6 @@ def reconcile_result(new_watermark: datetime | None) -> pb.JobResult:
 
 
 def handle(ctx: JobContext, job: ReconcileJob, delivery: Delivery) -> Disposition:
-    from workers.cairn.handlers.context import reconcile_result_subject
-
     watermark = job.watermark
     subject = reconcile_result_subject(ctx.provider_name, job.account_id)
     msg_id = result_msg_id(str(job.job_id))
@@ -135,8 +130,6 @@ def handle(ctx: JobContext, job: ReconcileJob, delivery: Delivery) -> Dispositio
 
 
 def _run(ctx: JobContext, job: ReconcileJob, watermark: datetime | None) -> tuple[int, datetime | None]:
-    from workers.cairn.handlers.context import job_subject
-
     tokens = fetch_tokens(ctx, job.account_id)
     pctx = provider_context(ctx, job, tokens.access_token, tokens.app_id)
     cap = job.max_enqueue or DEFAULT_MAX_ENQUEUE

@@ -1,11 +1,10 @@
-"""The Strava provider: API client, usage headers, mapping, dataset-1 archive.
+"""The Strava provider: API client, usage headers and windows, mapping, dataset-1 archive.
 
 ``StravaProvider`` (in ``provider.py``) is the only name the rest of
-Switchyard needs; the registry imports it lazily.
+Switchyard needs, and the registry imports it by path
+(``workers.providers.strava.provider:StravaProvider``). This package module
+imports nothing, so ``from workers.providers.strava import client`` inside the
+provider is no import cycle.
 """
 
 from __future__ import annotations
-
-from workers.providers.strava.provider import StravaProvider
-
-__all__ = ["StravaProvider"]

@@ -22,14 +22,13 @@ from typing import Any
 import httpx
 
 from workers.logs import register_secret
-from workers.providers.base import (
-    NullRateLimitHook,
+from workers.providers.errors import (
     ProviderAuthError,
     ProviderNotFound,
     ProviderPermanentError,
     ProviderTransientError,
-    RateLimitHook,
 )
+from workers.providers.windows import NullRateLimitHook, RateLimitHook
 from workers.providers.strava.usage import DAILY_WINDOW, SHORT_WINDOW, parse_usage, rate_limited_from_429
 
 log = logging.getLogger(__name__)
@@ -99,6 +98,18 @@ class StravaClient:
         if not isinstance(body, dict):
             raise ProviderTransientError("GET streams: expected a JSON object")
         return body
+
+    def get_segment(self, segment_id: str) -> dict[str, Any]:
+        """``GET /segments/{id}`` (DetailedSegment: adds ``map.polyline``, ``total_elevation_gain``)."""
+        return self._object(f"/segments/{_safe_id(segment_id)}", None)
+
+    def get_photos(self, activity_id: str, size: int) -> list[dict[str, Any]]:
+        """``GET /activities/{id}/photos?size=…&photo_sources=true``: urls and sizes keyed by ``size``."""
+        body = self._get(f"/activities/{_safe_id(activity_id)}/photos",
+                         {"size": size, "photo_sources": "true"})
+        if not isinstance(body, list):
+            raise ProviderTransientError("GET photos: expected a JSON list")
+        return [p for p in body if isinstance(p, dict)]
 
     def get_gear(self, gear_id: str) -> dict[str, Any]:
         """``GET /gear/{id}`` (DetailedGear: name, brand, model, distance, retired …)."""

@@ -18,12 +18,26 @@ import email.utils
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from workers.providers.base import ProviderRateLimited, WindowUsage
+from workers.providers.errors import ProviderRateLimited
+from workers.providers.windows import RateWindow, WindowUsage
 
 SHORT_WINDOW = "short"
 DAILY_WINDOW = "daily"
 WEBHOOK_WINDOW = "webhook"
 SHORT_WINDOW_S = 15 * 60
+DAILY_WINDOW_S = 24 * 3600
+WEBHOOK_WINDOW_S = 15 * 60
+# Until a response reports the app's real limits: Strava's default read budget per app.
+SHORT_FALLBACK_CAPACITY = 100
+DAILY_FALLBACK_CAPACITY = 1000
+WEBHOOK_FALLBACK_CAPACITY = 20  # webhook-triggered fetches spend a small 15-min window of their own
+WEBHOOK_REASON = "webhook"  # a fetch_source job core published for a webhook event
+# The windows the shared limiter keeps per Strava app (``strava.<app_id>.<window>``).
+RATE_WINDOWS = (
+    RateWindow(SHORT_WINDOW, SHORT_FALLBACK_CAPACITY, SHORT_WINDOW_S, snapshot_as="short"),
+    RateWindow(DAILY_WINDOW, DAILY_FALLBACK_CAPACITY, DAILY_WINDOW_S, snapshot_as="long"),
+    RateWindow(WEBHOOK_WINDOW, WEBHOOK_FALLBACK_CAPACITY, WEBHOOK_WINDOW_S),
+)
 RESET_GRACE_S = 5.0  # wait a little past the boundary: our clock and Strava's differ
 
 READ_LIMIT_HEADER = "X-ReadRateLimit-Limit"

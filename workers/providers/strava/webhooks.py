@@ -39,8 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from workers.cairn.webhooks import (Deauthorize, DeleteActivity, FetchActivity, Ignore, VerifyReply,
-                                    WebhookAction)
+from workers.cairn.webhooks import DEAUTHORIZE, DELETE, FETCH, IGNORE, VerifyReply, WebhookJob
 from workers.config import load_settings
 from workers.logs import register_secret
 
@@ -104,33 +103,31 @@ class StravaWebhookRules:
         challenge = str(query.get("hub.challenge") or "")
         return _reply(200, json.dumps({"hub.challenge": challenge}).encode(), JSON)
 
-    def classify(self, body: bytes) -> WebhookAction:
+    def classify(self, body: bytes) -> WebhookJob:
         """The action for one event body; ``ValueError`` when it is not a Strava event."""
         try:
             event = StravaEvent.model_validate_json(body)
         except ValidationError as exc:
             raise ValueError("not a Strava push event: " + "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['type']}" for e in exc.errors()[:5])) from None
-        owner, obj = str(event.owner_id), str(event.object_id)
-        sub = str(event.subscription_id) if event.subscription_id else ""
+        ids = {"owner_id": str(event.owner_id), "object_id": str(event.object_id),
+               "subscription_id": str(event.subscription_id) if event.subscription_id else ""}
         if event.object_type == "athlete":
             if event.aspect_type == "update" and str(event.updates.get("authorized", "")).lower() == "false":
-                return Deauthorize(owner_id=owner, subscription_id=sub)
-            return Ignore(f"athlete {event.aspect_type}")
+                return WebhookJob(action=DEAUTHORIZE, **ids)
+            return WebhookJob(action=IGNORE, reason=f"athlete {event.aspect_type}")
         if event.object_type != "activity":
-            return Ignore(f"object_type {event.object_type}")
+            return WebhookJob(action=IGNORE, reason=f"object_type {event.object_type}")
         if event.aspect_type == "create":
-            return FetchActivity(owner_id=owner, subscription_id=sub, object_id=obj, tag=f"c{event.event_time}",
-                                 not_before=None)
+            return WebhookJob(action=FETCH, tag=f"c{event.event_time}", event_time=event.event_time, **ids)
         if event.aspect_type == "update":
             width = float(self.settings.coalesce_s)
             start = int(event.event_time // width * width)
-            return FetchActivity(owner_id=owner, subscription_id=sub, object_id=obj, tag=f"u{start}",
-                                 not_before=start + width + COALESCE_GRACE_S)
+            return WebhookJob(action=FETCH, tag=f"u{start}", not_before=start + width + COALESCE_GRACE_S,
+                              event_time=event.event_time, **ids)
         if event.aspect_type == "delete":
-            return DeleteActivity(owner_id=owner, subscription_id=sub, object_id=obj, event_time=event.event_time)
-        return Ignore(f"activity {event.aspect_type}")
-
+            return WebhookJob(action=DELETE, event_time=event.event_time, **ids)
+        return WebhookJob(action=IGNORE, reason=f"activity {event.aspect_type}")
 
 def rules() -> StravaWebhookRules:
     """The entry point ``workers.cairn.webhooks.rules_for`` looks up for provider ``strava``."""

@@ -1,0 +1,390 @@
+"""The Cairn bridge: pull the pool's JetStream messages and see each one to its disposition.
+
+``python -m bridges cairn``. One asyncio loop owns every NATS message it
+fetched from arrival to disposition (contract §3 ack discipline, C1, C2, C4):
+
+* it fetches only while fewer than ``CAIRN_MAX_IN_FLIGHT`` messages are held;
+* every held message gets ``in_progress`` every ``AckWait/3`` until it is
+  acked, NAKed or termed, whatever it is waiting for;
+* :func:`bridges.cairn.admission.admit` decides what happens to it — the only
+  place anything is judged: dispatch, adopt a dead bridge's running task, or
+  settle now (a recorded outcome, an envelope + term, a NAK);
+* a dispatched or adopted job is seen to its end by :mod:`bridges.cairn.execution`;
+* :mod:`bridges.cairn.settle` applies the disposition and keeps the failure count;
+* a term the bridge decides itself publishes the failure envelope first and
+  records the term in the outcome ledger before sending it, so a bridge killed
+  in between never publishes a second envelope;
+* anything that escapes all of that is a *failed* delivery (a NAK that counts),
+  so even a bug in the bridge ends in envelope + term after ~5 deliveries.
+
+What the bridge needs from Celery is injected (:class:`TaskSenders` and the
+result backend), as the Voicy bridge is given its dispatchers: this package
+imports nothing from ``tasks``. Discover and OAuth exchange responders run
+here too (:mod:`bridges.cairn.responders`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from bridges.cairn.admission import (Adopt, DeliveryMeta, Dispatch, MessageKind, RedisRecall, Rules, Settle,
+                                     admit, job_kind)
+from bridges.cairn.consumers import JobConsumer, ensure_consumers, pool_consumers
+from bridges.cairn.envelopes import Envelopes, LoopNats
+from bridges.cairn.execution import TASK_FAILURE_NAK_DELAY_S, Execution, SendJob, Shutdown
+from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
+from bridges.cairn.results import TaskResults
+from bridges.cairn.settle import FailureCounts, Held, settle
+from workers.cairn import subjects
+from workers.cairn.compat import IncompatibleCoreError, check_core_release
+from workers.cairn.disposition import MIN_NAK_DELAY_S, Disposition, nak
+from workers.cairn.handlers.failure import ENVELOPE_FAILED_NAK_DELAY_S
+from workers.cairn.nats_conn import connect_options
+from workers.cairn.outcomes import LEASE_NAMESPACE, AsyncOutcomeLedger
+from workers.cairn.settings import CairnSettings, load_cairn_settings
+from workers.lease import Leases
+from workers.logs import redact
+from workers.providers.base import Provider
+from workers.providers.registry import get_provider
+from workers.redisconn import async_client, sync_client
+
+log = logging.getLogger(__name__)
+
+FETCH_WAIT_S = 2.0  # short: a fetch holds an in-flight slot, and nats-py fetches can stall (ecosystem §2.1)
+FETCH_ERROR_BACKOFF_S = 1.0
+DRAIN_MARGIN_S = 3.0  # held messages get the shutdown grace plus this to settle before we close
+EXIT_INCOMPATIBLE_CORE = 3
+EXIT_LOOP_FAILED = 4
+INITIAL_CONNECT_TIMEOUT_S = 30.0
+EXIT_NATS_UNREACHABLE = 5
+
+
+Consumption = tuple[JobConsumer, MessageKind]  # a durable consumer and how admission reads its messages
+# A plain request/reply subject the bridge answers itself (subject, queue group, request → reply body),
+# e.g. the webhook verify handshake (bridges.cairn.webhooks): no pool call, no judgement.
+Reply = tuple[str, str, Callable[[bytes], bytes]]
+
+
+class NatsUnreachableError(Exception):
+    """NATS did not answer at start; the message names the variable to check."""
+
+
+@dataclass(frozen=True)
+class TaskSenders:
+    """How the bridge queues pool work (``tasks.cairn.dispatch_*``), injected by ``bridges.__main__``."""
+
+    job: SendJob
+    discover: PoolSend
+    exchange: PoolSend
+
+
+def links_oauth_accounts(provider: Provider) -> bool:
+    meta = provider.manifest_meta() or {}
+    return meta.get("auth_method") == "oauth2"
+
+
+class CairnBridge:
+    """One bridge instance; ``await run()`` until ``stop()``.
+
+    It consumes the pool's job subjects (``pool_consumers``), each admitted by its
+    ``job_kind``. Another consumer kind — webhook events on ``CAIRN_WEBHOOKS`` — is
+    one more :data:`Consumption` in ``extra``: its durable consumer (with its own
+    stream) and the :class:`MessageKind` admission reads it with. Same ack
+    discipline, same single decision point, same ledger; the task side serves it
+    through ``workers.cairn.handlers.HANDLERS[kind]``.
+    """
+
+    def __init__(self, settings: CairnSettings, senders: TaskSenders, backend: Any, *,
+                 provider: Provider | None = None, extra: Sequence[Consumption] = (),
+                 replies: Sequence[Reply] = ()) -> None:
+        self.settings = settings
+        self.senders, self.backend = senders, backend
+        self.provider = provider or get_provider(settings.provider, settings)
+        self.ack_wait_s = float(settings.ack_wait_s)
+        parser_version = str(self.provider.parser_version)
+        consumptions = [(c, job_kind(c.kind, parser_version)) for c in pool_consumers(settings, self.provider)]
+        consumptions += list(extra)
+        self.consumers = [c for c, _ in consumptions]
+        self.kinds: dict[str, MessageKind] = {c.kind: kind for c, kind in consumptions}
+        self.rules = Rules(settings.term_after_deliveries, settings.max_deliver)
+        self.replies = list(replies)
+        self._reply_subs: list[Any] = []
+        self.shutdown = Shutdown()
+        self._held: dict[tuple[str, int], Held] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.nc: nats.NATS | None = None
+        self.failed = False
+        self._resubscribe = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def _connect(self) -> nats.NATS | None:
+        """The first connection: bounded, and abandoned at once on SIGTERM.
+
+        nats-py retries forever with ``max_reconnect_attempts=-1`` (right once we
+        are connected); at start an unreachable server must stop the process with
+        a message naming the variable instead of hanging.
+        """
+        connect = asyncio.ensure_future(nats.connect(
+            **connect_options(self.settings), error_cb=self._nats_error,
+            disconnected_cb=self._nats_disconnected, reconnected_cb=self._nats_reconnected))
+        stop = asyncio.ensure_future(self.shutdown.event.wait())
+        done, _ = await asyncio.wait({connect, stop}, timeout=INITIAL_CONNECT_TIMEOUT_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if connect in done:
+            return connect.result()
+        connect.cancel()
+        if self.shutdown.stopping:
+            return None
+        raise NatsUnreachableError(f"cannot reach CAIRN_NATS_URL within {INITIAL_CONNECT_TIMEOUT_S:.0f}s")
+
+    def _wire(self, nc: nats.NATS) -> None:
+        """Build the collaborators, each with only what it needs."""
+        s = self.settings
+        self.js = nc.jetstream()
+        self._sync_redis = sync_client(s.redis_url)
+        self._aredis = async_client(s.redis_url)
+        leases = Leases(self._sync_redis, LEASE_NAMESPACE)
+        self.failures = FailureCounts(self._aredis)
+        self.ledger = AsyncOutcomeLedger(self._aredis)
+        self.recall = RedisRecall(self._aredis, leases.key)
+        self.results = TaskResults(self.backend, s.redis_url)
+        self.execution = Execution(self.senders.job, self.results, leases, self._aredis,
+                                   float(s.task_start_deadline_s), self.shutdown)
+        self.envelopes = Envelopes(s, self.provider, LoopNats(asyncio.get_running_loop(), nc, self.js))
+        exchange = subjects.oauth_exchange_subject(s.provider, s.worker_name)
+        config = ResponderConfig(subjects.discover_subject(s.provider, s.worker_name),
+                                 exchange if links_oauth_accounts(self.provider) else None,
+                                 s.worker_name,  # instances of one pool share requests
+                                 float(s.discover_deadline_s), float(s.exchange_deadline_s))
+        pool = PoolCalls(self.results, self.senders.discover, self.senders.exchange)
+        self.responders = Responders(nc, config, pool, self._sync_redis, self.spawn)
+
+    async def run(self) -> None:
+        self._slots = asyncio.Semaphore(self.settings.max_in_flight)
+        self.nc = await self._connect()
+        if self.nc is None:
+            return  # stopped before NATS answered
+        self._wire(self.nc)
+        try:
+            await self.results.start()
+            await check_core_release(self.js, self.settings.release)
+            await ensure_consumers(self.js, self.consumers, self.ack_wait_s, self.settings.max_deliver)
+            await self.responders.start()
+            await self._start_replies()
+            loops = [asyncio.create_task(self._pull_loop(c), name=f"pull-{c.kind}") for c in self.consumers]
+            for loop_task in loops:
+                loop_task.add_done_callback(self._loop_ended)
+            log.info("cairn bridge started: pool %s, %d job subjects, in-flight limit %d, AckWait %.1fs",
+                     self.settings.worker_name, len(self.consumers),
+                     self.settings.max_in_flight, self.ack_wait_s)
+            await self.shutdown.event.wait()
+            log.info("cairn bridge stopping: no more pulls; %d messages held", len(self._held))
+            # A loop finishes its current fetch; one waiting for a free slot is cancelled.
+            _, waiting = await asyncio.wait(loops, timeout=FETCH_WAIT_S + 1.0)
+            for loop_task in waiting:
+                loop_task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            await self._stop_replies()
+            await self.responders.stop()
+            await self._drain_held()
+        finally:
+            await self._close()
+        log.info("cairn bridge stopped")
+
+    async def _start_replies(self) -> None:
+        assert self.nc is not None
+        for subject, queue, answer in self.replies:
+            async def respond(msg: Msg, answer: Callable[[bytes], bytes] = answer) -> None:
+                if msg.reply:
+                    await msg.respond(answer(msg.data))
+            self._reply_subs.append(await self.nc.subscribe(subject, queue=queue, cb=respond))
+            log.info("responder on %s (queue group %s)", subject, queue)
+
+    async def _stop_replies(self) -> None:
+        for sub in self._reply_subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._reply_subs.clear()
+
+    async def _nats_error(self, exc: Exception) -> None:
+        log.warning("NATS error: %s", redact(f"{type(exc).__name__}: {exc}"))
+
+    async def _nats_disconnected(self) -> None:
+        log.warning("NATS disconnected; reconnecting")
+
+    async def _nats_reconnected(self) -> None:
+        self._resubscribe = True  # pull subscriptions may not resume by themselves (nats.py#504)
+        log.info("NATS reconnected")
+
+    def _loop_ended(self, task: asyncio.Task[Any]) -> None:
+        """A pull loop that dies leaves its subject unconsumed: stop loudly, let the supervisor restart us."""
+        if not task.cancelled() and task.exception() is not None and not self.shutdown.stopping:
+            log.error("%s died (%s); stopping the bridge", task.get_name(), redact(repr(task.exception())))
+            self.failed = True
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop pulling; held messages get ``CAIRN_SHUTDOWN_GRACE_S`` before they are NAKed."""
+        self.shutdown.begin(self.settings.shutdown_grace_s)
+
+    async def _drain_held(self) -> None:
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.settings.shutdown_grace_s + DRAIN_MARGIN_S)
+
+    async def _close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.results.close()
+        if self.nc is not None and not self.nc.is_closed:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+        with contextlib.suppress(Exception):
+            await self._aredis.aclose()
+        self._sync_redis.close()
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ------------------------------------------------------------------ pulling
+    async def _pull_loop(self, consumer: JobConsumer) -> None:
+        sub = await self.js.pull_subscribe_bind(durable=consumer.durable, stream=consumer.stream)
+        try:
+            while not self.shutdown.stopping:
+                if self._resubscribe or sub is None:
+                    sub = await self._rebind(consumer, sub)
+                    if sub is None:
+                        await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
+                        continue
+                await self._slots.acquire()
+                if self.shutdown.stopping:
+                    self._slots.release()
+                    break
+                try:
+                    msgs = await sub.fetch(1, timeout=FETCH_WAIT_S)
+                except (NatsTimeoutError, asyncio.TimeoutError):
+                    self._slots.release()
+                    continue
+                except Exception as exc:  # noqa: BLE001 - log, back off, bind again, fetch again
+                    self._slots.release()
+                    log.warning("fetch on %s failed: %s", consumer.subject, redact(str(exc)))
+                    await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
+                    sub = await self._rebind(consumer, sub)
+                    continue
+                for i, msg in enumerate(msgs):
+                    if i:  # fetch(1) returns one; stay correct if it ever returns more
+                        await self._slots.acquire()
+                    self.spawn(self._own(consumer, msg), name=f"held-{consumer.kind}")
+        finally:
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+
+    async def _rebind(self, consumer: JobConsumer, sub: Any) -> Any:
+        """A fresh pull subscription on the shared durable, or None if it cannot be bound now."""
+        self._resubscribe = False
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        try:
+            return await self.js.pull_subscribe_bind(durable=consumer.durable, stream=consumer.stream)
+        except Exception as exc:  # noqa: BLE001 - e.g. the durable was deleted: keep trying, loudly
+            log.error("cannot bind %s on %s: %s", consumer.durable, consumer.subject, type(exc).__name__)
+            return None
+
+    # ------------------------------------------------------------------ one message
+    async def _own(self, consumer: JobConsumer, msg: Msg) -> None:
+        meta = DeliveryMeta.from_msg(consumer.kind, msg)
+        held = Held(consumer, msg, meta.delivered, meta.seq)
+        self._held[(meta.stream, meta.seq)] = held
+        ticker = asyncio.create_task(self._keep_alive(held))
+        try:
+            if self.shutdown.stopping:
+                disposition = nak(MIN_NAK_DELAY_S, reason="bridge shutting down", failure=False)
+            else:
+                disposition = await self._decide(held, meta, msg.data)
+            await self._settle(held, disposition)
+        except Exception as exc:  # noqa: BLE001 - never leave a message without disposition
+            # Counted as a failure: whatever keeps failing here ends in envelope + term (C2).
+            log.exception("%s seq %d failed in the bridge: %s", meta.kind, meta.seq, redact(str(exc)))
+            await self._settle(held, nak(TASK_FAILURE_NAK_DELAY_S, reason="bridge error", failure=True))
+        finally:
+            ticker.cancel()
+            self._held.pop((meta.stream, meta.seq), None)
+            self._slots.release()
+
+    async def _decide(self, held: Held, meta: DeliveryMeta, raw: bytes) -> Disposition:
+        verdict = await admit(raw, meta, kinds=self.kinds, recall=self.recall, rules=self.rules)
+        held.failures = verdict.history.failures
+        if isinstance(verdict, Dispatch):
+            return await self.execution.dispatch(held, meta, verdict.payload)
+        if isinstance(verdict, Adopt):
+            return await self.execution.adopt(held, meta)
+        assert isinstance(verdict, Settle)
+        if verdict.recorded:
+            log.info("%s seq %d (delivery %d): applying the recorded outcome, not running it again",
+                     meta.kind, meta.seq, meta.delivered)
+        if verdict.envelope is None:
+            return verdict.disposition
+        if not await self.envelopes.publish(meta, verdict.envelope):
+            return nak(ENVELOPE_FAILED_NAK_DELAY_S, reason=f"failure envelope not published: {verdict.envelope.code}")
+        await self.ledger.record(meta.key, verdict.disposition)  # a redelivery terms without a second envelope
+        return verdict.disposition
+
+    async def _keep_alive(self, held: Held) -> None:
+        """C1: in_progress from arrival until disposition, below AckWait."""
+        interval = self.ack_wait_s / 3
+        while not held.settled:
+            await asyncio.sleep(interval)
+            if held.settled:
+                return
+            try:
+                await held.msg.in_progress()
+            except Exception as exc:  # noqa: BLE001 - keep trying; a lost tick is not fatal
+                log.warning("in_progress for seq %d failed: %s", held.seq, type(exc).__name__)
+
+    async def _settle(self, held: Held, disposition: Disposition) -> None:
+        await settle(held, disposition, self.failures, self.settings.term_after_deliveries)
+
+
+def main(senders: TaskSenders, backend: Any, extra: Sequence[Consumption] = (),
+         replies: Sequence[Reply] = ()) -> None:
+    """Entry point of ``python -m bridges cairn`` (``bridges.__main__`` injects the Celery side
+    and any consumer kind beyond the job subjects, ``extra``).
+
+    A bad setting raises ConfigError (``bridges.__main__`` exits 2); an
+    incompatible core exits ``EXIT_INCOMPATIBLE_CORE`` with the reason.
+    """
+    bridge = CairnBridge(load_cairn_settings(), senders, backend, extra=extra, replies=replies)
+
+    async def _run() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, bridge.stop)
+        await bridge.run()
+
+    try:
+        asyncio.run(_run())
+        if bridge.failed:
+            raise SystemExit(EXIT_LOOP_FAILED)
+    except NatsUnreachableError as exc:
+        print(f"switchyard cairn bridge: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_NATS_UNREACHABLE) from None
+    except IncompatibleCoreError as exc:
+        log.error("refusing to start: %s", exc)
+        print(f"switchyard cairn bridge: refusing to start: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_INCOMPATIBLE_CORE) from None

@@ -1,0 +1,53 @@
+"""Failure envelopes (contract §6) the bridge publishes itself, before terming a message admission gave up on.
+
+The envelope code is the handlers' (``workers.cairn.handlers.failure.publish_failure``),
+reused unchanged: same subject choice, same stamp, same ``failed:<p>:<ext|job>:d<n>``
+msg-id. That code is synchronous and speaks to NATS through a ``NatsThread``-like
+object, so it runs in a worker thread and its coroutines are handed back to the
+bridge's own event loop and connection (:class:`LoopNats`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from bridges.cairn.admission import DeliveryMeta, Envelope
+from workers.cairn.handlers.context import Delivery, JobContext
+from workers.cairn.handlers.failure import publish_failure
+from workers.providers.base import Provider
+
+log = logging.getLogger(__name__)
+
+
+class LoopNats:
+    """What a ``JobContext`` needs of a ``NatsThread`` (``run``, ``nc``, ``js``), on the bridge's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, nc: Any, js: Any) -> None:
+        self._loop, self.nc, self.js = loop, nc, js
+
+    def run(self, coro: Any, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+
+class Envelopes:
+    """Publishes the envelope of a message the bridge terms; True once core's stream has it."""
+
+    def __init__(self, settings: Any, provider: Provider, nats: LoopNats) -> None:
+        self._ctx = JobContext(settings=settings, nats=nats, redis=None, provider=provider,
+                               http=None, blob_http=None)  # type: ignore[arg-type]
+
+    def _publish(self, meta: DeliveryMeta, envelope: Envelope) -> None:
+        delivery = Delivery(attempt=meta.delivered, stream_seq=meta.seq, subject=meta.subject)
+        publish_failure(self._ctx, meta.kind, envelope.ref, delivery, code=envelope.code,
+                        message=envelope.message, error_class=envelope.error_class)
+
+    async def publish(self, meta: DeliveryMeta, envelope: Envelope) -> bool:
+        try:
+            await asyncio.to_thread(self._publish, meta, envelope)
+        except Exception as exc:  # noqa: BLE001 - no envelope, no term: the caller NAKs
+            log.warning("%s failure envelope for seq %d not published: %s", meta.kind, meta.seq,
+                        type(exc).__name__)
+            return False
+        return True

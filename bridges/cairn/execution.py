@@ -1,0 +1,181 @@
+"""Running an admitted job in the provider pool, or adopting the task a dead bridge left running.
+
+**Dispatch.** The bridge grants the job's lease (``workers.lease``, namespace
+``cairn``, key = the message's :class:`~workers.cairn.outcomes.MessageKey`) to a
+fresh token, unless a task is running it, and sends one ``cairn.job`` task
+carrying that token (through the injected sender). It then waits for the
+task's result on the Redis backend's pub/sub and, every
+``LEASE_CHECK_INTERVAL_S``, reads the lease through ``workers.lease.view``:
+
+* granted to us and not taken within ``CAIRN_TASK_START_DEADLINE_S`` (or we are
+  stopping) → the grant is revoked and the message NAKed; not a failure;
+* running with our token → the task lives; ``in_progress`` continues (the caller's ticker);
+* gone → before calling the task lost, the result gets ``LOST_TASK_GRACE_S`` to
+  arrive, then the stored result and the outcome ledger are read (a result whose
+  pub/sub message was missed is not lost). Only then a NAK: a failure if the task
+  had been seen running, none if it never started.
+
+**Adopt.** A redelivery whose lease is running belongs to a task a dead bridge
+sent. Running it again would fetch from Strava twice and publish a second
+result; so this bridge keeps the message (``in_progress`` continues) and polls
+the ledger and the lease together (one ``MGET``, atomic: the task records its
+outcome before releasing its lease) until the outcome is recorded — then applies
+it — or the lease is gone without one: the task died, a failed delivery. Adopted
+tasks are rare (a bridge died), so a poll is cheaper than a channel per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from bridges.cairn.admission import DeliveryMeta
+from bridges.cairn.results import TaskResults, TaskWatch
+from bridges.cairn.settle import Held
+from workers.cairn import outcomes
+from workers.cairn.disposition import MIN_NAK_DELAY_S, Disposition, nak
+from workers.cairn.outcomes import AsyncOutcomeLedger
+from workers.lease import LeaseState, Leases, granted, new_token, view
+
+log = logging.getLogger(__name__)
+
+LEASE_CHECK_INTERVAL_S = 1.0  # how often a waiting message looks at its task's lease
+ADOPTED_POLL_INTERVAL_S = 1.0  # how often an adopted task's ledger entry and lease are read
+LOST_TASK_GRACE_S = 3.0  # lease gone: the result may still be on its way (released just before return)
+TASK_FAILURE_NAK_DELAY_S = 2.0  # a task that raised: redeliver soon, but not in a hot loop
+REVOKED = "REVOKED"  # Celery's state of a task revoked before it ran (start deadline, operator)
+SUCCESS = "SUCCESS"
+
+SendJob = Callable[[str, dict[str, Any], dict[str, Any], str], None]  # (kind, job, meta, task_id)
+
+
+class Shutdown:
+    """The bridge's stop state as the waiters see it: stopping, and when the grace is over."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.deadline = float("inf")
+
+    @property
+    def stopping(self) -> bool:
+        return self.event.is_set()
+
+    def begin(self, grace_s: float) -> None:
+        if not self.event.is_set():
+            self.deadline = time.monotonic() + grace_s
+            self.event.set()
+
+    def grace_over(self) -> bool:
+        return self.event.is_set() and time.monotonic() > self.deadline
+
+
+def disposition_from_meta(meta: dict[str, Any]) -> Disposition:
+    """The task's returned disposition; a task that raised is a delayed, failed NAK, one that
+    was revoked before it ran is a delayed NAK that did not fail."""
+    status = meta.get("status")
+    if status == SUCCESS:
+        try:
+            return Disposition.model_validate(meta.get("result"))
+        except ValidationError:
+            return nak(TASK_FAILURE_NAK_DELAY_S, reason="task returned no valid disposition")
+    return nak(TASK_FAILURE_NAK_DELAY_S, reason=f"task ended {status}", failure=status != REVOKED)
+
+
+class Execution:
+    """Dispatches admitted jobs and waits for their outcome; adopts orphaned running tasks."""
+
+    def __init__(self, send_job: SendJob, results: TaskResults, leases: Leases, aredis: Any,
+                 start_deadline_s: float, shutdown: Shutdown) -> None:
+        self._send_job, self._results, self._leases = send_job, results, leases
+        self._r = aredis  # redis.asyncio client: lease and ledger reads on the event loop
+        self._ledger = AsyncOutcomeLedger(aredis)
+        self._start_deadline_s, self._shutdown = start_deadline_s, shutdown
+
+    # ------------------------------------------------------------------ dispatch
+    async def dispatch(self, held: Held, meta: DeliveryMeta, payload: dict[str, Any]) -> Disposition:
+        held.token = token = new_token()
+        key = meta.key
+        task_id = f"cairn-{meta.seq}-d{meta.delivered}-{uuid.uuid4().hex[:8]}"  # Flower: seq and delivery at a glance
+        task_meta = {**key.as_meta(), "delivery": meta.delivered, "subject": meta.subject, "lease_token": token}
+        watch = await self._results.watch(task_id)
+        try:
+            sent = await asyncio.to_thread(self._grant_and_send, meta, payload, task_meta, task_id)
+            if not sent:  # a task runs it already (the lease turned running since admission read it)
+                return await self.adopt(held, meta)
+            return await self._await_task(held, meta, watch)
+        finally:
+            await self._results.forget(watch)
+
+    def _grant_and_send(self, meta: DeliveryMeta, payload: dict[str, Any], task_meta: dict[str, Any],
+                        task_id: str) -> bool:
+        """Grant the lease, then queue the task that carries its token (one worker-thread hop:
+        both are blocking client calls, and this runs for every message)."""
+        if not self._leases.grant_unless_running(meta.key.id, str(task_meta["lease_token"]),
+                                                 self._start_deadline_s):
+            return False
+        self._send_job(meta.kind, payload, task_meta, task_id)
+        return True
+
+    async def _await_task(self, held: Held, meta: DeliveryMeta, watch: TaskWatch) -> Disposition:
+        lease_key = self._leases.key(meta.key.id)
+        while True:
+            done, _ = await asyncio.wait({watch.done}, timeout=LEASE_CHECK_INTERVAL_S)
+            if done:
+                return disposition_from_meta(watch.done.result())
+            lease = view(await self._r.get(lease_key))
+            if lease.state is LeaseState.RUNNING and lease.held_by(held.token):
+                held.running = True
+            elif lease.state is LeaseState.GRANTED and lease.held_by(held.token):
+                if self._shutdown.stopping or time.monotonic() - held.arrived > self._start_deadline_s:
+                    if await asyncio.to_thread(self._leases.release, meta.key.id, granted(str(held.token))):
+                        why = "shutting down" if self._shutdown.stopping else "task not started in time"
+                        return nak(MIN_NAK_DELAY_S, reason=f"{why}; revoked the queued task", failure=False)
+                    continue  # it was taken just now
+            else:
+                return await self._gone(held, meta, watch)
+            if self._shutdown.grace_over():
+                return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; handing the job to another instance",
+                           failure=False)
+
+    async def _gone(self, held: Held, meta: DeliveryMeta, watch: TaskWatch) -> Disposition:
+        """The lease is gone: the result may be on its way, stored, or recorded; else the task is lost."""
+        done, _ = await asyncio.wait({watch.done}, timeout=LOST_TASK_GRACE_S)
+        if done:
+            return disposition_from_meta(watch.done.result())
+        stored = await self._results.stored(watch.task_id)
+        if stored is not None and stored.get("status") in (SUCCESS, "FAILURE", REVOKED):
+            log.info("seq %d: result read from the backend (its pub/sub message was missed)", meta.seq)
+            return disposition_from_meta(stored)
+        recorded = await self._ledger.get(meta.key)
+        if recorded is not None:
+            log.info("seq %d: outcome read from the ledger", meta.seq)
+            return recorded
+        # A task lost mid-run failed (a job that kills its worker every time must end
+        # in a term); one that never started did not.
+        why = "lease expired: task lost" if held.running else "task never started"
+        return nak(MIN_NAK_DELAY_S, reason=why, failure=held.running)
+
+    # ------------------------------------------------------------------ adopt
+    async def adopt(self, held: Held, meta: DeliveryMeta) -> Disposition:
+        held.running = True  # it was running when we found it: vanishing without an outcome is a failure
+        key = meta.key
+        log.info("%s seq %d (delivery %d): adopted the running task of an earlier delivery",
+                 meta.kind, meta.seq, meta.delivered)
+        while True:
+            raw_outcome, raw_lease = await self._r.mget(outcomes.ledger_key(key), self._leases.key(key.id))
+            recorded = outcomes.decode(raw_outcome)
+            if recorded is not None:
+                log.info("%s seq %d: the adopted task's outcome is %s", meta.kind, meta.seq, recorded.action)
+                return recorded
+            if view(raw_lease).state is LeaseState.ABSENT:
+                return nak(MIN_NAK_DELAY_S, reason="adopted task lost without an outcome", failure=True)
+            if self._shutdown.grace_over():
+                return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; the adopted task is handed on",
+                           failure=False)
+            await asyncio.sleep(ADOPTED_POLL_INTERVAL_S)

@@ -1,0 +1,158 @@
+"""Await Celery task results from asyncio without polling: the Redis backend pushes them.
+
+Why not ``AsyncResult.get`` in a thread per message: the bridge holds up to
+``CAIRN_MAX_IN_FLIGHT`` messages plus responder requests, and a thread each
+would exhaust the default executor and starve the ``in_progress`` ticks.
+The Redis result backend already ``PUBLISH``es every state change on the
+task's meta key (``celery.backends.redis.RedisBackend._set``), so one
+``redis.asyncio`` pub/sub connection serves every waiter. Key names and the
+payload encoding come from the app's own backend (``get_key_for_task``,
+``decode_result``), so nothing here re-implements Celery's format.
+
+One connection, really. A ``redis.asyncio`` ``PubSub`` picks its connection
+lazily on its first command; two waiters subscribing at once right after
+start both found none, both took one, and the second replaced the first: the
+first subscription then lived on a connection nobody read and its result was
+never heard (issue 9, defect 3). So the connection is opened once, under a
+lock, before any waiter subscribes, and every (un)subscribe goes through the
+same lock.
+
+A state published before we subscribed is not lost: after subscribing we read
+the key once (``GET``) and resolve from it. :meth:`TaskResults.stored` is the
+same read on demand, the fallback before a lost task is NAKed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import states
+
+from workers.redisconn import async_client
+
+log = logging.getLogger(__name__)
+
+RECONNECT_BACKOFF_S = 1.0
+READ_TIMEOUT_S = 1.0  # pub/sub read wake-up, so a closed waiter notices promptly
+CONNECTED_CHANNEL = b"sy:cairn:results:connected"  # subscribed first: it opens the one connection
+
+
+@dataclass
+class TaskWatch:
+    """The states one task has reached, as the backend announced them."""
+
+    task_id: str
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Future[dict[str, Any]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+    state: str = states.PENDING
+
+    def _update(self, meta: dict[str, Any]) -> None:
+        status = str(meta.get("status", states.PENDING))
+        self.state = status
+        if status != states.PENDING:
+            self.started.set()
+        if status in states.READY_STATES and not self.done.done():
+            self.done.set_result(meta)
+
+
+class TaskResults:
+    """One pub/sub connection; ``watch(task_id)`` before sending, then await ``done``.
+
+    ``backend`` is the Celery app's result backend (``app.backend``): only its key
+    names and decoder are used.
+    """
+
+    def __init__(self, backend: Any, redis_url: str) -> None:
+        self._backend = backend
+        self._redis = async_client(redis_url)
+        self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        self._watches: dict[bytes, TaskWatch] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    def _key(self, task_id: str) -> bytes:
+        key = self._backend.get_key_for_task(task_id)
+        return key if isinstance(key, bytes) else str(key).encode()
+
+    async def start(self) -> None:
+        """Open the one pub/sub connection and its reader (also done by the first ``watch``)."""
+        async with self._lock:
+            await self._connect()
+
+    async def _connect(self) -> None:
+        """Under the lock: make sure the pub/sub has its connection and a reader reads it."""
+        if self._pubsub.connection is None:
+            await self._pubsub.subscribe(CONNECTED_CHANNEL)
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read_loop(), name="cairn-task-results")
+
+    async def watch(self, task_id: str) -> TaskWatch:
+        """Subscribe to ``task_id``'s state changes; call before the task is sent."""
+        key = self._key(task_id)
+        watch = TaskWatch(task_id)
+        self._watches[key] = watch
+        async with self._lock:
+            await self._connect()
+            await self._pubsub.subscribe(key)
+        current = await self._redis.get(key)
+        if current is not None:
+            watch._update(self._backend.decode_result(current))
+        return watch
+
+    async def stored(self, task_id: str) -> dict[str, Any] | None:
+        """The task's stored state (a ``GET``, no pub/sub): the read before giving a task up."""
+        current = await self._redis.get(self._key(task_id))
+        return None if current is None else self._backend.decode_result(current)
+
+    async def forget(self, watch: TaskWatch) -> None:
+        key = self._key(watch.task_id)
+        if self._watches.pop(key, None) is not None:
+            with contextlib.suppress(Exception):
+                async with self._lock:
+                    await self._pubsub.unsubscribe(key)
+
+    async def _read_loop(self) -> None:
+        while not self._closed:
+            try:
+                message = await self._pubsub.get_message(timeout=READ_TIMEOUT_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - reconnect and re-read every watched key
+                log.warning("result pub/sub failed (%s); resubscribing", type(exc).__name__)
+                await asyncio.sleep(RECONNECT_BACKOFF_S)
+                await self._resubscribe()
+                continue
+            if not message or message.get("type") != "message":
+                continue
+            watch = self._watches.get(message["channel"])
+            if watch is not None:
+                watch._update(self._backend.decode_result(message["data"]))
+
+    async def _resubscribe(self) -> None:
+        async with self._lock:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()
+            self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            keys = list(self._watches)
+            with contextlib.suppress(Exception):
+                await self._pubsub.subscribe(CONNECTED_CHANNEL, *keys)
+                if keys:
+                    for key, current in zip(keys, await self._redis.mget(keys), strict=True):
+                        if current is not None and key in self._watches:
+                            self._watches[key]._update(self._backend.decode_result(current))
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reader
+        with contextlib.suppress(Exception):
+            await self._pubsub.aclose()
+        await self._redis.aclose()

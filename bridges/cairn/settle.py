@@ -1,0 +1,148 @@
+"""The bridge's ack discipline (contract §3): applying a disposition, and counting failed deliveries.
+
+Why count failures and not deliveries: the contract terms "after ~5 deliveries
+of a *persistently failing* job", while a provider rate limit is a NAK "with
+delay anchored to the limit window". JetStream's ``num_delivered`` counts
+both, so a reconcile that enqueued hundreds of sub-jobs against a
+100-requests/15-min budget would see most of them termed after five waits and
+lost. A NAK is a failure only when its builder says so
+(``Disposition.counts_as_failure``): a transient error from the task, a task
+lost mid-run (a job that kills its worker every time is persistently failing),
+or the bridge's own catch-all. Rate-limit NAKs, parser refusals, hand-overs at
+shutdown and tasks that were never started do not count.
+
+Why Redis: every bridge instance of the pool binds the same durables, so the
+next delivery of a job may reach another instance; the count lives beside the
+job's lease and recorded outcome, under the same :class:`MessageKey`, and is
+deleted when the message is acked or termed. Its TTL outlives any redelivery
+we schedule (the longest NAK delay is a daily window), so a forgotten key
+expires instead of piling up.
+
+The recorded outcome (``workers.cairn.outcomes``) is consumed here too: a NAK
+deletes it in the same transaction that counts the failure (so the redelivery
+runs the job again and counts it once), an ack or term deletes it after the
+message is settled.
+
+Why every NAK has a delay: consumers have unlimited MaxDeliver by default
+(as the real Strava worker's), so a NAK without delay would be redelivered at
+once, for ever: a hot loop (``MIN_NAK_DELAY_S``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.aio.msg import Msg
+
+from bridges.cairn.consumers import JobConsumer
+from workers.cairn.disposition import MIN_NAK_DELAY_S, Disposition
+from workers.cairn.outcomes import MessageKey, failures_key, ledger_key
+from workers.logs import redact
+
+log = logging.getLogger(__name__)
+
+FAILURE_COUNT_TTL_S = 7 * 24 * 3600  # a week: outlives a day-long rate-limit NAK and what follows it
+
+
+@dataclass
+class Held:
+    """One fetched message the bridge owns until its disposition."""
+
+    consumer: JobConsumer
+    msg: Msg
+    delivery: int
+    seq: int
+    arrived: float = field(default_factory=time.monotonic)
+    token: str | None = None
+    running: bool = False
+    settled: bool = False
+    failures: int = 0  # failed deliveries before this one (read from Redis on arrival)
+
+    @property
+    def key(self) -> MessageKey:
+        meta = self.msg.metadata
+        return MessageKey(str(meta.stream or self.consumer.stream), self.seq, meta.timestamp.timestamp())
+
+
+class FailureCounts:
+    """Failed deliveries per message in Redis, shared by every bridge instance of the pool.
+
+    A first delivery has no count to read (nothing failed before it), which
+    keeps the Redis read off the hot path of nearly every job.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._r = client  # redis.asyncio.Redis
+
+    def key(self, held: Held) -> str:
+        return failures_key(held.key)
+
+    async def count(self, held: Held) -> int:
+        if held.delivery <= 1:
+            return 0
+        raw = await self._r.get(self.key(held))
+        return int(raw) if raw else 0
+
+    async def record(self, held: Held) -> int:
+        """One more failed delivery; the TTL restarts so a slowly failing job keeps its count.
+
+        The recorded outcome of this delivery is consumed in the same transaction.
+        """
+        key = self.key(held)
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, FAILURE_COUNT_TTL_S)
+            pipe.delete(ledger_key(held.key))
+            count, _, _ = await pipe.execute()
+        return int(count)
+
+    async def consume_outcome(self, held: Held) -> None:
+        """A NAK that is no failure: the redelivery must run the job, not re-apply this outcome."""
+        await self._r.delete(ledger_key(held.key))
+
+    async def clear(self, held: Held) -> None:
+        """The message is settled for good: its count and its recorded outcome go."""
+        await self._r.delete(self.key(held), ledger_key(held.key))
+
+
+async def settle(held: Held, disposition: Disposition, failures: FailureCounts, term_after: int) -> None:
+    """Apply ``disposition`` to the held message once; count a failed NAK before sending it.
+
+    The count is written before the NAK so the redelivery, on whichever
+    instance, already sees it. A count that cannot be written is logged and
+    the NAK still goes out: one missed count only delays the term by a delivery.
+    """
+    if held.settled:
+        return
+    held.settled = True
+    action, note = disposition.action, ""
+    delay_s = max(disposition.delay_s or 0.0, MIN_NAK_DELAY_S) if action == "nak" else 0.0
+    if action == "nak":
+        try:
+            if disposition.counts_as_failure:
+                note = f" [failure {await failures.record(held)} of {max(term_after - 1, 1)} before the term]"
+            else:
+                await failures.consume_outcome(held)
+        except Exception as exc:  # noqa: BLE001 - never hold a message back for its count
+            log.warning("failure count for seq %d not recorded: %s", held.seq, type(exc).__name__)
+    try:
+        if action == "ack":
+            await held.msg.ack()
+        elif action == "term":
+            await held.msg.term()
+        else:
+            await held.msg.nak(delay=delay_s)
+    except Exception as exc:  # noqa: BLE001 - JetStream redelivers after AckWait anyway
+        log.warning("%s for seq %d failed: %s", action, held.seq, type(exc).__name__)
+        return
+    if action != "nak":
+        try:
+            await failures.clear(held)
+        except Exception as exc:  # noqa: BLE001 - the keys expire on their own
+            log.warning("records of seq %d not cleared: %s", held.seq, type(exc).__name__)
+    log.info("%s %s seq %d (delivery %d)%s%s%s", action, held.consumer.kind, held.seq, held.delivery,
+             f" delay {delay_s:.1f}s" if delay_s else "",
+             f": {redact(disposition.reason)}" if disposition.reason else "", note)

@@ -1,0 +1,197 @@
+"""Import guards: no import cycle in the product packages, and the transcription engine stays Voicy-free.
+
+Read from the source (the AST of every module), not from ``sys.modules`` after
+an import: an import inside a function or under ``if TYPE_CHECKING:`` never
+runs at import time, yet it ties the two modules together just the same.
+
+How an import statement becomes an edge (as import-linter/grimp count them):
+``import a.b.c`` and ``from a.b import c`` point at ``a.b.c`` when that is a
+module of ours, else at the nearest enclosing module of ours (``from a.b
+import name`` points at ``a.b``). Relative imports are resolved first. The one
+exception is Celery's usual ``from tasks import app`` in a task module.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT_PACKAGES = ("tasks", "bridges", "workers", "ops", "deploy")
+CELERY_APP_PACKAGE = "tasks"
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module
+    target: str  # imported name, absolute (a module, or a module's attribute)
+    names: tuple[str, ...]  # for ``from X import a, b``: ("a", "b"); empty for ``import X``
+    line: int
+
+
+def modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` under ``packages`` (``pkg/__init__.py`` is ``pkg``)."""
+    found: dict[str, Path] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imports_of(module: str, path: Path) -> Iterator[Import]:
+    """Every import statement of ``module``, wherever it sits (top level, function, TYPE_CHECKING block)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, alias.name, (), node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield Import(module, target, tuple(a.name for a in node.names), node.lineno)
+
+
+def nearest_module(name: str, known: dict[str, Path]) -> str | None:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+        if not name:
+            return None
+    return name or None
+
+
+def is_celery_app_import(imp: Import) -> bool:
+    """``from tasks import app`` in a task module: Celery's usual shape, the one allowed cycle."""
+    return (imp.source.startswith(CELERY_APP_PACKAGE + ".") and imp.target == CELERY_APP_PACKAGE
+            and imp.names == ("app",))
+
+
+def import_graph(known: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """module -> {imported module of ours: first line}."""
+    graph: dict[str, dict[str, int]] = {m: {} for m in known}
+    for module, path in known.items():
+        for imp in imports_of(module, path):
+            if is_celery_app_import(imp):
+                continue
+            targets = [f"{imp.target}.{n}" for n in imp.names] or [imp.target]
+            for name in targets:
+                target = nearest_module(name, known)
+                if target is not None and target != module:
+                    graph[module].setdefault(target, imp.line)
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def describe(component: list[str], graph: dict[str, dict[str, int]], known: dict[str, Path]) -> str:
+    edges = [f"  {known[a].relative_to(ROOT)}:{line} imports {b}"
+             for a in component for b, line in sorted(graph[a].items()) if b in component]
+    return " <-> ".join(component) + "\n" + "\n".join(edges)
+
+
+# ------------------------------------------------------------------ the detector itself
+def test_the_cycle_finder_sees_type_only_and_function_level_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n")
+    (pkg / "b.py").write_text("def f():\n    from . import a\n    return a\n")
+    (pkg / "c.py").write_text("from pkg import a\n")  # one-way: no cycle
+    known = modules(tmp_path, ("pkg",))
+    assert cycles(import_graph(known)) == [["pkg.a", "pkg.b"]]
+
+
+def test_celery_app_import_is_the_only_exception(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "__init__.py").write_text("app = object()\nfrom tasks import beat, voicy\n")
+    (tasks / "beat.py").write_text("from tasks import app\n")  # allowed
+    (tasks / "voicy.py").write_text("from tasks import app, other\n")  # not only the app: a cycle
+    known = modules(tmp_path, ("tasks",))
+    assert cycles(import_graph(known)) == [["tasks", "tasks.voicy"]]
+
+
+# ------------------------------------------------------------------ the product
+def test_no_import_cycles_in_the_product_packages() -> None:
+    known = modules(ROOT, PRODUCT_PACKAGES)
+    graph = import_graph(known)
+    found = cycles(graph)
+    assert not found, "import cycles (type-only and function-level imports count):\n" + "\n".join(
+        describe(c, graph, known) for c in found)
+
+
+def test_no_import_cycles_outside_bridges() -> None:
+    """The same guard without ``bridges``, so the rest (the dev Voicy API's former app <-> admin cycle
+    included) stays guarded while the test above waits for the cairn-core branch."""
+    known = modules(ROOT, tuple(p for p in PRODUCT_PACKAGES if p != "bridges"))
+    graph = import_graph(known)
+    found = cycles(graph)
+    assert not found, "\n".join(describe(c, graph, known) for c in found)
+
+
+def test_transcribe_imports_nothing_from_voicy() -> None:
+    known = modules(ROOT, ("workers",))
+    offending = [f"{known[imp.source].relative_to(ROOT)}:{imp.line} imports {imp.target}"
+                 for module, path in known.items() if module.startswith("workers.transcribe")
+                 for imp in imports_of(module, path)
+                 if any(name == "workers.voicy" or name.startswith("workers.voicy.")
+                        for name in [imp.target, *(f"{imp.target}.{n}" for n in imp.names)])]
+    assert not offending, "\n".join(offending)
+
+
+def test_nothing_in_the_live_path_imports_the_operator_tools() -> None:
+    """``ops`` sits above the fleet: bridges, tasks and workers never import it (not even for a type)."""
+    known = modules(ROOT, ("tasks", "bridges", "workers"))
+    offending = [f"{path.relative_to(ROOT)}:{imp.line} imports {imp.target}"
+                 for module, path in known.items() for imp in imports_of(module, path)
+                 if imp.target == "ops" or imp.target.startswith("ops.")]
+    assert not offending, "\n".join(offending)

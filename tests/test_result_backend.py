@@ -1,0 +1,50 @@
+"""The fleet's result backend writes each result with SET EX (no deprecated SETEX), TTL and PUBLISH intact."""
+
+from __future__ import annotations
+
+import json
+import uuid
+import warnings
+
+import pytest
+import redis
+from celery import Celery, states
+from celery.app.backends import by_url
+
+from tasks.result_backend import RedisBackend, SentinelBackend, result_backend_url
+from tasks.settings import RESULT_EXPIRES_S, FleetSettings, celery_config
+
+SUBSCRIBE_WAIT_S = 5.0
+
+
+def test_results_are_stored_with_expiry_and_published_without_a_deprecation_warning(fresh_redis: str) -> None:
+    app = Celery("result-backend-test")
+    app.conf.update(celery_config(FleetSettings(redis_url=fresh_redis)))
+    assert isinstance(app.backend, RedisBackend)
+    task_id = f"rb-{uuid.uuid4().hex}"
+    key = f"celery-task-meta-{task_id}"
+    client = redis.Redis.from_url(fresh_redis)
+    pubsub = client.pubsub()
+    pubsub.subscribe(key)
+    assert pubsub.get_message(timeout=SUBSCRIBE_WAIT_S)["type"] == "subscribe"  # type: ignore[index]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # redis-py 8 warns on every SETEX
+        app.backend.store_result(task_id, {"action": "ack"}, states.SUCCESS)
+    assert json.loads(client.get(key))["result"] == {"action": "ack"}  # type: ignore[arg-type]
+    assert 0 < client.ttl(key) <= RESULT_EXPIRES_S
+    published = pubsub.get_message(timeout=SUBSCRIBE_WAIT_S)
+    assert published is not None and published["channel"] == key.encode()
+    assert json.loads(published["data"])["status"] == states.SUCCESS
+    pubsub.close()
+
+
+@pytest.mark.parametrize(("url", "backend"), [
+    ("redis://h:6379/0", RedisBackend), ("rediss://h:6380/0", RedisBackend),
+    ("sentinel://h:26379;sentinel://g:26379", SentinelBackend),
+])
+def test_celery_resolves_our_class_for_each_redis_scheme(url: str, backend: type) -> None:
+    assert by_url(result_backend_url(url)) == (backend, url)
+
+
+def test_other_schemes_are_left_to_celery() -> None:
+    assert result_backend_url("db+sqlite:///results.db") == "db+sqlite:///results.db"

@@ -1,0 +1,65 @@
+"""A bad value at Celery start is one line naming the variable and a non-zero exit, like the bridges.
+
+Each case runs the Procfile's own command line (``bash -c``, as honcho and
+Heroku run it): ``celery -A tasks worker ...``, ``celery -A tasks beat ...``
+and Flower's ``celery -A tasks flower ...``. The values are read while
+``tasks`` is imported, inside Celery's command line, which used to answer with
+"Unable to load celery application" and a 40-line traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from deploy.devstack.services import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = ROOT / ".venv" / "bin"
+SHELL = shutil.which("bash") or "/bin/sh"
+EXIT_CONFIG_ERROR = 2  # tasks.EXIT_CONFIG_ERROR, as python -m bridges
+HANG_GUARD_S = 120  # only a process that started anyway (the bug) gets near it
+_PROCFILE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")  # honcho's own pattern
+
+
+def procfile_command(process_type: str) -> str:
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        match = _PROCFILE_LINE.match(line)
+        if match and match.group(1) == process_type:
+            return match.group(2)
+    raise KeyError(process_type)
+
+
+def start(process_type: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_", "REDIS_"))}
+    base.update({"PATH": f"{VENV_BIN}:{base.get('PATH', '')}", "PORT": str(free_port()),
+                 # Both sides configured, so beat reads both sides' periods; nothing listens here.
+                 "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+                 "VOICY_WORKER_API_URL": f"http://127.0.0.1:{free_port()}", "VOICY_WORKER_TOKEN": "unused-token",
+                 "CAIRN_NATS_URL": f"nats://127.0.0.1:{free_port()}"})
+    return subprocess.run([SHELL, "-c", procfile_command(process_type)], cwd=ROOT, env={**base, **env},
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+
+@pytest.mark.parametrize(("variable", "value", "process_type", "verb"), [
+    ("REDIS_URL", "notaurl", "gpu", "worker"),
+    ("REDIS_URL", "notaurl", "beat", "beat"),
+    ("REDIS_URL", "notaurl", "web", "flower"),
+    ("VOICY_WORKER_HEARTBEAT_INTERVAL_MS", "30s", "io", "worker"),
+    ("VOICY_WORKER_HEARTBEAT_INTERVAL_MS", "30s", "beat", "beat"),
+    ("CAIRN_PRESENCE_INTERVAL_S", "abc", "provider", "worker"),
+    ("CAIRN_PRESENCE_INTERVAL_S", "abc", "beat", "beat"),
+])
+def test_a_bad_value_stops_celery_with_one_line(variable: str, value: str, process_type: str, verb: str) -> None:
+    out = start(process_type, {variable: value})
+    text = out.stdout + out.stderr
+    assert out.returncode == EXIT_CONFIG_ERROR, text
+    lines = [row for row in text.splitlines() if row.strip()]
+    assert len(lines) == 1, text
+    assert lines[0].startswith(f"switchyard celery {verb}: invalid configuration: {variable}: "), text
+    assert value not in lines[0]  # the value may be a secret; the variable's name is enough

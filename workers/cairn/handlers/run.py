@@ -1,0 +1,69 @@
+"""``run_job``: one admitted Cairn job under its lease, its outcome recorded before it returns.
+
+Why here and not in the task module: the lease (take, keep, release) and the
+outcome ledger are domain rules, the same whatever runs them, so the Celery
+task stays a few lines (as the Voicy tasks, whose leases live in
+``workers/voicy/pipeline.py``).
+
+The order is the point (C4):
+
+1. *take* the lease the bridge granted to this task's token (compare-and-set);
+   a copy whose grant was revoked or replaced does nothing and records nothing;
+2. run the handler while a keeper thread renews the lease;
+3. *record* the disposition in the outcome ledger, still holding the lease, so
+   a bridge that sees the message again (its own, or another instance after
+   the first died) applies it instead of running the job again;
+4. release the lease and return the disposition to the bridge that waits.
+
+A copy whose lease was lost while it ran (another copy owns the message now)
+records nothing: the owner's outcome is the one that counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from workers.cairn.disposition import Disposition, nak
+from workers.cairn.handlers import run_admitted
+from workers.cairn.handlers.context import Delivery, JobContext
+from workers.cairn.jobs import JOB_MODELS, parse_job
+from workers.cairn.outcomes import MessageKey, OutcomeLedger
+from workers.cairn.subjects import JOBS_STREAM
+from workers.lease import LeaseKeeper, Leases
+
+log = logging.getLogger(__name__)
+
+
+def run_job(ctx: JobContext, leases: Leases, ledger: OutcomeLedger, lease_ttl_s: float, kind: str,
+            job: dict[str, Any], meta: dict[str, Any]) -> Disposition:
+    """Run the admitted ``job`` (the bridge's ``model_dump``) of the message named in ``meta``.
+
+    ``meta``: ``stream``, ``seq``, ``stamp`` (the message), ``delivery`` (its attempt),
+    ``subject`` and ``lease_token`` (the bridge's grant to this task).
+    """
+    key = MessageKey.from_meta(meta, default_stream=JOBS_STREAM)
+    running = leases.take(key.id, str(meta["lease_token"]), lease_ttl_s)
+    if running is None:
+        # The bridge revoked this copy (start deadline, shutdown) or a newer delivery owns the job.
+        log.info("cairn job %s: lease not granted to this task; skipping", key.id)
+        return nak(reason="lease not granted to this task", failure=False)
+    try:
+        with LeaseKeeper(leases, key.id, running, lease_ttl_s) as keeper:
+            def lost() -> bool:
+                return keeper.lost.is_set() or leases.holder(key.id) != running
+
+            delivery = Delivery(attempt=int(meta["delivery"]), stream_seq=key.seq,
+                                subject=str(meta.get("subject", "")), lost=lost)
+            # The round trip of the job admission already parsed and judged (a dump of its
+            # model): rebuilt, not re-judged; it cannot fail unless the images disagree.
+            # A kind without a job model (a plug-in consumer kind) gets the dump as it is.
+            admitted = parse_job(kind, job) if kind in JOB_MODELS else job
+            disposition = run_admitted(ctx, kind, admitted, delivery)
+            if lost():
+                log.info("cairn job %s: lease lost while running; outcome not recorded", key.id)
+            else:
+                ledger.record(key, disposition)
+    finally:
+        leases.release(key.id, running)
+    return disposition

@@ -1,0 +1,122 @@
+"""The outcome ledger: what a finished job decided, kept until its message is settled (C4).
+
+Why: the bridge that holds a JetStream message and the task that runs its job
+are different processes. If the bridge dies after the task finished but before
+it acked, JetStream redelivers the message to some bridge instance, which would
+run the job again: a second Strava fetch, a second ``result:<job>:d2`` for core
+to ingest. So a job task *records* its disposition here before it returns (and
+before it releases its lease), and any bridge instance that receives a
+delivery reads the ledger first: a recorded outcome is applied as it is (an
+ack, a term whose envelope the task already published, a NAK with its delay),
+nothing runs twice.
+
+The bridge also records its own terms here (after publishing the envelope,
+before the term), so a bridge killed in between never publishes a second
+envelope.
+
+Keys. One message is named the same way in every Redis key the fleet keeps
+for it (ledger, lease, failure count): :class:`MessageKey`, its stream, its
+stream sequence and its stream timestamp. The stream is part of the key so a
+second stream (``CAIRN_WEBHOOKS``) never collides with ``CAIRN_JOBS``; the
+timestamp is the same on every redelivery and differs when core recreates a
+stream and its sequences start at 1 again.
+
+Lifetime. The bridge deletes the entry when it acks or terms the message (and
+consumes it, in one transaction with the failure count, when it NAKs). An
+entry whose delete was lost with its bridge expires after
+``OUTCOME_TTL_S``: long enough to outlive every bridge of the pool being down
+for a day, short enough that nothing piles up.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from workers.cairn.disposition import Disposition
+
+log = logging.getLogger(__name__)
+
+LEASE_NAMESPACE = "cairn"  # workers.lease namespace of Cairn job leases (key = MessageKey.id)
+OUTCOME_PREFIX = "sy:cairn:outcome:"
+FAILURES_PREFIX = "sy:cairn:failures:"  # the bridge's failed-delivery counts, same MessageKey.id
+OUTCOME_TTL_S = 24 * 3600  # a day: outlives a pool-wide bridge outage; the bridge deletes it sooner
+
+
+@dataclass(frozen=True)
+class MessageKey:
+    """One JetStream message across all its redeliveries."""
+
+    stream: str
+    seq: int
+    stamp: float  # the stream timestamp, seconds since the epoch
+
+    @property
+    def id(self) -> str:
+        return f"{self.stream}:{self.seq}:{self.stamp:.6f}"
+
+    def as_meta(self) -> dict[str, Any]:
+        """The fields a task's ``meta`` carries so the task names the message as the bridge does."""
+        return {"stream": self.stream, "seq": self.seq, "stamp": self.stamp}
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], default_stream: str = "") -> MessageKey:
+        return cls(str(meta.get("stream") or default_stream), int(meta["seq"]), float(meta.get("stamp") or 0.0))
+
+
+def ledger_key(key: MessageKey) -> str:
+    return f"{OUTCOME_PREFIX}{key.id}"
+
+
+def failures_key(key: MessageKey) -> str:
+    return f"{FAILURES_PREFIX}{key.id}"
+
+
+def encode(disposition: Disposition) -> bytes:
+    return disposition.model_dump_json().encode()
+
+
+def decode(raw: bytes | str | None) -> Disposition | None:
+    """A recorded outcome, or None (absent, or unreadable: then the job simply runs again)."""
+    if not raw:
+        return None
+    try:
+        return Disposition.model_validate_json(raw)
+    except ValidationError:
+        log.warning("unreadable outcome ledger entry ignored")
+        return None
+
+
+class OutcomeLedger:
+    """The ledger through a blocking client (job tasks, ``workers.redisconn.sync_client``)."""
+
+    def __init__(self, client: Any) -> None:
+        self._r = client
+
+    def record(self, key: MessageKey, disposition: Disposition) -> None:
+        self._r.set(ledger_key(key), encode(disposition), ex=OUTCOME_TTL_S)
+
+    def get(self, key: MessageKey) -> Disposition | None:
+        return decode(self._r.get(ledger_key(key)))
+
+    def clear(self, key: MessageKey) -> None:
+        self._r.delete(ledger_key(key))
+
+
+class AsyncOutcomeLedger:
+    """The same ledger through an asyncio client (the bridge, ``workers.redisconn.async_client``)."""
+
+    def __init__(self, client: Any) -> None:
+        self._r = client
+
+    async def record(self, key: MessageKey, disposition: Disposition) -> None:
+        await self._r.set(ledger_key(key), encode(disposition), ex=OUTCOME_TTL_S)
+
+    async def get(self, key: MessageKey) -> Disposition | None:
+        return decode(await self._r.get(ledger_key(key)))
+
+    async def clear(self, key: MessageKey) -> None:
+        await self._r.delete(ledger_key(key))

@@ -1,0 +1,50 @@
+"""``ProviderContext``: what one provider call may use — a token, an HTTP client, the budget.
+
+Why a context and not arguments: the contract layer (``workers/cairn``) owns
+the token RPCs, the pooled HTTP client and the shared rate-limit KV; a
+provider reaches them only through this object, so it never imports NATS.
+The access token is fetched fresh per job by the caller (contract §9) and
+lives only here; ``repr`` hides it and it is registered with the log redactor
+so it cannot leak through a log line or an exception text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol, runtime_checkable
+
+import httpx
+
+from workers.logs import register_secret
+from workers.providers.windows import NullRateLimitHook, RateLimitHook
+
+DEFAULT_BUCKET = ""  # "the provider's default window": ``Provider.bucket_for("")``
+
+
+@runtime_checkable
+class BlobSink(Protocol):
+    """Durable blob upload through core's presign (contract §5; the worker holds no S3 keys).
+
+    ``upload`` stores ``body`` under the user's layout (``users/<user>/<provider>/…``)
+    with its real content type and returns core's ``blob_id`` verbatim. Failures
+    raise a ``RetryableJobError`` (presign or PUT refused); a caller that treats
+    the blob as optional (a mirrored photo) skips it.
+    """
+
+    def upload(self, body: bytes, content_type: str, user_id: str) -> str: ...
+
+
+@dataclasses.dataclass
+class ProviderContext:
+    """One job's view of the world. ``bucket`` is the short-term window the job spends,
+    chosen by the provider from the job's reason (``Provider.bucket_for``); empty means
+    the provider's default."""
+
+    access_token: str = dataclasses.field(repr=False)
+    http: httpx.Client
+    rate_limit: RateLimitHook = dataclasses.field(default_factory=NullRateLimitHook)
+    bucket: str = DEFAULT_BUCKET
+    blobs: BlobSink | None = None  # mirrored media (photos); None: nothing is mirrored
+
+    def __post_init__(self) -> None:
+        register_secret(self.access_token)

@@ -1,0 +1,85 @@
+"""Provider errors: how a provider says why a call failed, without knowing the contract's acks.
+
+Errors are classes, not messages: the failure mapping
+(``workers/cairn/handlers/failure.py``) turns ``ProviderRateLimited`` into a
+NAK with a delay anchored to the real window, ``ProviderNotFound`` and
+``ProviderPermanentError`` into failure envelope + Term, ``ProviderAuthError``
+into needs-reauth, and ``ProviderTransientError`` into a plain NAK. Every
+error carries the contract's ``code`` and worker ``ErrorClass`` name so the
+caller can build a failure envelope without knowing the provider. Messages
+never carry tokens or client secrets.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from workers.errors import AuthError, PermanentJobError, RetryableJobError
+
+MIN_RATE_LIMIT_DELAY_S = 1.0  # a NAK delay below this is a hot loop in disguise
+
+
+class ProviderError(Exception):
+    """Mixin carrying the contract's failure ``code`` and worker ``ErrorClass`` name."""
+
+    code: str = "provider_error"
+    error_class: str = "ERROR_CLASS_TRANSIENT"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code:
+            self.code = code
+
+
+class ProviderTransientError(ProviderError, RetryableJobError):
+    """Network failure, timeout, 5xx: NAK and let JetStream redeliver."""
+
+    code = "transient"
+    error_class = "ERROR_CLASS_TRANSIENT"
+
+
+class ProviderPermanentError(ProviderError, PermanentJobError):
+    """Unmappable data or a request the provider will always refuse: envelope + Term."""
+
+    code = "invalid_input"
+    error_class = "ERROR_CLASS_INVALID_INPUT"
+
+
+class ProviderNotFound(ProviderError, PermanentJobError):
+    """The entity is gone upstream (deleted activity): envelope ``not_found``."""
+
+    code = "not_found"
+    error_class = "ERROR_CLASS_NOT_FOUND"
+
+
+class ProviderAuthError(ProviderError, PermanentJobError, AuthError):
+    """The provider rejected the token or app credentials; the user must re-connect."""
+
+    code = "needs_reauth"
+    error_class = "ERROR_CLASS_AUTH_EXPIRED"
+
+
+class ProviderRateLimited(ProviderError, RetryableJobError):
+    """The provider's (or our shared) budget is spent until ``reset_at``.
+
+    ``reset_at`` is the real window boundary (not "now + a guess"), so the NAK
+    delay and the shared limiter both wake up when the provider does.
+    ``window`` names the exhausted window (one of the provider's
+    ``rate_windows()``, e.g. Strava's ``short``, ``daily``, ``webhook``).
+    """
+
+    code = "rate_limited"
+    error_class = "ERROR_CLASS_RATE_LIMITED"
+
+    def __init__(self, reset_at: datetime, window: str, *, grace_s: float = 0.0,
+                 message: str | None = None) -> None:
+        self.reset_at = reset_at.astimezone(UTC)
+        self.window = window
+        self.grace_s = grace_s
+        super().__init__(message or f"rate limited: {window} window resets at "
+                         f"{self.reset_at.isoformat().replace('+00:00', 'Z')}")
+
+    def delay_s(self, now: datetime | None = None) -> float:
+        """Seconds to NAK for: until the reset plus grace, never below one second."""
+        now = now or datetime.now(UTC)
+        return max(MIN_RATE_LIMIT_DELAY_S, (self.reset_at - now).total_seconds() + self.grace_s)

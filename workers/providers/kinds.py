@@ -1,0 +1,18 @@
+"""The job kinds of contract §3: the one definition every layer imports.
+
+A kind is the token after ``cairn.jobs.`` in a job subject
+(``cairn.jobs.<kind>.<provider>.<worker_name>``). It lives here, with the
+provider contract, because a provider declares which kinds it serves
+(``Capabilities.jobs``) and must not import the NATS layer to do so;
+``workers/cairn/subjects.py`` imports these names to build subjects.
+"""
+
+from __future__ import annotations
+
+FETCH_SOURCE = "fetch_source"
+RECONCILE = "reconcile"
+PARSE_BLOB = "parse_blob"
+IMPORT_GEAR = "import_gear"
+IMPORT_METRICS = "import_metrics"
+BACKFILL = "backfill"
+JOB_KINDS = (FETCH_SOURCE, RECONCILE, PARSE_BLOB, IMPORT_GEAR, IMPORT_METRICS, BACKFILL)

@@ -1,0 +1,42 @@
+"""Proto messages for providers, looked up by name so providers do not depend on the stub layout.
+
+Providers build ``cairn.worker.v1.WorkerEvent`` messages as protojson dicts
+(readable, testable) and turn them into messages here, strictly: a field
+outside the contract fails in the pool, not at core.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from google.protobuf import descriptor_pool, json_format, message_factory
+
+PB_PACKAGE = "workers.cairn.pb"
+WORKER_EVENT = "cairn.worker.v1.WorkerEvent"
+
+
+def proto_class(full_name: str) -> type[Any]:
+    """The generated class of ``full_name`` (e.g. ``cairn.worker.v1.JobResult``).
+
+    Looked up by proto name in the descriptor pool after importing every
+    ``*_pb2`` module under ``workers.cairn.pb``, so providers do not depend on
+    how the stubs are laid out on disk.
+    """
+    package = importlib.import_module(PB_PACKAGE)
+    if not getattr(package, "_switchyard_loaded", False):
+        for info in pkgutil.walk_packages(package.__path__, PB_PACKAGE + "."):
+            if info.name.endswith("_pb2"):
+                importlib.import_module(info.name)
+        package._switchyard_loaded = True  # type: ignore[attr-defined]
+    descriptor = descriptor_pool.Default().FindMessageTypeByName(full_name)
+    return message_factory.GetMessageClass(descriptor)
+
+
+def worker_events(wire_events: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """protojson ``WorkerEvent`` dicts → messages, strictly (unknown fields raise)."""
+    cls = proto_class(WORKER_EVENT)
+    return [json_format.ParseDict(dict(event), cls(), ignore_unknown_fields=False)
+            for event in wire_events]
