@@ -31,6 +31,8 @@ SUBSCRIBE_RETRY_S = 0.5
 INGEST_DEADLINE_S = 60.0
 POLL_S = 0.02
 TOKEN_BYTES = 16
+DEMO_PHOTOS = 1
+DEMO_SEGMENTS = 2
 
 _TOKEN = secrets.token_urlsafe(TOKEN_BYTES)
 
@@ -55,7 +57,8 @@ def _subscribe(strava: Any, callback: str) -> int:
 
 
 def _results_for(core: Any, activity_id: int) -> list[Any]:
-    return [r for r in core.ingested if r.kind == "events" and r.msg_id and f":{activity_id}:" in r.msg_id]
+    return [r for r in core.ingested if r.kind in ("events", "segments") and r.msg_id
+            and f":{activity_id}:" in r.msg_id]
 
 
 def _event_kinds(results: list[Any]) -> str:
@@ -63,7 +66,7 @@ def _event_kinds(results: list[Any]) -> str:
     for r in results:
         for ev in r.data.get("events", []):
             kinds.update(k for k in ev if k not in ("type", "ref"))
-            kinds["attachment"] += len(ev.get("activity", {}).get("payload", {}).get("attachments", []) or [])
+            kinds["attachment"] += len((ev.get("activity") or {}).get("attachments") or [])
     return ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()) if n) or "none"
 
 
@@ -78,14 +81,16 @@ def run(core: Any, strava: Any, athlete_id: int, worker_name: str, provider: str
         return 1
     print(f"  push subscription {sub_id} validated by the pool → {callback}")
     started = time.monotonic()
-    act = strava.create_activity(athlete_id)
-    print(f"  created activity {act['id']} ({act.get('sport_type', '?')}) in fake Strava; create event pushed")
+    act = strava.create_activity(athlete_id, photos=DEMO_PHOTOS, segments=DEMO_SEGMENTS)
+    expected = 2  # the activity, then its segments and efforts in a second result (``…:seg``)
+    print(f"  created activity {act['id']} ({act.get('sport_type', '?')}, {DEMO_PHOTOS} photo, "
+          f"{DEMO_SEGMENTS} segment efforts) in fake Strava; create event pushed")
     deadline = started + INGEST_DEADLINE_S
-    while time.monotonic() < deadline and not _results_for(core, act["id"]):
+    while time.monotonic() < deadline and len(_results_for(core, act["id"])) < expected:
         time.sleep(POLL_S)  # core's ingest list has no event to await from here
     elapsed_ms = (time.monotonic() - started) * 1000
     results = _results_for(core, act["id"])
-    if not results:
+    if len(results) < expected:
         print(f"WEBHOOK status=failed reason=activity {act['id']} not ingested within {INGEST_DEADLINE_S:.0f}s")
         return 1
     print(f"  ingested: {_event_kinds(results)}")

@@ -110,9 +110,9 @@ def drained(stack: CairnStack) -> bool:
                 and fc["num_pending"] == 0 and fc["num_ack_pending"] == 0)
 
 
-def activity_results(stack: CairnStack, ext_id: str | int) -> list[Any]:
+def activity_results(stack: CairnStack, ext_id: str | int, kinds: tuple[str, ...] = ("events",)) -> list[Any]:
     assert stack.core is not None
-    return [r for r in stack.core.ingested if r.kind == "events" and r.msg_id
+    return [r for r in stack.core.ingested if r.kind in kinds and r.msg_id
             and f":{ext_id}:" in r.msg_id and r.msg_id.startswith("result:webhook:")]
 
 
@@ -203,15 +203,20 @@ def test_create_is_fetched_with_a_deterministic_job_id_on_the_webhook_budget(
     acct = webhook_athlete(stack, 1)
     owner = int(acct.external_id)
     pushed_at = time.monotonic()
-    act = stack.strava.create_activity(owner)
-    results = wait_until(lambda: activity_results(stack, act["id"]), WAIT_S, "the webhook's activity ingested")
+    act = stack.strava.create_activity(owner, photos=1, segments=2)
+    results = wait_until(lambda: len(r := activity_results(stack, act["id"], ("events", "segments"))) >= 2 and r,
+                         WAIT_S, "the webhook's activity and segments ingested")
     elapsed = time.monotonic() - pushed_at
+    events = [e for r in results for e in r.data.get("events", [])]
+    activities = [e["activity"] for e in events if "activity" in e]
+    assert len(activities) == 1 and len(activities[0].get("attachments", [])) == 1  # the photo
+    assert sum("segment" in e for e in events) == 2 and sum("segmentEffort" in e for e in events) == 2
     event = stack.strava.push.pushed[-1].event
     assert stack.strava.push.pushed[-1].status == 200
     subscription = stack.strava.push.subscription(acct.client_id)
     assert subscription is not None and event["subscription_id"] == subscription.id
     expected_job = f"webhook:{PROVIDER}:{stack.pool}:{owner}:{act['id']}:c{event['event_time']}"
-    assert results[0].msg_id == f"result:{expected_job}:d1"
+    assert sorted(r.msg_id for r in results) == [f"result:{expected_job}:d1", f"result:{expected_job}:d1:seg"]
     assert stack.core.account(acct.account_id).subscription_id == str(subscription.id)  # core self-heals the mapping
     budgets = stack.core.rate_limits()
     assert any(k.endswith(".webhook") and v["used"] >= 1 for k, v in budgets.items()), budgets

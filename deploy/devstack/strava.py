@@ -220,9 +220,16 @@ class FakeStrava(MediaMixin):
         with self._lock:
             return self._athletes[athlete_id].client_id
 
-    def create_activity(self, athlete_id: int, start: float | None = None) -> dict[str, Any]:
-        """A new upload: the activity exists, then its ``create`` event is pushed."""
+    def create_activity(self, athlete_id: int, start: float | None = None, *, photos: int = 0,
+                        segments: int = 0) -> dict[str, Any]:
+        """A new upload (``photos`` photos, efforts on ``segments`` new segments): the activity
+        exists, then its ``create`` event is pushed."""
         act = self.add_activity(athlete_id, start)
+        if segments:
+            self.add_segment_efforts(athlete_id, act["id"], segments)
+        for n in range(photos):
+            self.add_photo(athlete_id, act["id"], caption=f"photo {n + 1}")
+        act = self.athlete(athlete_id).activities[act["id"]]
         self.push.push(self._app_of(athlete_id), "activity", act["id"], "create", athlete_id)
         return act
 
