@@ -43,6 +43,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from workers.cairn import subjects
 from workers.cairn.disposition import Disposition, ack, nak
 
+log = logging.getLogger(__name__)
+
+KIND = "webhook_event"  # the consumer kind the bridge registers for CAIRN_WEBHOOKS
+LOOKUP_TIMEOUT_S = 1.0  # as the Strava worker: a webhook is best effort, the reconcile catches up
+NEEDS_REAUTH_TIMEOUT_S = 5.0
+PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take our publish: retry soon
+MIN_COALESCE_NAK_S = 1.0
+WEBHOOK_REASON = "webhook"
+DEAUTHORIZED_REASON = "deauthorized"
+MAX_LOG_TOKEN_CHARS = 64
+
 
 class JobContext(Protocol):
     """What the handler needs of ``workers.cairn.handlers.context.JobContext`` (named here, not
@@ -56,17 +67,6 @@ class JobContext(Protocol):
     def request(self, subject: str, body: dict[str, Any], timeout_s: float = ...) -> dict[str, Any]: ...
 
     def publish(self, subject: str, data: bytes, msg_id: str, timeout_s: float = ...) -> None: ...
-
-log = logging.getLogger(__name__)
-
-KIND = "webhook_event"  # the consumer kind the bridge registers for CAIRN_WEBHOOKS
-LOOKUP_TIMEOUT_S = 1.0  # as the Strava worker: a webhook is best effort, the reconcile catches up
-NEEDS_REAUTH_TIMEOUT_S = 5.0
-PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take our publish: retry soon
-MIN_COALESCE_NAK_S = 1.0
-WEBHOOK_REASON = "webhook"
-DEAUTHORIZED_REASON = "deauthorized"
-MAX_LOG_TOKEN_CHARS = 64
 
 
 # --------------------------------------------------------------------------- what a provider decides
@@ -126,9 +126,12 @@ def rules_for(provider: str) -> WebhookRules | None:
     """The provider's rules (cached per process), or None when it has no webhooks module."""
     with _rules_lock:
         if provider not in _rules:
+            name = f"workers.providers.{provider}.webhooks"
             try:
-                module = importlib.import_module(f"workers.providers.{provider}.webhooks")
-            except ModuleNotFoundError:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name not in (name, f"workers.providers.{provider}"):
+                    raise  # the module exists but something it imports is missing: say so
                 _rules[provider] = None
             else:
                 _rules[provider] = module.rules()
