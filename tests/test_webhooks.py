@@ -25,6 +25,8 @@ import httpx
 import nats
 import pytest
 
+from deploy.devstack import services
+from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.cairn_core.accounts import utcnow
 from ops.cairn_check import CheckOptions, run_checks
 from ops.cli import main
@@ -406,3 +408,21 @@ def test_the_cli_subscribes_shows_and_deletes_without_printing_the_secret(
     out = capsys.readouterr().out
     assert f"id {sub.id}" in out and "already exists" in out and f"deleted subscription {sub.id}" in out
     assert secret not in out and VERIFY_TOKEN not in out
+
+
+def test_check_names_a_core_whose_webhook_stream_captures_verify(
+        tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Published core's CAIRN_WEBHOOKS takes ``cairn.webhooks.>`` (reference §2.1): a verify request
+    then gets a JetStream PubAck, which core would relay to Strava. The check says so."""
+    nats_svc = services.start_nats(tmp_path_factory.mktemp("faithful-nats"))
+    core = DevCairnCore(nats_svc.url, s3_endpoint, bucket=f"faithful-{uuid.uuid4().hex[:6]}",
+                        faithful_webhooks=True).start()
+    try:
+        options = CheckOptions(nats_url=nats_svc.url, provider=PROVIDER, worker_name="faithful", webhooks=True,
+                               timeout_s=2.0)
+        assert asyncio.run(run_checks(options, out=sys.stdout)) == 1
+        out = capsys.readouterr().out
+        assert "got a JetStream PubAck" in out
+    finally:
+        core.stop()
+        nats_svc.stop()
