@@ -38,6 +38,7 @@ from deploy.devstack.strava_limits import DAY_S, DEFAULT_LIMITS, DEFAULT_READ_LI
 from deploy.devstack.strava_media import CDN_PREFIX, MediaMixin
 from deploy.devstack.strava_oauth import (ACCESS_TOKEN_TTL_S, DEFAULT_CLIENT_ID, DEFAULT_SCOPE,
                                           REFRESH_REISSUE_WINDOW_S, TOKEN_BYTES, OAuthState, Token)
+from deploy.devstack.strava_push import StravaPush
 
 __all__ = ["ACCESS_TOKEN_TTL_S", "API_PREFIX", "DAY_S", "DEFAULT_CLIENT_ID", "DEFAULT_LIMITS", "DEFAULT_PER_PAGE",
            "DEFAULT_READ_LIMITS", "DEFAULT_SCOPE", "ENDPOINTS", "MAX_PER_PAGE", "REFRESH_REISSUE_WINDOW_S",
@@ -85,7 +86,10 @@ class FakeStrava(MediaMixin):
         self._log: list[RequestRecord] = []
         self.http: BackgroundServer | None = None
         self.port = 0
+        self.push = StravaPush(self._valid_app, self._now)  # webhooks: deploy/devstack/strava_push.py
         self.app = Starlette(routes=[
+            Route(API_PREFIX + "/push_subscriptions", self.push.collection, methods=["GET", "POST"]),
+            Route(API_PREFIX + "/push_subscriptions/{id:int}", self.push.item, methods=["DELETE"]),
             Route(API_PREFIX + "/athlete/activities", self._list_activities),
             Route(API_PREFIX + "/athlete", self._athlete),
             Route(API_PREFIX + "/activities/{id:int}", self._activity),
@@ -128,6 +132,10 @@ class FakeStrava(MediaMixin):
     @rotate_refresh_tokens.setter
     def rotate_refresh_tokens(self, value: bool) -> None:
         self._oauth.rotate_refresh_tokens = value
+
+    def _valid_app(self, client_id: str, client_secret: str) -> bool:
+        with self._lock:
+            return self._oauth.valid_app(client_id, client_secret)
 
     # ---- lifecycle -------------------------------------------------------------------------
     @property
@@ -206,6 +214,43 @@ class FakeStrava(MediaMixin):
     def delete_activity(self, athlete_id: int, activity_id: int) -> None:
         with self._lock:
             self._athletes[athlete_id].activities.pop(activity_id, None)
+
+    # ---- webhooks: change data as the athlete would, and push the event (strava_push) ----------
+    def _app_of(self, athlete_id: int) -> str:
+        with self._lock:
+            return self._athletes[athlete_id].client_id
+
+    def create_activity(self, athlete_id: int, start: float | None = None, *, photos: int = 0,
+                        segments: int = 0) -> dict[str, Any]:
+        """A new upload (``photos`` photos, efforts on ``segments`` new segments): the activity
+        exists, then its ``create`` event is pushed."""
+        act = self.add_activity(athlete_id, start)
+        if segments:
+            self.add_segment_efforts(athlete_id, act["id"], segments)
+        for n in range(photos):
+            self.add_photo(athlete_id, act["id"], caption=f"photo {n + 1}")
+        act = self.athlete(athlete_id).activities[act["id"]]
+        self.push.push(self._app_of(athlete_id), "activity", act["id"], "create", athlete_id)
+        return act
+
+    def update_activity(self, athlete_id: int, activity_id: int, *, event_time: int | None = None,
+                        **fields: Any) -> dict[str, Any] | None:
+        """Edit ``title``/``type``/``private`` (Strava's ``updates`` keys) and push ``update``."""
+        renames = {"title": "name", "type": "sport_type", "private": "private"}
+        self.patch_activity(athlete_id, activity_id, **{renames.get(k, k): v for k, v in fields.items()})
+        return self.push.push(self._app_of(athlete_id), "activity", activity_id, "update", athlete_id,
+                              updates=fields, event_time=event_time)
+
+    def remove_activity(self, athlete_id: int, activity_id: int) -> dict[str, Any] | None:
+        """The athlete deletes the activity: it is gone, then ``delete`` is pushed."""
+        self.delete_activity(athlete_id, activity_id)
+        return self.push.push(self._app_of(athlete_id), "activity", activity_id, "delete", athlete_id)
+
+    def deauthorize(self, athlete_id: int) -> dict[str, Any] | None:
+        """The athlete revokes the app: tokens die, then athlete ``update`` ``authorized=false`` is pushed."""
+        self.revoke(athlete_id)
+        return self.push.push(self._app_of(athlete_id), "athlete", athlete_id, "update", athlete_id,
+                              updates={"authorized": "false"})
 
     def issue_code(self, athlete_id: int, client_id: str | None = None, scope: str = DEFAULT_SCOPE) -> str:
         """An authorization code as the authorize redirect would deliver it (one use)."""

@@ -17,7 +17,8 @@ What it does per job kind (reference §3.6, §3.10–3.13, contract §4–§9b):
 * import_gear — ``/athlete`` bikes and shoes (retired included) with details.
 * OAuth exchange — code → tokens; the athlete id is the provider account id.
 
-Webhooks are not implemented by this provider yet.
+Webhooks: ``webhooks.py`` (Strava's subscription handshake and what each push
+event means); the generic path is ``workers.cairn.webhooks``.
 """
 
 from __future__ import annotations
