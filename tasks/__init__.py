@@ -24,6 +24,7 @@ def _redact_celery_logs(logger: object, **_: object) -> None:
 # Importing registers the tasks and signal handlers with ``app``.
 from tasks import voicy as _voicy  # noqa: E402,F401
 from tasks import cairn as _cairn  # noqa: E402,F401
+from tasks import presence as _presence  # noqa: E402,F401
 from tasks import beat as _beat  # noqa: E402,F401
 
 __all__ = ["app"]
