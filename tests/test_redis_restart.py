@@ -11,7 +11,9 @@ completing with exactly one result, and by beat scheduling again.
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -58,7 +60,8 @@ def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
 
 
 def start_procfile_beat(env: dict[str, str], log_path: Path) -> Proc:
-    """The Procfile's own ``beat`` line (the RedBeat scheduler that keeps its lock)."""
+    """The Procfile's own ``beat`` line (the RedBeat scheduler that keeps its lock), ``celery`` from this venv."""
+    env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
     return spawn([SHELL, "-c", procfile_entries()["beat"]], env, log_path)
 
 

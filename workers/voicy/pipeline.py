@@ -37,6 +37,7 @@ import redis
 from workers.errors import AuthError, JobError, PermanentJobError, RetryableJobError, StaleJobError
 from workers.lease import LeaseKeeper, Leases, granted, new_token
 from workers.logs import redact
+from workers.redisconn import sync_client
 from workers.voicy.client import VoicyClient
 from workers.voicy.fleet import Fleet, HeldJob, Stage
 from workers.voicy.media_store import MediaStore, media_store_from_url
@@ -71,7 +72,7 @@ class VoicyRuntime:
     @classmethod
     def from_env(cls, redis_url: str) -> VoicyRuntime:
         settings = load_voicy_settings()
-        client = redis.Redis.from_url(redis_url)
+        client = sync_client(redis_url)
         return cls(settings=settings, client=VoicyClient.from_settings(settings),
                    store=media_store_from_url(settings.media_store), fleet=Fleet(client),
                    leases=Leases(client, LEASE_NAMESPACE), redis=client)

@@ -30,6 +30,7 @@ from workers.cairn.claimcheck import ClaimCheck, WorkerStamp
 from workers.cairn.compat import CoreGate
 from workers.cairn.nats_conn import REQUEST_TIMEOUT_S, CoreRequestError, request_json
 from workers.providers.base import Provider
+from workers.redisconn import sync_client
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +157,6 @@ def reset_context() -> None:
 
 
 def _build(settings: Any) -> JobContext:
-    import redis
-
     from workers.cairn.nats_conn import NatsThread
     from workers.cairn.ratelimit import RateLimiter
     from workers.cairn.settings import load_cairn_settings
@@ -171,7 +170,7 @@ def _build(settings: Any) -> JobContext:
     # core has not created it yet, that job fails transiently and is retried, rather than this
     # process running without the shared budget for the rest of its life.
     limiter = RateLimiter(nats_thread, settings)
-    return JobContext(settings=settings, nats=nats_thread, redis=redis.Redis.from_url(redis_url),
+    return JobContext(settings=settings, nats=nats_thread, redis=sync_client(redis_url),
                       provider=provider, http=provider.new_http_client(), limiter=limiter,
                       blob_http=httpx.Client(timeout=BLOB_HTTP_TIMEOUT_S))
 
