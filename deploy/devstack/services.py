@@ -17,9 +17,11 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import redis
 
 SERVICE_START_TIMEOUT_S = 20.0
 PORT_POLL_INTERVAL_S = 0.02
@@ -236,8 +238,6 @@ class SentinelTopology:
 
     def master_port(self) -> int | None:
         """The master's port as the Sentinels see it now (None while none agrees)."""
-        import redis
-
         for sentinel in self.sentinels:
             if sentinel.proc is None or sentinel.proc.poll() is not None:
                 continue
@@ -254,8 +254,6 @@ class SentinelTopology:
     def wait_ready(self, timeout_s: float = TOPOLOGY_READY_TIMEOUT_S) -> None:
         """Block until the replica is in sync and every Sentinel knows the replica and the other two
         (without that, a failover cannot be authorised)."""
-        import redis
-
         def ready() -> bool:
             with contextlib.suppress(redis.RedisError):
                 replica = redis.Redis(host="127.0.0.1", port=self.replica.port, socket_timeout=1.0)
@@ -293,10 +291,10 @@ class SentinelTopology:
             svc.stop()
 
 
-def _poll(predicate: object, timeout_s: float, what: str) -> None:
+def _poll(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return
         time.sleep(TOPOLOGY_POLL_INTERVAL_S)
     raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
