@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -146,5 +147,71 @@ def test_cairn_bridge_provider_worker_and_presence_ride_out_redis_restarts(
             assert_alive(procs, stack.all_logs)
         key = next(iter(stack.core.live_presence(stack.pool)))
         assert key  # presence never depended on Redis
+    finally:
+        stack.stop()
+
+
+# ------------------------------------------------------------------------- a long outage
+LONG_OUTAGE_S = 60.0  # R1's bound; longer than RedBeat's 30 s lock and kombu's reconnect steps
+
+
+def test_every_process_rides_out_a_60s_outage_and_serves_jobs_sent_during_it(
+        tmp_path: Path, own_redis: RestartableRedis, s3_endpoint: str) -> None:
+    """Both sides on one Redis; it dies for a minute while a Voicy job and a Cairn job arrive."""
+    stack = CairnStack(tmp_path / "cairn", own_redis.url, s3_endpoint).start()
+    try:
+        with voicy_dev_stack(tmp_path, own_redis.url, "outage") as (server, telegram, env):
+            provider = stack.start_worker(concurrency=1)
+            cairn_bridge = stack.start_bridge()
+            io = CeleryWorker("io", env, tmp_path / "io.log")
+            gpu = CeleryWorker("gpu", env, tmp_path / "gpu.log")
+            for worker in (io, gpu):
+                worker.wait_ready(own_redis.url)
+            voicy_bridge = start_bridge(env, tmp_path / "bridge.log")
+            beat = start_procfile_beat({**env, **{k: v for k, v in stack.env.items() if k.startswith("CAIRN_")}},
+                                       tmp_path / "beat.log")
+            procs = {"provider": provider.proc.poll, "cairn_bridge": cairn_bridge.proc.poll, "io": io.proc.poll,
+                     "gpu": gpu.proc.poll, "voicy_bridge": voicy_bridge.proc.poll, "beat": beat.proc.poll}
+
+            def logs() -> str:
+                return "\n".join(f"--- {n}\n{t[-2500:]}" for n, t in (
+                    ("voicy_bridge", voicy_bridge.log()), ("beat", beat.log()), ("io", io.log()),
+                    ("cairn", stack.all_logs())))
+
+            try:
+                wait_until(lambda: "beat: Acquired lock" in beat.log(), WAIT_S, "beat to take the lock")
+                acct = stack.connect_athlete(n_activities=1)
+                own_redis.svc.proc.kill()  # type: ignore[union-attr]  # a crash
+                own_redis.svc.proc.wait()  # type: ignore[union-attr]
+                down_at = time.monotonic()
+                item = min(audio_manifest(), key=lambda m: m["duration_s"])
+                data = (Path(__file__).parent / "fixtures" / "audio" / item["file"]).read_bytes()
+                telegram.add_file("fid-outage", data)
+                voicy_job = server.enqueue_job("fid-outage", file_size=len(data), mime_type="audio/ogg")
+                cairn_job = stack.fetch_job(acct, stack.first_activity_id(acct))
+                stack.core.enqueue_job("fetch_source", cairn_job)  # type: ignore[union-attr]
+                while time.monotonic() - down_at < LONG_OUTAGE_S:
+                    assert_alive(procs, logs)
+                    time.sleep(1.0)  # the outage itself: nothing to await
+                own_redis.svc = services.start_redis(own_redis.svc.workdir, own_redis.svc.port, appendonly=True,
+                                                     appendfsync="always")
+                job = wait_until(lambda: (j := server.get_job(voicy_job))["status"] in ("completed", "failed") and j,
+                                 JOB_DONE_TIMEOUT_S, "the Voicy job sent during the outage", interval_s=0.2)
+                assert job["status"] == "completed", (job.get("lastError"), logs())  # type: ignore[index]
+                stack.core.router.wait(lambda: bool(stack.results_for(cairn_job["job_id"])),  # type: ignore[union-attr]
+                                       JOB_DONE_TIMEOUT_S, "the Cairn job sent during the outage")
+                wait_until(lambda: beat.log().count("beat: Acquired lock") == 2, RESUME_TIMEOUT_S,
+                           "beat to take its expired lock again")
+                assert_alive(procs, logs)
+            finally:
+                for proc in (voicy_bridge, beat):
+                    proc.stop()
+                for worker in (io, gpu):
+                    worker.stop()
+        results = [r["status"] for r in server.requests if r["path"].endswith(f"/jobs/{voicy_job}/result")]
+        assert results == [200], results
+        assert len({r.msg_id for r in stack.results_for(cairn_job["job_id"])}) == 1
+        assert voicy_bridge.log().count(OUTAGE_LINE) == 1, voicy_bridge.log()  # once, not per retry
+        assert beat.log().count(OUTAGE_LINE) == 1, beat.log()
     finally:
         stack.stop()
