@@ -86,3 +86,14 @@ def test_an_idle_pool_renews_presence_on_every_interval_from_the_procfile_lines(
     grown = {k: n for k, n in _lists(client).items() if n > baseline_lists.get(k, 0)}
     assert not grown, f"lists grew in Redis: {grown}"
     client.close()
+
+
+def test_a_bad_presence_interval_stops_the_provider_line_at_start_naming_it(
+        redis_url: str, launch: Callable[..., ProcfileProcess]) -> None:  # noqa: F811
+    """Beat no longer reads the period, so the provider worker must refuse it itself, before it runs."""
+    env = fleet_env(redis_url, CAIRN_NATS_URL="nats://127.0.0.1:9", CAIRN_PRESENCE_INTERVAL_S="60",
+                    HONCHO_PROCESS_NAME="provider.bad")
+    provider = launch("provider", env)
+    assert provider.wait_exit() == 2
+    assert "CAIRN_PRESENCE_INTERVAL_S" in provider.output()
+    assert " ready." not in provider.output()
