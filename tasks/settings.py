@@ -16,6 +16,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from tasks.routes import TASK_QUEUES, TASK_ROUTES
+from tasks.transport import REDIS_TRANSPORT, SENTINEL_TRANSPORT
 from workers.config import load_settings
 from workers.redisconn import DEFAULT_REDIS_URL, RedisSettings, parse_sentinel_url
 
@@ -167,6 +168,8 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
     return {
         **connection,
         "broker_url": settings.redis_url,
+        # kombu's transports, minus a crash on a broker failure (see tasks/transport.py)
+        "broker_transport": SENTINEL_TRANSPORT if settings.sentinel else REDIS_TRANSPORT,
         "result_backend": settings.redis_url,
         "broker_transport_options": transport,
         "result_backend_transport_options": backend_transport,

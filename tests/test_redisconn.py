@@ -13,8 +13,11 @@ import logging
 
 import pytest
 import redis
+from kombu import Connection
+from kombu.transport.redis import Transport as KombuTransport
 
 from tasks.settings import FleetSettings, celery_config
+from tasks.transport import REDIS_TRANSPORT
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.redisconn import Outage, RedisSettings, parse_sentinel_url, sync_client
@@ -91,3 +94,19 @@ def test_an_outage_is_logged_once_backs_off_and_logs_its_end(caplog: pytest.LogC
     text = [r.getMessage() for r in caplog.records if r.name == "test.outage"]
     assert sum("Redis unavailable at REDIS_URL (ConnectionError)" in t for t in text) == 2  # two outages
     assert sum("Redis available again; the loop resumed" in t for t in text) == 1
+
+
+def test_a_collected_broker_channel_reports_a_connection_error_not_a_crash(redis_url: str) -> None:
+    """The race of ``tasks/transport.py``: a second close of a channel whose connection was collected.
+
+    Celery's close path ignores connection errors only; kombu's own channel raised AttributeError
+    there and Celery stopped the worker ("Unrecoverable error").
+    """
+    for transport, expected in ((REDIS_TRANSPORT, redis.ConnectionError), (KombuTransport, AttributeError)):
+        conn = Connection(redis_url, transport=transport)
+        channel = conn.default_channel
+        channel._disconnect_pools()  # what the first, failed close did
+        channel.connection.client = None  # what collect() did to the transport
+        with pytest.raises(expected):
+            channel.pool  # noqa: B018 - the property builds the pool
+        assert isinstance(expected(), tuple(conn.connection_errors)) == (expected is redis.ConnectionError)

@@ -13,12 +13,16 @@ followed the failover for that to hold.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from deploy.devstack import services
+from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.strava import FakeStrava
+from tests.cairn_stack import CairnStack
 from tests.conftest import CeleryWorker, wait_until
 from tests.test_redis_restart import assert_alive, start_procfile_beat
 from tests.voicy_stack import AUDIO_DIR, audio_manifest, start_bridge, voicy_dev_stack
@@ -27,6 +31,7 @@ from workers.redisconn import sync_client
 pytestmark = pytest.mark.slow
 
 JOBS = 6
+CAIRN_JOBS = 8
 READY_TIMEOUT_S = 60.0
 JOB_DONE_TIMEOUT_S = 120.0
 FINAL = ("completed", "failed")
@@ -88,3 +93,56 @@ def test_a_failover_under_voicy_load_loses_nothing(tmp_path: Path, topology: ser
         assert len(accepted) == 1, (job_id, accepted)
     # the promoted replica is the master every client now uses
     assert topology.master_port() == topology.replica.port
+
+
+class SentinelCairnStack(CairnStack):
+    """The Cairn test stack on a Sentinel ``REDIS_URL`` (no flush through a plain client, readiness from logs)."""
+
+    def start(self) -> SentinelCairnStack:
+        self.nats = services.start_nats(self.tmp / "nats")
+        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
+        self.strava = FakeStrava()
+        self.strava.start()
+        return self
+
+    def start_worker(self, concurrency: int = 2) -> CeleryWorker:
+        name = f"provider-{len(self.workers)}-{uuid.uuid4().hex[:4]}@test"
+        worker = CeleryWorker("provider", self.env, self.tmp / f"worker-{len(self.workers)}.log",
+                              concurrency=concurrency, name=name)
+        self.workers.append(worker)
+        wait_until(lambda: " ready." in worker.log() or worker.proc.poll() is not None, READY_TIMEOUT_S,
+                   "the provider worker to be ready")
+        return worker
+
+
+# The Cairn bridge (bridges/cairn*.py, owned by the cairn-core work) still builds its Redis clients
+# with redis.Redis.from_url, which does not know sentinel://; once it uses workers.redisconn this
+# passes, and strict xfail turns that into a failure that says: remove this mark.
+@pytest.mark.xfail(strict=True, reason="bridges/cairn*.py must build Redis clients with workers.redisconn")
+def test_a_failover_under_cairn_load_loses_nothing(tmp_path: Path, topology: services.SentinelTopology,
+                                                   s3_endpoint: str) -> None:
+    stack = SentinelCairnStack(tmp_path, topology.url, s3_endpoint,
+                               extra_env={"REDIS_SENTINEL_MASTER": topology.master_name}).start()
+    try:
+        stack.start_worker(concurrency=2)
+        stack.start_bridge()
+        assert stack.core is not None
+        acct = stack.connect_athlete(n_activities=CAIRN_JOBS)
+        jobs = [stack.fetch_job(acct, str(ext)) for ext in
+                sorted(stack.strava.athlete(int(acct.external_id)).activities)]  # type: ignore[union-attr]
+        for job in jobs[: CAIRN_JOBS // 2]:
+            stack.core.enqueue_job("fetch_source", job)
+        stack.core.router.wait(lambda: bool(stack.results_for(jobs[0]["job_id"])), JOB_DONE_TIMEOUT_S,
+                               "a first result")
+        topology.kill_master()
+        for job in jobs[CAIRN_JOBS // 2:]:
+            stack.core.enqueue_job("fetch_source", job)
+        topology.wait_failover()
+        stack.core.router.wait(lambda: all(stack.results_for(j["job_id"]) for j in jobs), JOB_DONE_TIMEOUT_S * 2,
+                               "every job's result after the failover")
+        assert all(len({r.msg_id for r in stack.results_for(j["job_id"])}) == 1 for j in jobs)
+        wait_until(lambda: all(c["num_pending"] == 0 and c["num_ack_pending"] == 0
+                               for c in stack.core.consumers()), JOB_DONE_TIMEOUT_S, "every message acked")
+        assert stack.bridge is not None and stack.bridge.proc.poll() is None
+    finally:
+        stack.stop()
