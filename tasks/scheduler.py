@@ -16,8 +16,10 @@ This subclass, without forking RedBeat:
 * on a Redis error in ``tick`` logs once, returns a backoff delay as the time
   to sleep, and tries again, never raising into the beat loop;
 * when the lock was lost (``LockNotOwnedError``, or never acquired because Redis
-  was down at start) tries to take it again without blocking; while another beat
-  holds it, this one schedules nothing and just retries, as a standby beat does.
+  was down at start) tries to take it again without blocking, and re-installs
+  the static schedule (a Redis that lost its data lost the entries too, and
+  beat would otherwise run on, sending nothing); while another beat holds the
+  lock, this one schedules nothing and just retries, as a standby beat does.
 
 What a lost lock costs: while Redis is down nothing can be sent anyway; entries
 due during the outage run once when it is back (RedBeat keeps ``last_run_at``
@@ -93,6 +95,10 @@ class ResilientRedBeatScheduler(RedBeatScheduler):
             return False
         log.info("beat: Acquired lock")
         self.lock = lock
+        # Redis may have come back empty (the lock was lost with everything else): the static
+        # entries live only in Redis, and RedBeat installs them only at start. Re-installing keeps
+        # each surviving entry's last_run_at, so nothing runs twice.
+        RedBeatScheduler.setup_schedule(self)
         return True
 
     def close(self) -> None:
