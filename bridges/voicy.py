@@ -27,9 +27,11 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 
 import redis
+from kombu.exceptions import OperationalError
 
 from workers.errors import AuthError, JobError, StaleJobError
 from workers.logs import redact
+from workers.redisconn import Outage
 from workers.voicy.fleet import Stage
 from workers.voicy.models import Job
 from workers.voicy.pipeline import VoicyRuntime, adopt_claim, recover
@@ -42,6 +44,8 @@ ERROR_BACKOFF_INITIAL_S = 1.0
 ERROR_BACKOFF_MAX_S = 60.0
 AUTH_RECHECK_INTERVAL_S = 60.0  # a disabled token is checked slowly, not hammered
 BUCKETS = ("oldest", "newest")
+# Redis itself, or Celery's broker (kombu wraps the connection error) when a task is sent.
+REDIS_ERRORS = (redis.RedisError, OperationalError)
 
 Dispatch = Callable[[VoicyRuntime, str, str], None]  # send the task, then confirm its grant
 
@@ -69,6 +73,7 @@ class VoicyBridge:
         self._download_buckets = BucketCycle()
         self._ready_buckets = BucketCycle()
         self._stop = threading.Event()
+        self._outage = Outage("the voicy bridge", log)  # Redis gone: logged once, backoff, resumed (R1)
         self.authorized = True
         s = rt.settings
         self.backlog_limit = s.ready_queue_limit
@@ -168,11 +173,8 @@ class VoicyBridge:
                 self.authorized = False
                 self._stop.wait(AUTH_RECHECK_INTERVAL_S)
                 continue
-            except redis.RedisError as exc:
-                log.warning("Redis unavailable at REDIS_URL (%s); retrying in %.1fs",
-                            type(exc).__name__, backoff_s)
-                self._stop.wait(backoff_s)
-                backoff_s = min(backoff_s * 2, ERROR_BACKOFF_MAX_S)
+            except REDIS_ERRORS as exc:
+                self._stop.wait(self._outage.failed(exc))
                 continue
             except JobError as exc:
                 log.warning("Voicy API unavailable (%s); retrying in %.1fs",
@@ -183,12 +185,23 @@ class VoicyBridge:
             if not self.authorized:
                 log.info("Voicy accepts the worker token again; claiming resumed")
                 self.authorized = True
+            self._outage.ok()
             backoff_s = ERROR_BACKOFF_INITIAL_S
             if taken == 0:
-                jitter = 1 + random.uniform(-POLL_JITTER_FRACTION, POLL_JITTER_FRACTION)
-                # Idle: wait for the poll interval, or less if the fleet frees capacity.
-                self.rt.fleet.wait_for_capacity(self.poll_interval_s * jitter)
+                self._idle()
         log.info("voicy bridge stopped")
+
+    def _idle(self) -> None:
+        """Wait for the poll interval, or less if the fleet frees capacity.
+
+        The wait is a BLPOP on Redis: a Redis restart during it is an outage like
+        one during a cycle (logged once, retried with backoff), not a crash.
+        """
+        jitter = 1 + random.uniform(-POLL_JITTER_FRACTION, POLL_JITTER_FRACTION)
+        try:
+            self.rt.fleet.wait_for_capacity(self.poll_interval_s * jitter)
+        except REDIS_ERRORS as exc:
+            self._stop.wait(self._outage.failed(exc))
 
     def stop(self) -> None:
         """Stop claiming (called from the SIGTERM handler); ``run()`` returns within a poll interval.

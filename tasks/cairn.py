@@ -14,10 +14,8 @@ the provider work and return what the bridge should do with it:
 * ``cairn.discover(request)`` → the §8 reply dict.
 * ``cairn.exchange(request_key)`` → ``{"reply_key": ...}``: request and reply
   (client secret, code, tokens) stay parked in Redis (``workers.cairn.sealed``).
-* ``cairn.presence()`` arrives through a kombu ``Broadcast`` queue that every
-  worker consuming ``provider`` also consumes, so *each live instance* writes its
-  own ``<worker_name>.<instance_id>`` record from inside the pool.
-* ``cairn.manifest()`` at worker start and from beat.
+
+Presence and the manifest live in :mod:`tasks.presence`.
 
 Per-process state (the NATS connection thread, Redis, the provider's HTTP
 client) is built lazily on first use, after the prefork fork, and dropped in
@@ -28,25 +26,19 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_process_init
 from celery.utils.saferepr import saferepr
-from celery.signals import (beat_init, celeryd_after_setup, task_postrun, task_prerun, worker_process_init,
-                            worker_ready)
-from kombu import Queue
-from kombu.common import Broadcast
 
 from tasks import app
-from tasks.routes import QUEUE_PROVIDER
 from workers.cairn.handlers import discover as handle_discover
 from workers.cairn.handlers import exchange as handle_exchange
-from workers.cairn.handlers.context import build_context
+from workers.cairn.handlers.context import build_context, reset_context
 from workers.cairn.handlers.run import run_job
 from workers.cairn.outcomes import LEASE_NAMESPACE, OutcomeLedger
-from workers.cairn.presence import MANIFEST_INTERVAL_S, PRESENCE_INTERVAL_S, BusyPresence
 from workers.cairn.sealed import park, unpark
 from workers.lease import Leases
 from workers.logs import setup_logging
@@ -56,36 +48,9 @@ log = logging.getLogger(__name__)
 JOB_TASK = "cairn.job"
 DISCOVER_TASK = "cairn.discover"
 EXCHANGE_TASK = "cairn.exchange"
-PRESENCE_TASK = "cairn.presence"
-MANIFEST_TASK = "cairn.manifest"
-PRESENCE_BROADCAST = "cairn.presence"  # fanout exchange (and queue alias) of the presence broadcast
 EXCHANGE_REPLY_TTL_S = 30.0  # the parked token reply waits this long for the bridge
 ARGSREPR_MAX_CHARS = 1024  # Celery's own bound on a task's shown arguments
 HIDDEN = "…"  # what Flower shows instead of a lease token
-_INSTANCE_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_=-]+")  # KV keys: no '@', and '.' separates the key
-
-# Every process (beat, bridge, workers) knows the broadcast queue, so a route by
-# its alias resolves to the fanout exchange; workers only *consume* it when they
-# consume ``provider`` (added at ``celeryd_after_setup``).
-# Redis fanout delivers on the topic ``<exchange>/<routing key>``: publisher and
-# consumers must use the same explicit routing key, and a publisher must have
-# declared the exchange as fanout in its process (Celery never declares a
-# Broadcast on publish), else kombu treats it as direct and nothing arrives.
-PRESENCE_QUEUE = Broadcast(PRESENCE_BROADCAST, routing_key=PRESENCE_BROADCAST)
-PRESENCE_OPTIONS = {"queue": PRESENCE_BROADCAST, "exchange": PRESENCE_BROADCAST,
-                    "routing_key": PRESENCE_BROADCAST}
-app.conf.task_queues = (*tuple(app.conf.task_queues or ()), PRESENCE_QUEUE)
-
-
-def declare_presence_exchange() -> None:
-    """Make this process publish the presence broadcast as fanout (beat, tests, worker start)."""
-    with app.connection_for_write() as conn:
-        PRESENCE_QUEUE.exchange(conn.default_channel).declare()
-
-
-def broadcast_presence(expires_s: float = PRESENCE_INTERVAL_S) -> None:
-    """Ask every live provider-pool instance to write its presence record now."""
-    presence.apply_async(expires=expires_s, declare=[PRESENCE_QUEUE.exchange], **PRESENCE_OPTIONS)
 
 
 class CairnRuntime:
@@ -101,8 +66,6 @@ class CairnRuntime:
 
 _runtime: CairnRuntime | None = None
 _runtime_lock = threading.Lock()
-_busy: BusyPresence | None = None  # this pool process's presence during long tasks
-_busy_lock = threading.Lock()
 
 
 def runtime() -> CairnRuntime:
@@ -117,86 +80,15 @@ def runtime() -> CairnRuntime:
 @worker_process_init.connect
 def _reset_after_fork(**_: object) -> None:
     """A forked child must not reuse the parent's NATS loop thread or sockets."""
-    global _runtime, _busy
+    global _runtime
     _runtime = None
-    _busy = None
     if cairn_configured():
-        from workers.cairn.handlers.context import reset_context
-
         reset_context()
     setup_logging(own_handler=False)  # Celery installed the handlers; ours would print twice
 
 
 def cairn_configured() -> bool:
     return bool(os.environ.get("CAIRN_NATS_URL"))
-
-
-def _consumes_provider(consumer_app: Any) -> bool:
-    consume_from = consumer_app.amqp.queues.consume_from
-    return not consume_from or QUEUE_PROVIDER in consume_from
-
-
-def instance_queue(hostname: str) -> Queue:
-    """This worker instance's own queue: a fanout sent before its consumer subscribed is lost,
-    a list queue is not, so the start-up presence goes here."""
-    return Queue(f"{PRESENCE_BROADCAST}.{hostname}", routing_key=f"{PRESENCE_BROADCAST}.{hostname}",
-                 auto_delete=True)
-
-
-@celeryd_after_setup.connect
-def _consume_presence_broadcast(sender: str, instance: Any, **_: object) -> None:
-    """Workers of the provider pool also consume the presence broadcast (and their own queue)."""
-    if cairn_configured() and _consumes_provider(instance.app):
-        instance.app.amqp.queues.select_add(PRESENCE_QUEUE)
-        instance.app.amqp.queues.select_add(instance_queue(sender))
-
-
-@worker_ready.connect
-def _manifest_at_start(sender: Any = None, **_: object) -> None:
-    """Contract §1/§2: manifest and this instance's presence at startup (then beat keeps them fresh)."""
-    if cairn_configured() and _consumes_provider(app):
-        manifest.apply_async(expires=MANIFEST_INTERVAL_S)
-        hostname = getattr(sender, "hostname", None)
-        if hostname:
-            presence.apply_async(queue=instance_queue(hostname), expires=PRESENCE_INTERVAL_S)
-
-
-def busy_presence() -> BusyPresence:
-    """This process's :class:`BusyPresence`, built on first use (after fork), on the runtime's interval."""
-    global _busy
-    with _busy_lock:
-        if _busy is None:
-            from workers.cairn.presence import write_presence
-
-            rt = runtime()
-            _busy = BusyPresence(lambda iid: write_presence(rt.ctx, iid), float(rt.ctx.settings.presence_interval_s))
-        return _busy
-
-
-@task_prerun.connect
-def _cairn_task_started(task_id: str = "", task: Any = None, **_: object) -> None:
-    """A Cairn task starts in this pool process: watch it, so a long one keeps the instance present."""
-    if task is not None and str(task.name).startswith("cairn.") and cairn_configured():
-        busy_presence().started(task_id, instance_id(task.request.hostname))
-
-
-@task_postrun.connect
-def _cairn_task_finished(task_id: str = "", task: Any = None, **_: object) -> None:
-    if _busy is not None and task is not None and str(task.name).startswith("cairn."):
-        _busy.finished(task_id)
-
-
-@beat_init.connect
-def _declare_for_beat(**_: object) -> None:
-    if cairn_configured():
-        declare_presence_exchange()
-
-
-def instance_id(hostname: str | None) -> str:
-    """``CAIRN_WORKER_INSTANCE_ID``, else the Celery node name made KV-safe (``provider@host`` → ``provider-host``)."""
-    explicit = (os.environ.get("CAIRN_WORKER_INSTANCE_ID") or os.environ.get("CAIRN_INSTANCE_ID") or "").strip()
-    base = explicit or hostname or os.uname().nodename
-    return _INSTANCE_ID_UNSAFE.sub("-", base).strip("-") or "instance"
 
 
 def job_argsrepr(kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -251,21 +143,3 @@ def exchange(request_key: str) -> dict[str, Any]:
     else:
         reply = handle_exchange(rt.ctx, request)
     return {"reply_key": park(rt.redis, reply, EXCHANGE_REPLY_TTL_S)}
-
-
-
-@shared_task(name=PRESENCE_TASK, bind=True, ignore_result=True)
-def presence(self: Any) -> None:
-    """Write this instance's presence record (contract §2); skipped against an incompatible core (§1)."""
-    from workers.cairn.presence import write_presence
-
-    if write_presence(runtime().ctx, instance_id(self.request.hostname)) is not None:
-        busy_presence().wrote()
-
-
-@shared_task(name=MANIFEST_TASK, ignore_result=True)
-def manifest() -> None:
-    """Write the pool's manifest (contract §1, within its 15 min TTL); skipped against an incompatible core."""
-    from workers.cairn.presence import write_manifest
-
-    write_manifest(runtime().ctx)

@@ -9,15 +9,19 @@ See reference/ecosystem.md §1.2-§1.5 for what goes wrong with the defaults.
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Any
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from tasks.result_backend import result_backend_url
+from tasks.routes import TASK_QUEUES, TASK_ROUTES
+from tasks.transport import REDIS_TRANSPORT, SENTINEL_TRANSPORT
 from workers.config import load_settings
+from workers.redisconn import DEFAULT_REDIS_URL, RedisSettings, parse_sentinel_url
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+__all__ = ["DEFAULT_REDIS_URL", "FleetSettings", "celery_config"]
 
 # --- acknowledgement and prefetch -------------------------------------------------
 # Early ack (the default, acks_late=False): a message is acked when a worker
@@ -70,52 +74,115 @@ RESULT_EXPIRES_S = 3600
 BROKER_SOCKET_TIMEOUT_S = 30.0
 BROKER_HEALTH_CHECK_INTERVAL_S = 25.0
 
+# --- Redis outages (invariant R1) -----------------------------------------------------
+# A Redis restart, an outage of up to a minute or a Sentinel failover must not stop any
+# process. Workers: the consumer reconnects for ever (None = no limit; Celery's default
+# gives up after 100 tries and exits), at start as well as later. Storing a result
+# retries too, instead of losing the outcome the bridge waits for; the backend's sleeps
+# double from 100 ms up to 5 s, for at most ``RESULT_BACKEND_MAX_RETRIES`` tries (about
+# five minutes of outage) before the task is reported failed.
+BROKER_CONNECTION_MAX_RETRIES = None
+RESULT_BACKEND_MAX_RETRIES = 60
+RESULT_BACKEND_BASE_SLEEP_MS = 100
+RESULT_BACKEND_MAX_SLEEP_MS = 5000
+# Sentinel: how long one Sentinel may take to answer before kombu asks the next one.
+SENTINEL_SOCKET_TIMEOUT_S = 1.0
 
-class FleetSettings(BaseSettings):
-    """Settings shared by every process of the fleet (no prefix, Heroku-style names)."""
+# --- Flower (issue 11 §5) ----------------------------------------------------------------
+# Housekeeping sends no task events: voicy.reap and voicy.heartbeat run every few seconds
+# and would push the jobs people look for off Flower's first page (29 of 69 tasks in a
+# demo). Their own queue would not help (Flower lists tasks, not queues) and running them
+# less often would slow recovery (the reaper must run twice per lease TTL). They still log
+# on the io worker when they act, and `celery inspect` still shows them while running.
+QUIET_TASKS = ("voicy.heartbeat", "voicy.reap", "cairn.manifest")
 
-    model_config = SettingsConfigDict(extra="ignore")
 
-    redis_url: str = Field(default=DEFAULT_REDIS_URL, validation_alias="REDIS_URL",
-                           pattern=r"^rediss?://")
+REDBEAT_LOCK_TIMEOUT_S = 30  # a beat killed outright hands over to a waiting one after this
+
+# Task attributes by name glob, first match wins per attribute (Celery's own annotation
+# maps match exact names only, so a ``cairn.*`` key there silently applied to nothing).
+TASK_ANNOTATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    *((name, {"send_events": False}) for name in QUIET_TASKS),
+    ("voicy.transcribe", {"soft_time_limit": GPU_SOFT_TIME_LIMIT_S, "time_limit": GPU_HARD_TIME_LIMIT_S}),
+    ("voicy.download", {"soft_time_limit": IO_SOFT_TIME_LIMIT_S, "time_limit": IO_HARD_TIME_LIMIT_S}),
+    ("cairn.*", {"soft_time_limit": PROVIDER_SOFT_TIME_LIMIT_S, "time_limit": PROVIDER_HARD_TIME_LIMIT_S}),
+)
+
+
+class GlobAnnotations:
+    """A ``task_annotations`` entry that matches task names by glob (``cairn.*``)."""
+
+    def __init__(self, rules: tuple[tuple[str, dict[str, Any]], ...]) -> None:
+        self.rules = rules
+
+    def annotate(self, task: Any) -> dict[str, Any] | None:
+        merged: dict[str, Any] = {}
+        for pattern, attrs in self.rules:
+            if fnmatchcase(str(task.name), pattern):
+                merged = {**attrs, **merged}
+        return merged or None
+
+    def annotate_any(self) -> None:
+        return None
+
+
+class FleetSettings(RedisSettings):
+    """Settings shared by every process of the fleet (no prefix, Heroku-style names).
+
+    ``REDIS_URL`` and its companions come from :class:`workers.redisconn.RedisSettings`,
+    the one class that reads them.
+    """
+
+    model_config = SettingsConfigDict(extra="ignore", env_ignore_empty=True)
+
     soft_shutdown_timeout_s: float = Field(default=WORKER_SOFT_SHUTDOWN_TIMEOUT_S, ge=0,
                                            validation_alias="WORKER_SOFT_SHUTDOWN_TIMEOUT_S")
 
 
-def _redis_ssl(url: str) -> dict[str, Any]:
-    """TLS options for ``rediss://`` (Heroku Redis presents a self-signed certificate).
-
-    ``REDIS_SSL_CERT_REQS`` is ``none`` (Heroku's documented setting), ``optional`` or ``required``.
-    """
-    if not url.startswith("rediss://"):
-        return {}
-    import ssl
-    import os
-
-    reqs = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}[
-        os.environ.get("REDIS_SSL_CERT_REQS", "none").lower()]
-    return {"broker_use_ssl": {"ssl_cert_reqs": reqs}, "redis_backend_use_ssl": {"ssl_cert_reqs": reqs}}
+def _redis_connection(settings: RedisSettings) -> dict[str, Any]:
+    """Broker and backend options for ``rediss://`` (TLS) or a Sentinel ``REDIS_URL`` (master name)."""
+    if settings.sentinel:
+        sentinel = {"master_name": settings.sentinel_master,
+                    "sentinel_kwargs": {"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S}}
+        password = parse_sentinel_url(settings.redis_url).password
+        if password:  # kombu reads the master's password from the transport options only
+            sentinel["password"] = password
+        return {"broker_transport_options": sentinel, "result_backend_transport_options": sentinel}
+    if settings.redis_url.startswith("rediss://"):
+        tls = {"ssl_cert_reqs": settings.cert_reqs}
+        return {"broker_use_ssl": tls, "redis_backend_use_ssl": tls}
+    return {}
 
 
 def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
     """The Celery configuration mapping (``app.conf.update(celery_config())``)."""
-    from tasks.routes import TASK_ROUTES, TASK_QUEUES
-
     settings = settings or load_settings(FleetSettings)
+    connection = _redis_connection(settings)
     transport = {
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
         "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
         "health_check_interval": BROKER_HEALTH_CHECK_INTERVAL_S,
+        **connection.pop("broker_transport_options", {}),
     }
-    ssl = _redis_ssl(settings.redis_url)
+    backend_transport = {"visibility_timeout": VISIBILITY_TIMEOUT_S,
+                         **connection.pop("result_backend_transport_options", {})}
     return {
-        **ssl,
+        **connection,
         "broker_url": settings.redis_url,
+        # kombu's transports, minus a crash on a broker failure (see tasks/transport.py)
+        "broker_transport": SENTINEL_TRANSPORT if settings.sentinel else REDIS_TRANSPORT,
         "result_backend": result_backend_url(settings.redis_url),  # SET EX, not the deprecated SETEX
-        "broker_transport_options": dict(transport),
-        "result_backend_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        "broker_transport_options": transport,
+        "result_backend_transport_options": backend_transport,
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
         "broker_connection_retry_on_startup": True,
+        "broker_connection_retry": True,
+        "broker_connection_max_retries": BROKER_CONNECTION_MAX_RETRIES,
+        "result_backend_always_retry": True,
+        "result_backend_max_retries": RESULT_BACKEND_MAX_RETRIES,
+        "result_backend_base_sleep_between_retries_ms": RESULT_BACKEND_BASE_SLEEP_MS,
+        "result_backend_max_sleep_between_retries_ms": RESULT_BACKEND_MAX_SLEEP_MS,
+        "redis_retry_on_timeout": True,
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -135,15 +202,8 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
         "worker_send_task_events": True,
         "task_send_sent_event": True,
         "result_expires": RESULT_EXPIRES_S,
-        "task_annotations": {
-            "voicy.transcribe": {"soft_time_limit": GPU_SOFT_TIME_LIMIT_S,
-                                 "time_limit": GPU_HARD_TIME_LIMIT_S},
-            "voicy.download": {"soft_time_limit": IO_SOFT_TIME_LIMIT_S,
-                               "time_limit": IO_HARD_TIME_LIMIT_S},
-            "cairn.*": {"soft_time_limit": PROVIDER_SOFT_TIME_LIMIT_S,
-                        "time_limit": PROVIDER_HARD_TIME_LIMIT_S},
-        },
+        "task_annotations": (GlobAnnotations(TASK_ANNOTATIONS),),
         "redbeat_redis_url": settings.redis_url,
-        "redbeat_lock_timeout": 30,
+        "redbeat_lock_timeout": REDBEAT_LOCK_TIMEOUT_S,
         "beat_max_loop_interval": 5,
     }

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 TRANSCRIBE_TASK = "voicy.transcribe"
 DOWNLOAD_TASK = "voicy.download"
+HEARTBEAT_TASK = "voicy.heartbeat"  # beat, on the io pool
+REAP_TASK = "voicy.reap"  # beat, on the io pool
 HIDDEN_TOKEN = "…"  # what Flower and task events show in place of the lease token
 
 _runtime: VoicyRuntime | None = None
@@ -139,3 +141,20 @@ def download(job_id: str, token: str) -> None:
 def transcribe(job_id: str, token: str) -> bool:
     """gpu: transcribe with progress and post the result."""
     return pipeline.run_transcription(runtime(), job_id, token)
+
+
+# Beat's Voicy duties (scheduled in ``tasks.beat``; quiet in Flower, see ``tasks.settings.QUIET_TASKS``).
+@shared_task(name=HEARTBEAT_TASK, ignore_result=True)
+def heartbeat() -> int:
+    """Heartbeat every held Voicy job whose lease is alive."""
+    return pipeline.heartbeat_held(runtime())
+
+
+@shared_task(name=REAP_TASK, ignore_result=True)
+def reap() -> int:
+    """Recover jobs whose worker died: redispatch with media, else a retryable failure."""
+    rt = runtime()
+    recoveries = pipeline.reap(rt)
+    for rec in recoveries:
+        dispatch_transcription(rt, rec.job_id, rec.token)
+    return len(recoveries)

@@ -1,75 +1,70 @@
 """Presence while every slot of a pool runs a long job (contract §2: every ~20 s, fresh for 45 s).
 
-Beat's presence broadcast is a task and waits for a free slot; a provider
-worker at ``-c 1`` holding a job longer than core's freshness window would
-look dead to core. ``BusyPresence`` writes the record from the pool process
-itself once a task has run for a presence interval. Here the interval is 1 s
-(``CAIRN_PRESENCE_INTERVAL_S``), no beat runs, and the fake Strava's gate holds
-the only slot's job: every fresh record during the hold comes from that path.
+A presence *task* would wait for a free slot, so a provider worker at ``-c 1``
+holding a job longer than core's freshness window would look dead to core.
+The worker's main process renews the record on its own timer
+(``PresenceTimer``, ``tasks.presence``), never waiting for a slot. Here the
+interval is 1 s (``CAIRN_PRESENCE_INTERVAL_S``), no beat runs, and the fake
+Strava's gate holds the only slot's job: the records keep coming during the hold.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from tests.cairn_stack import WAIT_S, CairnStack
 from tests.conftest import wait_until
-from workers.cairn.presence import BusyPresence
+from workers.cairn.presence import PresenceTimer
 
 INTERVAL_S = 1.0
 HELD_WRITES = 2  # fresh records to see while the job is held
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
+def test_the_timer_writes_at_start_and_every_interval_and_survives_failures(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Driven by hand (``beat()``): a failure is logged once per outage and never raised."""
+    caplog.set_level(logging.INFO, logger="workers.cairn.presence")
+    calls: list[int] = []
+    outcomes = iter([{"ok": 1}, ConnectionError("nats down"), TimeoutError(), {"ok": 2}, None])
 
-    def __call__(self) -> float:
-        return self.now
+    def write() -> object:
+        calls.append(1)
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
-
-def test_busy_presence_writes_only_for_a_task_longer_than_an_interval_and_not_twice_per_interval() -> None:
-    clock, written = Clock(), []
-    busy = BusyPresence(written.append, 20.0, clock=clock)
-    busy.stop()  # drive check() by hand; the thread would only call it on a timer
-    busy.started("short", "inst-a")
-    clock.now += 19.0
-    assert not busy.check()  # neither the task nor the silence is an interval long yet
-    busy.finished("short")
-    clock.now += 30.0
-    assert not busy.check() and written == []  # silence alone is the beat path's business
-    busy.started("long", "inst-a")
-    clock.now += 20.0
-    assert busy.check() and written == ["inst-a"]
-    clock.now += 10.0
-    assert not busy.check()  # written half an interval ago
-    busy.wrote()  # the beat broadcast got through
-    clock.now += 15.0
-    assert not busy.check()
-    clock.now += 5.0
-    assert busy.check() and written == ["inst-a", "inst-a"]
-    busy.finished("long")
-    clock.now += 60.0
-    assert not busy.check()
+    timer = PresenceTimer(write, 20.0)
+    assert timer.beat() and timer.writes == 1
+    assert not timer.beat() and not timer.beat()  # NATS away: no exception escapes
+    assert timer.beat() and timer.writes == 2  # back: written again
+    assert not timer.beat() and timer.writes == 2  # an incompatible core: the writer wrote nothing
+    failures = [r for r in caplog.records if "presence write failed" in r.getMessage()]
+    assert len(failures) == 1 and len(calls) == 5
+    assert any("presence written again" in r.getMessage() for r in caplog.records)
 
 
-def test_a_failed_write_is_retried_on_the_next_check() -> None:
-    clock, calls = Clock(), []
+def test_the_timer_thread_writes_at_once_then_on_its_interval_until_stopped() -> None:
+    third = threading.Event()
+    count: list[int] = []
 
-    def flaky(instance_id: str) -> None:
-        calls.append(instance_id)
-        if len(calls) == 1:
-            raise ConnectionError("nats down")
+    def write() -> object:
+        count.append(1)
+        if len(count) == 3:
+            third.set()
+        return {}
 
-    busy = BusyPresence(flaky, 20.0, clock=clock)
-    busy.stop()
-    busy.started("long", "inst-b")
-    clock.now += 20.0
-    assert not busy.check()
-    clock.now += 1.0
-    assert busy.check() and calls == ["inst-b", "inst-b"]
+    timer = PresenceTimer(write, 0.05)
+    timer.start()
+    try:
+        assert third.wait(WAIT_S), "the timer did not keep writing"
+    finally:
+        timer.stop()
+    assert timer._thread is not None and not timer._thread.is_alive()
 
 
 @pytest.fixture(scope="module")

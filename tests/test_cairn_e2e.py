@@ -214,7 +214,7 @@ def test_presence_and_manifest_are_written_by_the_pool(stack: CairnStack) -> Non
                          stack.core.live_presence(stack.pool), WAIT_S, "start-up presence of every instance")
     first_seen = {k: records[k]["last_seen"] for k in keys}  # type: ignore[index]
     # What beat sends every 20 s: one broadcast, answered by each instance.
-    subprocess.run([sys.executable, "-c", "from tasks.cairn import broadcast_presence; broadcast_presence()"],
+    subprocess.run([sys.executable, "-c", "from tasks.presence import broadcast_presence; broadcast_presence()"],
                    cwd=ROOT, env=stack.env, check=True, timeout=60)
     wait_until(lambda: all(stack.core.presence(stack.pool)[k]["last_seen"] > first_seen[k] for k in keys),
                WAIT_S, "a fresh record from every instance after the broadcast")
@@ -238,7 +238,7 @@ def test_core_schedules_import_gear_because_the_pools_manifest_declares_gear(sta
     kinds = [j.subject.split(".")[2] for j in stack.core.schedule_reconcile(acct.account_id, force=True)]
     assert kinds == ["reconcile"]
     # The pool rewrites its manifest (what beat does every 10 min) and core now sends gear.
-    subprocess.run([sys.executable, "-c", "from tasks.cairn import manifest; manifest.apply_async()"],
+    subprocess.run([sys.executable, "-c", "from tasks.presence import manifest; manifest.apply_async()"],
                    cwd=ROOT, env=stack.env, check=True, timeout=60)
     wait_until(lambda: "Gear" in (stack.core.manifests()[stack.pool].get("capabilities") or {}), WAIT_S,
                "the pool's own manifest again")

@@ -171,7 +171,7 @@ def test_worker_lines_declare_queue_pool_events_node_name_and_cold_shutdown() ->
         assert f" -Q {ptype} " in cmd and " -P prefork " in cmd and " -E " in cmd, cmd
         assert re.search(r" -n \S*@%h", cmd), cmd
     assert " -c 1 " in entries["gpu"]  # one model per GPU; the parent stays free for inspect
-    assert "-S redbeat.RedBeatScheduler" in entries["beat"]
+    assert "-S tasks.scheduler.ResilientRedBeatScheduler" in entries["beat"]  # RedBeat, riding out Redis restarts
     assert "REMAP_SIGTERM" not in entries["beat"]
     assert "--port=${PORT" in entries["web"] and "--conf=deploy/flowerconfig.py" in entries["web"]
 

@@ -209,7 +209,6 @@ def test_a_redis_error_recording_a_claim_frees_the_slot_and_hands_the_job_back(
 
 # ------------------------------------------------------------- 4. beat's voicy.heartbeat
 def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expired(voicy, rt, monkeypatch):
-    import tasks.beat
     import tasks.voicy
 
     server, telegram, _gate, _env = voicy
@@ -230,7 +229,7 @@ def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expire
     seen = len(server.requests)
 
     monkeypatch.setattr(tasks.voicy, "_runtime", rt)  # the task's runtime() is this process's
-    assert tasks.beat.voicy_heartbeat() == 1  # the beat task, run here instead of on an io worker
+    assert tasks.voicy.heartbeat() == 1  # the beat task, run here instead of on an io worker
 
     sent = [r for r in server.requests[seen:] if r["endpoint"] == "heartbeat"]
     assert [(r["job_id"], r["status"], r["client"]) for r in sent] == [(live, 200, "switchyard-recovery")]

@@ -5,22 +5,200 @@ records, Cairn failure counts, the outcome ledger and sealed secrets must all
 follow the same Redis, including through a Sentinel failover. A client built
 anywhere else would silently keep talking to a demoted master.
 
-``sync_client(url)`` and ``async_client(url)`` are the only constructors the
-product code uses. (Sentinel support: see the resilience work; until then a
-plain ``redis://`` / ``rediss://`` URL.)
+``REDIS_URL`` is either one server (``redis://``, ``rediss://``) or a list of
+Sentinels, spelled as Celery and kombu spell it::
+
+    REDIS_URL=sentinel://:password@10.0.0.1:26379/0;sentinel://10.0.0.2:26379;sentinel://10.0.0.3:26379
+    REDIS_SENTINEL_MASTER=switchyard
+
+The master's password and database come from the first entry. A Sentinel
+client asks the Sentinels for the current master on every new connection and
+drops its pool when a connection fails or the server answers READONLY, so
+after a failover the next command reaches the promoted replica. The same URL
+and master name configure the broker and result backend (``tasks.settings``).
+
+:class:`RedisSettings` is the one settings class that reads ``REDIS_URL``;
+:class:`Outage` is how a long-running loop says once that Redis is gone, backs
+off, and says once that it is back (invariant R1).
 """
 
 from __future__ import annotations
 
+import logging
+import ssl
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.sentinel as aiosentinel
+import redis.sentinel
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workers.config import load_settings
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+SENTINEL_SCHEME = "sentinel://"
+SENTINEL_SEPARATOR = ";"
+DEFAULT_SENTINEL_PORT = 26379
+# A Sentinel that does not answer within this long is skipped for the next one.
+SENTINEL_SOCKET_TIMEOUT_S = 1.0
+# A dead master's TCP connect must fail fast, so the client asks the Sentinels again.
+SOCKET_CONNECT_TIMEOUT_S = 5.0
+OUTAGE_BACKOFF_INITIAL_S = 0.5
+OUTAGE_BACKOFF_MAX_S = 10.0  # a 60 s outage is noticed as over within ~10 s
+SSL_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+log = logging.getLogger(__name__)
 
 
-def sync_client(url: str) -> redis.Redis:
-    """A blocking client for ``url`` (``redis://``, ``rediss://``)."""
-    return redis.Redis.from_url(url)
+class RedisSettings(BaseSettings):
+    """``REDIS_URL`` and its companions; every process reads Redis settings through this class."""
+
+    model_config = SettingsConfigDict(extra="ignore", env_ignore_empty=True)
+
+    redis_url: str = Field(default=DEFAULT_REDIS_URL, validation_alias="REDIS_URL")
+    sentinel_master: str | None = Field(default=None, validation_alias="REDIS_SENTINEL_MASTER")
+    # Heroku Redis presents a self-signed certificate: its documented setting is ``none``.
+    ssl_cert_reqs: Literal["none", "optional", "required"] = Field(default="none",
+                                                                   validation_alias="REDIS_SSL_CERT_REQS")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if is_sentinel(value):
+            parse_sentinel_url(value)  # raises ValueError on a malformed entry
+        elif not value.startswith(("redis://", "rediss://")):
+            raise ValueError("must be a redis://, rediss:// or sentinel:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _master_named(self) -> RedisSettings:
+        if is_sentinel(self.redis_url) and not self.sentinel_master:
+            raise ValueError("REDIS_SENTINEL_MASTER must name the master when REDIS_URL lists Sentinels")
+        return self
+
+    @property
+    def sentinel(self) -> bool:
+        return is_sentinel(self.redis_url)
+
+    @property
+    def cert_reqs(self) -> int:
+        return SSL_CERT_REQS[self.ssl_cert_reqs]
 
 
-def async_client(url: str) -> aioredis.Redis:
-    """An asyncio client for ``url`` (``redis://``, ``rediss://``)."""
-    return aioredis.Redis.from_url(url)
+@dataclass(frozen=True)
+class SentinelURL:
+    """A parsed ``sentinel://...;sentinel://...`` URL."""
+
+    hosts: tuple[tuple[str, int], ...]
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+def is_sentinel(url: str) -> bool:
+    return url.startswith(SENTINEL_SCHEME)
+
+
+def parse_sentinel_url(url: str) -> SentinelURL:
+    """The Sentinels' addresses, and the master's db and credentials (from the first entry)."""
+    hosts: list[tuple[str, int]] = []
+    first = None
+    for part in filter(None, (p.strip() for p in url.split(SENTINEL_SEPARATOR))):
+        if not is_sentinel(part):
+            raise ValueError("every entry must start with sentinel://")
+        parsed = urlsplit(part)
+        if not parsed.hostname:
+            raise ValueError("a sentinel:// entry has no host")
+        hosts.append((parsed.hostname, parsed.port or DEFAULT_SENTINEL_PORT))
+        first = first or parsed
+    if first is None:
+        raise ValueError("no sentinel:// entry")
+    path = first.path.strip("/")
+    if path and not path.isdigit():
+        raise ValueError("the database must be a number")
+    return SentinelURL(hosts=tuple(hosts), db=int(path or 0),
+                       username=unquote(first.username) if first.username else None,
+                       password=unquote(first.password) if first.password else None)
+
+
+def redis_settings() -> RedisSettings:
+    """The environment's Redis settings (``ConfigError`` naming a bad variable)."""
+    return load_settings(RedisSettings)
+
+
+def _master_name(master_name: str | None) -> str:
+    name = master_name or redis_settings().sentinel_master
+    assert name, "RedisSettings requires REDIS_SENTINEL_MASTER with a sentinel:// URL"
+    return name
+
+
+def _sentinel_args(url: str) -> tuple[SentinelURL, dict[str, Any]]:
+    parsed = parse_sentinel_url(url)
+    master_kwargs = {"db": parsed.db, "username": parsed.username, "password": parsed.password,
+                     "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT_S}
+    return parsed, master_kwargs
+
+
+def _url_options(url: str) -> dict[str, Any]:
+    if url.startswith("rediss://"):
+        return {"ssl_cert_reqs": redis_settings().cert_reqs}
+    return {}
+
+
+def sync_client(url: str | None = None, *, master_name: str | None = None, **options: Any) -> redis.Redis:
+    """A blocking client for ``url`` (default ``REDIS_URL``): one server, or the master behind Sentinels."""
+    url = url or redis_settings().redis_url
+    if is_sentinel(url):
+        parsed, master_kwargs = _sentinel_args(url)
+        sentinels = redis.sentinel.Sentinel(list(parsed.hosts),
+                                            sentinel_kwargs={"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S})
+        return sentinels.master_for(_master_name(master_name), **{**master_kwargs, **options})
+    return redis.Redis.from_url(url, **{**_url_options(url), **options})
+
+
+def async_client(url: str | None = None, *, master_name: str | None = None, **options: Any) -> aioredis.Redis:
+    """An asyncio client for ``url`` (default ``REDIS_URL``), Sentinel-aware like :func:`sync_client`."""
+    url = url or redis_settings().redis_url
+    if is_sentinel(url):
+        parsed, master_kwargs = _sentinel_args(url)
+        sentinels = aiosentinel.Sentinel(list(parsed.hosts),
+                                         sentinel_kwargs={"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S})
+        return sentinels.master_for(_master_name(master_name), **{**master_kwargs, **options})
+    return aioredis.Redis.from_url(url, **{**_url_options(url), **options})
+
+
+class Outage:
+    """One loop's view of a Redis outage: log once, back off, log once when it is over.
+
+    A restart or failover lasts seconds to a minute; a warning per retry would
+    bury the one line an operator needs. ``failed`` returns how long to wait
+    before the next try (doubling up to ``OUTAGE_BACKOFF_MAX_S``).
+    """
+
+    def __init__(self, what: str, logger: logging.Logger = log, *,
+                 initial_s: float = OUTAGE_BACKOFF_INITIAL_S, max_s: float = OUTAGE_BACKOFF_MAX_S) -> None:
+        self.what = what
+        self._log = logger
+        self._initial_s, self._max_s = initial_s, max_s
+        self._next_s = initial_s
+        self.down = False
+
+    def failed(self, exc: BaseException) -> float:
+        """Redis failed with ``exc``: the delay before the next try (logged on the first failure only)."""
+        if not self.down:
+            self.down = True
+            self._log.warning("Redis unavailable at REDIS_URL (%s); %s retries with backoff up to %.0fs",
+                              type(exc).__name__, self.what, self._max_s)
+        delay, self._next_s = self._next_s, min(self._next_s * 2, self._max_s)
+        return delay
+
+    def ok(self) -> None:
+        """Redis answered: log the recovery once and reset the backoff."""
+        if self.down:
+            self.down = False
+            self._log.info("Redis available again; %s resumed", self.what)
+        self._next_s = self._initial_s

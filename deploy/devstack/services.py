@@ -22,9 +22,11 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import redis
 
 SERVICE_START_TIMEOUT_S = 20.0
 PORT_POLL_INTERVAL_S = 0.02
@@ -88,19 +90,43 @@ class Service:
                 self.proc.wait()
 
 
-def start_redis(workdir: Path | None = None, port: int | None = None) -> Service:
-    """Start redis-server on loopback with ``noeviction`` (kombu and redbeat keys must never be evicted)."""
+def start_redis(workdir: Path | None = None, port: int | None = None, *, appendonly: bool = False,
+                appendfsync: str = "everysec", replicaof: int | None = None) -> Service:
+    """Start redis-server on loopback with ``noeviction`` (kombu and redbeat keys must never be evicted).
+
+    ``appendonly`` keeps an AOF in ``workdir`` (``appendfsync`` as in production), so a restart on
+    the same ``workdir`` and ``port`` keeps the data; without it a restart loses everything.
+    ``replicaof`` makes it a replica of the master on that loopback port.
+    """
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-redis-"))
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    proc = subprocess.Popen(
-        [find_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
-         "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
-         "--dir", str(workdir), "--protected-mode", "yes"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
+    args = [find_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
+            "--save", "", "--appendonly", "yes" if appendonly else "no", "--appendfsync", appendfsync,
+            "--maxmemory-policy", "noeviction", "--dir", str(workdir), "--protected-mode", "yes"]
+    if replicaof is not None:
+        args += ["--replicaof", "127.0.0.1", str(replicaof)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     wait_for_port(port, proc)
-    return Service("redis", f"redis://127.0.0.1:{port}/0", port, proc, workdir)
+    svc = Service("redis", f"redis://127.0.0.1:{port}/0", port, proc, workdir)
+    svc.extra.update(appendonly=appendonly, appendfsync=appendfsync, replicaof=replicaof)
+    return svc
+
+
+def restart_redis(svc: Service, *, keep_data: bool = True, down_s: float = 0.0) -> Service:
+    """Stop ``svc`` (SIGKILL: a crash) and start it again on the same port, after ``down_s``.
+
+    ``keep_data`` restarts on the same directory (its AOF, when ``appendonly``); otherwise the
+    new server starts empty, as after a crash without persistence.
+    """
+    assert svc.proc is not None and svc.workdir is not None
+    svc.proc.kill()
+    svc.proc.wait()
+    time.sleep(down_s)  # the outage itself: nothing to await
+    workdir = svc.workdir if keep_data else Path(tempfile.mkdtemp(prefix="sy-redis-"))
+    return start_redis(workdir, svc.port, appendonly=bool(svc.extra.get("appendonly")),
+                       appendfsync=str(svc.extra.get("appendfsync", "everysec")))
 
 
 def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
@@ -165,3 +191,140 @@ def moto_s3() -> Iterator[Service]:
         yield svc
     finally:
         stop_moto(svc)
+
+
+# --------------------------------------------------------------------------- Redis Sentinel
+SENTINEL_MASTER_NAME = "switchyard"
+SENTINEL_QUORUM = 2  # of three sentinels
+SENTINEL_DOWN_AFTER_MS = 1000  # loopback: a master silent this long is down
+SENTINEL_FAILOVER_TIMEOUT_MS = 5000
+TOPOLOGY_READY_TIMEOUT_S = 30.0
+TOPOLOGY_POLL_INTERVAL_S = 0.1
+
+
+def start_sentinel(master_port: int, workdir: Path, port: int | None = None,
+                   master_name: str = SENTINEL_MASTER_NAME) -> Service:
+    """Start one Sentinel (``redis-server <conf> --sentinel``) monitoring the master on ``master_port``.
+
+    Sentinel rewrites its configuration file as it learns the topology, so each
+    one gets its own file in ``workdir``.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    conf = workdir / f"sentinel-{port}.conf"
+    conf.write_text("\n".join([
+        f"port {port}", "bind 127.0.0.1", f"dir {workdir}",
+        f"sentinel monitor {master_name} 127.0.0.1 {master_port} {SENTINEL_QUORUM}",
+        f"sentinel down-after-milliseconds {master_name} {SENTINEL_DOWN_AFTER_MS}",
+        f"sentinel failover-timeout {master_name} {SENTINEL_FAILOVER_TIMEOUT_MS}",
+        f"sentinel parallel-syncs {master_name} 1", ""]))
+    proc = subprocess.Popen([find_binary("redis-server"), str(conf), "--sentinel"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_port(port, proc)
+    return Service("sentinel", f"sentinel://127.0.0.1:{port}", port, proc, workdir)
+
+
+@dataclass
+class SentinelTopology:
+    """One master, one replica, three Sentinels on loopback; ``url`` is what ``REDIS_URL`` names."""
+
+    master: Service
+    replica: Service
+    sentinels: list[Service]
+    master_name: str = SENTINEL_MASTER_NAME
+
+    @property
+    def url(self) -> str:
+        """``sentinel://127.0.0.1:p1/0;sentinel://127.0.0.1:p2;...`` (kombu's spelling)."""
+        first, *rest = self.sentinels
+        return ";".join([f"{first.url}/0", *(s.url for s in rest)])
+
+    def env(self) -> dict[str, str]:
+        return {"REDIS_URL": self.url, "REDIS_SENTINEL_MASTER": self.master_name}
+
+    def master_port(self) -> int | None:
+        """The master's port as the Sentinels see it now (None while none agrees)."""
+        for sentinel in self.sentinels:
+            if sentinel.proc is None or sentinel.proc.poll() is not None:
+                continue
+            with contextlib.suppress(redis.RedisError):
+                client = redis.Redis(host="127.0.0.1", port=sentinel.port, socket_timeout=1.0)
+                try:
+                    addr = client.execute_command("SENTINEL", "get-master-addr-by-name", self.master_name)
+                finally:
+                    client.close()
+                if addr:
+                    return int(addr[1])
+        return None
+
+    def wait_ready(self, timeout_s: float = TOPOLOGY_READY_TIMEOUT_S) -> None:
+        """Block until the replica is in sync and every Sentinel knows the replica and the other two
+        (without that, a failover cannot be authorised)."""
+        def ready() -> bool:
+            with contextlib.suppress(redis.RedisError):
+                replica = redis.Redis(host="127.0.0.1", port=self.replica.port, socket_timeout=1.0)
+                try:
+                    if replica.info("replication").get("master_link_status") != "up":
+                        return False
+                finally:
+                    replica.close()
+                for sentinel in self.sentinels:
+                    client = redis.Redis(host="127.0.0.1", port=sentinel.port, socket_timeout=1.0)
+                    try:
+                        if (len(client.execute_command("SENTINEL", "replicas", self.master_name)) < 1
+                                or len(client.execute_command("SENTINEL", "sentinels", self.master_name))
+                                < len(self.sentinels) - 1):
+                            return False
+                    finally:
+                        client.close()
+                return True
+            return False
+
+        _poll(ready, timeout_s, "the Sentinel topology to settle")
+
+    def kill_master(self) -> None:
+        """SIGKILL the current master (a crash, not a shutdown)."""
+        assert self.master.proc is not None
+        self.master.proc.kill()
+        self.master.proc.wait()
+
+    def wait_failover(self, timeout_s: float = TOPOLOGY_READY_TIMEOUT_S) -> None:
+        """Block until the Sentinels name the replica as master."""
+        _poll(lambda: self.master_port() == self.replica.port, timeout_s, "the Sentinels to promote the replica")
+
+    def stop(self) -> None:
+        for svc in [*self.sentinels, self.replica, self.master]:
+            svc.stop()
+
+
+def _poll(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(TOPOLOGY_POLL_INTERVAL_S)
+    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def start_sentinel_topology(workdir: Path | None = None, sentinels: int = 3) -> SentinelTopology:
+    """Master (AOF ``everysec``), replica and ``sentinels`` Sentinels on loopback, settled and ready."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-sentinel-"))
+    master = start_redis(workdir / "master", appendonly=True)
+    replica = start_redis(workdir / "replica", appendonly=True, replicaof=master.port)
+    watchers = [start_sentinel(master.port, workdir / f"sentinel-{i}") for i in range(sentinels)]
+    topology = SentinelTopology(master, replica, watchers)
+    try:
+        topology.wait_ready()
+    except BaseException:
+        topology.stop()
+        raise
+    return topology
+
+
+@contextlib.contextmanager
+def sentinel_topology() -> Iterator[SentinelTopology]:
+    topology = start_sentinel_topology()
+    try:
+        yield topology
+    finally:
+        topology.stop()

@@ -25,23 +25,24 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from workers.cairn import subjects
 from workers.cairn.compat import CoreGate
 from workers.cairn.messages import ManifestRecord, PresenceRecord
+from workers.cairn.nats_conn import NatsThread
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
 from workers.cairn.webhooks import presence_flag
+from workers.providers.registry import get_provider
 
 log = logging.getLogger(__name__)
 
 KV_TIMEOUT_S = 5.0
 PRESENCE_INTERVAL_S = DEFAULT_PRESENCE_INTERVAL_S  # contract §2: "every ~20s" (CAIRN_PRESENCE_INTERVAL_S)
 MANIFEST_INTERVAL_S = 600.0
-BUSY_CHECKS_PER_INTERVAL = 4  # how often, per presence interval, a busy process looks at its tasks
 
 
 def _now() -> str:
@@ -122,74 +123,81 @@ def write_manifest(ctx: Any) -> dict[str, Any] | None:
     return record
 
 
-class BusyPresence:
-    """Keeps an instance present while long tasks hold every slot of its pool.
+@dataclass
+class PresenceContext:
+    """What the presence and manifest writers use: settings, provider, and a NATS connection.
 
-    Beat's presence broadcast is a task: it waits for a free pool slot. When
-    every slot runs a job longer than core's 45 s freshness window (a slow
-    provider, ``-c 1``), the record would go stale and core would show the
-    pool offline, gate the connect flow on it and reap its manifest, exactly
-    while it works hardest. So each pool process also watches its own tasks:
-    once one has run for a presence interval and this process has written no
-    record for as long, a daemon thread writes the instance's record itself.
-    It runs in the pool process, on the connection the jobs use, so it still
-    only proves what the beat path proves: this instance runs (as the Go
-    worker's own presence ticker does). Short tasks never trigger it; there
-    the broadcast gets through between jobs.
+    The worker's main process builds its own (no HTTP clients, no Redis, no rate
+    limiter): the job context belongs to the pool processes and is rebuilt after
+    every fork.
     """
 
-    def __init__(self, write: Callable[[str], object], interval_s: float = PRESENCE_INTERVAL_S, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    settings: Any
+    provider: Any
+    nats: NatsThread
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> PresenceContext:
+        return cls(settings=settings, provider=get_provider(str(settings.provider), settings),
+                   nats=NatsThread(settings))
+
+    def close(self) -> None:
+        self.nats.close()
+
+
+class PresenceTimer:
+    """Renews one instance's presence record every interval, idle or busy (contract §2, invariant C5).
+
+    Runs as a daemon thread in each provider worker's *main* process, started
+    when the worker is ready (``tasks.presence``). Why there, and not a beat
+    task: beat's broadcast had to reach every instance through a kombu fanout
+    that, over Redis, piled up in ``bcast.*`` lists nobody read, and any task
+    waits for a free pool slot, so a pool whose slots all run long jobs (or a
+    beat that is down) went stale after core's 45 s. The main process is the
+    pool: it exists exactly as long as the instance consumes jobs, it is never
+    busy with one, and presence is a NATS KV write, so a Redis outage does not
+    stop it either. A write that fails (NATS away) is logged once and retried on
+    the next interval; the first one after is logged as a recovery.
+    """
+
+    def __init__(self, write: Callable[[], object], interval_s: float = PRESENCE_INTERVAL_S) -> None:
         self._write = write
         self.interval_s = interval_s
-        self._clock = clock
         self._lock = threading.Lock()
-        self._running: dict[str, tuple[float, str]] = {}  # task id -> (started, instance id)
-        self._last_write = clock()
-        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+        self.writes = 0
 
-    def started(self, task_id: str, instance_id: str) -> None:
+    def start(self) -> None:
+        """Write now, then every interval, from a daemon thread."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="cairn-presence", daemon=True)
+            self._thread.start()
+
+    def beat(self) -> bool:
+        """Write the record once; True when written. Failures are logged (once per outage), never raised."""
         with self._lock:
-            self._running[task_id] = (self._clock(), instance_id)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="cairn-busy-presence", daemon=True)
-                self._thread.start()
+            try:
+                written = self._write() is not None
+            except Exception as exc:  # noqa: BLE001 - NATS away: the next interval tries again
+                if not self._failing:
+                    log.warning("presence write failed (%s); retrying every %.0fs", type(exc).__name__,
+                                self.interval_s)
+                self._failing = True
+                return False
+            if self._failing:
+                log.info("presence written again")
+                self._failing = False
+            self.writes += int(written)
+            return written
 
-    def finished(self, task_id: str) -> None:
-        with self._lock:
-            self._running.pop(task_id, None)
-
-    def wrote(self) -> None:
-        """This process just wrote the record (the beat path): nothing is due for an interval."""
-        with self._lock:
-            self._last_write = self._clock()
-
-    def due(self) -> str | None:
-        """The instance whose record is due now, or None."""
-        now = self._clock()
-        with self._lock:
-            if now - self._last_write < self.interval_s:
-                return None
-            long_running = [iid for started, iid in self._running.values() if now - started >= self.interval_s]
-        return long_running[0] if long_running else None
-
-    def check(self) -> bool:
-        """Write the record if one is due; True when written. Failures are logged, never raised."""
-        instance_id = self.due()
-        if instance_id is None:
-            return False
-        try:
-            self._write(instance_id)
-        except Exception as exc:  # noqa: BLE001 - NATS down: the next check tries again
-            log.warning("presence during a long task failed: %s", type(exc).__name__)
-            return False
-        self.wrote()
-        return True
-
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = KV_TIMEOUT_S) -> None:
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s / BUSY_CHECKS_PER_INTERVAL):
-            self.check()
+        self.beat()
+        while not self._stop.wait(self.interval_s):
+            self.beat()

@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.config import load_settings
 from workers.logs import register_secret
+from workers.redisconn import redis_settings
 
 WORKER_RELEASE = "v0.7.0"
 WORKER_VERSION = WORKER_RELEASE  # the release string, not the parser version
@@ -104,7 +105,6 @@ class CairnSettings(CairnTimings):
     exchange_deadline_s: float = Field(default=DEFAULT_EXCHANGE_DEADLINE_S, gt=0, le=MAX_EXCHANGE_DEADLINE_S)
     lease_ttl_s: float = Field(default=DEFAULT_LEASE_TTL_S, gt=0)
     shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, ge=0)
-    redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
 
     @field_validator("nats_url")
     @classmethod
@@ -136,6 +136,11 @@ class CairnSettings(CairnTimings):
         if self.nats_password is not None and not self.nats_user:
             raise ValueError("CAIRN_NATS_PASSWORD needs CAIRN_NATS_USER")
         return self
+
+    @property
+    def redis_url(self) -> str:
+        """``REDIS_URL``, as :class:`workers.redisconn.RedisSettings` (the one class reading it) validates it."""
+        return redis_settings().redis_url
 
     @property
     def worker_key(self) -> str:

@@ -1,0 +1,110 @@
+"""Beat's scheduler: celery-redbeat, made to ride out Redis outages (invariant R1).
+
+``celery -A tasks beat -S tasks.scheduler.ResilientRedBeatScheduler`` (the Procfile line).
+
+Stock ``redbeat.RedBeatScheduler`` exits beat on a Redis restart: ``tick()``
+extends the lock first, and a ``ConnectionError`` there (Redis down), or a
+``LockNotOwnedError`` (Redis came back without its data, or the lock expired
+during an outage longer than ``redbeat_lock_timeout``) escapes Celery's beat
+loop. A supervisor restarts it, but a Procfile platform does so with growing
+delays, and a crash loop during an outage is noise.
+
+This subclass, without forking RedBeat:
+
+* builds RedBeat's Redis client with :func:`workers.redisconn.sync_client`, so
+  beat follows a Sentinel failover like every other client of the fleet;
+* on a Redis error in ``tick`` logs once, returns a backoff delay as the time
+  to sleep, and tries again, never raising into the beat loop;
+* when the lock was lost (``LockNotOwnedError``, or never acquired because Redis
+  was down at start) tries to take it again without blocking, and re-installs
+  the static schedule (a Redis that lost its data lost the entries too, and
+  beat would otherwise run on, sending nothing); while another beat holds the
+  lock, this one schedules nothing and just retries, as a standby beat does.
+
+What a lost lock costs: while Redis is down nothing can be sent anyway; entries
+due during the outage run once when it is back (RedBeat keeps ``last_run_at``
+in Redis; with data loss the entries are re-created and run on their period).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import redis
+from redbeat import RedBeatScheduler
+from redbeat.schedulers import LUA_EXTEND_TO_SCRIPT, get_redis
+from redis.exceptions import LockError
+
+from workers.redisconn import Outage, sync_client
+
+log = logging.getLogger("celery.beat")
+
+REDBEAT_REDIS_ATTR = "redbeat_redis"  # where redbeat's get_redis() looks for a ready client
+# How long setup may wait for Redis at start before beat gives up (a supervisor restarts it).
+SETUP_RETRY_DEADLINE_S = 300.0
+
+
+class ResilientRedBeatScheduler(RedBeatScheduler):
+    """RedBeat that keeps or re-acquires its lock across Redis restarts instead of exiting."""
+
+    def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
+        if getattr(app, REDBEAT_REDIS_ATTR, None) is None:
+            # RedBeat needs str replies; the client follows Sentinel like the rest of the fleet.
+            setattr(app, REDBEAT_REDIS_ATTR, sync_client(app.conf.redbeat_redis_url, decode_responses=True))
+        self._outage = Outage("beat", log)
+        super().__init__(app, *args, **kwargs)
+
+    def setup_schedule(self) -> None:
+        """Install the static entries, waiting (with backoff) for Redis if it is down at start."""
+        waited = 0.0
+        while True:
+            try:
+                super().setup_schedule()
+                self._outage.ok()
+                return
+            except redis.RedisError as exc:
+                delay = self._outage.failed(exc)
+                if waited >= SETUP_RETRY_DEADLINE_S:
+                    raise
+                time.sleep(delay)
+                waited += delay
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        try:
+            if self.lock_key and self.lock is None and not self._try_acquire():
+                self._outage.ok()
+                return float(self.max_interval)  # another beat holds the lock: stand by
+            interval = super().tick(*args, **kwargs)
+        except LockError as exc:  # LockNotOwnedError: expired or wiped while Redis was away
+            log.warning("beat: lost the RedBeat lock (%s); taking it again", type(exc).__name__)
+            self.lock = None
+            return 0.0
+        except redis.RedisError as exc:
+            return self._outage.failed(exc)
+        self._outage.ok()
+        return float(interval)
+
+    def _try_acquire(self) -> bool:
+        """Take the lock if free, as RedBeat's start-up hook does but without blocking."""
+        client = get_redis(self.app)
+        lock = client.lock(self.lock_key, timeout=self.lock_timeout, sleep=self.max_interval)
+        lock.lua_extend = client.register_script(LUA_EXTEND_TO_SCRIPT)
+        if not lock.acquire(blocking=False):
+            return False
+        log.info("beat: Acquired lock")
+        self.lock = lock
+        # Redis may have come back empty (the lock was lost with everything else): the static
+        # entries live only in Redis, and RedBeat installs them only at start. Re-installing keeps
+        # each surviving entry's last_run_at, so nothing runs twice.
+        RedBeatScheduler.setup_schedule(self)
+        return True
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except (redis.RedisError, LockError) as exc:  # shutting down during an outage: the lock expires
+            log.warning("beat: could not release the RedBeat lock (%s); it expires by itself",
+                        type(exc).__name__)
+            self.lock = None

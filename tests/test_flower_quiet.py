@@ -1,0 +1,55 @@
+"""Flower shows the jobs, not the housekeeping (issue 11 §5).
+
+Beat sends ``voicy.reap`` every second here (half the 2 s lease) and
+``voicy.heartbeat`` every second; the io worker runs them. Flower builds its
+task list from task events, so none may carry these tasks: no ``task-sent``
+from beat, no ``task-received``/``started``/``succeeded`` from the worker. A
+real task on the same worker still produces its events (the capture works).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+from celery import Celery
+
+from tests.conftest import CeleryWorker, wait_until
+from tests.test_cairn_e2e import TaskEvents
+from tests.test_redis_restart import start_procfile_beat
+from tests.voicy_stack import voicy_dev_stack
+
+REAPS_TO_SEE = 3
+WAIT_S = 60.0
+_TASK_ID = r"Task {name}\[([0-9a-f-]+)\] received"
+
+
+def test_beat_housekeeping_sends_no_task_events_but_real_tasks_do(tmp_path: Path, fresh_redis: str) -> None:
+    with voicy_dev_stack(tmp_path, fresh_redis, "flower") as (_server, _telegram, env):
+        io = CeleryWorker("io", env, tmp_path / "io.log")
+        io.wait_ready(fresh_redis)
+        beat = start_procfile_beat(env, tmp_path / "beat.log")
+        probe = Celery("probe", broker=fresh_redis)
+        try:
+            with TaskEvents(fresh_redis) as events:
+                wait_until(lambda: len(re.findall(_TASK_ID.format(name=r"voicy\.reap"), io.log())) >= REAPS_TO_SEE,
+                           WAIT_S, "beat's reaps to run on the io worker")
+                # a real task (its lease is not granted, so it ends at once) still shows in Flower
+                real_id = str(uuid.uuid4())
+                probe.send_task("voicy.download", args=[f"job-{real_id}", "no-such-grant"], task_id=real_id,
+                                queue="io")
+                wait_until(lambda: any(e.get("uuid") == real_id and e.get("type") in ("task-succeeded", "task-failed")
+                                       for e in events.events), WAIT_S, "the real task's events")
+                wait_until(lambda: re.search(_TASK_ID.format(name=r"voicy\.heartbeat"), io.log()), WAIT_S,
+                           "a heartbeat task to run")
+        finally:
+            probe.close()
+            beat.stop()
+            io.stop()
+    quiet = set(re.findall(_TASK_ID.format(name=r"voicy\.(?:reap|heartbeat)"), io.log()))
+    assert len(quiet) >= REAPS_TO_SEE + 1
+    seen = {e.get("uuid") for e in events.events if str(e.get("type", "")).startswith("task-")}
+    assert real_id in seen
+    assert not quiet & seen, "a housekeeping task reached the task events Flower lists"
+    assert not [e for e in events.events if str(e.get("name", "")).startswith(("voicy.reap", "voicy.heartbeat"))]
