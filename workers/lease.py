@@ -168,6 +168,19 @@ class Leases:
     def release(self, job_id: str, value: str) -> bool:
         return bool(self._release(keys=[self.key(job_id)], args=[value]))
 
+    def taken_from(self, job_id: str, value: str) -> bool:
+        """True only when the lease was *read* and no longer holds ``value`` (another copy owns it).
+
+        A read that fails (Redis restarting) is "unknown", answered False: the
+        caller goes on as the owner it last was, and nothing is judged lost on a
+        failed read (R1). Use :meth:`holder` where an error must surface.
+        """
+        try:
+            return self.holder(job_id) != value
+        except redis.RedisError as exc:
+            log.warning("lease of job %s unreadable (%s); still treated as held", job_id, type(exc).__name__)
+            return False
+
     def holder(self, job_id: str) -> str | None:
         value = self._r.get(self.key(job_id))
         return value.decode() if isinstance(value, bytes) else value

@@ -51,7 +51,7 @@ def run_job(ctx: JobContext, leases: Leases, ledger: OutcomeLedger, lease_ttl_s:
     try:
         with LeaseKeeper(leases, key.id, running, lease_ttl_s) as keeper:
             def lost() -> bool:
-                return keeper.lost.is_set() or leases.holder(key.id) != running
+                return keeper.lost.is_set() or leases.taken_from(key.id, running)  # unreadable: not lost
 
             delivery = Delivery(attempt=int(meta["delivery"]), stream_seq=key.seq,
                                 subject=str(meta.get("subject", "")), lost=lost)
