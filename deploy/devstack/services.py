@@ -88,19 +88,58 @@ class Service:
                 self.proc.wait()
 
 
-def start_redis(workdir: Path | None = None, port: int | None = None) -> Service:
-    """Start redis-server on loopback with ``noeviction`` (kombu and redbeat keys must never be evicted)."""
+def start_redis(workdir: Path | None = None, port: int | None = None, *, aof: bool = False) -> Service:
+    """Start redis-server on loopback with ``noeviction`` (kombu and redbeat keys must never be evicted).
+
+    ``aof``: persist with an append-only file fsynced on every write, so a
+    :func:`restart` finds every key again (the outage tests; production's
+    ``everysec`` trade-off is in docs/operations.md).
+    """
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-redis-"))
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    proc = subprocess.Popen(
-        [find_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
-         "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
-         "--dir", str(workdir), "--protected-mode", "yes"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
+    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if aof else ["--appendonly", "no"]
+    argv = [find_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
+            "--save", "", *persistence, "--maxmemory-policy", "noeviction",
+            "--dir", str(workdir), "--protected-mode", "yes"]
+    proc = _launch(argv, port)
+    return Service("redis", f"redis://127.0.0.1:{port}/0", port, proc, workdir, {"argv": argv})
+
+
+def _launch(argv: list[str], port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     wait_for_port(port, proc)
-    return Service("redis", f"redis://127.0.0.1:{port}/0", port, proc, workdir)
+    return proc
+
+
+def kill(svc: Service, *, lose_data: bool = False) -> None:
+    """SIGKILL the service, as a crash would (no shutdown save); ``lose_data`` also wipes its store.
+
+    The port is free again when this returns; :func:`start_again` brings it back on the same port.
+    """
+    if svc.proc is not None and svc.proc.poll() is None:
+        svc.proc.kill()
+        svc.proc.wait(STOP_TIMEOUT_S)
+    if lose_data and svc.workdir is not None:
+        for child in svc.workdir.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+
+def start_again(svc: Service) -> None:
+    """Start a :func:`kill`-ed Redis or NATS again with the same command line: same port, same store."""
+    argv = svc.extra.get("argv")
+    if not isinstance(argv, list):
+        raise ValueError(f"{svc.name} was not started by this module; cannot restart it")
+    svc.proc = _launch(argv, svc.port)
+
+
+def restart(svc: Service, *, lose_data: bool = False) -> None:
+    """Crash and restart a Redis or NATS service on the same port (its data kept unless ``lose_data``)."""
+    kill(svc, lose_data=lose_data)
+    start_again(svc)
 
 
 def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
@@ -108,13 +147,10 @@ def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-nats-"))
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    proc = subprocess.Popen(
-        [find_binary("nats-server"), "-js", "-a", "127.0.0.1", "-p", str(port),
-         "-sd", str(workdir / "js"), "--server_name", f"switchyard-dev-{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    wait_for_port(port, proc)
-    return Service("nats", f"nats://127.0.0.1:{port}", port, proc, workdir)
+    argv = [find_binary("nats-server"), "-js", "-a", "127.0.0.1", "-p", str(port),
+            "-sd", str(workdir / "js"), "--server_name", f"switchyard-dev-{port}"]
+    proc = _launch(argv, port)
+    return Service("nats", f"nats://127.0.0.1:{port}", port, proc, workdir, {"argv": argv})
 
 
 def start_moto(port: int | None = None) -> Service:
