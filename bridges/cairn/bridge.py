@@ -314,7 +314,7 @@ class CairnBridge:
             await self._settle(held, disposition)
         except REDIS_UNAVAILABLE as exc:  # not the job's failure and not a bug: hand it back for later
             self.redis_outage.failed(f"{meta.kind} seq {meta.seq}", exc)
-            await self._settle(held, nak(REDIS_DOWN_NAK_DELAY_S, reason="Redis unavailable", failure=False))
+            await self._settle(held, nak(REDIS_DOWN_NAK_DELAY_S, reason="no Redis", failure=False))
         except Exception as exc:  # noqa: BLE001 - never leave a message without disposition
             # Counted as a failure: whatever keeps failing here ends in envelope + term (C2).
             log.exception("%s seq %d failed in the bridge: %s", meta.kind, meta.seq, redact(str(exc)))

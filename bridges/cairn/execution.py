@@ -120,7 +120,7 @@ class Execution:
             watch = await self._results.watch(task_id)
         except REDIS_UNAVAILABLE as exc:
             self._redis.failed("result subscription", exc)
-            return nak(REDIS_DOWN_NAK_DELAY_S, reason="Redis unavailable; not dispatched", failure=False)
+            return nak(REDIS_DOWN_NAK_DELAY_S, reason="no Redis: not dispatched", failure=False)
         try:
             try:
                 sent = await asyncio.to_thread(self._grant_and_send, meta, payload, task_meta, task_id)
@@ -128,7 +128,7 @@ class Execution:
                 # Granted or not, no task carries the token for sure: a grant alone is replaced by the
                 # next delivery's; a task that did get queued finds the lease re-granted and skips.
                 self._redis.failed("lease grant / task send", exc)
-                return nak(REDIS_DOWN_NAK_DELAY_S, reason="Redis unavailable; not dispatched", failure=False)
+                return nak(REDIS_DOWN_NAK_DELAY_S, reason="no Redis: not dispatched", failure=False)
             self._redis.ok()
             if not sent:  # a task runs it already (the lease turned running since admission read it)
                 return await self.adopt(held, meta)
@@ -202,7 +202,7 @@ class Execution:
             except REDIS_UNAVAILABLE as exc:  # unknown: never "lost" on a failed read
                 self._redis.failed("stored result / ledger read", exc)
                 if self._shutdown.grace_over():
-                    return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; Redis unavailable", failure=False)
+                    return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; no Redis", failure=False)
                 deadline = time.monotonic() + self._post_outage_grace_s
                 continue
             if stored is not None and stored.get("status") in (SUCCESS, "FAILURE", REVOKED):

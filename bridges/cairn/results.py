@@ -101,7 +101,11 @@ class TaskResults:
         try:
             async with self._lock:
                 await self._connect()
-                await self._pubsub.subscribe(key)
+                try:
+                    await self._pubsub.subscribe(key)
+                except Exception:  # noqa: BLE001 - the connection broke (a Redis restart): take a new one now
+                    if not await self._replace_locked():  # subscribes every watched key, this one included
+                        raise
             current = await self._redis.get(key)
         except BaseException:
             self._watches.pop(key, None)  # a watch nobody will forget must not be resubscribed for ever
@@ -153,20 +157,23 @@ class TaskResults:
     async def _resubscribe(self) -> bool:
         """A fresh pub/sub on every watched key, then one read of each; False if Redis is still away."""
         async with self._lock:
-            with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
-            self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-            keys = list(self._watches)
-            try:
-                await self._pubsub.subscribe(CONNECTED_CHANNEL, *keys)
-                if keys:
-                    for key, current in zip(keys, await self._redis.mget(keys), strict=True):
-                        if current is not None and key in self._watches:
-                            self._watches[key]._update(self._backend.decode_result(current))
-            except Exception as exc:  # noqa: BLE001 - still down: the read loop backs off and tries again
-                self._outage.failed("result pub/sub resubscribe", exc)
-                return False
-            return True
+            return await self._replace_locked()
+
+    async def _replace_locked(self) -> bool:
+        with contextlib.suppress(Exception):
+            await self._pubsub.aclose()
+        self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        keys = list(self._watches)
+        try:
+            await self._pubsub.subscribe(CONNECTED_CHANNEL, *keys)
+            if keys:
+                for key, current in zip(keys, await self._redis.mget(keys), strict=True):
+                    if current is not None and key in self._watches:
+                        self._watches[key]._update(self._backend.decode_result(current))
+        except Exception as exc:  # noqa: BLE001 - still down: the read loop backs off and tries again
+            self._outage.failed("result pub/sub resubscribe", exc)
+            return False
+        return True
 
     async def close(self) -> None:
         self._closed = True
