@@ -44,7 +44,7 @@ from typing import Any
 from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
 
-from bridges.cairn.outage import REDIS_UNAVAILABLE, Outage
+from workers.outage import REDIS_UNAVAILABLE, Outage
 from workers.cairn import outcomes
 from workers.cairn.disposition import Disposition, nak, term
 from workers.cairn.jobs import PARSER_REFUSED_NAK_DELAY_S, parse_job, parser_refusal

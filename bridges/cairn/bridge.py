@@ -36,7 +36,6 @@ from typing import Any
 
 import nats
 from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError, StaleConnectionError, UnexpectedEOF
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from bridges.cairn.admission import (Adopt, DeliveryMeta, Dispatch, MessageKind, RedisRecall, Rules, Settle,
@@ -44,7 +43,7 @@ from bridges.cairn.admission import (Adopt, DeliveryMeta, Dispatch, MessageKind,
 from bridges.cairn.consumers import JobConsumer, ensure_consumers, pool_consumers
 from bridges.cairn.envelopes import Envelopes, LoopNats
 from bridges.cairn.execution import REDIS_DOWN_NAK_DELAY_S, TASK_FAILURE_NAK_DELAY_S, Execution, SendJob, Shutdown
-from bridges.cairn.outage import REDIS_UNAVAILABLE, Outage
+from workers.outage import REDIS_UNAVAILABLE, Outage
 from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import FailureCounts, Held, settle
@@ -52,7 +51,7 @@ from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
 from workers.cairn.disposition import MIN_NAK_DELAY_S, Disposition, nak
 from workers.cairn.handlers.failure import ENVELOPE_FAILED_NAK_DELAY_S
-from workers.cairn.nats_conn import connect_options
+from workers.cairn.nats_conn import NATS_UNAVAILABLE, connect_options
 from workers.cairn.outcomes import LEASE_NAMESPACE, AsyncOutcomeLedger
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.lease import Leases
@@ -70,9 +69,6 @@ EXIT_INCOMPATIBLE_CORE = 3
 EXIT_LOOP_FAILED = 4
 INITIAL_CONNECT_TIMEOUT_S = 30.0
 EXIT_NATS_UNREACHABLE = 5
-# What nats-py reports while the server is away (restart, network): one outage, logged once.
-NATS_UNAVAILABLE = (OSError, asyncio.TimeoutError, NatsTimeoutError, UnexpectedEOF, StaleConnectionError,
-                    ConnectionClosedError)
 
 
 Consumption = tuple[JobConsumer, MessageKind]  # a durable consumer and how admission reads its messages

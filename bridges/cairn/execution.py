@@ -37,7 +37,7 @@ from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
 from bridges.cairn.admission import DeliveryMeta
-from bridges.cairn.outage import REDIS_UNAVAILABLE, Outage, backoff_s
+from workers.outage import REDIS_UNAVAILABLE, Outage, backoff_s
 from bridges.cairn.results import TaskResults, TaskWatch
 from bridges.cairn.settle import Held
 from workers.cairn import outcomes

@@ -32,7 +32,7 @@ from typing import Any
 
 from celery import states
 
-from bridges.cairn.outage import Outage, backoff_s
+from workers.outage import REDIS_UNAVAILABLE, Outage, backoff_s
 from workers.redisconn import async_client
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,10 @@ class TaskResults:
                 except Exception:  # noqa: BLE001 - the connection broke (a Redis restart): take a new one now
                     if not await self._replace_locked():  # subscribes every watched key, this one included
                         raise
-            current = await self._redis.get(key)
+            try:
+                current = await self._redis.get(key)
+            except REDIS_UNAVAILABLE:  # a pooled connection that died with the old server: one more try
+                current = await self._redis.get(key)
         except BaseException:
             self._watches.pop(key, None)  # a watch nobody will forget must not be resubscribed for ever
             raise

@@ -1,5 +1,8 @@
 """Riding out a Redis or NATS outage: say so once, back off, say when it is over (R1).
 
+Used by the Cairn bridge (every Redis and NATS failure of its loop) and by the
+provider pool's NATS connection (``workers.cairn.nats_conn``).
+
 Why a tracker and not a log line at each failure: during an outage every held
 message fails its lease read once a second, every ``in_progress`` tick fails,
 the result pub/sub retries, the pull loops retry. Logged one by one, a 60 s
