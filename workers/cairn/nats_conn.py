@@ -30,6 +30,7 @@ import nats
 from nats.errors import ConnectionClosedError, StaleConnectionError, UnexpectedEOF
 
 from workers.cairn.settings import CairnSettings
+from workers.errors import RetryableJobError
 from workers.logs import redact
 from workers.outage import Outage
 
@@ -42,10 +43,19 @@ DRAIN_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 5.0  # token/creds/presign requests (the published worker uses 3-5 s)
 LOOP_HANDOFF_S = 1.0  # extra wait for the loop thread beyond a request's own timeout
 NATS_ERROR_HEADER = "Nats-Error"
+# No client-side buffer while reconnecting: nats-py would queue a result publish made during an
+# outage, report a timeout to the task (which then NAKs), and send it once NATS is back: the
+# result published *and* the job run again (C4). Refused at once instead, the task knows it
+# did not publish.
+NO_RECONNECT_BUFFER = 0
 # What nats-py reports while the server is away (a restart): one outage, logged once (R1).
 NATS_UNAVAILABLE = (OSError, asyncio.TimeoutError, nats.errors.TimeoutError, UnexpectedEOF,
                     StaleConnectionError, ConnectionClosedError)
 REFUSAL_MAX_CHARS = 200
+
+
+class NatsUnavailableError(RetryableJobError):
+    """NATS is reconnecting (a server restart): nothing was sent; a transient failure of the job."""
 
 
 class CoreRequestError(Exception):
@@ -106,7 +116,10 @@ class NatsThread:
         if self.loop.is_closed():
             coro.close()
             raise RuntimeError("NatsThread is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        except nats.errors.OutboundBufferLimitError:  # refused while reconnecting (NO_RECONNECT_BUFFER)
+            raise NatsUnavailableError("NATS unavailable (reconnecting); nothing was sent") from None
 
     def _ensure(self) -> None:
         if threading.current_thread() is self._thread and (self._nc is None or self._nc.is_closed):
@@ -114,7 +127,8 @@ class NatsThread:
         with self._lock:
             if self._nc is None or self._nc.is_closed:
                 async def connect() -> Any:
-                    return await nats.connect(**connect_options(self.settings), **self._callbacks())
+                    return await nats.connect(**connect_options(self.settings), **self._callbacks(),
+                                              pending_size=NO_RECONNECT_BUFFER)
 
                 self._nc = self.run(connect(), CONNECT_TIMEOUT_S + 5)
                 self._js = self._nc.jetstream(timeout=JETSTREAM_TIMEOUT_S)
