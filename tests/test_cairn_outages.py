@@ -84,6 +84,11 @@ class Run:
     def bridge_log(self) -> str:
         return self.stack.bridge.log()[self.bridge_mark:]  # type: ignore[union-attr]
 
+    def strava_fetches(self) -> dict[str, int]:
+        """Activity detail calls per activity: a job that ran twice fetched twice."""
+        paths = [r.path for r in self.stack.strava.requests]  # type: ignore[union-attr]
+        return {ext: sum(p.endswith(f"/activities/{ext}") for p in paths) for ext in self.ext_ids[:len(self.jobs)]}
+
     def result_ids(self, job_id: str) -> set[str]:
         return {r.msg_id for r in self.stack.results_for(job_id)}
 
@@ -139,12 +144,16 @@ def test_redis_restart_with_its_data_is_ridden_out(world: World) -> None:
     run = outage(world, "Redis", lambda: services.kill(world.redis), lambda: services.start_again(world.redis),
                  submit_during=True)
     assert_survived(world, run, "Redis")
+    # Nothing needed a second run: the job that finished during the outage kept (re-took) its lease
+    # and recorded its outcome once Redis was back; the others were not dispatched until then.
+    assert set(run.strava_fetches().values()) == {1}, run.strava_fetches()
 
 
 def test_redis_restart_that_lost_its_data_is_ridden_out(world: World) -> None:
     run = outage(world, "Redis", lambda: services.kill(world.redis, lose_data=True),
                  lambda: services.start_again(world.redis), submit_during=True)
     assert_survived(world, run, "Redis")
+    assert set(run.strava_fetches().values()) == {1}, run.strava_fetches()
 
 
 def test_nats_restart_is_ridden_out(world: World) -> None:
