@@ -15,7 +15,11 @@ fetched from arrival to disposition (contract §3 ack discipline, C1, C2, C4):
   records the term in the outcome ledger before sending it, so a bridge killed
   in between never publishes a second envelope;
 * anything that escapes all of that is a *failed* delivery (a NAK that counts),
-  so even a bug in the bridge ends in envelope + term after ~5 deliveries.
+  so even a bug in the bridge ends in envelope + term after ~5 deliveries;
+  Redis being unreachable is not a bug: a NAK that does not count;
+* a Redis or NATS outage is ridden out, never a reason to exit (R1): every
+  failure is reported to one :class:`workers.outage.Outage` per service, which
+  logs the start and the end of the outage once; held messages stay held.
 
 What the bridge needs from Celery is injected (:class:`TaskSenders` and the
 result backend), as the Voicy bridge is given its dispatchers: this package
@@ -335,7 +339,10 @@ class CairnBridge:
             return verdict.disposition
         if not await self.envelopes.publish(meta, verdict.envelope):
             return nak(ENVELOPE_FAILED_NAK_DELAY_S, reason=f"failure envelope not published: {verdict.envelope.code}")
-        await self.ledger.record(meta.key, verdict.disposition)  # a redelivery terms without a second envelope
+        try:
+            await self.ledger.record(meta.key, verdict.disposition)  # a redelivery terms without a second envelope
+        except REDIS_UNAVAILABLE as exc:  # the envelope is out: term now rather than NAK and publish it again
+            self.redis_outage.failed("recording a term", exc)
         return verdict.disposition
 
     async def _keep_alive(self, held: Held) -> None:

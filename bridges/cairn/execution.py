@@ -22,6 +22,15 @@ the ledger and the lease together (one ``MGET``, atomic: the task records its
 outcome before releasing its lease) until the outcome is recorded — then applies
 it — or the lease is gone without one: the task died, a failed delivery. Adopted
 tasks are rare (a bridge died), so a poll is cheaper than a channel per message.
+
+**Redis outages (R1).** A lease, stored-result or ledger read that fails is
+*unknown*, never "gone": the message stays held and the read is tried again
+(reported to :class:`workers.outage.Outage`, logged once per outage). A lease
+found gone shortly after an outage gets a longer grace (the lease TTL more):
+the task could not renew it meanwhile, re-takes it (``LeaseKeeper`` with
+``reclaim_after_outage``) and records its outcome once Redis answers. A message
+that arrives while Redis is down cannot be granted nor queued: it is NAKed
+``REDIS_DOWN_NAK_DELAY_S`` without counting as a failure.
 """
 
 from __future__ import annotations
