@@ -9,7 +9,8 @@ other tests). Redis or NATS is SIGKILLed and started again on the same port
 
 Jobs are submitted before the outage (held mid-flight at Strava by the gate,
 released while the service is down, so they finish during the outage),
-during it, and after it. Each test asserts what an operator would check:
+during it, and after it (``CAIRN_MAX_IN_FLIGHT`` of them, all held at once: no
+in-flight slot was leaked). Each test asserts what an operator would check:
 
 * the bridge and the worker are still running;
 * the bridge said once that the service was unavailable, and nobody logged a traceback;
@@ -39,6 +40,7 @@ from tests.conftest import wait_until
 
 OUTAGE_S = float(os.environ.get("SY_OUTAGE_S", "4"))
 JOBS_PER_PHASE = 2
+MAX_IN_FLIGHT = 4  # CAIRN_MAX_IN_FLIGHT of tests.cairn_stack
 SETTLE_S = WAIT_S * 3 + OUTAGE_S  # redeliveries after an outage wait their NAK delays
 MAX_UNAVAILABLE_LINES = 2  # "once", allowing one more if a retry straddles the recovery
 
@@ -68,7 +70,7 @@ class Run:
 
     def __init__(self, world: World) -> None:
         self.stack = world.stack
-        self.acct = self.stack.connect_athlete(n_activities=3 * JOBS_PER_PHASE, own_app=True)
+        self.acct = self.stack.connect_athlete(n_activities=2 * JOBS_PER_PHASE + MAX_IN_FLIGHT, own_app=True)
         ath = self.stack.strava.athlete(int(self.acct.external_id))  # type: ignore[union-attr]
         self.ext_ids = [str(a) for a in sorted(ath.activities)]
         self.jobs: list[str] = []
@@ -98,6 +100,9 @@ class Run:
         consumer = self.stack.consumer("fetch_source")
         return consumer["num_ack_pending"] == 0 and consumer["num_pending"] == 0
 
+    def held(self) -> int:
+        return int(self.stack.consumer("fetch_source")["num_ack_pending"])
+
 
 def outage(world: World, service: str, down: Callable[[], None], up: Callable[[], None],
            *, submit_during: bool) -> Run:
@@ -119,8 +124,14 @@ def outage(world: World, service: str, down: Callable[[], None], up: Callable[[]
     up()
     wait_until(lambda: f"outage: {service} available again" in run.bridge_log(), WAIT_S,
                f"the bridge to notice that {service} is back")
-    run.submit(JOBS_PER_PHASE)
-    wait_until(run.all_done, SETTLE_S, "every job to end at the dev core")
+    wait_until(run.all_done, SETTLE_S, "every job of before and during the outage to end at the dev core")
+    # Nothing wedged: with Strava held again, the bridge takes CAIRN_MAX_IN_FLIGHT new jobs at once,
+    # so every in-flight slot came back.
+    stack.gate.arm()
+    run.submit(MAX_IN_FLIGHT)
+    wait_until(lambda: run.held() == MAX_IN_FLIGHT, WAIT_S, "every in-flight slot to hold a new job")
+    stack.gate.open()
+    wait_until(run.all_done, SETTLE_S, "every job after the outage to end at the dev core")
     return run
 
 
