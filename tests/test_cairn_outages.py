@@ -21,7 +21,7 @@ The outages here last ``OUTAGE_S`` (a few seconds), longer than the stack's
 lease TTL (3 s) and AckWait (1 s), so leases expire, JetStream redelivers and
 the result pub/sub connection breaks: every recovery path runs. A 60 s outage
 takes the same code paths (backoff capped at 5 s, the ledger write retries for
-90 s); ``SY_OUTAGE_S=60`` runs these tests with it, for bench use.
+90 s); ``BENCH_CAIRN_OUTAGE_S=60`` runs these tests with it, for bench use.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from deploy.devstack import services
 from tests.cairn_stack import WAIT_S, CairnStack
 from tests.conftest import wait_until
 
-OUTAGE_S = float(os.environ.get("SY_OUTAGE_S", "4"))
+OUTAGE_S = float(os.environ.get("BENCH_CAIRN_OUTAGE_S", "4"))
 JOBS_PER_PHASE = 2
 MAX_IN_FLIGHT = 4  # CAIRN_MAX_IN_FLIGHT of tests.cairn_stack
 SETTLE_S = WAIT_S * 3 + OUTAGE_S  # redeliveries after an outage wait their NAK delays

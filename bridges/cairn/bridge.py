@@ -275,6 +275,7 @@ class CairnBridge:
                     await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
                     sub = await self._rebind(consumer, sub)
                     continue
+                self.nats_outage.ok()  # a fetch answered: whatever failed before works again
                 for i, msg in enumerate(msgs):
                     if i:  # fetch(1) returns one; stay correct if it ever returns more
                         await self._slots.acquire()
