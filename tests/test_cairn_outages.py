@@ -37,10 +37,14 @@ import pytest
 from deploy.devstack import services
 from tests.cairn_stack import WAIT_S, CairnStack
 from tests.conftest import wait_until
+from workers.lease import LeaseKeeper, Leases
+from workers.redisconn import sync_client
 
 OUTAGE_S = float(os.environ.get("BENCH_CAIRN_OUTAGE_S", "4"))
 JOBS_PER_PHASE = 2
 MAX_IN_FLIGHT = 4  # CAIRN_MAX_IN_FLIGHT of tests.cairn_stack
+POOL_PROCESSES = 2  # the provider worker's -c: each holds its own NATS connection
+SHORT_LEASE_TTL_S = 0.5  # expires long before Redis is back
 SETTLE_S = WAIT_S * 3 + OUTAGE_S  # redeliveries after an outage wait their NAK delays
 MAX_UNAVAILABLE_LINES = 2  # "once", allowing one more if a retry straddles the recovery
 
@@ -57,7 +61,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str) -> Iterato
     redis_svc = services.start_redis(tmp / "redis", aof=True)
     stack = CairnStack(tmp, redis_svc.url, s3_endpoint).start()
     try:
-        stack.start_worker(concurrency=2)
+        stack.start_worker(concurrency=POOL_PROCESSES)
         stack.start_bridge()
         yield World(stack, redis_svc)
     finally:
@@ -174,3 +178,46 @@ def test_nats_restart_is_ridden_out(world: World) -> None:
     run = outage(world, "NATS", lambda: services.kill(nats_svc), lambda: services.start_again(nats_svc),
                  submit_during=False)
     assert_survived(world, run, "NATS")
+    worker_log = world.stack.workers[0].log()[run.worker_mark:]
+    assert 1 <= worker_log.count("] NATS unavailable (") <= POOL_PROCESSES, worker_log[-3000:]  # once per process
+
+
+def answers(client: Any) -> Callable[[], bool]:
+    def ping() -> bool:
+        try:
+            return bool(client.ping())
+        except Exception:  # noqa: BLE001 - still restarting
+            return False
+    return ping
+
+
+@pytest.fixture()
+def lone_redis(tmp_path: Any) -> Iterator[services.Service]:
+    svc = services.start_redis(tmp_path / "redis", aof=True)
+    try:
+        yield svc
+    finally:
+        svc.stop()
+
+
+def test_a_lease_lost_to_a_redis_restart_is_taken_back_but_never_stolen(lone_redis: services.Service) -> None:
+    """The keeper of a running Cairn job: a failed renewal is unknown, not lost; after the restart
+    it sets back a lease that vanished with Redis's data, never one the job was handed on with."""
+    client = sync_client(lone_redis.url)
+    leases = Leases(client, "cairn")
+    keepers = {}
+    for job, reclaim in (("kept", True), ("handed-on", True), ("voicy-style", False)):
+        leases.grant(job, f"token-{job}", WAIT_S)
+        running = leases.take(job, f"token-{job}", SHORT_LEASE_TTL_S)
+        assert running is not None
+        keepers[job] = LeaseKeeper(leases, job, running, SHORT_LEASE_TTL_S, reclaim_after_outage=reclaim)
+    services.kill(lone_redis, lose_data=True)
+    assert all(k.held() for k in keepers.values())  # Redis unreachable: unknown, still held
+    services.start_again(lone_redis)
+    wait_until(answers(client), WAIT_S, "Redis to answer again")
+    leases.grant("handed-on", "token-next", WAIT_S)  # a new delivery's grant landed first
+    held = {job: k.held() for job, k in keepers.items()}  # the first renewal after the outage
+    assert held == {"kept": True, "handed-on": False, "voicy-style": False}
+    assert leases.holder("kept") == keepers["kept"].value and not keepers["kept"].lost.is_set()
+    assert keepers["handed-on"].lost.is_set() and leases.holder("handed-on") == "granted:token-next"
+    assert keepers["voicy-style"].lost.is_set() and leases.holder("voicy-style") is None

@@ -119,7 +119,7 @@ class NatsThread:
         try:
             return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
         except nats.errors.OutboundBufferLimitError:  # refused while reconnecting (NO_RECONNECT_BUFFER)
-            raise NatsUnavailableError("NATS unavailable (reconnecting); nothing was sent") from None
+            raise NatsUnavailableError("NATS is reconnecting; nothing was sent") from None
 
     def _ensure(self) -> None:
         if threading.current_thread() is self._thread and (self._nc is None or self._nc.is_closed):
