@@ -1,4 +1,5 @@
-"""``python -m bench voicy|cairn [--jobs N]``: run one benchmark and print its figures as JSON."""
+"""``python -m bench voicy|cairn [--jobs N]`` or ``engine [--minutes M --repeats N --batch-sizes 8,16]``:
+run one benchmark and print its figures as JSON."""
 
 from __future__ import annotations
 
@@ -8,13 +9,29 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    # ``python -m bench chaos [--seed N --window-s S ...]``: the chaos harness has options of its own
+    # (bench/chaos.py); it prints one summary line, writes docs/RELIABILITY.md and exits 0 when its
+    # targets are met.
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["chaos"]:
+        from bench.chaos import main as chaos_main, targets_met
+        return 0 if targets_met(chaos_main(argv[1:])) else 1
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("suite", choices=["voicy", "voicy-rss", "cairn"])
+    parser.add_argument("suite", choices=["voicy", "voicy-rss", "cairn", "engine"])
     parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--minutes", type=float, default=5.0, help="engine: length of the recording (minutes)")
+    parser.add_argument("--repeats", type=int, default=5, help="engine: runs per engine, interleaved")
+    parser.add_argument("--batch-sizes", default="8", help="engine: batched engines to run, e.g. 8,16")
+    parser.add_argument("--cpu-threads", type=int, default=0, help="engine: CPU threads per model (0 = auto)")
     args = parser.parse_args(argv)
     if args.suite == "voicy":
         from bench.voicy_bench import run
         figures = run(jobs=args.jobs or 20)
+    elif args.suite == "engine":
+        from bench.engine_bench import run as run_engine
+        figures = run_engine(minutes=args.minutes, repeats=args.repeats,
+                             batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
+                             cpu_threads=args.cpu_threads)
     elif args.suite == "voicy-rss":
         from bench.voicy_bench import run_rss
         figures = run_rss(jobs=args.jobs or 200)

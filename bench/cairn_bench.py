@@ -122,8 +122,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def job_id_of(msg_id: str | None) -> str | None:
-    """``result:<job_id>:d<n>`` → ``<job_id>``."""
-    if not msg_id or not msg_id.startswith("result:"):
+    """``result:<job_id>:d<n>`` → ``<job_id>``; a segment result (``…:seg``) is not the job's result."""
+    if not msg_id or not msg_id.startswith("result:") or msg_id.endswith(":seg"):
         return None
     return msg_id[len("result:"):].rsplit(":d", 1)[0]
 

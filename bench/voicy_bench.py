@@ -32,8 +32,7 @@ import psutil
 
 from deploy.devstack import services
 from deploy.devstack.procs import spawn
-from tests.voicy_stack import (AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest, fleet_env,
-                               start_bridge)
+from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest, fleet_env, start_bridge
 
 JOB_TIMEOUT_S = 1800.0
 POLL_S = 0.5  # the server's own timestamps give the figures; polling only detects the end

@@ -35,11 +35,15 @@ def _run_cairn() -> None:
     from tasks import app
     from tasks.cairn import dispatch_discover, dispatch_exchange, dispatch_job
 
+    from workers.cairn.settings import load_cairn_settings
+
+    from bridges.cairn import webhooks
     from bridges.cairn.bridge import TaskSenders
     from bridges.cairn.bridge import main as cairn_main
 
+    settings = load_cairn_settings()  # the webhook kind needs the pool's name; the bridge loads them again
     cairn_main(TaskSenders(job=dispatch_job, discover=dispatch_discover, exchange=dispatch_exchange),
-               app.backend)
+               app.backend, extra=webhooks.consumptions(settings), replies=webhooks.replies(settings))
 
 
 def main(argv: list[str] | None = None) -> int:

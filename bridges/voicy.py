@@ -31,10 +31,12 @@ import redis
 from workers.errors import AuthError, JobError, StaleJobError
 from workers.logs import redact
 from workers.voicy.fleet import Stage
-from workers.voicy.pipeline import VoicyRuntime, adopt_claim
+from workers.voicy.models import Job
+from workers.voicy.pipeline import VoicyRuntime, adopt_claim, recover
 
 log = logging.getLogger(__name__)
 
+MEDIA_NOT_AVAILABLE = "media not available to this fleet after a restart"  # claim-ready, no media: why
 POLL_JITTER_FRACTION = 0.2  # ±20% so a fleet of bridges does not poll in lockstep
 ERROR_BACKOFF_INITIAL_S = 1.0
 ERROR_BACKOFF_MAX_S = 60.0
@@ -131,25 +133,25 @@ class VoicyBridge:
             self._recover(job)
         return taken
 
-    def _recover(self, job) -> None:  # type: ignore[no-untyped-def]
-        """A ready or stale job of ours: transcribe it if its media is in the store, else hand it back."""
+    def _recover(self, job: Job) -> None:
+        """A ready or stale job of ours: adopt it, then ``pipeline.recover`` (media in the store →
+        transcribe, else a retryable failure so Voicy downloads it afresh)."""
         if self.rt.fleet.is_held(job.id) and self.rt.leases.alive(job.id):
             log.info("job %s is already being handled by this fleet", job.id)
             return
-        key = PurePosixPath((job.local_source_path or "").replace("\\", "/")).name
-        if key and self.rt.store.exists(key):
-            token = adopt_claim(self.rt, job.id, attempts=job.attempts,
-                                language=job.recognition_language_hint,
-                                stage=Stage.DOWNLOADED, media_key=key)
-            self._dispatch_transcription(self.rt, job.id, token)
-            log.info("recovered ready job %s from the media store", job.id)
-            return
+        key = PurePosixPath((job.local_source_path or "").replace("\\", "/")).name or None
         try:
-            self.rt.client.failure(job.id, "media not available to this fleet after a restart",
-                                   retryable=True)
+            token = adopt_claim(self.rt, job.id, attempts=job.attempts, language=job.recognition_language_hint,
+                                stage=Stage.DOWNLOADED, media_key=key)
+        except Exception:
+            self._hand_back_claim(job.id)
+            raise
+        recovery = recover(self.rt, job.id, token, no_media=MEDIA_NOT_AVAILABLE)
+        if recovery is None:
             log.info("handed ready job %s back to Voicy for a fresh download", job.id)
-        except StaleJobError:
-            pass
+            return
+        self._dispatch_transcription(self.rt, recovery.job_id, recovery.token)
+        log.info("recovered ready job %s from the media store", job.id)
 
     # --- the loop -------------------------------------------------------------------------------
     def run(self) -> None:

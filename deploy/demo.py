@@ -41,12 +41,13 @@ from typing import Any
 import numpy as np
 from faster_whisper.audio import decode_audio
 
+from deploy import demo_webhook
 from deploy.devstack import procfile, services
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
-from tests.voicy_stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
+from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
 
 FLOWER_PORT = 5555
 DEMO_TIMEOUT_S = 600.0
@@ -203,6 +204,7 @@ class Demo:
             "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4",
             "PATH": f"{Path(sys.executable).parent}:" + os.environ.get("PATH", ""),
         })
+        env.update(demo_webhook.fleet_env())  # the webhook leg (deploy/demo_webhook.py)
         return env
 
     def start_fleet(self) -> None:
@@ -347,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         demo.enqueue()
         demo.watch(args.timeout)
         code = demo.summary()
+        code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, "strava-fetcher"))
         if args.serve:
             say("serving; press Ctrl-C to stop")
             signal.pause()

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 import nats
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
 
+from ops.cairn_check_webhooks import check_webhooks
 from workers.cairn import subjects
 from workers.cairn.handlers.discover import valid_discover_reply
 
@@ -54,6 +55,8 @@ class CheckOptions:
     gear: bool = False
     parse_blob: bool = True
     timeout_s: float = DEFAULT_CHECK_TIMEOUT_S
+    webhooks: bool = False  # ops/cairn_check_webhooks.py
+    verify_token: str | None = None
 
 
 class CheckFailed(Exception):
@@ -274,7 +277,7 @@ async def check_reconcile(probe: Probe, report: Report) -> None:
 
 
 # In order: the consumer checks read what the presence check learned.
-CHECKS: tuple[Check, ...] = (check_presence, check_consumers, check_discover, check_reconcile)
+CHECKS: tuple[Check, ...] = (check_presence, check_consumers, check_discover, check_webhooks, check_reconcile)
 
 
 async def run_checks(o: CheckOptions, out: TextIO) -> int:

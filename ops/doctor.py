@@ -33,7 +33,7 @@ from workers.config import load_settings
 from workers.errors import AuthError, ConfigError, RetryableJobError, StaleJobError
 from workers.logs import redact, setup_logging
 from workers.redisconn import sync_client
-from workers.transcribe.engine import Engine
+from workers.transcribe.engine import create_engine
 from workers.voicy.client import VoicyClient
 from workers.voicy.media_store import media_store_from_url
 from workers.voicy.settings import VoicySettings, load_voicy_settings
@@ -145,11 +145,12 @@ def _telegram(settings: VoicySettings) -> str:
 
 def _model(settings: VoicySettings) -> str:
     try:
-        engine = Engine(settings)
+        engine = create_engine(settings)
     except Exception as exc:  # noqa: BLE001 - any load failure is this check's answer
         raise RuntimeError(f"VOICY_WORKER_MODEL={settings.model!s} does not load on "
                            f"{settings.device}: {type(exc).__name__}") from None
-    return f"{engine.metadata.model} loads on {engine.device} ({engine.compute_type})"
+    info = engine.metadata
+    return f"{info.model} loads on {info.device} ({info.compute_type}), engine {engine.name}"
 
 
 def _store(settings: VoicySettings) -> str:

@@ -90,8 +90,23 @@ class Athlete:
                 "provider": PROVIDER, "ext_id": self.ext(i), "fetch_streams": True, "reason": "queue", **extra}
 
 
+def is_segment_result(record: Any) -> bool:
+    """The second fetch_source/parse_blob result (``…:seg``), which follows an activity's."""
+    return (record.msg_id or "").endswith(":seg")
+
+
 def ingested_since(core: DevCairnCore, before: int, n: int = 1) -> list[Any]:
-    return core.wait_for_ingested(before + n, INGEST_TIMEOUT_S)[before:]
+    """At least ``n`` results accepted since ``before``, segment results left out (see ``segments_since``)."""
+    mine = lambda: [r for r in core.router.ingested[before:] if not is_segment_result(r)]  # noqa: E731
+    core.router.wait(lambda: len(mine()) >= n, INGEST_TIMEOUT_S, f"{n} results")
+    return mine()
+
+
+def segments_since(core: DevCairnCore, before: int, n: int = 1) -> list[Any]:
+    """At least ``n`` segment results accepted since ``before``."""
+    mine = lambda: [r for r in core.router.ingested[before:] if is_segment_result(r)]  # noqa: E731
+    core.router.wait(lambda: len(mine()) >= n, INGEST_TIMEOUT_S, f"{n} segment results")
+    return mine()
 
 
 def assert_json_and_secret_free(value: Any, *secrets: str) -> None:

@@ -163,7 +163,8 @@ class CairnStack:
 
     def results_for(self, job_id: str) -> list[Any]:
         assert self.core is not None
-        return [r for r in self.core.ingested if r.msg_id and f":{job_id}" in r.msg_id]
+        return [r for r in self.core.ingested if r.msg_id and f":{job_id}" in r.msg_id
+                and not r.msg_id.endswith(":seg")]  # the activity's result, not its segments
 
     def all_logs(self) -> str:
         parts = [w.log() for w in self.workers]

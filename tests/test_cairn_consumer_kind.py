@@ -25,6 +25,7 @@ from nats.js.api import RetentionPolicy, StreamConfig
 from bridges.cairn.admission import MessageKind, decode_object
 from bridges.cairn.bridge import CairnBridge, TaskSenders
 from bridges.cairn.consumers import JobConsumer
+from tasks.result_backend import result_backend_url
 from workers.cairn.disposition import ack
 from workers.cairn.outcomes import LEASE_NAMESPACE, MessageKey, OutcomeLedger
 from workers.cairn.settings import CairnSettings
@@ -65,7 +66,7 @@ def test_a_webhook_consumer_on_its_own_stream_goes_through_the_same_admission(na
     subject = f"cairn.webhooks.{worker_key}.event"
     settings = CairnSettings(nats_url=nats_url, worker_name=pool_name, release="dev", ack_wait_s=2.0,
                              REDIS_URL=fresh_redis)
-    app = Celery("consumer-kind", broker=fresh_redis, backend=fresh_redis)
+    app = Celery("consumer-kind", broker=fresh_redis, backend=result_backend_url(fresh_redis))  # the fleet's backend
     pool = Pool(app, fresh_redis)
     webhook = MessageKind(KIND, parse=decode_object)  # the webhooks engineer's parser goes here
     consumer = JobConsumer(KIND, subject, f"{pool_name}_webhook_event", WEBHOOKS_STREAM)

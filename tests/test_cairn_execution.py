@@ -27,6 +27,7 @@ from bridges.cairn.consumers import JobConsumer
 from bridges.cairn.execution import Execution, Shutdown
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import Held
+from tasks.result_backend import result_backend_url
 from workers.cairn.disposition import ack, term
 from workers.cairn.outcomes import LEASE_NAMESPACE, MessageKey, OutcomeLedger
 from workers.cairn.subjects import JOBS_STREAM
@@ -40,7 +41,7 @@ CONSUMER = JobConsumer("fetch_source", "cairn.jobs.fetch_source.strava.pool", "p
 
 
 def test_two_results_right_after_start_are_both_heard(fresh_redis: str) -> None:
-    app = Celery("results-race", broker=fresh_redis, backend=fresh_redis)
+    app = Celery("results-race", broker=fresh_redis, backend=result_backend_url(fresh_redis))  # the fleet's backend
 
     async def scenario() -> int:
         results = TaskResults(app.backend, fresh_redis)  # fresh: its pub/sub has no connection yet
@@ -103,7 +104,7 @@ def _dispatch(url: str, send: SilentTask) -> tuple[Any, MessageKey]:
 
 
 def test_a_result_whose_message_was_missed_is_read_before_the_task_is_called_lost(fresh_redis: str) -> None:
-    app = Celery("fallback", broker=fresh_redis, backend=fresh_redis)
+    app = Celery("fallback", broker=fresh_redis, backend=result_backend_url(fresh_redis))  # the fleet's backend
     send = SilentTask(app, fresh_redis, store_result=True)
     disposition, key = _dispatch(fresh_redis, send)
     assert disposition == send.outcome  # not "lease expired: task lost"
@@ -111,7 +112,7 @@ def test_a_result_whose_message_was_missed_is_read_before_the_task_is_called_los
 
 
 def test_an_outcome_only_in_the_ledger_is_applied_too(fresh_redis: str) -> None:
-    app = Celery("fallback-ledger", broker=fresh_redis, backend=fresh_redis)
+    app = Celery("fallback-ledger", broker=fresh_redis, backend=result_backend_url(fresh_redis))  # the fleet's backend
     send = SilentTask(app, fresh_redis, store_result=False)
     disposition, _ = _dispatch(fresh_redis, send)
     assert disposition == send.outcome

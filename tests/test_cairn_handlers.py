@@ -74,7 +74,7 @@ def test_fetch_source_end_to_end_claim_checked_with_stamp_and_gear_first(
     [rec] = ingested_since(core, before)
     assert rec.claim_checked and rec.kind == "events" and rec.msg_id == f"result:{job['job_id']}:d1"
     data = rec.data
-    assert (data["workerName"], data["workerVersion"], data["workerPackage"]) == (pool, "1.0", PACKAGE)
+    assert (data["workerName"], data["workerVersion"], data["workerPackage"]) == (pool, "1.1", PACKAGE)
     types = [e["type"] for e in data["events"]]
     assert types[-1] == "WORKER_EVENT_TYPE_ACTIVITY" and "WORKER_EVENT_TYPE_GEAR" in types
     assert types.index("WORKER_EVENT_TYPE_GEAR") < types.index("WORKER_EVENT_TYPE_ACTIVITY")

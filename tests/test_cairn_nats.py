@@ -164,7 +164,7 @@ def test_presence_and_manifest_records_in_kv(thread: NatsThread) -> None:
     assert set(record) == {"worker_name", "worker_key", "instance_id", "version", "release", "provider",
                            "package", "webhooks", "capabilities", "last_seen"}
     assert record["worker_key"] == f"{POOL}-strava" and record["instance_id"] == "host-1-abcdef"
-    assert record["version"] == "1.0" and record["release"].startswith("v0.7.")
+    assert record["version"] == "1.1" and record["release"].startswith("v0.7.")
     assert record["package"] == settings.worker_package and record["webhooks"] is False
     assert record["capabilities"]["Activity"]["read"] is True and record["last_seen"].endswith("Z")
 

@@ -18,7 +18,7 @@ from deploy.devstack.services import free_port
 from deploy.devstack.telegram import FakeTelegram
 from ops import doctor
 from deploy.devstack.voicy_api import DevVoicyServer
-from tests.voicy_stack import BOT_TOKEN, TINY_MODEL_DIR
+from deploy.devstack.stack import BOT_TOKEN, TINY_MODEL_DIR
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,5 @@
-"""The faster-whisper engine with the offline tiny.en model, and the progress throttle."""
+"""The sequential faster-whisper engine with the offline tiny.en model, Voicy's bodies of its transcripts,
+and the progress throttle."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from deploy.devstack.synth_media import write_video_only_mp4
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.transcribe import engine as engine_mod
-from tests.synth_media import write_video_only_mp4
-from workers.transcribe.engine import (Engine, Transcript, get_engine, pick_device, resolve_cpu_threads,
-                                       time_code, usable_cores)
+from workers.transcribe.device import pick_device, resolve_cpu_threads, usable_cores
+from workers.transcribe.engine import get_engine
 from workers.transcribe.languages import pick_language, whisper_languages
-from workers.transcribe.progress import ProgressThrottle
-from workers.voicy.settings import VoicySettings, load_voicy_settings
+from workers.transcribe.results import Transcript, time_code
+from workers.transcribe.whisper import WhisperEngine
+from workers.voicy.bodies import engine_metadata, transcript_body
+from workers.voicy.progress import ProgressThrottle
+from workers.voicy.settings import DEFAULT_ENGINE, VoicySettings, load_voicy_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
@@ -42,8 +46,13 @@ def _settings(**kw: object) -> VoicySettings:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
-    return Engine(_settings())
+def engine() -> WhisperEngine:
+    return WhisperEngine(_settings())
+
+
+def _body(engine: WhisperEngine, transcript: Transcript, label: str = DEFAULT_ENGINE) -> dict:
+    """What the pipeline posts as ``progress``/``result`` for ``transcript`` (``workers.voicy.bodies``)."""
+    return transcript_body(transcript, label, engine.metadata).body()
 
 
 def _fixture(name: str) -> dict:
@@ -56,18 +65,18 @@ def test_model_is_not_loaded_at_import() -> None:
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
-def test_auto_device_and_compute_type(engine: Engine) -> None:
+def test_auto_device_and_compute_type(engine: WhisperEngine) -> None:
     import ctranslate2
 
     expected = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
     assert pick_device("auto") == expected and pick_device("cpu") == "cpu"
     assert engine.device == expected
     assert engine.compute_type == ("float16" if expected == "cuda" else "int8")
-    assert engine.metadata.body() == {"model": "model", "device": expected,
+    assert engine_metadata(engine.metadata).body() == {"model": "model", "device": expected,
                                       "computeType": engine.compute_type}  # a name, never the path
 
 
-def test_streams_a_growing_transcript(engine: Engine) -> None:
+def test_streams_a_growing_transcript(engine: WhisperEngine) -> None:
     story = _fixture("story")
     seen: list[tuple[int, str]] = []
     transcript = engine.transcribe(AUDIO_DIR / story["file"],
@@ -83,16 +92,16 @@ def test_streams_a_growing_transcript(engine: Engine) -> None:
     assert len(hits) >= len(story["keywords"]) // 2, (text, story["keywords"])
 
 
-def test_result_body_has_no_nulls_and_the_contract_shape(engine: Engine) -> None:
+def test_result_body_has_no_nulls_and_the_contract_shape(engine: WhisperEngine) -> None:
     weather = _fixture("weather")
     transcript = engine.transcribe(AUDIO_DIR / weather["file"], language="en")
-    body = engine.result_body(transcript).body()
+    body = _body(engine, transcript)
     assert set(body) == {"text", "parts", "language", "engine", "duration", "metadata"}
     assert body["engine"] == "faster-whisper" and body["language"] == "en"
     assert set(body["metadata"]) == {"model", "device", "computeType"}
     assert all(set(p) == {"timeCode", "text"} for p in body["parts"])
     assert "sunny" in body["text"].lower()
-    partial = engine.progress_body(Transcript()).body()  # nothing known yet: omitted, not null
+    partial = _body(engine, Transcript())  # nothing known yet: omitted, not null
     assert partial == {"text": "", "parts": [], "engine": "faster-whisper", "metadata": body["metadata"]}
 
 
@@ -104,13 +113,14 @@ def test_the_configured_engine_name_is_reported(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("VOICY_WORKER_ENGINE", "")
     assert load_voicy_settings().engine == "faster-whisper"
     monkeypatch.setenv("VOICY_WORKER_ENGINE", "switchyard-whisper-fleet-b")
-    named = Engine(load_voicy_settings())
+    settings = load_voicy_settings()
+    named = WhisperEngine(settings)
     transcript = named.transcribe(AUDIO_DIR / _fixture("weather")["file"], language="en")
-    assert named.result_body(transcript).body()["engine"] == "switchyard-whisper-fleet-b"
-    assert named.progress_body(Transcript()).body()["engine"] == "switchyard-whisper-fleet-b"
+    assert _body(named, transcript, settings.engine)["engine"] == "switchyard-whisper-fleet-b"
+    assert _body(named, Transcript(), settings.engine)["engine"] == "switchyard-whisper-fleet-b"
 
 
-def test_silence_is_an_empty_normal_result(engine: Engine, tmp_path: Path) -> None:
+def test_silence_is_an_empty_normal_result(engine: WhisperEngine, tmp_path: Path) -> None:
     path = tmp_path / "silence.wav"
     with wave.open(str(path), "wb") as out:
         out.setnchannels(1), out.setsampwidth(2), out.setframerate(16000)
@@ -118,10 +128,10 @@ def test_silence_is_an_empty_normal_result(engine: Engine, tmp_path: Path) -> No
     calls: list[Transcript] = []
     transcript = engine.transcribe(path, on_segment=calls.append)
     assert transcript.text == "" and transcript.parts == [] and calls == []
-    assert engine.result_body(transcript).body()["text"] == ""
+    assert _body(engine, transcript)["text"] == ""
 
 
-def test_undecodable_media_is_permanent_and_a_missing_file_retryable(engine: Engine, tmp_path: Path) -> None:
+def test_undecodable_media_is_permanent_and_a_missing_file_retryable(engine: WhisperEngine, tmp_path: Path) -> None:
     with pytest.raises(PermanentJobError) as bad:
         engine.transcribe(AUDIO_DIR / "undecodable.ogg")
     assert "undecodable" not in str(bad.value)  # PyAV quotes the path; we do not
@@ -133,7 +143,7 @@ def test_undecodable_media_is_permanent_and_a_missing_file_retryable(engine: Eng
         engine.transcribe(tmp_path / "gone.ogg")
 
 
-def test_media_without_an_audio_stream_is_permanent(engine: Engine, tmp_path: Path) -> None:
+def test_media_without_an_audio_stream_is_permanent(engine: WhisperEngine, tmp_path: Path) -> None:
     """A video-only MP4 (a ``video``/``document`` job): retrying would fail identically, so not retryable."""
     video = write_video_only_mp4(tmp_path / "screen-recording.mp4")
     with pytest.raises(PermanentJobError, match="no audio stream") as info:
@@ -141,7 +151,7 @@ def test_media_without_an_audio_stream_is_permanent(engine: Engine, tmp_path: Pa
     assert "screen-recording" not in str(info.value)
 
 
-def test_an_unknown_language_hint_falls_back_in_voicys_order(engine: Engine) -> None:
+def test_an_unknown_language_hint_falls_back_in_voicys_order(engine: WhisperEngine) -> None:
     """Job hint, else VOICY_WORKER_LANGUAGE, else detection (§6.7); never a code the model rejects."""
     from faster_whisper.tokenizer import Tokenizer
 
@@ -185,7 +195,7 @@ def test_a_bad_fallback_language_stops_start_up_naming_the_variable(monkeypatch:
     assert "VOICY_WORKER_LANGUAGE" in out.stderr
 
 
-def test_callback_errors_propagate_unchanged(engine: Engine) -> None:
+def test_callback_errors_propagate_unchanged(engine: WhisperEngine) -> None:
     class Stop(Exception):
         pass
 
@@ -196,7 +206,7 @@ def test_callback_errors_propagate_unchanged(engine: Engine) -> None:
         engine.transcribe(AUDIO_DIR / _fixture("coffee")["file"], on_segment=stop)
 
 
-def test_one_engine_per_process(monkeypatch: pytest.MonkeyPatch, engine: Engine) -> None:
+def test_one_engine_per_process(monkeypatch: pytest.MonkeyPatch, engine: WhisperEngine) -> None:
     monkeypatch.setattr(engine_mod, "_engine", engine)
     assert get_engine(_settings(model="some-other-model")) is engine  # never reloaded
     engine_mod.reset_engine()
@@ -207,11 +217,11 @@ def test_unloadable_model_is_a_config_error_without_download(monkeypatch: pytest
                                                              tmp_path: Path) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConfigError, match="VOICY_WORKER_MODEL=no-such-model-xyz"):
-        Engine(_settings(model="no-such-model-xyz"))
+        WhisperEngine(_settings(model="no-such-model-xyz"))
     empty_dir = tmp_path / "empty-dir"
     empty_dir.mkdir()
     with pytest.raises(ConfigError, match="VOICY_WORKER_MODEL=empty-dir") as info:
-        Engine(_settings(model=str(empty_dir), device="cpu"))
+        WhisperEngine(_settings(model=str(empty_dir), device="cpu"))
     assert str(tmp_path) not in str(info.value)  # the name, not the host's path
 
 
@@ -252,13 +262,13 @@ def test_cpu_threads_setting_defaults_to_auto_and_a_bad_value_names_the_variable
 _THREADS_PROBE = """
 import json, os, sys
 from tests.test_engine import AUDIO_DIR, _settings
-from workers.transcribe.engine import Engine
+from workers.transcribe.whisper import WhisperEngine
 
 def threads():
     return len(os.listdir("/proc/self/task"))
 
 before = threads()
-engine = Engine(_settings(device="cpu", cpu_threads=int(sys.argv[1])), pool_processes=2)
+engine = WhisperEngine(_settings(device="cpu", cpu_threads=int(sys.argv[1])), pool_processes=2)
 text = engine.transcribe(AUDIO_DIR / sys.argv[2], language="en").text
 grown = threads() - before  # after a transcription: CTranslate2 starts its intra-op pool lazily
 print(json.dumps({"cpu_threads": engine.cpu_threads, "grown": grown, "text": text}))

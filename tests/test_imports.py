@@ -178,8 +178,6 @@ def test_no_import_cycles_outside_bridges() -> None:
     assert not found, "\n".join(describe(c, graph, known) for c in found)
 
 
-@pytest.mark.xfail(strict=True, reason="workers/transcribe still imports workers.voicy models and settings; "
-                                       "the transcribe engineer's branch adds the engine seam")
 def test_transcribe_imports_nothing_from_voicy() -> None:
     known = modules(ROOT, ("workers",))
     offending = [f"{known[imp.source].relative_to(ROOT)}:{imp.line} imports {imp.target}"

@@ -210,7 +210,8 @@ def _settings_env_names() -> set[str]:
     names: set[str] = set()
     for module, cls_name in (("tasks.settings", "FleetSettings"), ("workers.voicy.settings", "VoicySettings"),
                              ("workers.cairn.settings", "CairnSettings"),
-                             ("workers.providers.strava.settings", "StravaSettings")):
+                             ("workers.providers.strava.settings", "StravaSettings"),
+                             ("workers.providers.strava.webhooks", "StravaWebhookSettings")):
         mod = pytest.importorskip(module)
         cls = getattr(mod, cls_name)
         names |= {_env_var(cls, field) for field in cls.model_fields}

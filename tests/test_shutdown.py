@@ -29,10 +29,11 @@ import pytest
 import redis
 
 from deploy.devstack.procs import signal_group
+from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge
 from tests.cairn_stack import CairnStack
 from tests.conftest import wait_until
 from tests.gate import Gate
-from tests.voicy_stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge, voicy_dev_stack
+from tests.voicy_stack import voicy_dev_stack
 
 pytestmark = pytest.mark.slow
 

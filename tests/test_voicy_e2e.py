@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge
+from deploy.devstack.synth_media import write_video_only_mp4
 from tests.conftest import wait_until
-from tests.synth_media import write_video_only_mp4
-from tests.voicy_stack import (AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge,
-                               voicy_dev_stack)
-from workers.transcribe.engine import usable_cores
+from tests.voicy_stack import voicy_dev_stack
+from workers.transcribe.device import usable_cores
 from workers.voicy.client import VoicyClient
 
 pytestmark = pytest.mark.slow

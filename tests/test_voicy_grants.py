@@ -32,9 +32,10 @@ import pytest
 import redis
 
 from bridges.voicy import VoicyBridge
+from deploy.devstack.stack import ROOT, audio_manifest, start_beat, start_bridge
 from tests.conftest import wait_until
 from tests.test_voicy_e2e import enqueue_fixture, requests_for, wait_final
-from tests.voicy_stack import ROOT, audio_manifest, fleet_runtime, start_beat, start_bridge, voicy_dev_stack
+from tests.voicy_stack import fleet_runtime, voicy_dev_stack
 from workers.voicy import pipeline
 from workers.voicy.pipeline import QUEUED_LEASE_TTL_S, VoicyRuntime
 

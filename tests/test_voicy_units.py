@@ -8,14 +8,17 @@ from pathlib import Path
 import boto3
 import pytest
 
+from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
-from tests.voicy_stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
 from workers.errors import AuthError, ConfigError, PermanentJobError, RetryableJobError, StaleJobError
-from workers.transcribe.progress import ProgressThrottle
+from workers.transcribe.device import pick_device
+from workers.transcribe.whisper import WhisperEngine
+from workers.voicy.bodies import transcript_body
 from workers.voicy.client import VoicyClient
 from workers.voicy.media_store import LocalMediaStore, MediaTooLarge, S3MediaStore
 from workers.voicy.models import Source
+from workers.voicy.progress import ProgressThrottle
 from workers.voicy.settings import load_voicy_settings
 from workers.voicy.telegram import TelegramFiles, extension_for, file_url, is_token_bearing
 
@@ -199,17 +202,15 @@ def test_s3_store_round_trip_against_moto_server(s3_endpoint: str) -> None:
 
 
 def test_engine_auto_device_streams_segments_and_rejects_garbage(tmp_path: Path) -> None:
-    from workers.transcribe.engine import Engine, pick_device
-
     assert pick_device("auto") == "cpu"  # no GPU on these machines
     settings = _settings("http://127.0.0.1:9", tmp_path, model=TINY_MODEL_DIR)
-    engine = Engine(settings)
+    engine = WhisperEngine(settings)
     assert engine.device == "cpu" and engine.compute_type == "int8"
     story = max(audio_manifest(), key=lambda m: m["duration_s"])
     seen: list[int] = []
     transcript = engine.transcribe(AUDIO_DIR / story["file"], on_segment=lambda t: seen.append(len(t.parts)))
     assert seen == sorted(seen) and len(seen) >= 3
-    body = engine.result_body(transcript).body()
+    body = transcript_body(transcript, settings.engine, engine.metadata).body()
     assert body["engine"] == "faster-whisper" and body["metadata"]["computeType"] == "int8"
     assert None not in body.values() and all(p["timeCode"] for p in body["parts"])
     with pytest.raises(PermanentJobError):

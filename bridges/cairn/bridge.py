@@ -34,7 +34,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,9 @@ EXIT_NATS_UNREACHABLE = 5
 
 
 Consumption = tuple[JobConsumer, MessageKind]  # a durable consumer and how admission reads its messages
+# A plain request/reply subject the bridge answers itself (subject, queue group, request → reply body),
+# e.g. the webhook verify handshake (bridges.cairn.webhooks): no pool call, no judgement.
+Reply = tuple[str, str, Callable[[bytes], bytes]]
 
 
 class NatsUnreachableError(Exception):
@@ -108,7 +111,8 @@ class CairnBridge:
     """
 
     def __init__(self, settings: CairnSettings, senders: TaskSenders, backend: Any, *,
-                 provider: Provider | None = None, extra: Sequence[Consumption] = ()) -> None:
+                 provider: Provider | None = None, extra: Sequence[Consumption] = (),
+                 replies: Sequence[Reply] = ()) -> None:
         self.settings = settings
         self.senders, self.backend = senders, backend
         self.provider = provider or get_provider(settings.provider, settings)
@@ -119,6 +123,8 @@ class CairnBridge:
         self.consumers = [c for c, _ in consumptions]
         self.kinds: dict[str, MessageKind] = {c.kind: kind for c, kind in consumptions}
         self.rules = Rules(settings.term_after_deliveries, settings.max_deliver)
+        self.replies = list(replies)
+        self._reply_subs: list[Any] = []
         self.shutdown = Shutdown()
         self._held: dict[tuple[str, int], Held] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -185,6 +191,7 @@ class CairnBridge:
             await check_core_release(self.js, self.settings.release)
             await ensure_consumers(self.js, self.consumers, self.ack_wait_s, self.settings.max_deliver)
             await self.responders.start()
+            await self._start_replies()
             loops = [asyncio.create_task(self._pull_loop(c), name=f"pull-{c.kind}") for c in self.consumers]
             for loop_task in loops:
                 loop_task.add_done_callback(self._loop_ended)
@@ -198,11 +205,27 @@ class CairnBridge:
             for loop_task in waiting:
                 loop_task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            await self._stop_replies()
             await self.responders.stop()
             await self._drain_held()
         finally:
             await self._close()
         log.info("cairn bridge stopped")
+
+    async def _start_replies(self) -> None:
+        assert self.nc is not None
+        for subject, queue, answer in self.replies:
+            async def respond(msg: Msg, answer: Callable[[bytes], bytes] = answer) -> None:
+                if msg.reply:
+                    await msg.respond(answer(msg.data))
+            self._reply_subs.append(await self.nc.subscribe(subject, queue=queue, cb=respond))
+            log.info("responder on %s (queue group %s)", subject, queue)
+
+    async def _stop_replies(self) -> None:
+        for sub in self._reply_subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._reply_subs.clear()
 
     async def _nats_error(self, exc: Exception) -> None:
         if isinstance(exc, NATS_UNAVAILABLE) or self.nats_outage.down:
@@ -362,14 +385,15 @@ class CairnBridge:
         await settle(held, disposition, self.failures, self.settings.term_after_deliveries)
 
 
-def main(senders: TaskSenders, backend: Any, extra: Sequence[Consumption] = ()) -> None:
+def main(senders: TaskSenders, backend: Any, extra: Sequence[Consumption] = (),
+         replies: Sequence[Reply] = ()) -> None:
     """Entry point of ``python -m bridges cairn`` (``bridges.__main__`` injects the Celery side
     and any consumer kind beyond the job subjects, ``extra``).
 
     A bad setting raises ConfigError (``bridges.__main__`` exits 2); an
     incompatible core exits ``EXIT_INCOMPATIBLE_CORE`` with the reason.
     """
-    bridge = CairnBridge(load_cairn_settings(), senders, backend, extra=extra)
+    bridge = CairnBridge(load_cairn_settings(), senders, backend, extra=extra, replies=replies)
 
     async def _run() -> None:
         loop = asyncio.get_running_loop()

@@ -35,8 +35,10 @@ from deploy.devstack.strava_data import (ACTIVITY_SPACING_S, FakeAthlete, gear_s
                                          generate_gear, start_ts)
 # Re-exported: tests and the bench import the window lengths, budgets and OAuth defaults from here.
 from deploy.devstack.strava_limits import DAY_S, DEFAULT_LIMITS, DEFAULT_READ_LIMITS, SHORT_WINDOW_S, RateBudget
+from deploy.devstack.strava_media import CDN_PREFIX, MediaMixin
 from deploy.devstack.strava_oauth import (ACCESS_TOKEN_TTL_S, DEFAULT_CLIENT_ID, DEFAULT_SCOPE,
                                           REFRESH_REISSUE_WINDOW_S, TOKEN_BYTES, OAuthState, Token)
+from deploy.devstack.strava_push import StravaPush
 
 __all__ = ["ACCESS_TOKEN_TTL_S", "API_PREFIX", "DAY_S", "DEFAULT_CLIENT_ID", "DEFAULT_LIMITS", "DEFAULT_PER_PAGE",
            "DEFAULT_READ_LIMITS", "DEFAULT_SCOPE", "ENDPOINTS", "MAX_PER_PAGE", "REFRESH_REISSUE_WINDOW_S",
@@ -64,8 +66,8 @@ class RequestRecord:
     at: float
 
 
-class FakeStrava:
-    """In-memory Strava with the HTTP surface the provider pool talks to."""
+class FakeStrava(MediaMixin):
+    """In-memory Strava with the HTTP surface the provider pool talks to (photos, CDN: ``MediaMixin``)."""
 
     def __init__(self, *, limits: tuple[int, int] = DEFAULT_LIMITS,
                  read_limits: tuple[int, int] = DEFAULT_READ_LIMITS,
@@ -84,7 +86,10 @@ class FakeStrava:
         self._log: list[RequestRecord] = []
         self.http: BackgroundServer | None = None
         self.port = 0
+        self.push = StravaPush(self._valid_app, self._now)  # webhooks: deploy/devstack/strava_push.py
         self.app = Starlette(routes=[
+            Route(API_PREFIX + "/push_subscriptions", self.push.collection, methods=["GET", "POST"]),
+            Route(API_PREFIX + "/push_subscriptions/{id:int}", self.push.item, methods=["DELETE"]),
             Route(API_PREFIX + "/athlete/activities", self._list_activities),
             Route(API_PREFIX + "/athlete", self._athlete),
             Route(API_PREFIX + "/activities/{id:int}", self._activity),
@@ -92,6 +97,7 @@ class FakeStrava:
             Route(API_PREFIX + "/activities/{id:int}/photos", self._photos),
             Route(API_PREFIX + "/segments/{id:int}", self._segment),
             Route(API_PREFIX + "/gear/{id}", self._gear),
+            Route(CDN_PREFIX + "/{name}", self._cdn),
             Route("/oauth/token", self._oauth_token, methods=["POST"]),
         ])
 
@@ -126,6 +132,10 @@ class FakeStrava:
     @rotate_refresh_tokens.setter
     def rotate_refresh_tokens(self, value: bool) -> None:
         self._oauth.rotate_refresh_tokens = value
+
+    def _valid_app(self, client_id: str, client_secret: str) -> bool:
+        with self._lock:
+            return self._oauth.valid_app(client_id, client_secret)
 
     # ---- lifecycle -------------------------------------------------------------------------
     @property
@@ -205,6 +215,43 @@ class FakeStrava:
         with self._lock:
             self._athletes[athlete_id].activities.pop(activity_id, None)
 
+    # ---- webhooks: change data as the athlete would, and push the event (strava_push) ----------
+    def _app_of(self, athlete_id: int) -> str:
+        with self._lock:
+            return self._athletes[athlete_id].client_id
+
+    def create_activity(self, athlete_id: int, start: float | None = None, *, photos: int = 0,
+                        segments: int = 0) -> dict[str, Any]:
+        """A new upload (``photos`` photos, efforts on ``segments`` new segments): the activity
+        exists, then its ``create`` event is pushed."""
+        act = self.add_activity(athlete_id, start)
+        if segments:
+            self.add_segment_efforts(athlete_id, act["id"], segments)
+        for n in range(photos):
+            self.add_photo(athlete_id, act["id"], caption=f"photo {n + 1}")
+        act = self.athlete(athlete_id).activities[act["id"]]
+        self.push.push(self._app_of(athlete_id), "activity", act["id"], "create", athlete_id)
+        return act
+
+    def update_activity(self, athlete_id: int, activity_id: int, *, event_time: int | None = None,
+                        **fields: Any) -> dict[str, Any] | None:
+        """Edit ``title``/``type``/``private`` (Strava's ``updates`` keys) and push ``update``."""
+        renames = {"title": "name", "type": "sport_type", "private": "private"}
+        self.patch_activity(athlete_id, activity_id, **{renames.get(k, k): v for k, v in fields.items()})
+        return self.push.push(self._app_of(athlete_id), "activity", activity_id, "update", athlete_id,
+                              updates=fields, event_time=event_time)
+
+    def remove_activity(self, athlete_id: int, activity_id: int) -> dict[str, Any] | None:
+        """The athlete deletes the activity: it is gone, then ``delete`` is pushed."""
+        self.delete_activity(athlete_id, activity_id)
+        return self.push.push(self._app_of(athlete_id), "activity", activity_id, "delete", athlete_id)
+
+    def deauthorize(self, athlete_id: int) -> dict[str, Any] | None:
+        """The athlete revokes the app: tokens die, then athlete ``update`` ``authorized=false`` is pushed."""
+        self.revoke(athlete_id)
+        return self.push.push(self._app_of(athlete_id), "athlete", athlete_id, "update", athlete_id,
+                              updates={"authorized": "false"})
+
     def issue_code(self, athlete_id: int, client_id: str | None = None, scope: str = DEFAULT_SCOPE) -> str:
         """An authorization code as the authorize redirect would deliver it (one use)."""
         with self._lock:
@@ -225,12 +272,13 @@ class FakeStrava:
         with self._lock:
             self._budget.force_429(times, window, retry_after_s)
 
-    def fail(self, endpoint: str, status: int, times: int = 1) -> None:
-        """The next ``times`` calls to ``endpoint`` (one of ``ENDPOINTS``) answer ``status``."""
+    def fail(self, endpoint: str, status: int, times: int = 1, *, after: int = 0) -> None:
+        """The next ``times`` calls to ``endpoint`` (one of ``ENDPOINTS``) answer ``status``,
+        after ``after`` calls that are answered normally."""
         if endpoint not in ENDPOINTS:
             raise ValueError(f"unknown endpoint {endpoint!r}, expected one of {ENDPOINTS}")
         with self._lock:
-            self._faults.setdefault(endpoint, []).extend([status] * times)
+            self._faults.setdefault(endpoint, []).extend([0] * after + [status] * times)
 
     def set_usage(self, short: int, daily: int, *, read_short: int | None = None,
                   read_daily: int | None = None, client_id: str | None = None) -> None:
@@ -288,10 +336,13 @@ class FakeStrava:
                 self._record(request, endpoint, 429, token)
                 return self._json(self._error_body(429, "Application", "rate limit"), 429, verdict.headers)
             faults = self._faults.get(endpoint)
-            if faults:
-                status = faults.pop(0)
+            status = faults.pop(0) if faults else 0  # 0: a call ``fail(..., after=n)`` lets through
+            if status:
                 self._record(request, endpoint, status, token)
-                return self._json(self._error_body(status), status, verdict.headers)
+                headers = verdict.headers  # a 429 reports its window spent, as Strava's does
+                if status == 429:
+                    headers = self._budget.headers(self._budget.current(token.client_id), "short")
+                return self._json(self._error_body(status), status, headers)
             status, body = handler(self._athletes[token.athlete_id])
             self._record(request, endpoint, status, token)
             return self._json(body, status, verdict.headers)
@@ -351,11 +402,6 @@ class FakeStrava:
             return 200, [{"type": k} | have[k] for k in wanted]
 
         return self._api(request, "streams", handle)
-
-    async def _photos(self, request: Request) -> Response:
-        aid = request.path_params["id"]
-        return self._api(request, "photos", lambda ath: (200, []) if aid in ath.activities
-                         else (404, self._error_body(404, "Activity", "id")))
 
     async def _segment(self, request: Request) -> Response:
         sid = request.path_params["id"]

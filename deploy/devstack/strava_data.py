@@ -78,6 +78,7 @@ class FakeAthlete:
     streams: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
     gear: dict[str, dict[str, Any]] = field(default_factory=dict)
     segments: dict[int, dict[str, Any]] = field(default_factory=dict)
+    photos: dict[int, list[Any]] = field(default_factory=dict)  # activity id -> strava_media.FakePhoto
 
 
 def gear_summary(gear: dict[str, Any]) -> dict[str, Any]:

@@ -79,6 +79,11 @@ class OAuthState:
     def add_app(self, client_id: str, client_secret: str) -> None:
         self._apps[client_id] = client_secret
 
+    def valid_app(self, client_id: str, client_secret: str) -> bool:
+        """Whether the pair names a registered application (push subscriptions check it)."""
+        known = self._apps.get(client_id)
+        return known is not None and secrets.compare_digest(known.encode(), client_secret.encode())
+
     def issue_tokens(self, ath: FakeAthlete) -> None:
         """Give ``ath`` a fresh token pair for its current app (old tokens stay valid until revoked)."""
         ath.access_token, ath.refresh_token = secrets.token_hex(TOKEN_BYTES), secrets.token_hex(TOKEN_BYTES)

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import sys
 
+from ops import cairn_check_webhooks
 from ops.cairn_check import DEFAULT_CHECK_TIMEOUT_S, CheckOptions, run_checks
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
@@ -43,6 +44,7 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        help="do not require a parse_blob consumer (pool archives no raw blobs)")
     cairn.add_argument("--timeout", type=float, default=DEFAULT_CHECK_TIMEOUT_S, metavar="SECONDS",
                        help="seconds per check (default %(default)s)")
+    cairn_check_webhooks.add_arguments(cairn)  # --webhooks, --verify-token
     cairn.set_defaults(run=run_cairn)
 
 
@@ -51,5 +53,5 @@ def run_cairn(args: argparse.Namespace) -> int:
                            worker_name=args.worker_name or f"{args.provider}-fetcher",
                            active=args.active, account_id=args.account_id, user_id=args.user_id,
                            metrics=args.metrics, gear=args.gear, parse_blob=args.parse_blob,
-                           timeout_s=args.timeout)
+                           timeout_s=args.timeout, webhooks=args.webhooks, verify_token=args.verify_token)
     return asyncio.run(run_checks(options, out=sys.stdout))

@@ -52,6 +52,7 @@ from workers.errors import PermanentJobError, RetryableJobError
 RESULT_CONTENT_TYPE = "application/json"
 KIND_RESULT = "result"
 KIND_RAW = "raw"
+SEGMENT_MSG_ID_SUFFIX = ":seg"  # result:<job_id>:d<n>:seg follows result:<job_id>:d<n>
 PRESIGN_TIMEOUT_S = 5.0  # the published worker uses 3 s; core may sign slowly under load
 PUT_TIMEOUT_S = 30.0  # reference §3.9: 30 s client timeout for one body
 PUBLISH_TIMEOUT_S = 10.0  # one JetStream publish including its PubAck
@@ -331,6 +332,27 @@ class ClaimCheck:
             return self.publish_claim_checked(subject, result, msg_id)
         self.publish_inline(subject, result, msg_id)
         return None
+
+
+class UserBlobSink:
+    """A provider's ``BlobSink``: durable uploads under the user's layout through this claim-check.
+
+    Mirrored media (Strava photos) are durable, not transfer bodies: presign
+    kind ``raw`` with the user id, so core mints ``users/<user>/<provider>/…``
+    and keeps the object (the ``transfer/`` lifecycle rule would reap it).
+    """
+
+    def __init__(self, claimcheck: ClaimCheck) -> None:
+        self._claimcheck = claimcheck
+
+    def upload(self, body: bytes, content_type: str, user_id: str) -> str:
+        return self._claimcheck.upload(kind=KIND_RAW, body=body, content_type=content_type,
+                                       user_id=user_id).blob_id
+
+
+def segment_result_msg_id(activity_msg_id: str) -> str:
+    """The second result's msg id: the activity result's plus ``:seg`` (reference §3.6 step 11)."""
+    return activity_msg_id + SEGMENT_MSG_ID_SUFFIX
 
 
 def strict_result(body: dict[str, Any]) -> pb.JobResult:

@@ -34,6 +34,7 @@ from workers.cairn import subjects
 from workers.cairn.compat import CoreGate
 from workers.cairn.messages import ManifestRecord, PresenceRecord
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
+from workers.cairn.webhooks import presence_flag
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +55,15 @@ def declared_capabilities(provider: Any) -> dict[str, Any] | None:
     return capabilities or None
 
 
-def presence_record(settings: Any, provider: Any, instance_id: str) -> dict[str, Any]:
+def presence_record(settings: Any, provider: Any, instance_id: str, webhooks: bool = False) -> dict[str, Any]:
     """Contract §2: worker_name, worker_key, instance_id, version, release, provider, package,
-    webhooks, capabilities, last_seen."""
+    webhooks (``workers.cairn.webhooks.presence_flag``), capabilities, last_seen."""
     record = {
         "worker_name": settings.worker_name, "worker_key": subjects.worker_key(settings.worker_name,
                                                                              settings.provider),
         "instance_id": instance_id, "version": str(provider.parser_version),
         "release": str(getattr(settings, "release", "")), "provider": settings.provider,
-        "package": settings.worker_package, "webhooks": False,
+        "package": settings.worker_package, "webhooks": webhooks,
         "capabilities": declared_capabilities(provider), "last_seen": _now(),
     }
     return PresenceRecord.model_validate(record).to_wire()
@@ -107,7 +108,7 @@ def write_presence(ctx: Any, instance_id: str | None = None) -> dict[str, Any] |
     if not core_gate(ctx).allows(ctx.nats):
         return None
     instance_id = instance_id or ctx.settings.instance_id
-    record = presence_record(ctx.settings, ctx.provider, instance_id)
+    record = presence_record(ctx.settings, ctx.provider, instance_id, webhooks=presence_flag(ctx))
     _put(ctx, subjects.PRESENCE_BUCKET, subjects.presence_key(ctx.settings.worker_name, instance_id), record)
     return record
 

@@ -11,6 +11,7 @@ so it cannot leak through a log line or an exception text.
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol, runtime_checkable
 
 import httpx
 
@@ -18,6 +19,19 @@ from workers.logs import register_secret
 from workers.providers.windows import NullRateLimitHook, RateLimitHook
 
 DEFAULT_BUCKET = ""  # "the provider's default window": ``Provider.bucket_for("")``
+
+
+@runtime_checkable
+class BlobSink(Protocol):
+    """Durable blob upload through core's presign (contract §5; the worker holds no S3 keys).
+
+    ``upload`` stores ``body`` under the user's layout (``users/<user>/<provider>/…``)
+    with its real content type and returns core's ``blob_id`` verbatim. Failures
+    raise a ``RetryableJobError`` (presign or PUT refused); a caller that treats
+    the blob as optional (a mirrored photo) skips it.
+    """
+
+    def upload(self, body: bytes, content_type: str, user_id: str) -> str: ...
 
 
 @dataclasses.dataclass
@@ -30,6 +44,7 @@ class ProviderContext:
     http: httpx.Client
     rate_limit: RateLimitHook = dataclasses.field(default_factory=NullRateLimitHook)
     bucket: str = DEFAULT_BUCKET
+    blobs: BlobSink | None = None  # mirrored media (photos); None: nothing is mirrored
 
     def __post_init__(self) -> None:
         register_secret(self.access_token)

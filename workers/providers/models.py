@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from workers.providers.errors import ProviderRateLimited
 from workers.providers.protos import worker_events
 
 
@@ -174,13 +175,24 @@ class FetchOutcome:
     the same as proto messages (strictly parsed, so a field outside the
     contract fails here, not at core). ``archive`` is None for parse_blob (the
     blob already exists). ``gear_errors`` counts gear lookups that failed and
-    were skipped (gear never fails an import).
+    were skipped (gear never fails an import); ``segment_errors`` and
+    ``photo_errors`` count the same for segment details and mirrored photos.
+
+    ``segment_events`` (SEGMENT events, then SEGMENT_EFFORT events) travel in a
+    second result after the activity's, as the published worker sends them.
+    ``rate_limited`` is set when the budget ran out part-way (the segment
+    loop): publish what there is, then NAK the job until ``reset_at`` so the
+    re-run completes it; waiting for a window is not a failure.
     """
 
     ext_id: str
     wire_events: list[dict[str, Any]]
     archive: RawArchive | None = None
     gear_errors: int = 0
+    segment_events: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    rate_limited: ProviderRateLimited | None = None
+    segment_errors: int = 0
+    photo_errors: int = 0
 
     @property
     def events(self) -> list[Any]:

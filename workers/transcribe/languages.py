@@ -6,7 +6,7 @@ valid language code``). That error is deterministic, so retrying it only
 re-downloads and re-decodes the same media three times. Instead:
 
 * ``VOICY_WORKER_LANGUAGE`` is checked once, at start-up, against faster-whisper's
-  own list (``ConfigError`` naming the variable, from ``workers.voicy.settings``);
+  own list (``ConfigError`` naming the variable, from ``workers.transcribe.settings``);
 * a job's ``recognitionLanguageHint`` that the model does not know is skipped in
   Voicy's own order (reference/voicy.md §6.7: the job hint, else
   ``VOICY_WORKER_LANGUAGE``, else none): the fallback language, else detection.

@@ -37,10 +37,16 @@ import redis
 from workers.errors import AuthError, JobError, PermanentJobError, RetryableJobError, StaleJobError
 from workers.lease import LeaseKeeper, Leases, granted, new_token
 from workers.logs import redact
+from workers.redisconn import sync_client
+from workers.transcribe.engine import get_engine
+from workers.transcribe.results import Transcript
+from workers.voicy.bodies import transcript_body
 from workers.voicy.client import VoicyClient
 from workers.voicy.fleet import Fleet, HeldJob, Stage
 from workers.voicy.media_store import MediaStore, media_store_from_url
+from workers.voicy.progress import ProgressThrottle
 from workers.voicy.settings import VoicySettings, load_voicy_settings
+from workers.voicy.telegram import download_to_store
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,7 @@ QUEUED_LEASE_TTL_S = 6 * 3600.0  # a queued task is safe in the broker; only a t
 PENDING_GRANT_LEASE_TTLS = 1.0
 REAP_LOCK_KEY = "sy:voicy:reaper-lock"
 REAP_LOCK_TTL_S = 30.0
+WORKER_LOST = "worker lost before the media was stored"  # the reaper's failure when no media was stored
 
 
 class LeaseLost(StaleJobError):
@@ -71,7 +78,7 @@ class VoicyRuntime:
     @classmethod
     def from_env(cls, redis_url: str) -> VoicyRuntime:
         settings = load_voicy_settings()
-        client = redis.Redis.from_url(redis_url)
+        client = sync_client(redis_url)
         return cls(settings=settings, client=VoicyClient.from_settings(settings),
                    store=media_store_from_url(settings.media_store), fleet=Fleet(client),
                    leases=Leases(client, LEASE_NAMESPACE), redis=client)
@@ -232,8 +239,6 @@ def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
         return None
 
     def body(keeper: LeaseKeeper) -> str | None:
-        from workers.voicy.telegram import download_to_store
-
         started = time.monotonic()
         source = rt.client.source(job_id)
         key = download_to_store(source, rt.store, rt.settings)
@@ -265,9 +270,6 @@ def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
     rt.fleet.leave_backlog(job_id)
 
     def body(keeper: LeaseKeeper) -> bool:
-        from workers.transcribe.engine import get_engine
-        from workers.transcribe.progress import ProgressThrottle
-
         held = rt.fleet.get(job_id)
         if held is None or not held.media_key or not rt.store.exists(held.media_key):
             raise RetryableJobError("downloaded media is missing from the media store")
@@ -275,15 +277,15 @@ def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
         held.stage = Stage.TRANSCRIBING
         rt.fleet.update(held)
         engine = get_engine(rt.settings)
-        throttle = ProgressThrottle(rt.settings.progress_interval_ms / 1000.0)
+        throttle = ProgressThrottle.from_settings(rt.settings)
         started = time.monotonic()
 
-        def on_progress(partial) -> None:  # type: ignore[no-untyped-def]
+        def on_progress(partial: Transcript) -> None:
             if keeper.lost.is_set():
                 raise LeaseLost(job_id)
             if throttle.should_send(partial.text):
                 try:
-                    rt.client.progress(job_id, engine.progress_body(partial))
+                    rt.client.progress(job_id, transcript_body(partial, rt.settings.engine, engine.metadata))
                 except (RetryableJobError, PermanentJobError) as exc:
                     log.warning("job %s: progress not stored: %s", job_id, redact(str(exc)))
 
@@ -291,7 +293,7 @@ def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
             transcript = engine.transcribe(path, language=held.language, on_segment=on_progress)
         if keeper.lost.is_set():
             raise LeaseLost(job_id)
-        rt.client.result(job_id, engine.result_body(transcript))
+        rt.client.result(job_id, transcript_body(transcript, rt.settings.engine, engine.metadata))
         log.info("job %s transcribed in %.2fs (%.1fs of audio, %d parts)", job_id,
                  time.monotonic() - started, transcript.duration or 0.0, len(transcript.parts))
         finish(rt, job_id, lease_value)
@@ -362,14 +364,30 @@ class Recovery:
     token: str
 
 
-def reap(rt: VoicyRuntime) -> list[Recovery]:
-    """Find held jobs whose lease expired (their worker died) and recover each one once.
+def recover(rt: VoicyRuntime, job_id: str, token: str, *, no_media: str) -> Recovery | None:
+    """The one recovery rule: media in the store → transcribe, else a retryable failure.
 
-    Media in the store → a new gpu task (returned for dispatch; its grant is
-    pending until the caller sends it and confirms), which also completes a
-    ``/downloaded`` that never landed (:func:`_enter_transcribing`). No media → a retryable
-    failure, so Voicy requeues the job for a fresh download. A reaper killed
-    half-way leaves pending grants only, which expire so the next pass retries.
+    For a held job nobody works on, ours again under a *pending* grant to
+    ``token``: the reaper's (lease expired) and the bridge's (claim-ready after
+    a restart, adopted with its media key). Media in the store: the job goes on
+    the gpu set and is returned; the caller dispatches its transcription, which
+    also completes a ``/downloaded`` that never landed (:func:`_enter_transcribing`).
+    No media: a retryable ``failure`` saying ``no_media``, so Voicy requeues the
+    job for a fresh download, and the job is forgotten.
+    """
+    held = rt.fleet.get(job_id)
+    if held and held.media_key and rt.store.exists(held.media_key):
+        rt.fleet.enter_gpu(job_id)
+        return Recovery(job_id, token)
+    report_failure(rt, job_id, RetryableJobError(no_media), granted(token))
+    return None
+
+
+def reap(rt: VoicyRuntime) -> list[Recovery]:
+    """Find held jobs whose lease expired (their worker died) and recover each one once (:func:`recover`).
+
+    The grant is taken only if no lease exists. A reaper killed half-way
+    leaves pending grants only, which expire so the next pass retries.
     """
     if not rt.redis.set(REAP_LOCK_KEY, "1", nx=True, px=int(REAP_LOCK_TTL_S * 1000)):
         return []
@@ -378,18 +396,13 @@ def reap(rt: VoicyRuntime) -> list[Recovery]:
         for job_id in rt.fleet.held_ids():
             if rt.leases.alive(job_id):
                 continue
-            held = rt.fleet.get(job_id)
             token = new_token()
             if not rt.leases.grant(job_id, token, rt.pending_grant_ttl_s, only_if_absent=True):
                 continue  # someone else recovered it in the meantime
-            if held and held.media_key and rt.store.exists(held.media_key):
+            recovery = recover(rt, job_id, token, no_media=WORKER_LOST)
+            if recovery is not None:
                 log.warning("job %s: worker lost; redispatching transcription", job_id)
-                rt.fleet.enter_gpu(job_id)
-                recoveries.append(Recovery(job_id, token))
-            else:
-                lease_value = granted(token)
-                report_failure(rt, job_id, RetryableJobError("worker lost before the media was stored"),
-                               lease_value)
+                recoveries.append(recovery)
     finally:
         rt.redis.delete(REAP_LOCK_KEY)
     return recoveries

@@ -15,12 +15,15 @@ unrelated variables. Differences, on purpose:
 * ``MAX_MEDIA_BYTES`` bounds a download (Voicy streams without a limit, §6.4).
   The default is the cloud Bot API's 20 MiB cap; ``VOICY_MAX_MEDIA_FILE_SIZE_MB``
   (the server's variable) is honoured when ours is unset.
-* ``LANGUAGE`` must be a code faster-whisper knows (``workers.transcribe.languages``):
-  Voicy passes it to its transcriber unchecked, but here a typo would fail
-  every job on a multilingual model, so it stops start-up instead.
-* ``LEASE_TTL_MS``, ``MEDIA_STORE``, ``DEVICE``, ``COMPUTE_TYPE``, ``BEAM_SIZE``,
-  ``CPU_THREADS`` are ours; the transcriber-command variables of Voicy's client are gone
-  (the engine runs in-process).
+* The engine's variables (``MODEL``/``VOICY_WHISPER_MODEL``, ``LANGUAGE``,
+  ``DEVICE``, ``COMPUTE_TYPE``, ``BEAM_SIZE``, ``CPU_THREADS``, ``TRANSCRIBER``,
+  ``BATCH_SIZE``) belong to ``workers.transcribe.settings.EngineSettings``, which
+  ``VoicySettings`` extends: one read of the environment validates both, so a
+  bad engine variable stops the bridge and the workers at start like any other.
+  ``ENGINE`` stays here: it is only the label Voicy stores as ``workerEngine``
+  (§6.7), free text as in Voicy's client; it selects nothing.
+* ``LEASE_TTL_MS``, ``MEDIA_STORE`` are ours; the transcriber-command variables
+  of Voicy's client are gone (the engine runs in-process).
 
 Numbers follow the client's rule (§6.1): unset or empty means the default;
 otherwise JavaScript's ``Number(v)`` (:func:`js_number`), and a result that is
@@ -41,16 +44,15 @@ from pathlib import Path
 from typing import Annotated
 
 from pydantic import AliasChoices, AfterValidator, BeforeValidator, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
 
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import register_secret
-from workers.transcribe.languages import normalize, whisper_languages
+from workers.transcribe.settings import ENGINE_SETTINGS_CONFIG, EngineSettings
 
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org"
-DEFAULT_ENGINE = "faster-whisper"
-DEFAULT_MODEL = "large-v3"
+DEFAULT_ENGINE = "faster-whisper"  # the workerEngine label (§6.1), whichever engine runs
 DEFAULT_POLL_INTERVAL_MS = 1000.0
 DEFAULT_HEARTBEAT_INTERVAL_MS = 30000.0
 DEFAULT_DOWNLOAD_TIMEOUT_MS = 300000.0
@@ -63,7 +65,6 @@ MIN_LEASE_TTL_MS = 100.0
 DEFAULT_DOWNLOAD_CONCURRENCY = 2.0  # downloads in flight
 DEFAULT_TRANSCRIPTION_CONCURRENCY = 1.0  # gpu slots in the fleet
 MIN_SLOTS = 1.0  # Voicy: max(1, v) for every slot count
-AUTO_CPU_THREADS = 0  # CPU_THREADS=0: the engine sizes its threads to the host (workers.transcribe.engine)
 CLOUD_BOT_API_MAX_BYTES = 20 * 1024 * 1024  # the cloud Bot API refuses larger downloads
 BYTES_PER_MB = 1024 * 1024
 SERVER_MAX_MEDIA_ENV = "VOICY_MAX_MEDIA_FILE_SIZE_MB"  # the server's variable, honoured as a fallback
@@ -136,8 +137,7 @@ NonNegativeInt = Annotated[int, AfterValidator(_non_negative)]
 # A slot count: parsed like every number, a whole number (int) once the settings are built.
 SlotCount = NonNegative
 
-_PREFIXED = SettingsConfigDict(env_prefix="VOICY_WORKER_", extra="ignore", populate_by_name=True,
-                               env_ignore_empty=True)
+_PREFIXED = ENGINE_SETTINGS_CONFIG  # the same VOICY_WORKER_ prefix and rules as the engine's own settings
 
 
 class VoicyTimings(BaseSettings):
@@ -170,8 +170,8 @@ class VoicyTimings(BaseSettings):
         return self.lease_ttl_ms / 1000.0
 
 
-class VoicySettings(VoicyTimings):
-    """Everything the Voicy side reads from the environment (``VOICY_WORKER_*``)."""
+class VoicySettings(VoicyTimings, EngineSettings):
+    """Everything the Voicy side reads from the environment (``VOICY_WORKER_*``), its engine's too."""
 
     api_url: str
     token: SecretStr
@@ -189,14 +189,7 @@ class VoicySettings(VoicyTimings):
     telegram_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("VOICY_WORKER_TELEGRAM_BOT_TOKEN", "TOKEN"))
     max_media_bytes: NonNegativeInt | None = None
-    language: str | None = None
-    engine: str = DEFAULT_ENGINE
-    model: str = Field(default=DEFAULT_MODEL, validation_alias=AliasChoices(
-        "VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL"))
-    device: str = Field(default="auto", pattern="^(auto|cuda|cpu)$")
-    compute_type: str | None = None  # default chosen by the engine: float16 on CUDA, int8 on CPU
-    beam_size: int = Field(default=5, ge=1)
-    cpu_threads: NonNegativeInt = AUTO_CPU_THREADS  # intra-op threads per gpu-pool process
+    engine: str = DEFAULT_ENGINE  # the label sent with progress/result (workerEngine), not a selector
     progress_interval_ms: NonNegative = DEFAULT_PROGRESS_INTERVAL_MS
 
     @field_validator("api_url", "telegram_api_url")
@@ -223,16 +216,6 @@ class VoicySettings(VoicyTimings):
         if value is not None and value < 1:
             raise ValueError("must be at least 1")
         return value
-
-    @field_validator("language")
-    @classmethod
-    def _known_language(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        code = normalize(value)
-        if code not in whisper_languages():
-            raise ValueError("must be a language code faster-whisper knows, e.g. en, de, ru, uk")
-        return code
 
     @model_validator(mode="after")
     def _derive(self) -> VoicySettings:

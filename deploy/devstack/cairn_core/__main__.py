@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client-secret", default="")
     parser.add_argument("--scheduler-interval", type=float, default=SCHEDULER_TICK_S, metavar="SECONDS")
     parser.add_argument("--no-scheduler", action="store_true")
+    parser.add_argument("--webhooks-port", type=int, default=None, metavar="PORT",
+                        help="serve POST/GET /webhooks/<worker_key> on 127.0.0.1:PORT (0: a free port)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
@@ -50,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"account {acct.account_id} user {acct.user_id} pool {acct.worker_name}", flush=True)
     if not args.no_scheduler:
         core.start_scheduler(args.scheduler_interval)
+    if args.webhooks_port is not None:
+        print(f"webhooks on {core.start_webhooks_http(args.webhooks_port).base_url}/webhooks/<worker_key>", flush=True)
     print(f"dev cairn core up (release {args.release}) on {args.nats}, S3 {args.s3}", flush=True)
 
     seen = printed_ok = printed_bad = 0

@@ -129,5 +129,20 @@ class BlobStore:
             return False
         return True
 
+    def head(self, key: str) -> dict[str, Any] | None:
+        """The object's ``ContentType`` and ``ContentLength``, or None when it does not exist."""
+        try:
+            meta = self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError:
+            return None
+        return {"ContentType": meta.get("ContentType", ""), "ContentLength": meta.get("ContentLength", 0)}
+
+    def keys(self, prefix: str) -> list[str]:
+        """Every key under ``prefix`` (e.g. a user's ``users/<user>/<provider>/``), sorted."""
+        found: list[str] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            found += [obj["Key"] for obj in page.get("Contents", [])]
+        return sorted(found)
+
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=key)

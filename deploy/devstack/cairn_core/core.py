@@ -9,7 +9,6 @@ subjects, ingests results strictly, publishes jobs, and exposes what it saw.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
@@ -34,6 +33,7 @@ from deploy.devstack.cairn_core.responders import Responders, parse_rfc3339, rfc
 from deploy.devstack.cairn_core.router import DeadLetter, IngestedResult, Rejection, ResultRouter
 from deploy.devstack.cairn_core.scheduler import (POLLING_INTERVAL_S, PRESENCE_LIVE_S, SCHEDULER_TICK_S,
                                                   JobPublisher, PublishedJob, is_live, read_bucket)
+from deploy.devstack.cairn_core.webhooks import WebhookHttp, forward_event, relay_verify
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -72,6 +72,8 @@ class DevCairnCore:
         self._jobs: JobPublisher | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._scheduler: asyncio.Task[None] | None = None
+        self.clock = utcnow  # received-at of forwarded webhooks (tests pin it: core's msg id has 1 s resolution)
+        self.webhooks_http: WebhookHttp | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> DevCairnCore:
@@ -86,6 +88,9 @@ class DevCairnCore:
         return self
 
     def stop(self) -> None:
+        if self.webhooks_http is not None:
+            self.webhooks_http.stop()
+            self.webhooks_http = None
         if self._loop is None:
             return
         with contextlib.suppress(Exception):
@@ -265,6 +270,17 @@ class DevCairnCore:
     def stream_info(self, name: str) -> Any:
         return self._call(self.js.stream_info(name))
 
+    def stream_holds(self, seq: int, stream: str = bs.STREAM_JOBS) -> bool:
+        """Whether ``stream`` still holds message ``seq``; on the work-queue job stream, whether the
+        job is still pending (not yet acked or termed by the pool)."""
+        async def run() -> bool:
+            try:
+                await self.js.get_msg(stream, seq)
+            except NotFoundError:
+                return False
+            return True
+        return self._call(run())
+
     def kv_get(self, bucket: str, key: str) -> Any:
         async def run() -> Any:
             try:
@@ -388,18 +404,29 @@ class DevCairnCore:
             worker_name=worker_name, external_id=reply.get("provider_account_id"), client_id=client_id,
             client_secret=client_secret, scope=reply.get("scope") or "read,activity:read_all")
 
-    def forward_webhook(self, worker_key: str, body: bytes, headers: dict[str, str] | None = None) -> None:
-        """``POST /webhooks/<worker_key>`` as core forwards it (§2.13)."""
-        now = utcnow()
-        hdrs = {k.lower(): v for k, v in (headers or {}).items()}
-        hdrs |= {"x-webhook-source-addr": "127.0.0.1", "x-webhook-received-at": rfc3339(now)}
-        env = {"provider": worker_key, "headers": hdrs, "body": base64.b64encode(body).decode()}
+    def start_webhooks_http(self, port: int = 0) -> WebhookHttp:
+        """Serve ``POST``/``GET /webhooks/<key>`` on 127.0.0.1 (reference §2.13); the running server."""
+        if self.webhooks_http is None:
+            def run(coro: Coroutine[Any, Any, Any]) -> Any:
+                assert self._loop is not None, "not started"
+                return asyncio.run_coroutine_threadsafe(coro, self._loop)
+            self.webhooks_http = WebhookHttp(run, lambda: self.js, lambda: self._nc,
+                                             lambda: self.clock()).start(port)
+        return self.webhooks_http
 
-        async def run() -> None:
-            await self.js.publish(subj.webhook_event_subject(worker_key), json.dumps(env).encode(),
-                                  headers={"Nats-Msg-Id": f"{worker_key}:{now.strftime('%Y-%m-%dT%H:%M:%SZ')}"})
-        self._call(run())
+    def webhook_url(self, worker_key: str) -> str:
+        """The callback URL a provider subscription names (starts the HTTP endpoint if needed)."""
+        return self.start_webhooks_http().url(worker_key)
+
+    def forward_webhook(self, worker_key: str, body: bytes, headers: dict[str, str] | None = None) -> None:
+        """``POST /webhooks/<worker_key>`` as core forwards it (§2.13), without the HTTP hop."""
+        self._call(forward_event(self.js, worker_key, body, headers or {}, "127.0.0.1", self.clock()))
 
     def verify_webhook(self, worker_key: str, query: dict[str, str]) -> dict[str, Any]:
+        """The raw verify reply (``{status, content_type, body}``) to a relayed handshake."""
         return self.request(subj.webhook_verify_subject(worker_key), {"method": "GET", "query": query},
                             WEBHOOK_VERIFY_TIMEOUT_S)
+
+    def relay_verify(self, worker_key: str, query: dict[str, str]) -> tuple[int, str, bytes]:
+        """What core answers Strava's GET: (status, content type, body); raises when nobody answers."""
+        return self._call(relay_verify(self._nc, worker_key, query, WEBHOOK_VERIFY_TIMEOUT_S))

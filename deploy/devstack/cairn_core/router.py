@@ -56,7 +56,7 @@ class IngestedResult:
     job_type: str
     provider: str
     pool: str | None
-    kind: str  # "events" | "reconcile" | "failure"
+    kind: str  # "events" | "segments" (only SEGMENT/SEGMENT_EFFORT events) | "reconcile" | "failure"
     result: Message
     msg_id: str | None = None
     account_id: str | None = None
@@ -126,6 +126,11 @@ class ResultRouter:
         self.sources: dict[tuple[str, str, str], SourceRecord] = {}
         self.gear: dict[tuple[str, str], Message] = {}
         self.package_bindings: dict[tuple[str, str], str] = {}
+        # §2.7: SEGMENT find-or-create by (account, external id); an effort resolves its segment
+        # (same message or stored) and its activity source, else core logs it and drops it.
+        self.segments: dict[tuple[str, str], Message] = {}
+        self.efforts: dict[tuple[str, str], Message] = {}
+        self.unresolved_efforts: list[Message] = []
 
     # ---- entry point (loop thread) ---------------------------------------------------------
     async def handle(self, subject: str, data: bytes, msg_id: str | None) -> bool:
@@ -163,7 +168,8 @@ class ResultRouter:
             kind = "reconcile"
         else:
             self._ingest_events(result, job, provider)
-            kind = "events"
+            members = {e.WhichOneof(EVENT_ONEOF) for e in result.events}  # type: ignore[attr-defined]
+            kind = "segments" if members and members <= {"segment", "segment_effort"} else "events"
         if blob_id is not None:
             await asyncio.to_thread(self.blobs.delete, blob_id)
         return IngestedResult(kind=kind, result=result, claim_checked=blob_id is not None,  # type: ignore[arg-type]
@@ -229,6 +235,8 @@ class ResultRouter:
     def _ingest_events(self, result: Message, job: str, provider: str) -> None:
         staged_sources: dict[tuple[str, str, str], SourceRecord] = {}
         staged_gear: dict[tuple[str, str], Message] = {}
+        staged_segments: dict[tuple[str, str], Message] = {}
+        staged_efforts: list[Any] = []
         version = parse_version(result.worker_version)  # type: ignore[attr-defined]
         for index, event in enumerate(result.events):  # type: ignore[attr-defined]
             member = event.WhichOneof(EVENT_ONEOF)
@@ -243,11 +251,25 @@ class ResultRouter:
                 self._check_ref(entity.ref, provider, index)
                 self._check_owner(entity.ref, index)
                 staged_gear[(entity.ref.external_account_id, entity.ref.external_id)] = entity
+            elif member == "segment":
+                self._check_ref(entity.ref, provider, index)
+                staged_segments[(entity.ref.external_account_id, entity.ref.external_id)] = entity
+            elif member == "segment_effort":
+                self._check_ref(entity.ref, provider, index)
+                staged_efforts.append(entity)
             elif hasattr(entity, "ref"):
                 self._check_ref(entity.ref, provider, index)
         with self.cond:
             self.sources.update(staged_sources)
             self.gear.update(staged_gear)
+            self.segments.update(staged_segments)
+            for effort in staged_efforts:
+                account = effort.ref.external_account_id
+                if ((account, effort.segment_external_id) in self.segments
+                        and (provider, account, effort.activity_external_id) in self.sources):
+                    self.efforts[(account, effort.ref.external_id)] = effort
+                else:
+                    self.unresolved_efforts.append(effort)
         for (_, account_id, _), rec in staged_sources.items():
             acct = self.accounts.get(account_id)
             start = rec.activity.payload.start_time.ToDatetime(tzinfo=UTC)  # type: ignore[attr-defined]
@@ -280,6 +302,11 @@ class ResultRouter:
             raise Rejected("invalid", f"event {index}: zero start_time")
         if payload.elapsed_duration.seconds <= 0 and payload.elapsed_duration.nanos <= 0:
             raise Rejected("invalid", f"event {index}: elapsed <= 0")
+        for attachment in act.attachments:  # type: ignore[attr-defined]
+            blob_id = attachment.blob_id
+            foreign_user = blob_id.startswith("users/") and blob_id.split("/")[1] != ref.user_id
+            if blob_id and (foreign_user or not key_provider_ok(blob_id, provider, results=False)):
+                raise Rejected("foreign_attachment_key", f"event {index}: {blob_id}")  # contract §5
         key = (provider, ref.external_account_id, ref.external_id)
         acct = self.accounts.get(ref.external_account_id) if ref.external_account_id else None
         existing = self.sources.get(key)

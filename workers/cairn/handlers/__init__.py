@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from workers.cairn import webhooks
 from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.handlers import fetch_source, gear_metrics, parse_blob, reconcile
 from workers.cairn.handlers.context import Delivery, JobContext, build_context, reset_context
@@ -30,6 +31,7 @@ HANDLERS = {
     "parse_blob": parse_blob.handle,
     "import_gear": gear_metrics.handle_gear,
     "import_metrics": gear_metrics.handle_metrics,
+    webhooks.KIND: webhooks.handle_event,  # CAIRN_WEBHOOKS events (bridges.cairn.webhooks)
 }
 
 __all__ = ["Delivery", "Disposition", "JobContext", "ack", "build_context", "discover", "exchange",

@@ -12,7 +12,16 @@ Order, and why:
    inputs could only ever be re-fetched, spending quota);
 4. the claim-checked result: GEAR events first, then the ACTIVITY that
    references them, msg-id ``result:<job_id>:d<delivery>`` so a deferred
-   retry re-publishes past the dedup window (ingest is idempotent).
+   retry re-publishes past the dedup window (ingest is idempotent);
+5. a second claim-checked result with the SEGMENT events, then the
+   SEGMENT_EFFORT events, msg-id ``…:d<delivery>:seg``, after the activity it
+   refers to (reference §3.6 steps 10–11). A failed publish NAKs like the
+   first one (contract §5: never drop a result body);
+6. when the segment loop ran out of budget, NAK (not a failure) until the
+   window resets: the re-run re-publishes everything, cached segments cheap.
+
+Photos are mirrored by the provider through ``UserBlobSink`` (presign with the
+user id, durable layout) before the archive is built, best effort.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from workers.cairn.claimcheck import KIND_RAW, strict_result
+from workers.cairn.claimcheck import KIND_RAW, UserBlobSink, segment_result_msg_id, strict_result
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack, nak
 from workers.cairn.handlers.context import Delivery, JobContext, result_subject
@@ -63,9 +72,28 @@ def activity_result(outcome: FetchOutcome) -> pb.JobResult:
     return strict_result({"events": gear + rest})
 
 
+def segment_result(outcome: FetchOutcome) -> pb.JobResult | None:
+    """The second ``JobResult``: SEGMENT events, then SEGMENT_EFFORT events; None without any."""
+    if not outcome.segment_events:
+        return None
+    segments = [e for e in outcome.segment_events if "segment" in e]
+    efforts = [e for e in outcome.segment_events if "segment" not in e]
+    return strict_result({"events": segments + efforts})
+
+
+def publish_results(ctx: JobContext, subject: str, outcome: FetchOutcome, msg_id: str) -> bool:
+    """The activity result, then the segment result (``<msg_id>:seg``); True when the latter existed."""
+    ctx.claimcheck.publish_claim_checked(subject, activity_result(outcome), msg_id)
+    segments = segment_result(outcome)
+    if segments is not None:
+        ctx.claimcheck.publish_claim_checked(subject, segments, segment_result_msg_id(msg_id))
+    return segments is not None
+
+
 def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
     tokens = fetch_tokens(ctx, job.account_id)
     pctx = provider_context(ctx, job, tokens.access_token, tokens.app_id)
+    pctx.blobs = UserBlobSink(ctx.claimcheck)
     outcome = ctx.provider.fetch_source(pctx, job)
     if outcome.archive is not None:
         archive = ctx.claimcheck.upload(kind=KIND_RAW, body=outcome.archive.body,
@@ -74,11 +102,17 @@ def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
                                 content_type=outcome.archive.content_type)
     if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
         return nak(reason="lease lost before publishing", failure=False)  # a hand-over, not a failure
-    ctx.claimcheck.publish_claim_checked(
-        _result_subject(ctx), activity_result(outcome),
-        result_msg_id(str(getattr(job, "job_id", "") or ""), outcome.ext_id, delivery))
-    log.info("fetch_source %s imported (%d events, %d gear lookups skipped)", outcome.ext_id,
-             len(outcome.wire_events), outcome.gear_errors)
+    publish_results(ctx, _result_subject(ctx), outcome,
+                    result_msg_id(str(getattr(job, "job_id", "") or ""), outcome.ext_id, delivery))
+    log.info("fetch_source %s imported (%d events, %d segment events; skipped: %d gear, %d segments, "
+             "%d photos)", outcome.ext_id, len(outcome.wire_events), len(outcome.segment_events),
+             outcome.gear_errors, outcome.segment_errors, outcome.photo_errors)
+    if outcome.rate_limited is not None:  # the segment loop ran out of budget: re-run after the window
+        delay = outcome.rate_limited.delay_s()
+        log.info("fetch_source %s: segments rate limited (%s window); nak %.0fs", outcome.ext_id,
+                 outcome.rate_limited.window, delay)
+        return nak(delay, reason=f"rate_limited_segments: {outcome.rate_limited.window} window",
+                   failure=False)  # waiting for the window is not failing
     return ack()
 
 

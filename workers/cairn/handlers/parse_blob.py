@@ -5,7 +5,8 @@ The blob is read through the presigned GET in the job; an expired URL (past
 ``cairn.blobs.presign_download.<provider>`` with the fallback handle (the raw
 blob key). The provider's parser is the same function the import ran on the
 same bytes, and the activity names the same raw blob (key, size, content
-type), so the claim-checked body is byte-identical to the import's.
+type), so the claim-checked body is byte-identical to the import's; so is the
+second (segment) result, published after it as the import did.
 
 ``min_parser_version`` is judged once, at admission (the bridge NAKs a job
 our parser must not take: a higher version, or another dataset); the handler
@@ -21,7 +22,7 @@ from workers.cairn.claimcheck import DownloadError
 from workers.cairn.disposition import Disposition, ack, nak
 from workers.cairn.handlers.context import Delivery, JobContext, result_subject
 from workers.cairn.handlers.failure import Permanent
-from workers.cairn.handlers.fetch_source import activity_result
+from workers.cairn.handlers.fetch_source import publish_results
 from workers.cairn.jobs import ParseBlobJob
 from workers.cairn.subjects import activity_result_msg_id
 
@@ -62,8 +63,8 @@ def handle(ctx: JobContext, job: ParseBlobJob, delivery: Delivery) -> Dispositio
         outcome.attach_raw_blob(blob_id, size_bytes=len(raw), content_type=ARCHIVE_CONTENT_TYPE)
     if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
         return nak(reason="lease lost before publishing", failure=False)  # a hand-over, not a failure
-    ctx.claimcheck.publish_claim_checked(
-        result_subject(KIND, ctx.provider_name, ctx.worker_name), activity_result(outcome),
-        activity_result_msg_id(job.job_id, delivery.attempt))
-    log.info("parse_blob %s re-parsed (%d events)", outcome.ext_id, len(outcome.wire_events))
+    publish_results(ctx, result_subject(KIND, ctx.provider_name, ctx.worker_name), outcome,
+                    activity_result_msg_id(job.job_id, delivery.attempt))
+    log.info("parse_blob %s re-parsed (%d events, %d segment events)", outcome.ext_id,
+             len(outcome.wire_events), len(outcome.segment_events))
     return ack()

@@ -99,6 +99,18 @@ class StravaClient:
             raise ProviderTransientError("GET streams: expected a JSON object")
         return body
 
+    def get_segment(self, segment_id: str) -> dict[str, Any]:
+        """``GET /segments/{id}`` (DetailedSegment: adds ``map.polyline``, ``total_elevation_gain``)."""
+        return self._object(f"/segments/{_safe_id(segment_id)}", None)
+
+    def get_photos(self, activity_id: str, size: int) -> list[dict[str, Any]]:
+        """``GET /activities/{id}/photos?size=…&photo_sources=true``: urls and sizes keyed by ``size``."""
+        body = self._get(f"/activities/{_safe_id(activity_id)}/photos",
+                         {"size": size, "photo_sources": "true"})
+        if not isinstance(body, list):
+            raise ProviderTransientError("GET photos: expected a JSON list")
+        return [p for p in body if isinstance(p, dict)]
+
     def get_gear(self, gear_id: str) -> dict[str, Any]:
         """``GET /gear/{id}`` (DetailedGear: name, brand, model, distance, retired …)."""
         return self._object(f"/gear/{_safe_id(gear_id)}", None)

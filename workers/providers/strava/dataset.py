@@ -13,16 +13,23 @@ Envelope (compatible with the published Go worker's dataset 1)::
      "provenance": {"provider", "worker_name", "worker_version", "package", "archived_at"},
      "activity": {…Strava DetailedActivity…},
      "streams": {…key_by_type map…},          # omitted when the activity has none
-     "gear": [{…Strava DetailedGear…}]}       # additive: omitted when no lookup succeeded
+     "gear": [{…Strava DetailedGear…}],       # additive: omitted when no lookup succeeded
+     "segments": [{…Strava DetailedSegment…}],  # additive: the details the efforts used
+     "photos": [{"source", "photo": {…Strava photo…},
+                 "mirror": {"blob_id", "content_type", "size", "url"}}]}  # additive
 
 We archive Strava's full activity JSON (the Go worker kept only its decoded
 subset); both read the same, and the full object lets a later parser revision
 use a new field without a re-fetch. ``gear`` is additive to dataset 1:
 archives without it parse with gear id/name from the activity and no GEAR event.
+``segments`` and ``photos`` are additive too (parser 1.1): the segment events
+and the activity's attachments come from them alone, and an archive without
+them yields no segment events and no attachments.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -32,9 +39,11 @@ from pydantic import ValidationError
 from workers.providers.errors import ProviderPermanentError, ProviderTransientError
 from workers.providers.strava.mapping import ingest_problems, map_activity, map_gear, map_streams, ts
 from workers.providers.strava.models import StravaActivity, StravaGear
+from workers.providers.strava.photos import attachments
+from workers.providers.strava.segments import segment_events
 
 DATASET_VERSION = 1
-PARSER_VERSION = "1.0"  # dataset 1, output revision 0; bump M on any output change
+PARSER_VERSION = "1.1"  # dataset 1, output revision 1 (segments, attachments); bump M on any output change
 PROVIDER = "strava"
 CONTENT_TYPE = "application/json"
 
@@ -57,8 +66,10 @@ class UnmappableActivity(ProviderPermanentError):
 
 
 def build_archive(activity: dict[str, Any], streams: dict[str, Any] | None,
-                  gear: list[dict[str, Any]], *, worker_name: str = "", worker_version: str = "",
-                  package: str = "", archived_at: datetime | None = None) -> bytes:
+                  gear: list[dict[str, Any]], *, segments: list[dict[str, Any]] | None = None,
+                  photos: list[dict[str, Any]] | None = None, worker_name: str = "",
+                  worker_version: str = "", package: str = "",
+                  archived_at: datetime | None = None) -> bytes:
     """Serialize the raw inputs of one import as a dataset-1 envelope."""
     envelope: dict[str, Any] = {
         "version": DATASET_VERSION,
@@ -71,6 +82,10 @@ def build_archive(activity: dict[str, Any], streams: dict[str, Any] | None,
         envelope["streams"] = streams
     if gear:
         envelope["gear"] = gear
+    if segments:
+        envelope["segments"] = segments
+    if photos:
+        envelope["photos"] = photos
     return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False).encode("utf-8")
 
@@ -93,9 +108,24 @@ def read_archive(raw: bytes) -> dict[str, Any]:
     return envelope
 
 
+@dataclasses.dataclass(frozen=True)
+class ParsedArchive:
+    """What one archive parses to: the activity result's events and the segment result's."""
+
+    ext_id: str
+    events: list[dict[str, Any]]  # GEAR events, then the ACTIVITY
+    segment_events: list[dict[str, Any]]  # SEGMENT events, then SEGMENT_EFFORT events
+
+
 def parse_archive(raw: bytes, *, user_id: str, account_id: str,
                   ext_id: str = "") -> tuple[str, list[dict[str, Any]]]:
     """``(ext_id, events)``: GEAR events then the ACTIVITY, as protojson ``WorkerEvent`` dicts."""
+    parsed = parse_dataset(raw, user_id=user_id, account_id=account_id, ext_id=ext_id)
+    return parsed.ext_id, parsed.events
+
+
+def parse_dataset(raw: bytes, *, user_id: str, account_id: str, ext_id: str = "") -> ParsedArchive:
+    """Every event one archive yields; the only path from raw inputs to events."""
     envelope = read_archive(raw)
     try:
         activity = StravaActivity.model_validate(envelope["activity"])
@@ -129,5 +159,12 @@ def parse_archive(raw: bytes, *, user_id: str, account_id: str,
     stream = map_streams(streams if isinstance(streams, dict) else None)
     if stream is not None:
         imported["stream"] = stream
+    photos = envelope.get("photos")
+    mirrored = attachments(photos if isinstance(photos, list) else [])
+    if mirrored:
+        imported["attachments"] = mirrored
     events.append({"type": "WORKER_EVENT_TYPE_ACTIVITY", "activity": imported})
-    return ext_id, events
+    segments = envelope.get("segments")
+    segment_result = segment_events(envelope["activity"], segments if isinstance(segments, list) else [],
+                                    ext_id, ref)
+    return ParsedArchive(ext_id, events, segment_result)

@@ -67,6 +67,53 @@ class StravaAthleteRef(StravaModel):
     id: int = 0
 
 
+class StravaMap(StravaModel):
+    polyline: str = ""
+
+
+class StravaSegment(StravaModel):
+    """SummarySegment (inside an effort) or DetailedSegment (``GET /segments/{id}``, adds the
+    polyline and ``total_elevation_gain``); reference §4.2."""
+
+    id: int = 0
+    name: str = ""
+    activity_type: str = ""
+    distance: float = 0
+    average_grade: float = 0
+    maximum_grade: float = 0
+    elevation_high: float = 0
+    elevation_low: float = 0
+    total_elevation_gain: float = 0
+    climb_category: int = 0
+    starred: bool = False
+    map: StravaMap = Field(default_factory=StravaMap)
+
+
+class StravaSegmentEffort(StravaModel):
+    id: int = 0
+    elapsed_time: float = 0
+    moving_time: float = 0
+    start_date: str = ""
+    distance: float = 0
+    start_index: int = 0
+    end_index: int = 0
+    average_heartrate: float = 0
+    max_heartrate: float = 0
+    average_watts: float = 0
+    average_cadence: float = 0
+    segment: StravaSegment = Field(default_factory=StravaSegment)
+
+
+class StravaPhoto(StravaModel):
+    """One entry of ``GET /activities/{id}/photos`` or the detail's ``photos.primary``:
+    ``urls`` and ``sizes`` are keyed by the size in pixels (``"2048"``, ``"600"``)."""
+
+    unique_id: str = ""
+    caption: str = ""
+    urls: dict[str, Any] = Field(default_factory=dict)
+    sizes: dict[str, Any] = Field(default_factory=dict)
+
+
 class StravaActivity(StravaModel):
     id: int = 0
     name: str = ""

@@ -4,15 +4,21 @@ What it does per job kind (reference §3.6, §3.10–3.13, contract §4–§9b):
 
 * fetch_source — activity detail, streams (404 = no stream), gear detail for
   the activity's gear (best effort, cached per account: a failed or
-  rate-limited gear lookup is skipped, never fails or delays the import), the
-  dataset-1 archive of all of it, then the events parsed *from that archive*.
+  rate-limited gear lookup is skipped, never fails or delays the import),
+  photos mirrored into core's blob store (best effort, ``photos.py``), with
+  ``fetch_streams`` each segment's detail (bounded cache; a rate limit stops
+  the loop and the job is re-run after the window, ``segments.py``), the
+  dataset-1 archive of all of it, then the events parsed *from that archive*:
+  GEAR + ACTIVITY (with attachments) for the first result, SEGMENT +
+  SEGMENT_EFFORT for the second.
 * parse_blob — the same parser over a downloaded archive.
 * reconcile — ``list_activities`` over a time window, pages of 100.
 * discover — up to 25 pages of 200 per round, partial replies on rate limits.
 * import_gear — ``/athlete`` bikes and shoes (retired included) with details.
 * OAuth exchange — code → tokens; the athlete id is the provider account id.
 
-Segments, photos and webhooks are not implemented by this provider yet.
+Webhooks: ``webhooks.py`` (Strava's subscription handshake and what each push
+event means); the generic path is ``workers.cairn.webhooks``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from workers.config import load_settings
 from workers.providers.base import Provider
@@ -49,16 +56,19 @@ from workers.providers.models import (
     RawArchive,
 )
 from workers.providers.strava import client as api
+from workers.providers.strava import photos as strava_photos
 from workers.providers.strava.dataset import (
     CONTENT_TYPE,
     DATASET_VERSION,
     PARSER_VERSION,
     PROVIDER,
     build_archive,
-    parse_archive,
+    parse_dataset,
 )
-from workers.providers.strava.mapping import map_gear, parse_time
-from workers.providers.strava.models import StravaGear, StravaSummaryActivity
+from workers.providers.strava.cache import BoundedCache
+from workers.providers.strava.mapping import ingest_problems, map_activity, map_gear, parse_time
+from workers.providers.strava.models import StravaActivity, StravaGear, StravaSummaryActivity
+from workers.providers.strava.segments import SegmentCache, fetch_segments
 from workers.providers.strava.settings import StravaSettings
 from workers.providers.strava.usage import RATE_WINDOWS, SHORT_WINDOW, WEBHOOK_REASON, WEBHOOK_WINDOW
 from workers.providers.windows import RateWindow
@@ -87,6 +97,10 @@ class StravaProvider(Provider):
         self.worker_name, self.package = worker_name, package
         self._gear_cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._gear_lock = threading.Lock()
+        self.segment_cache = SegmentCache(self.settings.segment_cache_max_entries,
+                                          self.settings.segment_cache_ttl_s)
+        self.mirrored_photos = BoundedCache(strava_photos.MIRROR_CACHE_MAX_ENTRIES,
+                                            strava_photos.MIRROR_CACHE_TTL_S)
 
     @classmethod
     def from_settings(cls, settings: object | None = None) -> StravaProvider:
@@ -104,6 +118,8 @@ class StravaProvider(Provider):
             jobs=frozenset({FETCH_SOURCE, RECONCILE, PARSE_BLOB, IMPORT_GEAR}),
             data_types={"Activity": activity,
                         "Lap": {"read": True, "write": False, "backfill": True},
+                        "Segment": {"read": True, "write": False, "backfill": True},
+                        "SegmentEffort": {"read": True, "write": False, "backfill": True},
                         "Gear": {"read": True, "write": False, "backfill": False}},
         )
 
@@ -156,17 +172,29 @@ class StravaProvider(Provider):
             except ProviderError as exc:  # gear is optional data (contract §5)
                 gear_errors = 1
                 log.warning("strava gear %s lookup skipped: %s", gear_id, type(exc).__name__)
-        body = build_archive(activity, streams, gear, worker_name=self.worker_name,
+        photos, photo_errors, segments = [], 0, None
+        mappable = _mappable(activity)  # an activity core cannot ingest gets no photos or segments
+        if ctx.blobs is not None and mappable:  # no sink (a parser-only context): no listing call
+            listed, source = strava_photos.candidates(client, activity, ext_id)
+            photos, photo_errors = strava_photos.archive_entries(ctx.http, ctx.blobs, job.user_id, listed,
+                                                                 source, self.mirrored_photos)
+        if job.fetch_streams and mappable:
+            segments = fetch_segments(client, activity, self.segment_cache, job.account_id)
+        body = build_archive(activity, streams, gear, segments=segments.details if segments else None,
+                             photos=photos, worker_name=self.worker_name,
                              worker_version=self.parser_version, package=self.package)
         outcome = self.parse_blob(body, job)
         outcome.archive = RawArchive(body, DATASET_VERSION, CONTENT_TYPE)
-        outcome.gear_errors = gear_errors
+        outcome.gear_errors, outcome.photo_errors = gear_errors, photo_errors
+        if segments is not None:
+            outcome.segment_errors, outcome.rate_limited = segments.errors, segments.rate_limited
         return outcome
 
     def parse_blob(self, raw: bytes, job: FetchJob) -> FetchOutcome:
-        ext_id, events = parse_archive(raw, user_id=job.user_id, account_id=job.account_id,
-                                       ext_id=str(getattr(job, "ext_id", "") or ""))
-        return FetchOutcome(ext_id=ext_id, wire_events=events)
+        parsed = parse_dataset(raw, user_id=job.user_id, account_id=job.account_id,
+                               ext_id=str(getattr(job, "ext_id", "") or ""))
+        return FetchOutcome(ext_id=parsed.ext_id, wire_events=parsed.events,
+                            segment_events=parsed.segment_events)
 
     def _cached_gear(self, client: api.StravaClient, account_id: str, gear_id: str) -> dict[str, Any]:
         key, now = (account_id, gear_id), time.monotonic()
@@ -279,6 +307,14 @@ class StravaProvider(Provider):
                            expires_at=api.token_expiry(body), scope=str(body.get("scope") or ""),
                            token_type=str(body.get("token_type") or "Bearer"),
                            provider_account_id=str(athlete.get("id") or ""))
+
+
+def _mappable(activity: dict[str, Any]) -> bool:
+    """Whether core could ingest the activity (the parser raises ``UnmappableActivity`` otherwise)."""
+    try:
+        return not ingest_problems(map_activity(StravaActivity.model_validate(activity)))
+    except ValidationError:
+        return False
 
 
 def _gear_id(activity: dict[str, Any]) -> str:

@@ -7,10 +7,11 @@ fake Strava on loopback; production keeps the default. The API lives under
 
 from __future__ import annotations
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.providers.strava.client import AUTHORIZE_PATH, DEFAULT_BASE_URL, TOKEN_PATH
+from workers.providers.strava.segments import SEGMENT_CACHE_MAX_ENTRIES, SEGMENT_CACHE_TTL_S
 
 
 class StravaSettings(BaseSettings):
@@ -19,6 +20,8 @@ class StravaSettings(BaseSettings):
     base_url: str = DEFAULT_BASE_URL
     token_url: str = ""  # CAIRN_STRAVA_TOKEN_URL: full URL overriding <base_url>/oauth/token
     gear_cache_ttl_s: float = 3600.0
+    segment_cache_max_entries: int = Field(default=SEGMENT_CACHE_MAX_ENTRIES, ge=1)
+    segment_cache_ttl_s: float = Field(default=SEGMENT_CACHE_TTL_S, gt=0)
 
     @property
     def effective_token_url(self) -> str:

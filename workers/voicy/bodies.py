@@ -1,0 +1,28 @@
+"""Voicy's ``progress``/``result`` body, built from an engine's transcript on Voicy's side.
+
+Why here and not in the engine: the engine seam (``workers.transcribe``) returns
+typed segments and metadata and knows nothing of Voicy's wire format; the
+label Voicy stores as ``workerEngine`` is Voicy configuration
+(``VOICY_WORKER_ENGINE``, default ``faster-whisper``, whichever engine runs),
+so an operator can tell fleets apart (reference/voicy.md §6.7). Progress and
+result share one body (§1.9, §1.10); absent values are omitted when dumped,
+never sent as ``null``.
+"""
+
+from __future__ import annotations
+
+from workers.transcribe.results import EngineInfo, Transcript
+from workers.voicy.models import EngineMetadata, Part, TranscriptBody
+
+
+def engine_metadata(info: EngineInfo) -> EngineMetadata:
+    """``metadata`` as Voicy stores it (``workerEngineMetadata``): model name, device, compute type."""
+    return EngineMetadata(model=info.model, device=info.device, compute_type=info.compute_type)
+
+
+def transcript_body(transcript: Transcript, engine_label: str, info: EngineInfo) -> TranscriptBody:
+    """The body of a ``progress`` (partial transcript) or ``result`` (final) call."""
+    return TranscriptBody(text=transcript.text,
+                          parts=[Part(time_code=s.time_code, text=s.text) for s in transcript.segments],
+                          language=transcript.language, engine=engine_label, duration=transcript.duration,
+                          metadata=engine_metadata(info))
