@@ -168,6 +168,10 @@ class Leases:
     def release(self, job_id: str, value: str) -> bool:
         return bool(self._release(keys=[self.key(job_id)], args=[value]))
 
+    def reclaim(self, job_id: str, value: str, ttl_s: float) -> bool:
+        """Set the lease back to ``value`` only if nobody holds it (``SET NX``): never steals."""
+        return bool(self._r.set(self.key(job_id), value, px=_ms(ttl_s), nx=True))
+
     def holder(self, job_id: str) -> str | None:
         value = self._r.get(self.key(job_id))
         return value.decode() if isinstance(value, bytes) else value
@@ -184,10 +188,22 @@ class LeaseKeeper:
 
     ``lost`` is set when a renewal finds the lease gone or changed: the task must
     stop without reporting, because someone else now owns the job.
+
+    A renewal that fails because Redis is unreachable is "unknown", not lost (R1).
+    With ``reclaim_after_outage`` a lease found *absent* by the first renewal after
+    such a failure is set back (``SET NX``, never over another holder's value): it
+    expired, or vanished with Redis's data, only because nobody could renew it, and
+    the task still runs. Any other holder means the job was handed on: lost. The
+    Cairn job task uses it (its bridge waits out the gap, ``bridges.cairn.execution``),
+    so a Redis restart under a running job does not make the job run twice.
     """
 
-    def __init__(self, leases: Leases, job_id: str, value: str, ttl_s: float) -> None:
+    def __init__(self, leases: Leases, job_id: str, value: str, ttl_s: float, *,
+                 reclaim_after_outage: bool = False) -> None:
         self._leases, self._job_id, self.value, self._ttl_s = leases, job_id, value, ttl_s
+        self._reclaim = reclaim_after_outage
+        self._unsure = False  # a renewal failed since the last one that succeeded
+        self._check_lock = threading.Lock()
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{job_id}", daemon=True)
@@ -195,13 +211,30 @@ class LeaseKeeper:
     def _run(self) -> None:
         interval = self._ttl_s / RENEWALS_PER_TTL
         while not self._stop.wait(interval):
+            if not self.held():
+                return
+
+    def held(self) -> bool:
+        """Renew now; False (and ``lost`` set) only when Redis answered that the lease is not ours."""
+        if self.lost.is_set():
+            return False
+        with self._check_lock:
             try:
-                if not self._leases.renew(self._job_id, self.value, self._ttl_s):
-                    log.warning("lease lost for job %s", self._job_id)
-                    self.lost.set()
-                    return
+                if self._leases.renew(self._job_id, self.value, self._ttl_s):
+                    self._unsure = False
+                    return True
+                if self._reclaim and self._unsure and self._leases.reclaim(self._job_id, self.value, self._ttl_s):
+                    log.warning("lease of job %s re-taken after a Redis outage", self._job_id)
+                    self._unsure = False
+                    return True
             except redis.RedisError as exc:  # transient: the next renewal may succeed
-                log.warning("lease renewal for job %s failed: %s", self._job_id, exc)
+                if not self._unsure:
+                    log.warning("lease renewal for job %s failed (%s); retrying", self._job_id, type(exc).__name__)
+                self._unsure = True
+                return True
+        log.warning("lease lost for job %s", self._job_id)
+        self.lost.set()
+        return False
 
     def __enter__(self) -> LeaseKeeper:
         self._thread.start()

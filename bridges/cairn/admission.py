@@ -44,6 +44,7 @@ from typing import Any
 from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
 
+from workers.outage import REDIS_UNAVAILABLE, Outage
 from workers.cairn import outcomes
 from workers.cairn.disposition import Disposition, nak, term
 from workers.cairn.jobs import PARSER_REFUSED_NAK_DELAY_S, parse_job, parser_refusal
@@ -104,16 +105,22 @@ class RedisRecall:
     A first delivery has no history (nothing ran before it): no Redis read at all.
     """
 
-    def __init__(self, client: Any, lease_key: Callable[[str], str]) -> None:
+    def __init__(self, client: Any, lease_key: Callable[[str], str], *, redis_outage: Outage | None = None) -> None:
         self._r = client  # redis.asyncio.Redis
         self._lease_key = lease_key  # workers.lease.Leases.key of the Cairn namespace
+        self._outage = redis_outage or Outage("Redis")
 
     async def __call__(self, meta: DeliveryMeta) -> History:
         if meta.delivered <= 1:
             return History()
         key = meta.key
-        failures, outcome, lease = await self._r.mget(
-            outcomes.failures_key(key), outcomes.ledger_key(key), self._lease_key(key.id))
+        try:
+            failures, outcome, lease = await self._r.mget(
+                outcomes.failures_key(key), outcomes.ledger_key(key), self._lease_key(key.id))
+        except REDIS_UNAVAILABLE as exc:
+            self._outage.failed("message history read", exc)  # logged once per outage
+            raise
+        self._outage.ok()
         try:
             count = int(failures or 0)
         except ValueError:
@@ -265,7 +272,9 @@ async def admit(raw: bytes, meta: DeliveryMeta, *, kinds: Mapping[str, MessageKi
     try:
         history = await recall(meta)
     except Exception as exc:  # noqa: BLE001 - Redis unreachable: not the job's failure, try again later
-        log.warning("history of %s seq %d unavailable: %s", meta.kind, meta.seq, type(exc).__name__)
+        # Unknown history is never "no history": running the job now could run it twice.
+        (log.debug if isinstance(exc, REDIS_UNAVAILABLE) else log.warning)(
+            "history of %s seq %d unavailable: %s", meta.kind, meta.seq, type(exc).__name__)
         return Settle(nak(HISTORY_UNAVAILABLE_NAK_DELAY_S, reason="message history unavailable", failure=False))
     try:
         return _judge(raw, meta, history, kinds, rules)

@@ -15,7 +15,11 @@ fetched from arrival to disposition (contract §3 ack discipline, C1, C2, C4):
   records the term in the outcome ledger before sending it, so a bridge killed
   in between never publishes a second envelope;
 * anything that escapes all of that is a *failed* delivery (a NAK that counts),
-  so even a bug in the bridge ends in envelope + term after ~5 deliveries.
+  so even a bug in the bridge ends in envelope + term after ~5 deliveries;
+  Redis being unreachable is not a bug: a NAK that does not count;
+* a Redis or NATS outage is ridden out, never a reason to exit (R1): every
+  failure is reported to one :class:`workers.outage.Outage` per service, which
+  logs the start and the end of the outage once; held messages stay held.
 
 What the bridge needs from Celery is injected (:class:`TaskSenders` and the
 result backend), as the Voicy bridge is given its dispatchers: this package
@@ -42,7 +46,8 @@ from bridges.cairn.admission import (Adopt, DeliveryMeta, Dispatch, MessageKind,
                                      admit, job_kind)
 from bridges.cairn.consumers import JobConsumer, ensure_consumers, pool_consumers
 from bridges.cairn.envelopes import Envelopes, LoopNats
-from bridges.cairn.execution import TASK_FAILURE_NAK_DELAY_S, Execution, SendJob, Shutdown
+from bridges.cairn.execution import REDIS_DOWN_NAK_DELAY_S, TASK_FAILURE_NAK_DELAY_S, Execution, SendJob, Shutdown
+from workers.outage import REDIS_UNAVAILABLE, Outage
 from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import FailureCounts, Held, settle
@@ -50,7 +55,7 @@ from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
 from workers.cairn.disposition import MIN_NAK_DELAY_S, Disposition, nak
 from workers.cairn.handlers.failure import ENVELOPE_FAILED_NAK_DELAY_S
-from workers.cairn.nats_conn import connect_options
+from workers.cairn.nats_conn import NATS_UNAVAILABLE, connect_options
 from workers.cairn.outcomes import LEASE_NAMESPACE, AsyncOutcomeLedger
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.lease import Leases
@@ -126,6 +131,9 @@ class CairnBridge:
         self.nc: nats.NATS | None = None
         self.failed = False
         self._resubscribe = False
+        # R1: each outage is logged once, when it starts and when it ends (bridges.cairn.outage).
+        self.redis_outage = Outage("Redis")
+        self.nats_outage = Outage("NATS")
 
     # ------------------------------------------------------------------ lifecycle
     async def _connect(self) -> nats.NATS | None:
@@ -156,12 +164,13 @@ class CairnBridge:
         self._sync_redis = sync_client(s.redis_url)
         self._aredis = async_client(s.redis_url)
         leases = Leases(self._sync_redis, LEASE_NAMESPACE)
-        self.failures = FailureCounts(self._aredis)
+        self.failures = FailureCounts(self._aredis, redis_outage=self.redis_outage)
         self.ledger = AsyncOutcomeLedger(self._aredis)
-        self.recall = RedisRecall(self._aredis, leases.key)
-        self.results = TaskResults(self.backend, s.redis_url)
+        self.recall = RedisRecall(self._aredis, leases.key, redis_outage=self.redis_outage)
+        self.results = TaskResults(self.backend, s.redis_url, redis_outage=self.redis_outage)
         self.execution = Execution(self.senders.job, self.results, leases, self._aredis,
-                                   float(s.task_start_deadline_s), self.shutdown)
+                                   float(s.task_start_deadline_s), self.shutdown,
+                                   redis_outage=self.redis_outage, lease_ttl_s=float(s.lease_ttl_s))
         self.envelopes = Envelopes(s, self.provider, LoopNats(asyncio.get_running_loop(), nc, self.js))
         exchange = subjects.oauth_exchange_subject(s.provider, s.worker_name)
         config = ResponderConfig(subjects.discover_subject(s.provider, s.worker_name),
@@ -219,13 +228,17 @@ class CairnBridge:
         self._reply_subs.clear()
 
     async def _nats_error(self, exc: Exception) -> None:
-        log.warning("NATS error: %s", redact(f"{type(exc).__name__}: {exc}"))
+        if isinstance(exc, NATS_UNAVAILABLE) or self.nats_outage.down:
+            self.nats_outage.failed("connection", exc)  # every failed reconnect attempt: logged once
+        else:
+            log.warning("NATS error: %s", redact(f"{type(exc).__name__}: {exc}"))
 
     async def _nats_disconnected(self) -> None:
-        log.warning("NATS disconnected; reconnecting")
+        self.nats_outage.failed("disconnected; reconnecting")
 
     async def _nats_reconnected(self) -> None:
         self._resubscribe = True  # pull subscriptions may not resume by themselves (nats.py#504)
+        self.nats_outage.ok()
         log.info("NATS reconnected")
 
     def _loop_ended(self, task: asyncio.Task[Any]) -> None:
@@ -279,12 +292,13 @@ class CairnBridge:
                 except (NatsTimeoutError, asyncio.TimeoutError):
                     self._slots.release()
                     continue
-                except Exception as exc:  # noqa: BLE001 - log, back off, bind again, fetch again
+                except Exception as exc:  # noqa: BLE001 - log (once per outage), back off, bind again
                     self._slots.release()
-                    log.warning("fetch on %s failed: %s", consumer.subject, redact(str(exc)))
+                    self.nats_outage.failed(f"fetch on {consumer.subject}", exc)
                     await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
                     sub = await self._rebind(consumer, sub)
                     continue
+                self.nats_outage.ok()  # a fetch answered: whatever failed before works again
                 for i, msg in enumerate(msgs):
                     if i:  # fetch(1) returns one; stay correct if it ever returns more
                         await self._slots.acquire()
@@ -301,10 +315,14 @@ class CairnBridge:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         try:
-            return await self.js.pull_subscribe_bind(durable=consumer.durable, stream=consumer.stream)
+            bound = await self.js.pull_subscribe_bind(durable=consumer.durable, stream=consumer.stream)
         except Exception as exc:  # noqa: BLE001 - e.g. the durable was deleted: keep trying, loudly
-            log.error("cannot bind %s on %s: %s", consumer.durable, consumer.subject, type(exc).__name__)
+            if self.nats_outage.down or isinstance(exc, NATS_UNAVAILABLE):
+                self.nats_outage.failed(f"bind {consumer.durable}", exc)
+            else:
+                log.error("cannot bind %s on %s: %s", consumer.durable, consumer.subject, type(exc).__name__)
             return None
+        return bound
 
     # ------------------------------------------------------------------ one message
     async def _own(self, consumer: JobConsumer, msg: Msg) -> None:
@@ -318,6 +336,9 @@ class CairnBridge:
             else:
                 disposition = await self._decide(held, meta, msg.data)
             await self._settle(held, disposition)
+        except REDIS_UNAVAILABLE as exc:  # not the job's failure and not a bug: hand it back for later
+            self.redis_outage.failed(f"{meta.kind} seq {meta.seq}", exc)
+            await self._settle(held, nak(REDIS_DOWN_NAK_DELAY_S, reason="no Redis", failure=False))
         except Exception as exc:  # noqa: BLE001 - never leave a message without disposition
             # Counted as a failure: whatever keeps failing here ends in envelope + term (C2).
             log.exception("%s seq %d failed in the bridge: %s", meta.kind, meta.seq, redact(str(exc)))
@@ -342,7 +363,10 @@ class CairnBridge:
             return verdict.disposition
         if not await self.envelopes.publish(meta, verdict.envelope):
             return nak(ENVELOPE_FAILED_NAK_DELAY_S, reason=f"failure envelope not published: {verdict.envelope.code}")
-        await self.ledger.record(meta.key, verdict.disposition)  # a redelivery terms without a second envelope
+        try:
+            await self.ledger.record(meta.key, verdict.disposition)  # a redelivery terms without a second envelope
+        except REDIS_UNAVAILABLE as exc:  # the envelope is out: term now rather than NAK and publish it again
+            self.redis_outage.failed("recording a term", exc)
         return verdict.disposition
 
     async def _keep_alive(self, held: Held) -> None:
@@ -355,7 +379,7 @@ class CairnBridge:
             try:
                 await held.msg.in_progress()
             except Exception as exc:  # noqa: BLE001 - keep trying; a lost tick is not fatal
-                log.warning("in_progress for seq %d failed: %s", held.seq, type(exc).__name__)
+                self.nats_outage.failed(f"in_progress for seq {held.seq}", exc)
 
     async def _settle(self, held: Held, disposition: Disposition) -> None:
         await settle(held, disposition, self.failures, self.settings.term_after_deliveries)

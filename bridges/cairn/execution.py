@@ -22,6 +22,15 @@ the ledger and the lease together (one ``MGET``, atomic: the task records its
 outcome before releasing its lease) until the outcome is recorded — then applies
 it — or the lease is gone without one: the task died, a failed delivery. Adopted
 tasks are rare (a bridge died), so a poll is cheaper than a channel per message.
+
+**Redis outages (R1).** A lease, stored-result or ledger read that fails is
+*unknown*, never "gone": the message stays held and the read is tried again
+(reported to :class:`workers.outage.Outage`, logged once per outage). A lease
+found gone shortly after an outage gets a longer grace (the lease TTL more):
+the task could not renew it meanwhile, re-takes it (``LeaseKeeper`` with
+``reclaim_after_outage``) and records its outcome once Redis answers. A message
+that arrives while Redis is down cannot be granted nor queued: it is NAKed
+``REDIS_DOWN_NAK_DELAY_S`` without counting as a failure.
 """
 
 from __future__ import annotations
@@ -33,9 +42,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
 from bridges.cairn.admission import DeliveryMeta
+from workers.outage import REDIS_UNAVAILABLE, Outage, backoff_s
 from bridges.cairn.results import TaskResults, TaskWatch
 from bridges.cairn.settle import Held
 from workers.cairn import outcomes
@@ -49,6 +60,14 @@ LEASE_CHECK_INTERVAL_S = 1.0  # how often a waiting message looks at its task's 
 ADOPTED_POLL_INTERVAL_S = 1.0  # how often an adopted task's ledger entry and lease are read
 LOST_TASK_GRACE_S = 3.0  # lease gone: the result may still be on its way (released just before return)
 TASK_FAILURE_NAK_DELAY_S = 2.0  # a task that raised: redeliver soon, but not in a hot loop
+GONE_POLL_INTERVAL_S = 0.5  # within the grace, how often the stored result and the ledger are read
+REDIS_DOWN_NAK_DELAY_S = 5.0  # could not grant or send (Redis down): hand the message back, not a failure
+# A task that lived through a Redis outage could not renew its lease: the lease may have
+# expired (or vanished with Redis's data) while the task still runs and is about to record
+# its outcome (its ledger write retries through the outage). Gone within this long after an
+# outage is not yet "lost": the grace grows by the lease TTL and one backoff step.
+POST_OUTAGE_EXTRA_GRACE_S = 5.0
+DISPATCH_UNAVAILABLE = (*REDIS_UNAVAILABLE, OperationalError)  # kombu's "broker unreachable" on send
 REVOKED = "REVOKED"  # Celery's state of a task revoked before it ran (start deadline, operator)
 SUCCESS = "SUCCESS"
 
@@ -91,11 +110,14 @@ class Execution:
     """Dispatches admitted jobs and waits for their outcome; adopts orphaned running tasks."""
 
     def __init__(self, send_job: SendJob, results: TaskResults, leases: Leases, aredis: Any,
-                 start_deadline_s: float, shutdown: Shutdown) -> None:
+                 start_deadline_s: float, shutdown: Shutdown, *, redis_outage: Outage | None = None,
+                 lease_ttl_s: float = 0.0) -> None:
         self._send_job, self._results, self._leases = send_job, results, leases
         self._r = aredis  # redis.asyncio client: lease and ledger reads on the event loop
         self._ledger = AsyncOutcomeLedger(aredis)
         self._start_deadline_s, self._shutdown = start_deadline_s, shutdown
+        self._redis = redis_outage or Outage("Redis")
+        self._post_outage_grace_s = lease_ttl_s + LOST_TASK_GRACE_S + POST_OUTAGE_EXTRA_GRACE_S
 
     # ------------------------------------------------------------------ dispatch
     async def dispatch(self, held: Held, meta: DeliveryMeta, payload: dict[str, Any]) -> Disposition:
@@ -103,9 +125,20 @@ class Execution:
         key = meta.key
         task_id = f"cairn-{meta.seq}-d{meta.delivered}-{uuid.uuid4().hex[:8]}"  # Flower: seq and delivery at a glance
         task_meta = {**key.as_meta(), "delivery": meta.delivered, "subject": meta.subject, "lease_token": token}
-        watch = await self._results.watch(task_id)
         try:
-            sent = await asyncio.to_thread(self._grant_and_send, meta, payload, task_meta, task_id)
+            watch = await self._results.watch(task_id)
+        except REDIS_UNAVAILABLE as exc:
+            self._redis.failed("result subscription", exc)
+            return nak(REDIS_DOWN_NAK_DELAY_S, reason="no Redis: not dispatched", failure=False)
+        try:
+            try:
+                sent = await asyncio.to_thread(self._grant_and_send, meta, payload, task_meta, task_id)
+            except DISPATCH_UNAVAILABLE as exc:
+                # Granted or not, no task carries the token for sure: a grant alone is replaced by the
+                # next delivery's; a task that did get queued finds the lease re-granted and skips.
+                self._redis.failed("lease grant / task send", exc)
+                return nak(REDIS_DOWN_NAK_DELAY_S, reason="no Redis: not dispatched", failure=False)
+            self._redis.ok()
             if not sent:  # a task runs it already (the lease turned running since admission read it)
                 return await self.adopt(held, meta)
             return await self._await_task(held, meta, watch)
@@ -128,12 +161,25 @@ class Execution:
             done, _ = await asyncio.wait({watch.done}, timeout=LEASE_CHECK_INTERVAL_S)
             if done:
                 return disposition_from_meta(watch.done.result())
-            lease = view(await self._r.get(lease_key))
-            if lease.state is LeaseState.RUNNING and lease.held_by(held.token):
+            try:
+                lease = view(await self._r.get(lease_key))
+                self._redis.ok()
+            except REDIS_UNAVAILABLE as exc:  # unknown, not gone: keep waiting (the result may still come)
+                self._redis.failed("lease read", exc)
+                lease = None
+            if lease is None:
+                pass
+            elif lease.state is LeaseState.RUNNING and lease.held_by(held.token):
                 held.running = True
             elif lease.state is LeaseState.GRANTED and lease.held_by(held.token):
                 if self._shutdown.stopping or time.monotonic() - held.arrived > self._start_deadline_s:
-                    if await asyncio.to_thread(self._leases.release, meta.key.id, granted(str(held.token))):
+                    try:
+                        revoked = await asyncio.to_thread(self._leases.release, meta.key.id,
+                                                          granted(str(held.token)))
+                    except REDIS_UNAVAILABLE as exc:
+                        self._redis.failed("lease release", exc)
+                        continue
+                    if revoked:
                         why = "shutting down" if self._shutdown.stopping else "task not started in time"
                         return nak(MIN_NAK_DELAY_S, reason=f"{why}; revoked the queued task", failure=False)
                     continue  # it was taken just now
@@ -144,18 +190,38 @@ class Execution:
                            failure=False)
 
     async def _gone(self, held: Held, meta: DeliveryMeta, watch: TaskWatch) -> Disposition:
-        """The lease is gone: the result may be on its way, stored, or recorded; else the task is lost."""
-        done, _ = await asyncio.wait({watch.done}, timeout=LOST_TASK_GRACE_S)
-        if done:
-            return disposition_from_meta(watch.done.result())
-        stored = await self._results.stored(watch.task_id)
-        if stored is not None and stored.get("status") in (SUCCESS, "FAILURE", REVOKED):
-            log.info("seq %d: result read from the backend (its pub/sub message was missed)", meta.seq)
-            return disposition_from_meta(stored)
-        recorded = await self._ledger.get(meta.key)
-        if recorded is not None:
-            log.info("seq %d: outcome read from the ledger", meta.seq)
-            return recorded
+        """The lease is gone: the result may be on its way, stored, or recorded; else the task is lost.
+
+        Within the grace the stored result and the ledger are read every
+        ``GONE_POLL_INTERVAL_S``. A read that fails (Redis down) proves nothing:
+        the grace starts again once Redis answers, and after an outage it is
+        longer (``POST_OUTAGE_EXTRA_GRACE_S``), because the lease of a live task
+        may have expired only because it could not be renewed.
+        """
+        grace_s = self._post_outage_grace_s if self._redis.recently(self._post_outage_grace_s) else LOST_TASK_GRACE_S
+        deadline = time.monotonic() + grace_s
+        while True:
+            done, _ = await asyncio.wait({watch.done}, timeout=GONE_POLL_INTERVAL_S)
+            if done:
+                return disposition_from_meta(watch.done.result())
+            try:
+                stored = await self._results.stored(watch.task_id)
+                recorded = await self._ledger.get(meta.key)
+                self._redis.ok()
+            except REDIS_UNAVAILABLE as exc:  # unknown: never "lost" on a failed read
+                self._redis.failed("stored result / ledger read", exc)
+                if self._shutdown.grace_over():
+                    return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; no Redis", failure=False)
+                deadline = time.monotonic() + self._post_outage_grace_s
+                continue
+            if stored is not None and stored.get("status") in (SUCCESS, "FAILURE", REVOKED):
+                log.info("seq %d: result read from the backend (its pub/sub message was missed)", meta.seq)
+                return disposition_from_meta(stored)
+            if recorded is not None:
+                log.info("seq %d: outcome read from the ledger", meta.seq)
+                return recorded
+            if time.monotonic() >= deadline or self._shutdown.grace_over():
+                break
         # A task lost mid-run failed (a job that kills its worker every time must end
         # in a term); one that never started did not.
         why = "lease expired: task lost" if held.running else "task never started"
@@ -167,14 +233,33 @@ class Execution:
         key = meta.key
         log.info("%s seq %d (delivery %d): adopted the running task of an earlier delivery",
                  meta.kind, meta.seq, meta.delivered)
+        attempt = 0
+        absent_since: float | None = None
         while True:
-            raw_outcome, raw_lease = await self._r.mget(outcomes.ledger_key(key), self._leases.key(key.id))
+            try:
+                raw_outcome, raw_lease = await self._r.mget(outcomes.ledger_key(key), self._leases.key(key.id))
+                self._redis.ok()
+                attempt = 0
+            except REDIS_UNAVAILABLE as exc:  # unknown: keep the message, read again after a backoff
+                self._redis.failed("adopted task's ledger / lease read", exc)
+                if self._shutdown.grace_over():
+                    return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; the adopted task is handed on",
+                               failure=False)
+                await asyncio.sleep(backoff_s(attempt))
+                attempt += 1
+                continue
             recorded = outcomes.decode(raw_outcome)
             if recorded is not None:
                 log.info("%s seq %d: the adopted task's outcome is %s", meta.kind, meta.seq, recorded.action)
                 return recorded
             if view(raw_lease).state is LeaseState.ABSENT:
-                return nak(MIN_NAK_DELAY_S, reason="adopted task lost without an outcome", failure=True)
+                # Gone right after an outage may be a live task that could not renew: wait for its record.
+                absent_since = absent_since if absent_since is not None else time.monotonic()
+                if (not self._redis.recently(self._post_outage_grace_s)
+                        or time.monotonic() - absent_since > self._post_outage_grace_s):
+                    return nak(MIN_NAK_DELAY_S, reason="adopted task lost without an outcome", failure=True)
+            else:
+                absent_since = None
             if self._shutdown.grace_over():
                 return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; the adopted task is handed on",
                            failure=False)

@@ -32,11 +32,11 @@ from typing import Any
 
 from celery import states
 
+from workers.outage import REDIS_UNAVAILABLE, Outage, backoff_s
 from workers.redisconn import async_client
 
 log = logging.getLogger(__name__)
 
-RECONNECT_BACKOFF_S = 1.0
 READ_TIMEOUT_S = 1.0  # pub/sub read wake-up, so a closed waiter notices promptly
 CONNECTED_CHANNEL = b"sy:cairn:results:connected"  # subscribed first: it opens the one connection
 
@@ -67,8 +67,9 @@ class TaskResults:
     names and decoder are used.
     """
 
-    def __init__(self, backend: Any, redis_url: str) -> None:
+    def __init__(self, backend: Any, redis_url: str, *, redis_outage: Outage | None = None) -> None:
         self._backend = backend
+        self._outage = redis_outage or Outage("Redis")
         self._redis = async_client(redis_url)
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
         self._watches: dict[bytes, TaskWatch] = {}
@@ -97,10 +98,21 @@ class TaskResults:
         key = self._key(task_id)
         watch = TaskWatch(task_id)
         self._watches[key] = watch
-        async with self._lock:
-            await self._connect()
-            await self._pubsub.subscribe(key)
-        current = await self._redis.get(key)
+        try:
+            async with self._lock:
+                await self._connect()
+                try:
+                    await self._pubsub.subscribe(key)
+                except Exception:  # noqa: BLE001 - the connection broke (a Redis restart): take a new one now
+                    if not await self._replace_locked():  # subscribes every watched key, this one included
+                        raise
+            try:
+                current = await self._redis.get(key)
+            except REDIS_UNAVAILABLE:  # a pooled connection that died with the old server: one more try
+                current = await self._redis.get(key)
+        except BaseException:
+            self._watches.pop(key, None)  # a watch nobody will forget must not be resubscribed for ever
+            raise
         if current is not None:
             watch._update(self._backend.decode_result(current))
         return watch
@@ -118,15 +130,26 @@ class TaskResults:
                     await self._pubsub.unsubscribe(key)
 
     async def _read_loop(self) -> None:
+        """Read the one connection for ever; a broken one is replaced, with backoff, until Redis is back.
+
+        A Redis restart breaks the connection and forgets every subscription;
+        the replacement subscribes to every watched key again and reads each
+        once (a result stored during the outage was never published to us).
+        """
+        failures = 0
         while not self._closed:
             try:
                 message = await self._pubsub.get_message(timeout=READ_TIMEOUT_S)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - reconnect and re-read every watched key
-                log.warning("result pub/sub failed (%s); resubscribing", type(exc).__name__)
-                await asyncio.sleep(RECONNECT_BACKOFF_S)
-                await self._resubscribe()
+                self._outage.failed("result pub/sub", exc)
+                await asyncio.sleep(backoff_s(failures))
+                failures += 1
+                if await self._resubscribe():
+                    failures = 0
+                    self._outage.ok()
+                    log.info("result pub/sub resubscribed to %d task(s)", len(self._watches))
                 continue
             if not message or message.get("type") != "message":
                 continue
@@ -134,18 +157,26 @@ class TaskResults:
             if watch is not None:
                 watch._update(self._backend.decode_result(message["data"]))
 
-    async def _resubscribe(self) -> None:
+    async def _resubscribe(self) -> bool:
+        """A fresh pub/sub on every watched key, then one read of each; False if Redis is still away."""
         async with self._lock:
-            with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
-            self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-            keys = list(self._watches)
-            with contextlib.suppress(Exception):
-                await self._pubsub.subscribe(CONNECTED_CHANNEL, *keys)
-                if keys:
-                    for key, current in zip(keys, await self._redis.mget(keys), strict=True):
-                        if current is not None and key in self._watches:
-                            self._watches[key]._update(self._backend.decode_result(current))
+            return await self._replace_locked()
+
+    async def _replace_locked(self) -> bool:
+        with contextlib.suppress(Exception):
+            await self._pubsub.aclose()
+        self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        keys = list(self._watches)
+        try:
+            await self._pubsub.subscribe(CONNECTED_CHANNEL, *keys)
+            if keys:
+                for key, current in zip(keys, await self._redis.mget(keys), strict=True):
+                    if current is not None and key in self._watches:
+                        self._watches[key]._update(self._backend.decode_result(current))
+        except Exception as exc:  # noqa: BLE001 - still down: the read loop backs off and tries again
+            self._outage.failed("result pub/sub resubscribe", exc)
+            return False
+        return True
 
     async def close(self) -> None:
         self._closed = True

@@ -38,6 +38,7 @@ from typing import Any
 from nats.aio.msg import Msg
 
 from bridges.cairn.consumers import JobConsumer
+from workers.outage import REDIS_UNAVAILABLE, Outage
 from workers.cairn.disposition import MIN_NAK_DELAY_S, Disposition
 from workers.cairn.outcomes import MessageKey, failures_key, ledger_key
 from workers.logs import redact
@@ -45,6 +46,11 @@ from workers.logs import redact
 log = logging.getLogger(__name__)
 
 FAILURE_COUNT_TTL_S = 7 * 24 * 3600  # a week: outlives a day-long rate-limit NAK and what follows it
+ACK_CONFIRM_TIMEOUT_S = 5.0  # how long an ack waits for JetStream to confirm it before the ledger is cleared
+
+
+class NotSentError(Exception):
+    """NATS is disconnected: the ack/term would only be buffered, so it is not sent now."""
 
 
 @dataclass
@@ -74,8 +80,9 @@ class FailureCounts:
     keeps the Redis read off the hot path of nearly every job.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, redis_outage: Outage | None = None) -> None:
         self._r = client  # redis.asyncio.Redis
+        self.outage = redis_outage or Outage("Redis")
 
     def key(self, held: Held) -> str:
         return failures_key(held.key)
@@ -108,12 +115,38 @@ class FailureCounts:
         await self._r.delete(self.key(held), ledger_key(held.key))
 
 
+async def _send(held: Held, action: str, delay_s: float) -> None:
+    """Send the disposition. An ack is confirmed by JetStream (``ack_sync``) and an ack or term is
+    never sent while NATS is disconnected: nats-py would buffer it and report success, the
+    ledger would be cleared, and a redelivery arriving before the buffered ack would run the
+    job a second time (C4). Left unsent, the redelivery applies the recorded outcome instead."""
+    if action == "nak":
+        await held.msg.nak(delay=delay_s)
+        return
+    client = getattr(held.msg, "_client", None)
+    if client is not None and not client.is_connected:
+        raise NotSentError("NATS disconnected")
+    if action == "ack":
+        await held.msg.ack_sync(timeout=ACK_CONFIRM_TIMEOUT_S)
+    else:
+        await held.msg.term()
+
+
+def _report(failures: FailureCounts, what: str, held: Held, exc: Exception) -> None:
+    if isinstance(exc, REDIS_UNAVAILABLE):
+        failures.outage.failed(what, exc)  # logged once per outage
+    else:
+        log.warning("%s for seq %d failed: %s", what, held.seq, type(exc).__name__)
+
+
 async def settle(held: Held, disposition: Disposition, failures: FailureCounts, term_after: int) -> None:
     """Apply ``disposition`` to the held message once; count a failed NAK before sending it.
 
     The count is written before the NAK so the redelivery, on whichever
-    instance, already sees it. A count that cannot be written is logged and
-    the NAK still goes out: one missed count only delays the term by a delivery.
+    instance, already sees it. A count that cannot be written (Redis down) is
+    reported and the NAK still goes out: one missed count only delays the term
+    by a delivery. The ledger entry and count of an acked or termed message are
+    deleted only once the ack or term was sent (an ack: confirmed).
     """
     if held.settled:
         return
@@ -126,23 +159,20 @@ async def settle(held: Held, disposition: Disposition, failures: FailureCounts, 
                 note = f" [failure {await failures.record(held)} of {max(term_after - 1, 1)} before the term]"
             else:
                 await failures.consume_outcome(held)
+            failures.outage.ok()
         except Exception as exc:  # noqa: BLE001 - never hold a message back for its count
-            log.warning("failure count for seq %d not recorded: %s", held.seq, type(exc).__name__)
+            _report(failures, "failure count", held, exc)
     try:
-        if action == "ack":
-            await held.msg.ack()
-        elif action == "term":
-            await held.msg.term()
-        else:
-            await held.msg.nak(delay=delay_s)
-    except Exception as exc:  # noqa: BLE001 - JetStream redelivers after AckWait anyway
-        log.warning("%s for seq %d failed: %s", action, held.seq, type(exc).__name__)
+        await _send(held, action, delay_s)
+    except Exception as exc:  # noqa: BLE001 - JetStream redelivers after AckWait; the ledger still says what to do
+        log.warning("%s for seq %d not sent (%s); its redelivery applies the recorded outcome",
+                    action, held.seq, type(exc).__name__)
         return
     if action != "nak":
         try:
             await failures.clear(held)
         except Exception as exc:  # noqa: BLE001 - the keys expire on their own
-            log.warning("records of seq %d not cleared: %s", held.seq, type(exc).__name__)
+            _report(failures, "clearing the message's records", held, exc)
     log.info("%s %s seq %d (delivery %d)%s%s%s", action, held.consumer.kind, held.seq, held.delivery,
              f" delay {delay_s:.1f}s" if delay_s else "",
              f": {redact(disposition.reason)}" if disposition.reason else "", note)

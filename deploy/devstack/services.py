@@ -96,37 +96,69 @@ def start_redis(workdir: Path | None = None, port: int | None = None, *, appendo
 
     ``appendonly`` keeps an AOF in ``workdir`` (``appendfsync`` as in production), so a restart on
     the same ``workdir`` and ``port`` keeps the data; without it a restart loses everything.
-    ``replicaof`` makes it a replica of the master on that loopback port.
+    ``replicaof`` makes it a replica of the master on that loopback port. The command line is kept
+    (``extra["argv"]``) so :func:`start_again` brings the same server back on the same port.
     """
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-redis-"))
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    args = [find_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
+    argv = [find_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
             "--save", "", "--appendonly", "yes" if appendonly else "no", "--appendfsync", appendfsync,
             "--maxmemory-policy", "noeviction", "--dir", str(workdir), "--protected-mode", "yes"]
     if replicaof is not None:
-        args += ["--replicaof", "127.0.0.1", str(replicaof)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    wait_for_port(port, proc)
-    svc = Service("redis", f"redis://127.0.0.1:{port}/0", port, proc, workdir)
+        argv += ["--replicaof", "127.0.0.1", str(replicaof)]
+    proc = _launch(argv, port)
+    svc = Service("redis", f"redis://127.0.0.1:{port}/0", port, proc, workdir, {"argv": argv})
     svc.extra.update(appendonly=appendonly, appendfsync=appendfsync, replicaof=replicaof)
     return svc
 
 
 def restart_redis(svc: Service, *, keep_data: bool = True, down_s: float = 0.0) -> Service:
-    """Stop ``svc`` (SIGKILL: a crash) and start it again on the same port, after ``down_s``.
+    """Crash ``svc`` (SIGKILL) and start it again on the same port after ``down_s``.
 
     ``keep_data`` restarts on the same directory (its AOF, when ``appendonly``); otherwise the
-    new server starts empty, as after a crash without persistence.
+    server starts empty, as after a crash without persistence.
     """
-    assert svc.proc is not None and svc.workdir is not None
-    svc.proc.kill()
-    svc.proc.wait()
+    kill(svc, lose_data=not keep_data)
     time.sleep(down_s)  # the outage itself: nothing to await
-    workdir = svc.workdir if keep_data else Path(tempfile.mkdtemp(prefix="sy-redis-"))
-    return start_redis(workdir, svc.port, appendonly=bool(svc.extra.get("appendonly")),
-                       appendfsync=str(svc.extra.get("appendfsync", "everysec")))
+    start_again(svc)
+    return svc
+
+
+def _launch(argv: list[str], port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_for_port(port, proc)
+    return proc
+
+
+def kill(svc: Service, *, lose_data: bool = False) -> None:
+    """SIGKILL the service, as a crash would (no shutdown save); ``lose_data`` also wipes its store.
+
+    The port is free again when this returns; :func:`start_again` brings it back on the same port.
+    """
+    if svc.proc is not None and svc.proc.poll() is None:
+        svc.proc.kill()
+        svc.proc.wait(STOP_TIMEOUT_S)
+    if lose_data and svc.workdir is not None:
+        for child in svc.workdir.iterdir():
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+
+def start_again(svc: Service) -> None:
+    """Start a :func:`kill`-ed Redis or NATS again with the same command line: same port, same store."""
+    argv = svc.extra.get("argv")
+    if not isinstance(argv, list):
+        raise ValueError(f"{svc.name} was not started by this module; cannot restart it")
+    svc.proc = _launch(argv, svc.port)
+
+
+def restart(svc: Service, *, lose_data: bool = False) -> None:
+    """Crash and restart a Redis or NATS service on the same port (its data kept unless ``lose_data``)."""
+    kill(svc, lose_data=lose_data)
+    start_again(svc)
 
 
 def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
@@ -134,13 +166,10 @@ def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-nats-"))
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    proc = subprocess.Popen(
-        [find_binary("nats-server"), "-js", "-a", "127.0.0.1", "-p", str(port),
-         "-sd", str(workdir / "js"), "--server_name", f"switchyard-dev-{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    wait_for_port(port, proc)
-    return Service("nats", f"nats://127.0.0.1:{port}", port, proc, workdir)
+    argv = [find_binary("nats-server"), "-js", "-a", "127.0.0.1", "-p", str(port),
+            "-sd", str(workdir / "js"), "--server_name", f"switchyard-dev-{port}"]
+    proc = _launch(argv, port)
+    return Service("nats", f"nats://127.0.0.1:{port}", port, proc, workdir, {"argv": argv})
 
 
 def start_moto(port: int | None = None) -> Service:

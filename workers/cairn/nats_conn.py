@@ -21,15 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import nats
+from nats.errors import ConnectionClosedError, StaleConnectionError, UnexpectedEOF
 
 from workers.cairn.settings import CairnSettings
+from workers.errors import RetryableJobError
+from workers.logs import redact
+from workers.outage import Outage
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10.0
 RECONNECT_WAIT_S = 2.0
 JETSTREAM_TIMEOUT_S = 10.0
@@ -37,7 +43,19 @@ DRAIN_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 5.0  # token/creds/presign requests (the published worker uses 3-5 s)
 LOOP_HANDOFF_S = 1.0  # extra wait for the loop thread beyond a request's own timeout
 NATS_ERROR_HEADER = "Nats-Error"
+# No client-side buffer while reconnecting: nats-py would queue a result publish made during an
+# outage, report a timeout to the task (which then NAKs), and send it once NATS is back: the
+# result published *and* the job run again (C4). Refused at once instead, the task knows it
+# did not publish.
+NO_RECONNECT_BUFFER = 0
+# What nats-py reports while the server is away (a restart): one outage, logged once (R1).
+NATS_UNAVAILABLE = (OSError, asyncio.TimeoutError, nats.errors.TimeoutError, UnexpectedEOF,
+                    StaleConnectionError, ConnectionClosedError)
 REFUSAL_MAX_CHARS = 200
+
+
+class NatsUnavailableError(RetryableJobError):
+    """NATS is reconnecting (a server restart): nothing was sent; a transient failure of the job."""
 
 
 class CoreRequestError(Exception):
@@ -88,6 +106,7 @@ class NatsThread:
         self._js: Any = None
         self._lock = threading.Lock()
         self._closed = False
+        self.outage = Outage("NATS")
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the connection's loop and return its result (raises its exception).
@@ -97,7 +116,10 @@ class NatsThread:
         if self.loop.is_closed():
             coro.close()
             raise RuntimeError("NatsThread is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        except nats.errors.OutboundBufferLimitError:  # refused while reconnecting (NO_RECONNECT_BUFFER)
+            raise NatsUnavailableError("NATS is reconnecting; nothing was sent") from None
 
     def _ensure(self) -> None:
         if threading.current_thread() is self._thread and (self._nc is None or self._nc.is_closed):
@@ -105,10 +127,30 @@ class NatsThread:
         with self._lock:
             if self._nc is None or self._nc.is_closed:
                 async def connect() -> Any:
-                    return await nats.connect(**connect_options(self.settings))
+                    return await nats.connect(**connect_options(self.settings), **self._callbacks(),
+                                              pending_size=NO_RECONNECT_BUFFER)
 
                 self._nc = self.run(connect(), CONNECT_TIMEOUT_S + 5)
                 self._js = self._nc.jetstream(timeout=JETSTREAM_TIMEOUT_S)
+
+    def _callbacks(self) -> dict[str, Any]:
+        """nats-py's default error callback logs a traceback on every failed reconnect attempt
+        (every ``RECONNECT_WAIT_S`` in every pool process); an outage is logged once instead."""
+        outage = self.outage
+
+        async def error_cb(exc: Exception) -> None:
+            if isinstance(exc, NATS_UNAVAILABLE) or outage.down:
+                outage.failed("connection", exc)
+            else:
+                log.warning("NATS error: %s", redact(f"{type(exc).__name__}: {exc}"))
+
+        async def disconnected_cb() -> None:
+            outage.failed("disconnected; reconnecting")
+
+        async def reconnected_cb() -> None:
+            outage.ok()
+
+        return {"error_cb": error_cb, "disconnected_cb": disconnected_cb, "reconnected_cb": reconnected_cb}
 
     @property
     def nc(self) -> Any:

@@ -34,7 +34,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from pydantic import ValidationError
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from workers.cairn.disposition import Disposition
 
@@ -44,6 +46,12 @@ LEASE_NAMESPACE = "cairn"  # workers.lease namespace of Cairn job leases (key = 
 OUTCOME_PREFIX = "sy:cairn:outcome:"
 FAILURES_PREFIX = "sy:cairn:failures:"  # the bridge's failed-delivery counts, same MessageKey.id
 OUTCOME_TTL_S = 24 * 3600  # a day: outlives a pool-wide bridge outage; the bridge deletes it sooner
+# A job task records its outcome through a Redis outage (R1): its result is already published,
+# and an outcome lost here makes the redelivery run the job again (C4). Longer than the 60 s
+# outage the fleet must ride out; the bridge waits for the record that long (bridges.cairn.execution).
+RECORD_RETRY_FOR_S = 90.0
+RECORD_RETRY_MAX_WAIT_S = 2.0  # backoff cap: the record lands within this of Redis coming back
+RECORD_RETRY_FIRST_WAIT_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -96,8 +104,24 @@ class OutcomeLedger:
     def __init__(self, client: Any) -> None:
         self._r = client
 
-    def record(self, key: MessageKey, disposition: Disposition) -> None:
-        self._r.set(ledger_key(key), encode(disposition), ex=OUTCOME_TTL_S)
+    def record(self, key: MessageKey, disposition: Disposition, *,
+               retry_for_s: float = RECORD_RETRY_FOR_S) -> None:
+        """Record ``disposition``; while Redis is unreachable, retry with backoff for ``retry_for_s``.
+
+        Logged once when the first attempt fails and once when it lands, not per attempt.
+        """
+        attempts = Retrying(retry=retry_if_exception_type((redis.ConnectionError, redis.TimeoutError)),
+                            wait=wait_exponential(multiplier=RECORD_RETRY_FIRST_WAIT_S,
+                                                  max=RECORD_RETRY_MAX_WAIT_S),
+                            stop=stop_after_delay(retry_for_s), reraise=True)
+        for attempt in attempts:
+            with attempt:
+                if attempt.retry_state.attempt_number == 2:
+                    log.warning("Redis unavailable: recording the outcome of %s; retrying for up to %.0fs",
+                                key.id, retry_for_s)
+                self._r.set(ledger_key(key), encode(disposition), ex=OUTCOME_TTL_S)
+                if attempt.retry_state.attempt_number > 1:
+                    log.warning("outcome of %s recorded after Redis came back", key.id)
 
     def get(self, key: MessageKey) -> Disposition | None:
         return decode(self._r.get(ledger_key(key)))

@@ -49,9 +49,9 @@ def run_job(ctx: JobContext, leases: Leases, ledger: OutcomeLedger, lease_ttl_s:
         log.info("cairn job %s: lease not granted to this task; skipping", key.id)
         return nak(reason="lease not granted to this task", failure=False)
     try:
-        with LeaseKeeper(leases, key.id, running, lease_ttl_s) as keeper:
-            def lost() -> bool:
-                return keeper.lost.is_set() or leases.holder(key.id) != running
+        with LeaseKeeper(leases, key.id, running, lease_ttl_s, reclaim_after_outage=True) as keeper:
+            def lost() -> bool:  # Redis unreachable is "unknown", not lost; see LeaseKeeper
+                return not keeper.held()
 
             delivery = Delivery(attempt=int(meta["delivery"]), stream_seq=key.seq,
                                 subject=str(meta.get("subject", "")), lost=lost)
