@@ -105,8 +105,6 @@ class DevVoicyServer:
 
     def update_job(self, job_id: str, fields: dict[str, Any]) -> None:
         """Set raw fields (e.g. an old ``heartbeatAt``) behind the API's back."""
-        from bson import ObjectId
-
         self.state.store.update_job({"_id": ObjectId(job_id)}, {"$set": fields})
 
     def mark_chat_unreachable(self, chat_id: str, reason: str = "Forbidden: bot was blocked by the user") -> int:
