@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from bson import ObjectId
+
 from deploy.devstack.http_server import BackgroundServer
 from deploy.devstack.services import free_port
 from deploy.devstack.voicy_api.admin import chat_unreachable_update, job_document
