@@ -17,9 +17,9 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.test_imports import PRODUCT_PACKAGES, ROOT
+
 DESIGN = ROOT / "docs" / "DESIGN.md"
-PRODUCT_PACKAGES = ("tasks", "bridges", "workers", "ops", "deploy")
 MAP_HEADING = "## Module map"
 MAX_ROW_CHARS = 170  # a row reads in one glance; details belong in the module's docstring
 _TOKEN = re.compile(r"`([^`]+)`")
