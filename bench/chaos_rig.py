@@ -32,10 +32,11 @@ from bench.cairn_bench import start_moto_process
 from deploy.devstack import durable, services
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.latency import LatencyMiddleware
+from deploy.devstack.procfile import entries as procfile_entries
 from deploy.devstack.procs import Proc
 from deploy.devstack.stack import BOT_TOKEN, ROOT, fleet_env
 from deploy.devstack.strava import FakeStrava
-from deploy.devstack.supervisor import MAX_RESTART_DELAY_S, Supervisor, read_procfile
+from deploy.devstack.supervisor import MAX_RESTART_DELAY_S, Supervisor
 from deploy.devstack.synth_media import SpeechSynth
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
@@ -129,7 +130,7 @@ class ChaosRig:
         self.telegram = FakeTelegram(BOT_TOKEN).start()
         token = self.voicy_api.create_client("switchyard-chaos")
         self.env = self._fleet_env(token)
-        procfile = read_procfile(ROOT / "Procfile")
+        procfile = procfile_entries(ROOT / "Procfile")
         self.supervisor = Supervisor(procfile, formation(procfile), self.env, self.workdir).start()
         return self
 

@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 
+from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import setup_logging
 
@@ -15,11 +16,12 @@ EXIT_CONFIG_ERROR = 2
 
 
 # Each bridge imports its own side inside its runner: a Voicy bridge never loads nats-py and the
-# Cairn contract code, a Cairn bridge never loads the Voicy pipeline.
+# Cairn contract code, a Cairn bridge never loads the Voicy pipeline; and a bad value read while
+# ``tasks`` is imported is a ConfigError that main() turns into one line.
 def _run_voicy() -> None:
+    # Function-level on purpose: only the Voicy side, and inside main()'s ConfigError handler.
     from tasks.settings import FleetSettings
     from tasks.voicy import dispatch_download, dispatch_transcription
-    from workers.config import load_settings
     from workers.voicy.pipeline import VoicyRuntime
 
     from bridges.voicy import VoicyBridge
@@ -32,6 +34,7 @@ def _run_voicy() -> None:
 
 
 def _run_cairn() -> None:
+    # Function-level on purpose: only the Cairn side, and inside main()'s ConfigError handler.
     from tasks import app
     from tasks.cairn import dispatch_discover, dispatch_exchange, dispatch_job
 

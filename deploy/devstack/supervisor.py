@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -37,6 +35,7 @@ from pathlib import Path
 
 import psutil
 
+from deploy.devstack.procfile import SHELL
 from deploy.devstack.procs import Proc, spawn
 
 MONITOR_INTERVAL_S = 0.2
@@ -45,18 +44,6 @@ MAX_RESTART_DELAY_S = 10.0
 STABLE_AFTER_S = 30.0  # a dyno up this long is healthy again: its restart delay resets
 KILL_ATTRIBUTION_S = 5.0  # an exit this soon after the harness SIGKILLed the dyno is the harness's doing
 STOP_GRACE_S = 20.0
-SHELL = shutil.which("bash") or "/bin/sh"  # bash execs a lone simple command: the dyno is the process
-_PROCFILE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")
-
-
-def read_procfile(path: Path) -> dict[str, str]:
-    """``name -> command`` for every process type of a Procfile (comments and blanks skipped)."""
-    entries: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        match = _PROCFILE_LINE.match(line.strip())
-        if match and not line.lstrip().startswith("#"):
-            entries[match.group(1)] = match.group(2)
-    return entries
 
 
 @dataclass

@@ -36,6 +36,8 @@ from collections import OrderedDict
 from typing import Any
 
 import httpx
+import nats.errors
+from google.protobuf import json_format
 from pydantic import ValidationError
 
 from workers.cairn import subjects, wire
@@ -154,8 +156,6 @@ class PublishRouter:
             self._cache.pop(subject, None)
 
     def _lookup(self, subject: str) -> str | None:
-        import nats.errors
-
         nc = self._nats.nc  # resolved in this thread: a first use connects, never on the loop
         body = json.dumps({"subject": subject}).encode()
 
@@ -362,8 +362,6 @@ def strict_result(body: dict[str, Any]) -> pb.JobResult:
     mapping bug fails here, in the worker, as a permanent error instead of
     being Term'd by core as ``bad_payload``.
     """
-    from google.protobuf import json_format
-
     try:
         return wire.result_from_dict(body)
     except json_format.ParseError as exc:

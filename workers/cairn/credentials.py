@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from workers.cairn.messages import CredsReply, TokenReply, TokenStoreRequest
+from workers.cairn.nats_conn import CoreRequestError
+from workers.cairn.subjects import creds_subject, token_subject
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import register_secret
 from workers.providers.errors import ProviderAuthError, ProviderError
@@ -103,8 +105,6 @@ def _raise_for_error(reply: dict[str, Any], what: str) -> None:
 
 
 def _request(ctx: JobContext, subject: str, body: dict[str, Any], what: str) -> dict[str, Any]:
-    from workers.cairn.nats_conn import CoreRequestError
-
     try:
         reply = ctx.request(subject, body, TOKEN_TIMEOUT_S)
     except CoreRequestError as exc:
@@ -118,8 +118,6 @@ def _request(ctx: JobContext, subject: str, body: dict[str, Any], what: str) -> 
 
 def get_tokens(ctx: JobContext, account_id: str) -> Tokens:
     """Core's current token state for ``account_id`` (one ``get``), no refresh."""
-    from workers.cairn.handlers.context import token_subject
-
     reply = _request(ctx, token_subject(ctx.provider_name, "get"), {"account_id": account_id}, "token get")
     _raise_for_error(reply, "token get")
     tokens = Tokens.model_validate(reply)
@@ -170,8 +168,6 @@ def _refreshed_elsewhere(ctx: JobContext, account_id: str, read: Tokens) -> Toke
 
 def _store(ctx: JobContext, account_id: str, old: Tokens, new: Any) -> Tokens:
     """``.store`` with optimistic concurrency: core writes only if its expiry is still ours."""
-    from workers.cairn.handlers.context import token_subject
-
     expires = new.expires_at.astimezone(UTC)
     body = TokenStoreRequest(account_id=account_id, access_token=new.access_token,
                              refresh_token=new.refresh_token, expires_at=expires, scope=new.scope,
@@ -189,8 +185,6 @@ def _store(ctx: JobContext, account_id: str, old: Tokens, new: Any) -> Tokens:
 
 
 def _needs_reauth(ctx: JobContext, account_id: str, reason: str) -> None:
-    from workers.cairn.handlers.context import token_subject
-
     try:
         ctx.request(token_subject(ctx.provider_name, "needs_reauth"),
                     {"account_id": account_id, "reason": reason}, TOKEN_TIMEOUT_S)
@@ -205,8 +199,6 @@ def report_needs_reauth(ctx: JobContext, account_id: str, reason: str = "unautho
 
 def fetch_creds(ctx: JobContext, account_id: str) -> Creds:
     """The connection's ``client_id``/``client_secret`` slots (credential providers)."""
-    from workers.cairn.handlers.context import creds_subject
-
     reply = _request(ctx, creds_subject(ctx.provider_name), {"account_id": account_id}, "creds get")
     _raise_for_error(reply, "creds get")
     client_id, client_secret = CredsReply.model_validate(reply).login

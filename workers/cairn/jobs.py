@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workers.cairn import subjects
-from workers.cairn.messages import _go_time  # Go's zero time.Time (and "") mean unset
+from workers.cairn.messages import GoTime  # Go's zero time.Time (and "") mean unset
 
 
 class _Job(BaseModel):
@@ -40,11 +40,9 @@ class ReconcileJob(_Job):
 
     job_id: str = Field(min_length=1)
     user_id: str = ""
-    watermark: datetime | None = None
+    watermark: GoTime = None
     max_enqueue: int = Field(default=500, ge=0)
     known_ext_ids: list[str] = Field(default_factory=list)
-
-    _unset_watermark = field_validator("watermark", mode="before")(_go_time)
 
     @field_validator("known_ext_ids", mode="before")
     @classmethod
@@ -60,10 +58,8 @@ class BlobRef(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     url: str = Field(min_length=1)
-    expires_at: datetime | None = None
+    expires_at: GoTime = None
     fallback_handle: str = ""
-
-    _unset_expiry = field_validator("expires_at", mode="before")(_go_time)
 
 
 class ParseBlobJob(FetchSourceJob):

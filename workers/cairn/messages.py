@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import ipaddress
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_serializer, field_validator
 
 from workers.cairn.wire import parse_rfc3339, rfc3339
 
@@ -56,6 +56,10 @@ def _go_time(value: Any) -> Any:
     if isinstance(value, str):
         return parse_rfc3339(value)
     return value
+
+
+GoTime = Annotated[datetime | None, BeforeValidator(_go_time)]
+"""A timestamp core's Go code sends: its zero time and "" are None (one rule for every such field)."""
 
 
 def https_or_loopback(url: str) -> str:
@@ -102,7 +106,7 @@ class TokenReply(Inbound):
 
     access_token: str = Field(default="", repr=False)
     refresh_token: str = Field(default="", repr=False)
-    expires_at: datetime | None = None
+    expires_at: GoTime = None
     scope: str = ""
     token_type: str = "Bearer"
     client_id: str = ""
@@ -110,11 +114,6 @@ class TokenReply(Inbound):
     app_id: str = ""
     error: str = ""
     retry_after: float | None = None
-
-    @field_validator("expires_at", mode="before")
-    @classmethod
-    def _zero_time(cls, value: Any) -> Any:
-        return _go_time(value)
 
 
 class TokenStoreRequest(Outbound):
@@ -174,13 +173,8 @@ class PresignUploadReply(Inbound):
     method: str = "PUT"
     url: str = Field(min_length=1, repr=False)  # carries the signature
     blob_id: str = Field(min_length=1)
-    expires_at: datetime | None = None
+    expires_at: GoTime = None
     required_headers: dict[str, str] = Field(default_factory=dict, repr=False)
-
-    @field_validator("expires_at", mode="before")
-    @classmethod
-    def _zero_time(cls, value: Any) -> Any:
-        return _go_time(value)
 
 
 class PresignDownloadRequest(Outbound):
@@ -192,12 +186,7 @@ class PresignDownloadReply(Inbound):
     method: str = "GET"
     url: str = Field(min_length=1, repr=False)
     blob_id: str = ""
-    expires_at: datetime | None = None
-
-    @field_validator("expires_at", mode="before")
-    @classmethod
-    def _zero_time(cls, value: Any) -> Any:
-        return _go_time(value)
+    expires_at: GoTime = None
 
 
 # --------------------------------------------------------------------------- account lookup (§9a)

@@ -24,6 +24,7 @@ PACKAGE = "workers.cairn.pb"
 
 def build(out_dir: Path = OUT_DIR) -> int:
     """Compile every ``proto/**/*.proto`` into ``out_dir``; returns protoc's exit code."""
+    # Function-level on purpose: grpcio-tools is a dev dependency, needed only to rebuild pb/.
     import grpc_tools
     from grpc_tools import protoc
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
+from pydantic import TypeAdapter
 
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 
@@ -100,8 +101,6 @@ def parse_rfc3339(text: str | None) -> datetime | None:
     """Go's RFC 3339 (up to 9 fractional digits, ``Z`` or offset); Go's zero time → None."""
     if not text or text.startswith("0001-01-01"):
         return None
-    from pydantic import TypeAdapter
-
     value = TypeAdapter(datetime).validate_python(text)
     if value.tzinfo is None:
         raise ValueError("timestamp without a zone")

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from workers.cairn.disposition import MIN_NAK_DELAY_S  # a wait below it is a hot loop in disguise
 from workers.errors import AuthError, PermanentJobError, RetryableJobError
-
-MIN_RATE_LIMIT_DELAY_S = 1.0  # a NAK delay below this is a hot loop in disguise
 
 
 class ProviderError(Exception):
@@ -82,4 +81,4 @@ class ProviderRateLimited(ProviderError, RetryableJobError):
     def delay_s(self, now: datetime | None = None) -> float:
         """Seconds to NAK for: until the reset plus grace, never below one second."""
         now = now or datetime.now(UTC)
-        return max(MIN_RATE_LIMIT_DELAY_S, (self.reset_at - now).total_seconds() + self.grace_s)
+        return max(MIN_NAK_DELAY_S, (self.reset_at - now).total_seconds() + self.grace_s)

@@ -46,6 +46,8 @@ def whisper_languages() -> frozenset[str]:
     (a loaded model exposes the same list as ``supported_languages``, but
     start-up validation must not need a model).
     """
+    # Function-level on purpose: faster_whisper (ctranslate2, PyAV; ~240 ms) loads only where a language
+    # is checked, not in every process that reads the settings (the bridges, beat).
     from faster_whisper.tokenizer import _LANGUAGE_CODES
 
     return frozenset(_LANGUAGE_CODES)

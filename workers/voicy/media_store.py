@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from workers.errors import PermanentJobError, RetryableJobError
 
 S3_SPOOL_BYTES = 8 * 1024 * 1024  # media below this stays in memory before the upload
@@ -120,6 +122,7 @@ def s3_client(endpoint_url: str | None = None) -> Any:
     Path-style addressing and SigV4 for custom endpoints; CRC checksums only
     when required, because some S3-compatible servers reject the new defaults.
     """
+    # Function-level on purpose: boto3 and botocore.config (~200 ms) load only where S3 is configured.
     import boto3
     from botocore.config import Config
 
@@ -147,8 +150,6 @@ class S3MediaStore:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def put_stream(self, key: str, chunks: Iterable[bytes], max_bytes: int) -> int:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         object_key = self._key(key)
         with tempfile.SpooledTemporaryFile(max_size=S3_SPOOL_BYTES) as buf:
             for chunk in _bounded(chunks, max_bytes):
@@ -162,8 +163,6 @@ class S3MediaStore:
         return size
 
     def exists(self, key: str) -> bool:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
             self._s3.head_object(Bucket=self.bucket, Key=self._key(key))
             return True
@@ -176,8 +175,6 @@ class S3MediaStore:
 
     @contextlib.contextmanager
     def local_path(self, key: str) -> Iterator[Path]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         suffix = Path(key).suffix
         with tempfile.TemporaryDirectory(prefix="sy-media-") as tmp:
             path = Path(tmp) / f"media{suffix}"

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from bson import ObjectId
+
 from deploy.devstack.http_server import BackgroundServer
 from deploy.devstack.services import free_port
 from deploy.devstack.voicy_api.admin import chat_unreachable_update, job_document
@@ -105,8 +107,6 @@ class DevVoicyServer:
 
     def update_job(self, job_id: str, fields: dict[str, Any]) -> None:
         """Set raw fields (e.g. an old ``heartbeatAt``) behind the API's back."""
-        from bson import ObjectId
-
         self.state.store.update_job({"_id": ObjectId(job_id)}, {"$set": fields})
 
     def mark_chat_unreachable(self, chat_id: str, reason: str = "Forbidden: bot was blocked by the user") -> int:

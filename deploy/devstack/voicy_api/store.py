@@ -18,6 +18,8 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
+import mongomock
+import pymongo
 from bson import ObjectId
 from pymongo import ReturnDocument
 
@@ -50,12 +52,8 @@ class Store:
     def __init__(self, mongo_url: str | None = None) -> None:
         mongo_url = mongo_url or os.environ.get("VOICY_DEV_MONGO_URL")
         if mongo_url:
-            import pymongo
-
             self.client: Any = pymongo.MongoClient(mongo_url, tz_aware=False)
         else:
-            import mongomock
-
             self.client = mongomock.MongoClient(tz_aware=False)
         self.db = self.client[DB_NAME]
         self.jobs = self.db.transcriptionjobs
