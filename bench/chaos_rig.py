@@ -2,7 +2,7 @@
 
 Everything on loopback, in one temporary directory:
 
-* Redis with an AOF (``deploy.devstack.durable``), nats-server with JetStream on
+* Redis with an AOF (``deploy.devstack.services.start_redis``), nats-server with JetStream on
   disk, moto S3 in its own process;
 * the dev Voicy Worker API and fake Telegram (each download held
   ``TELEGRAM_DELAY_S``, so a kill can land mid-download), the dev Cairn core and
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cairn_bench import start_moto_process
-from deploy.devstack import durable, services
+from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.latency import LatencyMiddleware
 from deploy.devstack.procfile import entries as procfile_entries
@@ -117,7 +117,7 @@ class ChaosRig:
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> ChaosRig:
-        self.redis = durable.start_redis_aof(self.workdir / "redis")
+        self.redis = services.start_redis(self.workdir / "redis", appendonly=True)
         self.nats = services.start_nats(self.workdir / "nats")
         self.s3_endpoint, moto = start_moto_process(self.workdir)
         self._procs.append(moto)
@@ -167,10 +167,10 @@ class ChaosRig:
 
     # --- infrastructure faults -------------------------------------------------------------------
     def restart_redis(self) -> None:
-        self.redis = durable.restart_in_place(self.redis, REDIS_DOWN_S, durable.start_redis_aof)
+        self.redis = services.restart(self.redis, graceful=True, down_s=REDIS_DOWN_S)
 
     def restart_nats(self) -> None:
-        self.nats = durable.restart_in_place(self.nats, NATS_DOWN_S, durable.start_nats_in)
+        self.nats = services.restart(self.nats, graceful=True, down_s=NATS_DOWN_S)
 
     # --- readiness -----------------------------------------------------------------------------
     def wait_ready(self) -> float:

@@ -31,7 +31,7 @@ from kombu.exceptions import OperationalError
 
 from workers.errors import AuthError, JobError, StaleJobError
 from workers.logs import redact
-from workers.redisconn import Outage
+from workers.outage import Outage
 from workers.voicy.fleet import Stage
 from workers.voicy.models import Job
 from workers.voicy.pipeline import VoicyRuntime, adopt_claim, recover
@@ -73,7 +73,7 @@ class VoicyBridge:
         self._download_buckets = BucketCycle()
         self._ready_buckets = BucketCycle()
         self._stop = threading.Event()
-        self._outage = Outage("the voicy bridge", log)  # Redis gone: logged once, backoff, resumed (R1)
+        self._outage = Outage.redis_loop("the voicy bridge", log)  # Redis gone: logged once, backoff, resumed (R1)
         self.authorized = True
         s = rt.settings
         self.backlog_limit = s.ready_queue_limit
@@ -174,7 +174,7 @@ class VoicyBridge:
                 self._stop.wait(AUTH_RECHECK_INTERVAL_S)
                 continue
             except REDIS_ERRORS as exc:
-                self._stop.wait(self._outage.failed(exc))
+                self._stop.wait(self._outage.failed("claim cycle", exc))
                 continue
             except JobError as exc:
                 log.warning("Voicy API unavailable (%s); retrying in %.1fs",
@@ -201,7 +201,7 @@ class VoicyBridge:
         try:
             self.rt.fleet.wait_for_capacity(self.poll_interval_s * jitter)
         except REDIS_ERRORS as exc:
-            self._stop.wait(self._outage.failed(exc))
+            self._stop.wait(self._outage.failed("capacity wait", exc))
 
     def stop(self) -> None:
         """Stop claiming (called from the SIGTERM handler); ``run()`` returns within a poll interval.

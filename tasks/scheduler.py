@@ -37,7 +37,8 @@ from redbeat import RedBeatScheduler
 from redbeat.schedulers import LUA_EXTEND_TO_SCRIPT, get_redis
 from redis.exceptions import LockError
 
-from workers.redisconn import Outage, sync_client
+from workers.outage import Outage
+from workers.redisconn import sync_client
 
 log = logging.getLogger("celery.beat")
 
@@ -53,7 +54,7 @@ class ResilientRedBeatScheduler(RedBeatScheduler):
         if getattr(app, REDBEAT_REDIS_ATTR, None) is None:
             # RedBeat needs str replies; the client follows Sentinel like the rest of the fleet.
             setattr(app, REDBEAT_REDIS_ATTR, sync_client(app.conf.redbeat_redis_url, decode_responses=True))
-        self._outage = Outage("beat", log)
+        self._outage = Outage.redis_loop("beat", log)
         super().__init__(app, *args, **kwargs)
 
     def setup_schedule(self) -> None:
@@ -65,7 +66,7 @@ class ResilientRedBeatScheduler(RedBeatScheduler):
                 self._outage.ok()
                 return
             except redis.RedisError as exc:
-                delay = self._outage.failed(exc)
+                delay = self._outage.failed("schedule setup", exc)
                 if waited >= SETUP_RETRY_DEADLINE_S:
                     raise
                 time.sleep(delay)
@@ -82,7 +83,7 @@ class ResilientRedBeatScheduler(RedBeatScheduler):
             self.lock = None
             return 0.0
         except redis.RedisError as exc:
-            return self._outage.failed(exc)
+            return self._outage.failed("tick", exc)
         self._outage.ok()
         return float(interval)
 

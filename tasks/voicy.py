@@ -19,6 +19,7 @@ import sys
 import threading
 
 from celery import Task, shared_task
+from celery.concurrency.prefork import TaskPool
 from celery.signals import celeryd_after_setup, worker_process_init
 
 from workers.config import load_settings
@@ -55,8 +56,6 @@ def runtime() -> VoicyRuntime:
 
 def pool_processes(worker: object) -> int:
     """Processes in ``worker``'s pool: its concurrency for prefork, else one process."""
-    from celery.concurrency.prefork import TaskPool
-
     pool_cls = getattr(worker, "pool_cls", None)
     if isinstance(pool_cls, type) and issubclass(pool_cls, TaskPool):
         return int(getattr(worker, "concurrency", 1) or 1)

@@ -9,16 +9,16 @@ from pathlib import Path
 import nats
 import redis
 
-from deploy.devstack import durable, services
+from deploy.devstack import services
 
 
 def test_a_redis_restart_in_place_keeps_the_data_and_the_address(tmp_path: Path) -> None:
-    svc = durable.start_redis_aof(tmp_path / "redis")
+    svc = services.start_redis(tmp_path / "redis", appendonly=True)
     try:
         client = redis.Redis.from_url(svc.url)
         client.rpush("celery", b"a task message")
         client.close()
-        svc = durable.restart_in_place(svc, 0.2, durable.start_redis_aof)
+        svc = services.restart(svc, graceful=True, down_s=0.2)
         client = redis.Redis.from_url(svc.url)
         assert client.lrange("celery", 0, -1) == [b"a task message"]
         client.close()
@@ -44,7 +44,7 @@ def test_a_nats_restart_in_place_keeps_the_stream(tmp_path: Path) -> None:
 
     try:
         asyncio.run(publish(svc.url))
-        svc = durable.restart_in_place(svc, 0.2, durable.start_nats_in)
+        svc = services.restart(svc, graceful=True, down_s=0.2)
         assert asyncio.run(count(svc.url)) == 1
     finally:
         svc.stop()

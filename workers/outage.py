@@ -1,7 +1,9 @@
 """Riding out a Redis or NATS outage: say so once, back off, say when it is over (R1).
 
-Used by the Cairn bridge (every Redis and NATS failure of its loop) and by the
-provider pool's NATS connection (``workers.cairn.nats_conn``).
+Used by the Cairn bridge (every Redis and NATS failure of its loop), the
+provider pool's NATS connection (``workers.cairn.nats_conn``), and the
+long-running loops that poll Redis (the Voicy bridge, beat's scheduler:
+:meth:`Outage.redis_loop`). One concept, one place: it used to exist twice.
 
 Why a tracker and not a log line at each failure: during an outage every held
 message fails its lease read once a second, every ``in_progress`` tick fails,
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 5.0  # a restarted service is noticed within this, and a 60 s outage costs ~15 retries
+LOOP_BACKOFF_MAX_S = 10.0  # one loop polling Redis (Voicy bridge, beat): a 60 s outage is noticed as over within ~10 s
 
 # Errors that mean "Redis is not there right now" (also raised by redis.asyncio), never a bug of ours.
 REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (redis.exceptions.ConnectionError,
@@ -45,36 +48,70 @@ def backoff_s(attempt: int) -> float:
 
 
 class Outage:
-    """The availability of one service as this process sees it (one instance per service)."""
+    """The availability of one service as this process sees it (one instance per service).
 
-    def __init__(self, service: str) -> None:
+    Two wordings, one behaviour. By default each failure names the operation that
+    failed (the Cairn bridge and provider pool: many operations share one
+    service). With ``loop`` the outage is one loop's (the Voicy bridge, beat):
+    the warning names the setting that points at the service (``setting``, e.g.
+    ``REDIS_URL``) and the recovery says the loop resumed. Either way
+    :meth:`failed` returns how long to wait before the next try (doubling from
+    ``initial_s`` up to ``max_s``), and :meth:`ok` starts the backoff over.
+    """
+
+    def __init__(self, service: str, logger: logging.Logger = log, *, loop: str | None = None,
+                 setting: str | None = None, initial_s: float = BACKOFF_FIRST_S,
+                 max_s: float = BACKOFF_MAX_S) -> None:
         self.service = service
+        self.loop = loop
+        self.setting = setting
+        self._log = logger
+        self._initial_s, self._max_s = initial_s, max_s
+        self._next_s = initial_s
         self.down_since: float | None = None  # monotonic
         self.last_seen = float("-inf")  # monotonic time of the last failure (an outage ending is "seen")
         self.outages = 0
+
+    @classmethod
+    def redis_loop(cls, loop: str, logger: logging.Logger = log) -> Outage:
+        """One long-running loop's view of ``REDIS_URL`` (the Voicy bridge, beat): backoff up to 10 s."""
+        return cls("Redis", logger, loop=loop, setting="REDIS_URL", max_s=LOOP_BACKOFF_MAX_S)
 
     @property
     def down(self) -> bool:
         return self.down_since is not None
 
-    def failed(self, what: str, exc: BaseException | None = None) -> None:
-        """One operation failed because the service is unreachable; logs only the first of an outage."""
+    def failed(self, what: str, exc: BaseException | None = None) -> float:
+        """One operation failed because the service is unreachable: the delay before the next try.
+
+        Only the first failure of an outage is logged as a warning; the rest at DEBUG."""
         now = time.monotonic()
         self.last_seen = now
         cause = type(exc).__name__ if exc is not None else "unreachable"
         if self.down_since is None:
             self.down_since = now
             self.outages += 1
-            log.warning("%s unavailable (%s: %s); retrying with backoff until it is back",
-                        self.service, what, cause)
+            if self.loop is None:
+                self._log.warning("%s unavailable (%s: %s); retrying with backoff until it is back",
+                                  self.service, what, cause)
+            else:
+                at = f" at {self.setting}" if self.setting else ""
+                self._log.warning("%s unavailable%s (%s); %s retries with backoff up to %.0fs",
+                                  self.service, at, cause, self.loop, self._max_s)
         else:
-            log.debug("%s still unavailable (%s: %s)", self.service, what, cause)
+            self._log.debug("%s still unavailable (%s: %s)", self.service, what, cause)
+        delay, self._next_s = self._next_s, min(self._next_s * 2, self._max_s)
+        return delay
 
     def ok(self) -> None:
-        """An operation succeeded: if the service was down, log once that it is back."""
+        """An operation succeeded: if the service was down, log once that it is back; reset the backoff."""
+        self._next_s = self._initial_s
         if self.down_since is not None:
             now = time.monotonic()
-            log.warning("%s available again after %.1fs", self.service, now - self.down_since)
+            if self.loop is None:
+                self._log.warning("%s available again after %.1fs", self.service, now - self.down_since)
+            else:
+                self._log.info("%s available again; %s resumed", self.service, self.loop)
             self.down_since = None
             self.last_seen = now
 

