@@ -144,11 +144,13 @@ def test_doctor_names_an_unreachable_voicy_api(redis_url: str, tmp_path: Path) -
 def test_doctor_names_a_bad_value_every_celery_process_would_stop_on(redis_url: str) -> None:
     """The doctor loads the Celery app as ``celery -A tasks`` does: a bad beat period is named there,
     and Redis (whose URL the same settings give) is skipped rather than blamed."""
-    out = doctor_process({"REDIS_URL": redis_url, "CAIRN_NATS_URL": f"nats://127.0.0.1:{free_port()}",
-                          "CAIRN_PRESENCE_INTERVAL_S": "abc"})
+    # Beat reads Voicy's periods when Voicy is configured (a Cairn period is read only by the provider
+    # worker itself, at its start: tests/test_start_config.py).
+    out = doctor_process({"REDIS_URL": redis_url, "VOICY_WORKER_API_URL": f"http://127.0.0.1:{free_port()}",
+                          "VOICY_WORKER_TOKEN": "unused-token", "VOICY_WORKER_HEARTBEAT_INTERVAL_MS": "abc"})
     assert out.returncode == 1, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr, out.stderr
     assert line(out.stdout, "fleet settings").startswith("FAIL")
-    assert "CAIRN_PRESENCE_INTERVAL_S" in line(out.stdout, "fleet settings")
+    assert "VOICY_WORKER_HEARTBEAT_INTERVAL_MS" in line(out.stdout, "fleet settings")
     assert line(out.stdout, "redis").startswith("skip")
     assert "abc" not in out.stdout
