@@ -18,6 +18,7 @@ import uuid
 from typing import Any
 
 import nats
+import pytest
 import redis
 from celery import Celery, states
 from nats.js.api import RetentionPolicy, StreamConfig
@@ -59,13 +60,13 @@ class Pool:
         raise AssertionError("no discover/exchange in this test")
 
 
-def test_a_webhook_consumer_on_its_own_stream_goes_through_the_same_admission(nats_url: str,
-                                                                            fresh_redis: str) -> None:
+def test_a_webhook_consumer_on_its_own_stream_goes_through_the_same_admission(
+        nats_url: str, fresh_redis: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pool_name = f"hook-{uuid.uuid4().hex[:6]}"
     worker_key = f"{pool_name}-strava"
     subject = f"cairn.webhooks.{worker_key}.event"
-    settings = CairnSettings(nats_url=nats_url, worker_name=pool_name, release="dev", ack_wait_s=2.0,
-                             REDIS_URL=fresh_redis)
+    monkeypatch.setenv("REDIS_URL", fresh_redis)  # read by RedisSettings, the one reader of REDIS_URL
+    settings = CairnSettings(nats_url=nats_url, worker_name=pool_name, release="dev", ack_wait_s=2.0)
     app = Celery("consumer-kind", broker=fresh_redis, backend=result_backend_url(fresh_redis))  # the fleet's backend
     pool = Pool(app, fresh_redis)
     webhook = MessageKind(KIND, parse=decode_object)  # the webhooks engineer's parser goes here
