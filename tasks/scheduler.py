@@ -87,6 +87,16 @@ class ResilientRedBeatScheduler(RedBeatScheduler):
         self._outage.ok()
         return float(interval)
 
+    def _ensure_connected(self) -> Any:
+        """The broker connection for sending a due task, retried for ever as Celery's beat does,
+        but each outage logged once (Celery's own handler logs an ERROR on every retry)."""
+        def on_retry(exc: Exception, _interval: float) -> None:
+            self._outage.failed("task send", exc)
+
+        connection = self.connection.ensure_connection(on_retry, self.app.conf.broker_connection_max_retries)
+        self._outage.ok()
+        return connection
+
     def _try_acquire(self) -> bool:
         """Take the lock if free, as RedBeat's start-up hook does but without blocking."""
         client = get_redis(self.app)
