@@ -41,6 +41,7 @@ from workers.cairn.handlers.run import run_job
 from workers.cairn.outcomes import LEASE_NAMESPACE, OutcomeLedger
 from workers.cairn.sealed import park, unpark
 from workers.lease import Leases
+from workers.redisconn import redis_settings
 from workers.logs import setup_logging
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 JOB_TASK = "cairn.job"
 DISCOVER_TASK = "cairn.discover"
 EXCHANGE_TASK = "cairn.exchange"
+SENTINEL_LEDGER_REPLICAS = 1  # the replica Sentinel would promote
 EXCHANGE_REPLY_TTL_S = 30.0  # the parked token reply waits this long for the bridge
 ARGSREPR_MAX_CHARS = 1024  # Celery's own bound on a task's shown arguments
 HIDDEN = "…"  # what Flower shows instead of a lease token
@@ -60,7 +62,8 @@ class CairnRuntime:
         self.ctx = build_context()
         self.redis = self.ctx.redis
         self.leases = Leases(self.redis, LEASE_NAMESPACE)
-        self.ledger = OutcomeLedger(self.redis)
+        # With Sentinel the outcome must survive a failover: one replica holds it before we return.
+        self.ledger = OutcomeLedger(self.redis, replicas=SENTINEL_LEDGER_REPLICAS if redis_settings().sentinel else 0)
         self.lease_ttl_s = float(self.ctx.settings.lease_ttl_s)
 
 

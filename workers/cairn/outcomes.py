@@ -98,11 +98,21 @@ def decode(raw: bytes | str | None) -> Disposition | None:
         return None
 
 
-class OutcomeLedger:
-    """The ledger through a blocking client (job tasks, ``workers.redisconn.sync_client``)."""
+REPLICA_WAIT_MS = 1000  # bound on WAIT for the replicas to hold a recorded outcome (Sentinel only)
 
-    def __init__(self, client: Any) -> None:
+
+class OutcomeLedger:
+    """The ledger through a blocking client (job tasks, ``workers.redisconn.sync_client``).
+
+    ``replicas``: with Redis Sentinel, wait (``WAIT``, at most ``REPLICA_WAIT_MS``) until that
+    many replicas hold the entry before the task returns. Replication is asynchronous: a master
+    killed right after acknowledging the write would otherwise take the entry with it, the
+    promoted replica would not know the job ran, and the redelivery would run it again.
+    """
+
+    def __init__(self, client: Any, *, replicas: int = 0) -> None:
         self._r = client
+        self._replicas = replicas
 
     def record(self, key: MessageKey, disposition: Disposition, *,
                retry_for_s: float = RECORD_RETRY_FOR_S) -> None:
@@ -120,6 +130,8 @@ class OutcomeLedger:
                     log.warning("Redis unavailable: recording the outcome of %s; retrying for up to %.0fs",
                                 key.id, retry_for_s)
                 self._r.set(ledger_key(key), encode(disposition), ex=OUTCOME_TTL_S)
+                if self._replicas and self._r.wait(self._replicas, REPLICA_WAIT_MS) < self._replicas:
+                    log.warning("outcome of %s not yet on a replica after %d ms", key.id, REPLICA_WAIT_MS)
                 if attempt.retry_state.attempt_number > 1:
                     log.warning("outcome of %s recorded after Redis came back", key.id)
 
