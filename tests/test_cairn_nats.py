@@ -6,7 +6,6 @@ import json
 import subprocess
 import threading
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import nats
@@ -155,7 +154,7 @@ def test_presence_and_manifest_records_in_kv(thread: NatsThread) -> None:
 
     presence_kv, manifest_kv = thread.run(buckets(), 10)
     settings = CairnSettings(nats_url="nats://127.0.0.1:1", worker_name=POOL, instance_id="host-1-abcdef")
-    ctx = SimpleNamespace(settings=settings, nats=thread, provider=get_provider("strava", settings))
+    ctx = presence.PresenceContext(settings=settings, nats=thread, provider=get_provider("strava", settings))
 
     written = presence.write_presence(ctx)
     entry = thread.run(presence_kv.get(f"{POOL}.host-1-abcdef"), 5)

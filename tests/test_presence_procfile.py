@@ -12,9 +12,11 @@ piled its messages into such lists and never reached the pool.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -31,6 +33,7 @@ START_TIMEOUT_S = 60.0
 MIN_ADVANCES = int(OBSERVE_S // DEFAULT_PRESENCE_INTERVAL_S)
 # A renewal may come up to one interval late plus the write itself, and must stay inside core's window.
 MAX_GAP_S = DEFAULT_PRESENCE_INTERVAL_S * 1.5
+WEBHOOK_PRESENCE_INTERVAL_S = 2.0  # the default cadence is the test above's; here renewal is the point
 
 
 @pytest.fixture()
@@ -86,6 +89,31 @@ def test_an_idle_pool_renews_presence_on_every_interval_from_the_procfile_lines(
     grown = {k: n for k, n in _lists(client).items() if n > baseline_lists.get(k, 0)}
     assert not grown, f"lists grew in Redis: {grown}"
     client.close()
+
+
+def test_with_webhooks_on_presence_says_so_and_is_renewed_from_the_procfile_lines(
+        stack: CairnStack, launch: Callable[..., ProcfileProcess]) -> None:  # noqa: F811
+    """Issue 14: with a verify token (the normal Strava deployment) the main process's presence
+    context lacked what the webhook flag reads, and no record was ever written (AttributeError)."""
+    assert stack.core is not None
+    cairn = {k: v for k, v in stack.env.items() if k.startswith("CAIRN_")}
+    cairn |= {"CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN": "wh-" + uuid.uuid4().hex,
+              "CAIRN_PRESENCE_INTERVAL_S": str(WEBHOOK_PRESENCE_INTERVAL_S)}
+    bridge = launch("cairn_bridge", fleet_env(stack.redis_url, **cairn))
+    provider = launch("provider", fleet_env(stack.redis_url, **cairn, HONCHO_PROCESS_NAME="provider.1",
+                                            PROVIDER_CONCURRENCY="1"))
+    bridge.wait_for_output(r"cairn bridge started", START_TIMEOUT_S)  # it creates the webhook consumer
+    provider.wait_for_output(r"cairn presence: instance \S+ renews its record", START_TIMEOUT_S)
+
+    def flagged() -> dict[str, Any]:
+        return {k: r for k, r in stack.core.presence(stack.pool).items() if r.get("webhooks") is True}
+
+    # Sampled, not polled hard: each read of the bucket lists its keys through a consumer.
+    first = wait_until(flagged, START_TIMEOUT_S, 'a presence record with "webhooks": true', SAMPLE_INTERVAL_S)
+    (key, record), = first.items()  # type: ignore[union-attr]
+    wait_until(lambda: _seen(flagged().get(key) or record) > _seen(record), START_TIMEOUT_S,
+               "the record renewed, still flagged", SAMPLE_INTERVAL_S)
+    assert "presence write failed" not in provider.output()
 
 
 def test_a_bad_presence_interval_stops_the_provider_line_at_start_naming_it(

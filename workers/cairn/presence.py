@@ -15,7 +15,7 @@ malformed record fails here, loudly, instead of silently hiding the pool from
 core's worker list or connect form.
 
 Neither is written against an incompatible core (contract §1: a worker MUST
-refuse to run against one): the writers ask the process's
+refuse to run against one): the writers ask their context's
 :class:`~workers.cairn.compat.CoreGate` first and skip the write, returning
 None, while core's ``info`` names a release this worker may not serve.
 """
@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workers.cairn import subjects
-from workers.cairn.compat import CoreGate
 from workers.cairn.messages import ManifestRecord, PresenceRecord
 from workers.cairn.nats_conn import NatsThread
+from workers.cairn.pool import PoolContext
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
 from workers.cairn.webhooks import presence_flag
 from workers.providers.registry import get_provider
@@ -82,7 +82,7 @@ def manifest_record(settings: Any, provider: Any) -> dict[str, Any]:
     return ManifestRecord.model_validate(record).to_wire()
 
 
-def _put(ctx: Any, bucket: str, key: str, record: dict[str, Any]) -> None:
+def _put(ctx: PoolContext, bucket: str, key: str, record: dict[str, Any]) -> None:
     js = ctx.nats.js  # resolve (and maybe connect) outside the coroutine, never on the loop thread
 
     async def put() -> None:
@@ -92,21 +92,9 @@ def _put(ctx: Any, bucket: str, key: str, record: dict[str, Any]) -> None:
     ctx.nats.run(put(), KV_TIMEOUT_S)
 
 
-_process_gates: dict[str, CoreGate] = {}
-
-
-def core_gate(ctx: Any) -> CoreGate:
-    """The context's gate (``JobContext.core_gate``), else one per process and worker release."""
-    gate = getattr(ctx, "core_gate", None)
-    if isinstance(gate, CoreGate):
-        return gate
-    release = str(getattr(ctx.settings, "release", ""))
-    return _process_gates.setdefault(release, CoreGate(release))
-
-
-def write_presence(ctx: Any, instance_id: str | None = None) -> dict[str, Any] | None:
+def write_presence(ctx: PoolContext, instance_id: str | None = None) -> dict[str, Any] | None:
     """Write this instance's presence record; None (nothing written) against an incompatible core."""
-    if not core_gate(ctx).allows(ctx.nats):
+    if not ctx.core_gate.allows(ctx.nats):
         return None
     instance_id = instance_id or ctx.settings.instance_id
     record = presence_record(ctx.settings, ctx.provider, instance_id, webhooks=presence_flag(ctx))
@@ -114,9 +102,9 @@ def write_presence(ctx: Any, instance_id: str | None = None) -> dict[str, Any] |
     return record
 
 
-def write_manifest(ctx: Any) -> dict[str, Any] | None:
+def write_manifest(ctx: PoolContext) -> dict[str, Any] | None:
     """Write the pool's manifest; None (nothing written) against an incompatible core."""
-    if not core_gate(ctx).allows(ctx.nats):
+    if not ctx.core_gate.allows(ctx.nats):
         return None
     record = manifest_record(ctx.settings, ctx.provider)
     _put(ctx, subjects.MANIFEST_BUCKET, ctx.settings.worker_name, record)
@@ -124,17 +112,14 @@ def write_manifest(ctx: Any) -> dict[str, Any] | None:
 
 
 @dataclass
-class PresenceContext:
-    """What the presence and manifest writers use: settings, provider, and a NATS connection.
+class PresenceContext(PoolContext):
+    """The worker main process's context: a :class:`PoolContext` and nothing more.
 
-    The worker's main process builds its own (no HTTP clients, no Redis, no rate
-    limiter): the job context belongs to the pool processes and is rebuilt after
-    every fork.
+    The main process builds its own (no HTTP clients, no Redis, no rate limiter):
+    the job context belongs to the pool processes and is rebuilt after every fork.
+    Being a ``PoolContext``, it has the identity everything shared with the job
+    context reads (``worker_name``, ``provider_name``, ``core_gate``).
     """
-
-    settings: Any
-    provider: Any
-    nats: NatsThread
 
     @classmethod
     def from_settings(cls, settings: Any) -> PresenceContext:

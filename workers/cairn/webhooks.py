@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workers.cairn import subjects
 from workers.cairn.disposition import Disposition, ack, nak
+from workers.cairn.pool import PoolContext
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +296,7 @@ def _apply(ctx: JobContext, job: WebhookJob, account: Account) -> Disposition:
 CONSUMER_INFO_TIMEOUT_S = 5.0
 
 
-def consumer_exists(ctx: JobContext) -> bool:
+def consumer_exists(ctx: PoolContext) -> bool:
     """Whether the pool's CAIRN_WEBHOOKS durable exists (the bridge creates it)."""
     js = ctx.nats.js  # resolved in the calling thread, never on the loop thread
     durable = subjects.webhook_durable_name(ctx.worker_name)
@@ -310,7 +311,10 @@ def consumer_exists(ctx: JobContext) -> bool:
     return True
 
 
-def presence_flag(ctx: JobContext) -> bool:
-    """Contract §2 ``webhooks``: a verify token is configured *and* the consumer exists."""
-    provider = str(getattr(ctx, "provider_name", "") or ctx.settings.provider)
-    return webhooks_enabled(provider) and consumer_exists(ctx)
+def presence_flag(ctx: PoolContext) -> bool:
+    """Contract §2 ``webhooks``: a verify token is configured *and* the consumer exists.
+
+    Asked with the main process's presence context as well as a job context: both are a
+    :class:`~workers.cairn.pool.PoolContext`, the one shape that has ``worker_name``.
+    """
+    return webhooks_enabled(ctx.provider_name) and consumer_exists(ctx)

@@ -26,12 +26,11 @@ from typing import Any
 
 import httpx
 
-from workers.cairn.claimcheck import PUBLISH_TIMEOUT_S, ClaimCheck, WorkerStamp
-from workers.cairn.compat import CoreGate
+from workers.cairn.claimcheck import PUBLISH_TIMEOUT_S, ClaimCheck
 from workers.cairn.nats_conn import REQUEST_TIMEOUT_S, CoreRequestError, NatsThread, request_json
+from workers.cairn.pool import PoolContext
 from workers.cairn.ratelimit import RateLimiter
 from workers.cairn.settings import load_cairn_settings
-from workers.providers.base import Provider
 from workers.providers.registry import get_provider
 from workers.redisconn import sync_client
 
@@ -74,49 +73,18 @@ class Delivery:
 
 
 @dataclasses.dataclass
-class JobContext:
-    """Everything a handler needs; see the module docstring for why it is shared."""
+class JobContext(PoolContext):
+    """Everything a handler needs; see the module docstring for why it is shared.
 
-    settings: Any
-    nats: Any  # workers.cairn.nats_conn.NatsThread (``run(coro, timeout)``, ``nc``, ``js``)
+    The pool's identity (``worker_name``, ``worker_stamp``, ``core_gate``, ...) comes
+    from :class:`~workers.cairn.pool.PoolContext`, the shape the presence context has too.
+    """
+
     redis: Any  # redis.Redis, reconcile coalescing
-    provider: Provider
     http: httpx.Client  # the provider's pooled client
     limiter: Any = None  # workers.cairn.ratelimit limiter (None: run without a shared budget)
     blob_http: httpx.Client | None = None  # presigned PUT/GET; None: the claim-check opens one on first use
     _claimcheck: ClaimCheck | None = dataclasses.field(default=None, repr=False)
-    _core_gate: CoreGate | None = dataclasses.field(default=None, repr=False)
-
-    # ------------------------------------------------------------------ identity
-
-    @property
-    def provider_name(self) -> str:
-        return str(getattr(self.settings, "provider", "") or self.provider.name)
-
-    @property
-    def worker_name(self) -> str:
-        return str(self.settings.worker_name)
-
-    @property
-    def worker_package(self) -> str:
-        return str(getattr(self.settings, "worker_package", "") or getattr(self.settings, "package", ""))
-
-    @property
-    def worker_version(self) -> str:
-        """The parser version ``N.M`` (contract §1: ``worker_version`` is the parser version)."""
-        return str(self.provider.parser_version)
-
-    @property
-    def worker_stamp(self) -> WorkerStamp:
-        """The stamp every ``JobResult`` carries (contract §1, invariant C3)."""
-        return WorkerStamp(self.worker_name, self.worker_version, self.worker_package)
-
-    @property
-    def core_gate(self) -> CoreGate:
-        """This process's core-release verdict (contract §1), cached; presence/manifest ask it."""
-        if self._core_gate is None:
-            self._core_gate = CoreGate(str(getattr(self.settings, "release", "")))
-        return self._core_gate
 
     # ------------------------------------------------------------------ NATS
 
