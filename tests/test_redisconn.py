@@ -97,7 +97,7 @@ def test_an_outage_is_logged_once_backs_off_and_logs_its_end(caplog: pytest.LogC
     outage.ok()
     assert outage.failed("poll", redis.ConnectionError("again")) == 1.0  # the backoff starts over
     text = [r.getMessage() for r in caplog.records if r.name == "test.outage"]
-    assert sum("Redis unavailable at REDIS_URL (ConnectionError)" in t for t in text) == 2  # two outages
+    assert sum("Redis unavailable at REDIS_URL (ConnectionError: " in t for t in text) == 2  # two outages
     assert sum("Redis available again; the loop resumed" in t for t in text) == 1
 
 

@@ -36,6 +36,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
 )
 REDACTED = "<redacted>"
+DESCRIBE_MAX_CHARS = 300  # an exception's message in a one-line log entry
 
 
 def register_secret(value: str | None) -> None:
@@ -57,6 +58,20 @@ def redact(text: str) -> str:
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)
     return text
+
+
+def describe(exc: BaseException, max_chars: int = DESCRIBE_MAX_CHARS) -> str:
+    """``Type: message`` (redacted, cut at ``max_chars``), or the type alone when it has no message.
+
+    For lines that log an exception without its traceback: the type alone
+    (``AttributeError``) hides which attribute, which host, which subject.
+    """
+    message = redact(str(exc)).strip()
+    if not message:
+        return type(exc).__name__
+    if len(message) > max_chars:
+        message = message[:max_chars] + "…"
+    return f"{type(exc).__name__}: {message}"
 
 
 class RedactingFilter(logging.Filter):

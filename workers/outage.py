@@ -11,7 +11,8 @@ the result pub/sub retries, the pull loops retry. Logged one by one, a 60 s
 Redis restart under 16 held messages is a thousand warnings that bury the one
 fact the operator needs ("Redis is unavailable since 10:02:13"). So each
 failure is *reported* here: the first one of an outage is logged as a warning
-naming the service and what failed, the rest at DEBUG, and the first success
+naming the service, what failed and the exception (type and message; its
+traceback at DEBUG, once per outage), the rest at DEBUG, and the first success
 afterwards logs once how long it lasted.
 
 Failures seen here are never a verdict on a job. A lease or ledger read that
@@ -27,6 +28,8 @@ import logging
 import time
 
 import redis.exceptions
+
+from workers.logs import describe
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +87,12 @@ class Outage:
     def failed(self, what: str, exc: BaseException | None = None) -> float:
         """One operation failed because the service is unreachable: the delay before the next try.
 
-        Only the first failure of an outage is logged as a warning; the rest at DEBUG."""
+        Only the first failure of an outage is logged as a warning, naming the exception's type
+        and message; its traceback goes to DEBUG (once per outage: the warning stays one line);
+        the rest of the outage's failures are logged at DEBUG."""
         now = time.monotonic()
         self.last_seen = now
-        cause = type(exc).__name__ if exc is not None else "unreachable"
+        cause = describe(exc) if exc is not None else "unreachable"
         if self.down_since is None:
             self.down_since = now
             self.outages += 1
@@ -98,6 +103,8 @@ class Outage:
                 at = f" at {self.setting}" if self.setting else ""
                 self._log.warning("%s unavailable%s (%s); %s retries with backoff up to %.0fs",
                                   self.service, at, cause, self.loop, self._max_s)
+            if exc is not None:
+                self._log.debug("%s outage: the first failure's traceback", self.service, exc_info=exc)
         else:
             self._log.debug("%s still unavailable (%s: %s)", self.service, what, cause)
         delay, self._next_s = self._next_s, min(self._next_s * 2, self._max_s)

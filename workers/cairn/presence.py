@@ -32,10 +32,11 @@ from typing import Any
 
 from workers.cairn import subjects
 from workers.cairn.messages import ManifestRecord, PresenceRecord
-from workers.cairn.nats_conn import NatsThread
+from workers.cairn.nats_conn import NATS_UNAVAILABLE, NatsThread, NatsUnavailableError
 from workers.cairn.pool import PoolContext
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
 from workers.cairn.webhooks import presence_flag
+from workers.logs import describe
 from workers.providers.registry import get_provider
 
 log = logging.getLogger(__name__)
@@ -141,8 +142,9 @@ class PresenceTimer:
     beat that is down) went stale after core's 45 s. The main process is the
     pool: it exists exactly as long as the instance consumes jobs, it is never
     busy with one, and presence is a NATS KV write, so a Redis outage does not
-    stop it either. A write that fails (NATS away) is logged once and retried on
-    the next interval; the first one after is logged as a recovery.
+    stop it either. A write that fails (NATS away) is logged once, with the
+    exception's message, and retried on the next interval; the first one after
+    is logged as a recovery.
     """
 
     def __init__(self, write: Callable[[], object], interval_s: float = PRESENCE_INTERVAL_S) -> None:
@@ -167,8 +169,13 @@ class PresenceTimer:
                 written = self._write() is not None
             except Exception as exc:  # noqa: BLE001 - NATS away: the next interval tries again
                 if not self._failing:
-                    log.warning("presence write failed (%s); retrying every %.0fs", type(exc).__name__,
-                                self.interval_s)
+                    # NATS away is expected: its traceback only at DEBUG. Anything else is a bug of
+                    # ours and shows its traceback once (it once hid an AttributeError for good).
+                    expected = isinstance(exc, NATS_UNAVAILABLE) or isinstance(exc, NatsUnavailableError)
+                    log.warning("presence write failed (%s); retrying every %.0fs", describe(exc),
+                                self.interval_s, exc_info=None if expected else exc)
+                    if expected:
+                        log.debug("presence write failed: traceback", exc_info=exc)
                 self._failing = True
                 return False
             if self._failing:
