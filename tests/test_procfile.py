@@ -371,3 +371,22 @@ def test_cairn_bridge_starts_with_a_valid_config(redis_url: str, nats_url: str,
     bridge.wait_for_output(r"cairn bridge started")
     assert bridge.stop() == 0
     assert "cairn bridge stopped" in bridge.output()
+
+
+def test_a_sigterm_stops_the_cairn_bridge_without_a_warning(tmp_path: Path, redis_url: str, s3_endpoint: str,
+                                                          launch: Callable[..., ProcfileProcess]) -> None:
+    """Issue 14: a clean stop logged ``NATS unavailable (disconnected; reconnecting)``: the bridge's
+    own drain closing the connection was reported as an outage."""
+    from tests.cairn_stack import CairnStack
+
+    stack = CairnStack(tmp_path / "cairn", redis_url, s3_endpoint).start()
+    try:
+        bridge = launch("cairn_bridge", fleet_env(redis_url, **{k: v for k, v in stack.env.items()
+                                                               if k.startswith("CAIRN_")}))
+        bridge.wait_for_output(r"cairn bridge started")
+        assert bridge.stop() == 0
+    finally:
+        stack.stop()
+    output = bridge.output()
+    assert "cairn bridge stopped" in output
+    assert [line for line in output.splitlines() if "WARNING" in line or "Traceback" in line] == []

@@ -134,6 +134,7 @@ class CairnBridge:
         # R1: each outage is logged once, when it starts and when it ends (bridges.cairn.outage).
         self.redis_outage = Outage("Redis")
         self.nats_outage = Outage("NATS")
+        self._closing = False  # our own drain disconnects: not an outage
 
     # ------------------------------------------------------------------ lifecycle
     async def _connect(self) -> nats.NATS | None:
@@ -234,6 +235,8 @@ class CairnBridge:
             log.warning("NATS error: %s", redact(f"{type(exc).__name__}: {exc}"))
 
     async def _nats_disconnected(self) -> None:
+        if self._closing:  # the drain in _close: a clean stop, not an outage
+            return
         self.nats_outage.failed("disconnected; reconnecting")
 
     async def _nats_reconnected(self) -> None:
@@ -261,6 +264,7 @@ class CairnBridge:
         with contextlib.suppress(Exception):
             await self.results.close()
         if self.nc is not None and not self.nc.is_closed:
+            self._closing = True
             with contextlib.suppress(Exception):
                 await self.nc.drain()
         with contextlib.suppress(Exception):

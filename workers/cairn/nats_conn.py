@@ -143,6 +143,8 @@ class NatsThread:
                 log.warning("NATS error: %s", redact(f"{type(exc).__name__}: {exc}"))
 
         async def disconnected_cb() -> None:
+            if self._closed:  # our own drain in close(): not an outage
+                return
             outage.failed("disconnected; reconnecting")
 
         async def reconnected_cb() -> None:
