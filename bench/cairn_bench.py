@@ -42,6 +42,7 @@ import redis
 from deploy.devstack import procs as devstack_procs
 from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.nats_auth import Pool
 from deploy.devstack.procs import Proc
 from deploy.devstack.strava import FakeStrava
 
@@ -140,10 +141,11 @@ class Rig:
 
     def start(self) -> Rig:
         self.redis = services.start_redis(self.workdir / "redis")
-        self.nats = services.start_nats(self.workdir / "nats")
+        self.nats = services.start_nats(self.workdir / "nats", pools=[Pool(PROVIDER, self.pool)])
         self.s3_endpoint, moto = start_moto_process(self.workdir)
         self.procs.append(moto)
-        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
+        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}",
+                                 nats_login=services.nats_auth_of(self.nats).core.connect_options()).start()
         self._instrument_router()
         self.strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET).start()
         return self
@@ -190,6 +192,7 @@ class Rig:
                     "CAIRN_WORKER_NAME": self.pool, "CAIRN_STRAVA_BASE_URL": self.strava.base_url,
                     "CAIRN_ACK_WAIT_S": str(ACK_WAIT_S), "LOG_LEVEL": FLEET_LOG_LEVEL,
                     "PYTHONUNBUFFERED": "1"})
+        env.update(services.nats_auth_of(self.nats).login(Pool(PROVIDER, self.pool)).env())  # core's template
         return env
 
     def make_jobs(self, n: int, tag: str) -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ from typing import Any
 from bench.cairn_bench import start_moto_process
 from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.nats_auth import Pool
 from deploy.devstack.latency import LatencyMiddleware
 from deploy.devstack.procfile import entries as procfile_entries
 from deploy.devstack.procs import Proc
@@ -118,10 +119,11 @@ class ChaosRig:
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> ChaosRig:
         self.redis = services.start_redis(self.workdir / "redis", appendonly=True)
-        self.nats = services.start_nats(self.workdir / "nats")
+        self.nats = services.start_nats(self.workdir / "nats", pools=[Pool(PROVIDER, self.pool)])
         self.s3_endpoint, moto = start_moto_process(self.workdir)
         self._procs.append(moto)
-        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
+        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}",
+                                 nats_login=services.nats_auth_of(self.nats).core.connect_options()).start()
         self.strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET)
         self.strava.app.add_middleware(LatencyMiddleware, delay_s=STRAVA_DELAY_S, prefix="/api/v3")
         self.strava.start()
@@ -149,6 +151,7 @@ class ChaosRig:
             "IO_CONCURRENCY": str(IO_CONCURRENCY), "PROVIDER_CONCURRENCY": str(PROVIDER_CONCURRENCY),
             "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
         })
+        env.update(services.nats_auth_of(self.nats).login(Pool(PROVIDER, self.pool)).env())  # core's template
         return env
 
     def stop(self) -> None:

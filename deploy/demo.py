@@ -44,6 +44,7 @@ from faster_whisper.audio import decode_audio
 from deploy import demo_webhook
 from deploy.devstack import procfile, services
 from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.nats_auth import Pool
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
@@ -63,6 +64,7 @@ TRANSCRIPT_SHOWN_CHARS = 600  # the long message's transcript is cut here in the
 SAMPLE_RATE_HZ = 16_000  # the long message is written as 16 kHz mono PCM WAV
 LONG_MESSAGE_STORIES = 3  # the long message: the longest fixture this many times, then every short one
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
+DEMO_POOL = Pool("strava", "strava-fetcher")  # NATS grants it exactly core's worker template
 
 DESCRIPTION = """\
 Run the whole Switchyard fleet on an embedded stack and show both sides working.
@@ -174,7 +176,7 @@ class Demo:
         say("starting the embedded stack (Redis, NATS JetStream, S3, dev Voicy, dev Cairn core, fakes)")
         self.redis = services.start_redis(self.tmp / "redis")
         self._started_as("Redis", self.redis.stop)
-        self.nats = services.start_nats(self.tmp / "nats")
+        self.nats = services.start_nats(self.tmp / "nats", pools=[DEMO_POOL])  # core's worker template
         self._started_as("NATS", self.nats.stop)
         self.s3 = services.start_moto()
         self._started_as("S3", lambda: services.stop_moto(self.s3))
@@ -184,7 +186,8 @@ class Demo:
         self._started_as("fake Telegram", self.telegram.stop)
         self.strava = FakeStrava().start()
         self._started_as("fake Strava", self.strava.stop)
-        self.core = DevCairnCore(self.nats.url, self.s3.url, bucket="cairn-demo")
+        self.core = DevCairnCore(self.nats.url, self.s3.url, bucket="cairn-demo",
+                                 nats_login=services.nats_auth_of(self.nats).core.connect_options())
         self.core.start()
         self._started_as("the dev Cairn core", self.core.stop)
         say(f"stack: Redis {self.redis.url}, NATS {self.nats.url}, S3 {self.s3.url}, "
@@ -198,12 +201,14 @@ class Demo:
             "VOICY_WORKER_TELEGRAM_API_URL": self.telegram.url, "VOICY_WORKER_TELEGRAM_BOT_TOKEN": BOT_TOKEN,
             "VOICY_WORKER_MODEL": TINY_MODEL_DIR, "VOICY_WORKER_WORK_DIR": str(self.tmp / "media"),
             "VOICY_WORKER_PROGRESS_INTERVAL_MS": "1000", "VOICY_WORKER_LEASE_TTL_MS": "5000",
-            "CAIRN_NATS_URL": self.nats.url, "CAIRN_PROVIDER": "strava", "CAIRN_WORKER_NAME": "strava-fetcher",
+            "CAIRN_NATS_URL": self.nats.url, "CAIRN_PROVIDER": DEMO_POOL.provider,
+            "CAIRN_WORKER_NAME": DEMO_POOL.worker_name,
             "CAIRN_STRAVA_BASE_URL": self.strava.base_url,
             "FLOWER_USER": "demo", "FLOWER_PASSWORD": self.flower_password,
             "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4",
             "PATH": f"{Path(sys.executable).parent}:" + os.environ.get("PATH", ""),
         })
+        env.update(services.nats_auth_of(self.nats).login(DEMO_POOL).env())  # the pool logs in as `worker`
         env.update(demo_webhook.fleet_env())  # the webhook leg (deploy/demo_webhook.py)
         return env
 
@@ -224,7 +229,7 @@ class Demo:
                                 file_name="long.wav")
         athlete = self.strava.add_athlete(ATHLETE_ID, n_activities=self.expected_activities)
         account = self.core.connect_account("strava", None, athlete.access_token, athlete.refresh_token,
-                                            athlete.expires_at, worker_name="strava-fetcher",
+                                            athlete.expires_at, worker_name=DEMO_POOL.worker_name,
                                             external_id=ATHLETE_ID, client_id=self.strava.client_id,
                                             client_secret=getattr(self.strava, "client_secret", ""))
         self.account_id = account.account_id
@@ -349,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         demo.enqueue()
         demo.watch(args.timeout)
         code = demo.summary()
-        code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, "strava-fetcher"))
+        code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, DEMO_POOL.worker_name))
         if args.serve:
             say("serving; press Ctrl-C to stop")
             signal.pause()

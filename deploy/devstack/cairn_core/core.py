@@ -54,8 +54,10 @@ class DevCairnCore:
 
     def __init__(self, nats_url: str, s3_endpoint: str, bucket: str = DEFAULT_BUCKET, *,
                  release: str = bs.DEFAULT_RELEASE, info: dict[str, Any] | None = None,
-                 faithful_webhooks: bool = False, polling_interval_s: float = POLLING_INTERVAL_S) -> None:
+                 faithful_webhooks: bool = False, polling_interval_s: float = POLLING_INTERVAL_S,
+                 nats_login: dict[str, str] | None = None) -> None:
         self.nats_url = nats_url
+        self.nats_login = dict(nats_login or {})  # {"user", "password"}: the dev server's ``core`` user
         self.info = {"release": release} | (info or {})
         self.faithful_webhooks = faithful_webhooks
         self.polling_interval_s = polling_interval_s
@@ -119,7 +121,8 @@ class DevCairnCore:
         return self._js
 
     async def _astart(self) -> None:
-        self._nc = await nats.connect(self.nats_url, name="cairn-core-dev", max_reconnect_attempts=-1)
+        self._nc = await nats.connect(self.nats_url, name="cairn-core-dev", max_reconnect_attempts=-1,
+                                      **self.nats_login)
         self._js = self._nc.jetstream()
         await asyncio.to_thread(self.blobs.ensure_bucket)
         await bs.bootstrap(self._js, self.info, faithful_webhooks=self.faithful_webhooks)
