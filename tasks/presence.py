@@ -32,8 +32,11 @@ from tasks import app
 from tasks.cairn import cairn_configured, runtime
 from tasks.routes import QUEUE_PROVIDER
 from workers.cairn.presence import MANIFEST_INTERVAL_S, PresenceContext, PresenceTimer, write_manifest, write_presence
+from workers.cairn.refusals import POOL_ROLE, fault_component
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
+from workers.faults import clear_fault
+from workers.redisconn import sync_client
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +89,22 @@ def _start_presence(sender: Any = None, **_: object) -> None:
     if _settings is None or _timer is not None:
         return
     manifest.apply_async(expires=MANIFEST_INTERVAL_S)
+    _clear_refusal_fault(_settings)
     ctx = PresenceContext.from_settings(_settings)
     iid = instance_id(getattr(sender, "hostname", None))
     _context, _timer = ctx, PresenceTimer(lambda: write_presence(ctx, iid), float(_settings.presence_interval_s))
     _timer.start()
     log.info("cairn presence: instance %s renews its record every %.0fs", iid, _timer.interval_s)
+
+
+def _clear_refusal_fault(settings: CairnSettings) -> None:
+    """A pool (re)starting forgets its recorded NATS refusal (``workers.faults``): a restart is what
+    follows a permission fix, and the next refusal, if any, records it again at once."""
+    client = sync_client(settings.redis_url)
+    try:
+        clear_fault(client, fault_component(POOL_ROLE, settings.worker_name))
+    finally:
+        client.close()
 
 
 @worker_shutdown.connect

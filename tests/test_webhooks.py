@@ -135,17 +135,6 @@ def publish_raw_webhook(stack: CairnStack, data: bytes) -> None:
     asyncio.run(run())
 
 
-def last_event(stack: CairnStack, subject: str) -> dict[str, Any]:
-    async def run() -> dict[str, Any]:
-        nc = await nats.connect(stack.nats.url)  # type: ignore[union-attr]
-        try:
-            msg = await nc.jetstream().get_last_msg(subjects.EVENTS_STREAM, subject)
-            return {"data": json.loads(msg.data), "msg_id": (msg.headers or {}).get("Nats-Msg-Id")}
-        finally:
-            await nc.close()
-    return asyncio.run(run())
-
-
 # --------------------------------------------------------------------------- verify
 
 
@@ -179,7 +168,8 @@ def test_a_wrong_token_is_refused_with_403_and_strava_refuses_the_subscription(s
 def test_a_pool_without_a_token_answers_503_and_creates_no_consumer(stack: CairnStack) -> None:
     assert stack.core is not None
     pool = f"nt-{uuid.uuid4().hex[:6]}"
-    env = stack.env | {"CAIRN_WORKER_NAME": pool}
+    assert stack.nats is not None
+    env = stack.env | {"CAIRN_WORKER_NAME": pool} | services.nats_login(stack.nats, PROVIDER, pool).env()
     env.pop("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN")
     bridge = stack.spawn_bridge("bridge-no-token", env)
     try:
@@ -246,26 +236,27 @@ def test_an_update_refetches_and_a_burst_of_updates_coalesces_to_one_fetch(
     assert detail_calls(stack, second) == 1
 
 
-def test_delete_publishes_deleted_upstream_without_a_fetch(stack: CairnStack, subscribed: int) -> None:
+def test_delete_is_fetched_and_reaches_core_as_a_not_found_envelope(stack: CairnStack, subscribed: int) -> None:
+    """Contract 0.7 has no deletion subject (the published worker's ``cairn.events.source.deleted_upstream``
+    is outside core's template): the pool fetches the deleted activity on its own job subject, and
+    core receives the §6 envelope, ``not_found``, naming the account and the activity."""
     assert stack.core is not None and stack.strava is not None
     acct = webhook_athlete(stack, 1)
     owner = int(acct.external_id)
     (aid,) = list(stack.strava.athlete(owner).activities)
     stack.strava.remove_activity(owner, aid)
-    event = wait_until(lambda: _deleted(stack, acct.account_id), WAIT_S, "deleted_upstream")
-    assert event["data"] == {"account_id": acct.account_id, "user_id": acct.user_id, "provider": PROVIDER,
-                             "ext_id": str(aid), "event_time": stack.strava.push.pushed[-1].event["event_time"]}
-    assert event["msg_id"] == f"source_deleted:{PROVIDER}:{acct.account_id}:{aid}"
+    envelope = wait_until(lambda: _not_found(stack, aid), WAIT_S, "the deletion's not_found envelope")
+    assert envelope.data["failedRef"] == {"userId": acct.user_id, "provider": PROVIDER,  # type: ignore[attr-defined]
+                                          "externalAccountId": acct.account_id, "externalId": str(aid)}
+    assert envelope.subject == subjects.result_subject(subjects.FETCH_SOURCE, PROVIDER, stack.pool)  # type: ignore[attr-defined]
     wait_until(lambda: drained(stack), WAIT_S, "the delete decided")
-    assert detail_calls(stack, aid) == 0
+    assert detail_calls(stack, aid) == 1  # the one fetch that tells core
 
 
-def _deleted(stack: CairnStack, account_id: str) -> dict[str, Any] | None:
-    try:
-        event = last_event(stack, subjects.SOURCE_DELETED_UPSTREAM)
-    except Exception:  # noqa: BLE001 - nothing published yet
-        return None
-    return event if event["data"].get("account_id") == account_id else None
+def _not_found(stack: CairnStack, ext_id: int) -> Any:
+    assert stack.core is not None
+    return next((r for r in stack.core.ingested if r.kind == "failure" and r.data["error"]["code"] == "not_found"
+                 and r.data.get("failedRef", {}).get("externalId") == str(ext_id)), None)
 
 
 def test_deauthorization_tells_core_the_account_needs_reauth(stack: CairnStack, subscribed: int) -> None:
@@ -309,17 +300,19 @@ def test_events_that_resolve_to_no_account_are_acked_and_dropped(
 @pytest.mark.parametrize("data", [b"not json at all", json.dumps({"provider": "x", "body": "%%%"}).encode(),
                                   json.dumps({"provider": "x", "headers": {},
                                               "body": base64.b64encode(b'{"aspect_type": 1}').decode()}).encode()])
-def test_an_undecodable_webhook_gets_a_failure_envelope_and_a_term(stack: CairnStack, data: bytes) -> None:
-    assert stack.core is not None
-    before = len([r for r in stack.core.ingested if r.kind == "failure"])
+def test_an_undecodable_webhook_is_termed_without_an_envelope(stack: CairnStack, data: bytes) -> None:
+    """Reference §3.14: undecodable → Term. No §6 envelope: it fails an import-queue item, and a
+    webhook event has none, nor a result subject (``cairn.results.webhook_event.*`` is no contract
+    subject, and core's template refuses it)."""
+    assert stack.core is not None and stack.bridge is not None
+    terms = stack.bridge.log().count("term webhook_event seq")
     publish_raw_webhook(stack, data)
-    failures = wait_until(lambda: [r for r in stack.core.ingested if r.kind == "failure"][before:],  # type: ignore[union-attr]
-                          WAIT_S, "the failure envelope")
-    assert failures[0].result.error.code == "bad_payload"
-    assert failures[0].subject == f"cairn.results.{wh.KIND}.{PROVIDER}.{stack.pool}"
-    wait_until(lambda: drained(stack), WAIT_S, "the term")
+    wait_until(lambda: stack.bridge.log().count("term webhook_event seq") > terms, WAIT_S, "the term")  # type: ignore[union-attr]
+    wait_until(lambda: drained(stack), WAIT_S, "the event decided")
     consumer = webhook_consumer(stack)
     assert consumer is not None and consumer["num_redelivered"] == 0
+    assert not [r for r in stack.core.ingested if wh.KIND in r.subject]
+    assert not [r for r in stack.core.rejected if wh.KIND in r.subject]
 
 
 def test_core_http_caps_bodies_at_one_mib(stack: CairnStack) -> None:

@@ -161,7 +161,9 @@ class MessageKind:
 
     ``parse(raw) -> job`` raises on anything it cannot read (poison);
     ``refuse(job) -> reason | None`` leaves a job to another instance (a NAK that is
-    no failure); ``dump(job) -> dict`` is what the task receives.
+    no failure); ``dump(job) -> dict`` is what the task receives. ``envelopes``: whether a
+    term publishes a §6 failure envelope first. A job does (it has an import-queue item
+    and a result subject); a kind without either (webhook events) is termed without one.
     """
 
     name: str
@@ -169,6 +171,7 @@ class MessageKind:
     refuse: Callable[[Any], str | None] = _never
     refused_delay_s: float = PARSER_REFUSED_NAK_DELAY_S
     dump: Callable[[Any], dict[str, Any]] = _model_dump
+    envelopes: bool = True
 
 
 def decode_object(raw: bytes) -> dict[str, Any]:
@@ -253,14 +256,16 @@ def describe_invalid(exc: BaseException) -> str:
     return type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {str(exc)[:REASON_MAX_CHARS]}"
 
 
-def _poison(raw: bytes, meta: DeliveryMeta, history: History, code: str, reason: str) -> Settle:
+def _poison(raw: bytes, meta: DeliveryMeta, history: History, code: str, reason: str,
+            envelopes: bool = True) -> Settle:
     message = f"poison {meta.kind} payload: {reason}"
-    return Settle(term(f"{code}: {message}"), Envelope(code, message, INVALID_INPUT, _raw_ref(raw, meta)), history)
+    envelope = Envelope(code, message, INVALID_INPUT, _raw_ref(raw, meta)) if envelopes else None
+    return Settle(term(f"{code}: {message}"), envelope, history)
 
 
-def _give_up(raw: bytes, meta: DeliveryMeta, history: History, message: str) -> Settle:
-    return Settle(term(f"max_deliveries: {message}"),
-                  Envelope("max_deliveries", message, TRANSIENT, _raw_ref(raw, meta)), history)
+def _give_up(raw: bytes, meta: DeliveryMeta, history: History, message: str, envelopes: bool = True) -> Settle:
+    envelope = Envelope("max_deliveries", message, TRANSIENT, _raw_ref(raw, meta)) if envelopes else None
+    return Settle(term(f"max_deliveries: {message}"), envelope, history)
 
 
 # --------------------------------------------------------------------------- the decision
@@ -279,7 +284,9 @@ async def admit(raw: bytes, meta: DeliveryMeta, *, kinds: Mapping[str, MessageKi
     try:
         return _judge(raw, meta, history, kinds, rules)
     except Exception as exc:  # noqa: BLE001 - anything we cannot classify is poison, never a loop
-        return _poison(raw, meta, history, "bad_payload", f"unclassifiable: {type(exc).__name__}")
+        kind = kinds.get(meta.kind)
+        return _poison(raw, meta, history, "bad_payload", f"unclassifiable: {type(exc).__name__}",
+                       envelopes=kind.envelopes if kind is not None else True)
 
 
 def _judge(raw: bytes, meta: DeliveryMeta, history: History, kinds: Mapping[str, MessageKind],
@@ -294,14 +301,14 @@ def _judge(raw: bytes, meta: DeliveryMeta, history: History, kinds: Mapping[str,
     try:
         job = kind.parse(raw)
     except Exception as exc:  # noqa: BLE001 - RecursionError, UnicodeDecodeError, ValidationError, ...
-        return _poison(raw, meta, history, "bad_payload", describe_invalid(exc))
+        return _poison(raw, meta, history, "bad_payload", describe_invalid(exc), kind.envelopes)
     if 0 < rules.max_deliver <= meta.delivered:  # JetStream would drop a NAK of its last delivery silently
         return _give_up(raw, meta, history,
-                        f"delivery {meta.delivered} is the last CAIRN_MAX_DELIVER allows; giving up")
+                        f"delivery {meta.delivered} is the last CAIRN_MAX_DELIVER allows; giving up", kind.envelopes)
     refusal = kind.refuse(job)
     if refusal:  # left for a newer instance: not a failure of the job
         return Settle(nak(kind.refused_delay_s, reason=refusal, failure=False), history=history)
     if gives_up(history.failures, rules.term_after_deliveries):
         return _give_up(raw, meta, history,
-                        f"failed on {history.failures} of {meta.delivered} deliveries; giving up")
+                        f"failed on {history.failures} of {meta.delivered} deliveries; giving up", kind.envelopes)
     return Dispatch(job, kind.dump(job), history)

@@ -19,7 +19,10 @@ fetched from arrival to disposition (contract §3 ack discipline, C1, C2, C4):
   Redis being unreachable is not a bug: a NAK that does not count;
 * a Redis or NATS outage is ridden out, never a reason to exit (R1): every
   failure is reported to one :class:`workers.outage.Outage` per service, which
-  logs the start and the end of the outage once; held messages stay held.
+  logs the start and the end of the outage once; held messages stay held;
+* a subject NATS refuses (``Permissions Violation``) is no outage: it is
+  reported once and recorded as a fault (:mod:`workers.cairn.refusals`); at
+  start it stops the bridge with one line (exit ``EXIT_PERMISSION_REFUSED``).
 
 What the bridge needs from Celery is injected (:class:`TaskSenders` and the
 result backend), as the Voicy bridge is given its dispatchers: this package
@@ -55,9 +58,11 @@ from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
 from workers.cairn.disposition import MIN_NAK_DELAY_S, Disposition, nak
 from workers.cairn.handlers.failure import ENVELOPE_FAILED_NAK_DELAY_S
-from workers.cairn.nats_conn import NATS_UNAVAILABLE, connect_options
+from workers.cairn.nats_conn import NATS_UNAVAILABLE, connect_options, fault_recorder
 from workers.cairn.outcomes import LEASE_NAMESPACE, AsyncOutcomeLedger
+from workers.cairn.refusals import BRIDGE_ROLE, PermissionRefused, Refusals, fault_component
 from workers.cairn.settings import CairnSettings, load_cairn_settings
+from workers.faults import clear_fault
 from workers.lease import Leases
 from workers.logs import redact
 from workers.providers.base import Provider
@@ -73,6 +78,7 @@ EXIT_INCOMPATIBLE_CORE = 3
 EXIT_LOOP_FAILED = 4
 INITIAL_CONNECT_TIMEOUT_S = 30.0
 EXIT_NATS_UNREACHABLE = 5
+EXIT_PERMISSION_REFUSED = 6
 
 
 Consumption = tuple[JobConsumer, MessageKind]  # a durable consumer and how admission reads its messages
@@ -135,6 +141,9 @@ class CairnBridge:
         self.redis_outage = Outage("Redis")
         self.nats_outage = Outage("NATS")
         self._closing = False  # our own drain disconnects: not an outage
+        # Permissions Violations: permanent, reported once each, recorded as faults (workers.cairn.refusals).
+        self.refusals = Refusals(fault_component(BRIDGE_ROLE, settings.worker_name),
+                                 record=fault_recorder(settings))
 
     # ------------------------------------------------------------------ lifecycle
     async def _connect(self) -> nats.NATS | None:
@@ -172,7 +181,8 @@ class CairnBridge:
         self.execution = Execution(self.senders.job, self.results, leases, self._aredis,
                                    float(s.task_start_deadline_s), self.shutdown,
                                    redis_outage=self.redis_outage, lease_ttl_s=float(s.lease_ttl_s))
-        self.envelopes = Envelopes(s, self.provider, LoopNats(asyncio.get_running_loop(), nc, self.js))
+        self.envelopes = Envelopes(s, self.provider, LoopNats(asyncio.get_running_loop(), nc, self.js,
+                                                              self.refusals))
         exchange = subjects.oauth_exchange_subject(s.provider, s.worker_name)
         config = ResponderConfig(subjects.discover_subject(s.provider, s.worker_name),
                                  exchange if links_oauth_accounts(self.provider) else None,
@@ -189,10 +199,13 @@ class CairnBridge:
         self._wire(self.nc)
         try:
             await self.results.start()
-            await check_core_release(self.js, self.settings.release)
-            await ensure_consumers(self.js, self.consumers, self.ack_wait_s, self.settings.max_deliver)
+            # Refused at start (the permissions lack a subject): stop with one line (main), never retry.
+            await self.refusals.guard(check_core_release(self.js, self.settings.release), claim=True)
+            await ensure_consumers(self.js, self.consumers, self.ack_wait_s, self.settings.max_deliver,
+                                   self.refusals)
             await self.responders.start()
             await self._start_replies()
+            await asyncio.to_thread(clear_fault, self._sync_redis, self.refusals.component)
             loops = [asyncio.create_task(self._pull_loop(c), name=f"pull-{c.kind}") for c in self.consumers]
             for loop_task in loops:
                 loop_task.add_done_callback(self._loop_ended)
@@ -229,6 +242,8 @@ class CairnBridge:
         self._reply_subs.clear()
 
     async def _nats_error(self, exc: Exception) -> None:
+        if self.refusals.note(exc):  # a Permissions Violation: permanent, reported once (not an outage)
+            return
         if isinstance(exc, NATS_UNAVAILABLE) or self.nats_outage.down:
             self.nats_outage.failed("connection", exc)  # every failed reconnect attempt: logged once
         else:
@@ -240,6 +255,7 @@ class CairnBridge:
         self.nats_outage.failed("disconnected; reconnecting")
 
     async def _nats_reconnected(self) -> None:
+        self.refusals.clear()  # a new connection (a new JWT under auth-callout): permissions may differ
         self._resubscribe = True  # pull subscriptions may not resume by themselves (nats.py#504)
         self.nats_outage.ok()
         log.info("NATS reconnected")
@@ -416,3 +432,7 @@ def main(senders: TaskSenders, backend: Any, extra: Sequence[Consumption] = (),
         log.error("refusing to start: %s", exc)
         print(f"switchyard cairn bridge: refusing to start: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_INCOMPATIBLE_CORE) from None
+    except PermissionRefused as exc:  # one line (the refusal was claimed, not logged): no traceback
+        log.error("refusing to start: %s (core's worker template, contract §1); nothing was consumed, the pool's "
+                  "jobs stay queued", exc)
+        raise SystemExit(EXIT_PERMISSION_REFUSED) from None

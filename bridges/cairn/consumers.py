@@ -5,7 +5,11 @@ on the exact subject, with a *shared* durable name so every instance of the
 pool binds the same consumer (CAIRN_JOBS is a work queue and refuses a second
 consumer on one filter). Created with create-or-update on every start, so a
 restart with changed ``AckWait``/``MaxDeliver`` applies them (``pull_subscribe``
-alone silently keeps an existing durable's old config, ecosystem §2.1).
+alone silently keeps an existing durable's old config, ecosystem §2.1), and
+always in the filtered form ``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``,
+the only one core's permission template grants (contract §1). The pull loops
+bind with ``pull_subscribe_bind``, which makes no JetStream API call beyond
+``CONSUMER.MSG.NEXT`` and the acks.
 
 A consumer names its stream: job subjects live on ``CAIRN_JOBS``; a second
 consumer kind (webhook events on ``CAIRN_WEBHOOKS``) is one more
@@ -23,6 +27,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from workers.cairn import subjects
+from workers.cairn.refusals import Refusals
 from workers.cairn.settings import CairnSettings
 from workers.providers.base import Provider
 
@@ -30,6 +35,7 @@ log = logging.getLogger(__name__)
 
 STREAM_JOBS = subjects.JOBS_STREAM
 REQUIRED_KINDS = (subjects.FETCH_SOURCE, subjects.RECONCILE)  # MUST for every pool (§3)
+CONSUMER_CREATE_API = "$JS.API.CONSUMER.CREATE"
 
 
 @dataclass(frozen=True)
@@ -56,21 +62,40 @@ def pool_consumers(settings: CairnSettings, provider: Provider) -> list[JobConsu
     return job_consumers(name, [(k, subjects.job_subject(k, prov, name)) for k in kinds])
 
 
+def create_subject(consumer: JobConsumer) -> str:
+    """``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``: the only consumer creation core's
+    permission template grants a worker (contract §1, §3: filtered, on the pool's own subjects)."""
+    return f"{CONSUMER_CREATE_API}.{consumer.stream}.{consumer.durable}.{consumer.subject}"
+
+
 def consumer_config(consumer: JobConsumer, ack_wait_s: float, max_deliver: int) -> ConsumerConfig:
-    """MaxDeliver is always sent, ``-1`` (unlimited, the default, as the Strava worker's) included,
+    """``name`` (= the durable) and the filter make nats-py send the filtered
+    ``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`` (:func:`create_subject`); with
+    ``durable_name`` alone it sends the legacy ``CONSUMER.DURABLE.CREATE``, which the template
+    refuses (issue 14: under production permissions the pool did not start).
+
+    MaxDeliver is always sent, ``-1`` (unlimited, the default, as the Strava worker's) included,
     so a restart moves an existing durable back to it. Unlimited because rate-limit waits do not
     count towards our term: a finite value would let JetStream drop such a job silently (a
     max-delivered message gets no envelope and sits in the work queue forever). An operator's
     finite value is above ``CAIRN_TERM_AFTER_DELIVERIES`` and its last delivery is termed by us."""
-    return ConsumerConfig(durable_name=consumer.durable, filter_subject=consumer.subject,
+    return ConsumerConfig(name=consumer.durable, durable_name=consumer.durable, filter_subject=consumer.subject,
                           ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
                           ack_wait=ack_wait_s, max_deliver=max_deliver)
 
 
 async def ensure_consumers(js: JetStreamContext, consumers: Iterable[JobConsumer], ack_wait_s: float,
-                           max_deliver: int) -> None:
-    """Create or update every durable (idempotent; several instances may race here)."""
+                           max_deliver: int, refusals: Refusals | None = None) -> None:
+    """Create or update every durable (idempotent; several instances may race here).
+
+    A creation NATS refuses raises :class:`~workers.cairn.refusals.PermissionRefused` at once
+    (``refusals``: the connection's), for the caller to report: the bridge stops with one line.
+    """
     for consumer in consumers:
-        await js.add_consumer(consumer.stream, consumer_config(consumer, ack_wait_s, max_deliver))
+        create = js.add_consumer(consumer.stream, consumer_config(consumer, ack_wait_s, max_deliver))
+        if refusals is None:
+            await create
+        else:
+            await refusals.guard(create, create_subject(consumer), claim=True)
         log.info("consumer %s on %s ready (AckWait %.1fs, MaxDeliver %s)", consumer.durable,
                  consumer.subject, ack_wait_s, max_deliver if max_deliver > 0 else "unlimited")

@@ -16,23 +16,31 @@ from typing import Any
 from bridges.cairn.admission import DeliveryMeta, Envelope
 from workers.cairn.handlers.context import Delivery, JobContext
 from workers.cairn.handlers.failure import publish_failure
+from workers.cairn.refusals import PermissionRefused, Refusals
 from workers.providers.base import Provider
 
 log = logging.getLogger(__name__)
 
 
 class LoopNats:
-    """What a ``JobContext`` needs of a ``NatsThread`` (``run``, ``nc``, ``js``), on the bridge's loop."""
+    """What a ``JobContext`` needs of a ``NatsThread`` (``run``, ``nc``, ``js``, ``refusals``), on the
+    bridge's loop; ``refusals`` are the bridge connection's (``workers.cairn.refusals``)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, nc: Any, js: Any) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, nc: Any, js: Any, refusals: Refusals | None = None) -> None:
         self._loop, self.nc, self.js = loop, nc, js
+        self.refusals = refusals
 
     def run(self, coro: Any, timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
 
 class Envelopes:
-    """Publishes the envelope of a message the bridge terms; True once core's stream has it."""
+    """Publishes the envelope of a message the bridge terms.
+
+    ``publish`` is True when the term may go ahead: core's stream has the envelope, or NATS
+    *refuses* its subject, which no retry changes (the connection reported the refusal once,
+    loudly, and recorded it as a fault; a NAK would loop for ever). False: try again later.
+    """
 
     def __init__(self, settings: Any, provider: Provider, nats: LoopNats) -> None:
         self._ctx = JobContext(settings=settings, nats=nats, redis=None, provider=provider,
@@ -46,6 +54,9 @@ class Envelopes:
     async def publish(self, meta: DeliveryMeta, envelope: Envelope) -> bool:
         try:
             await asyncio.to_thread(self._publish, meta, envelope)
+        except PermissionRefused as exc:
+            log.info("%s seq %d: termed without its failure envelope: %s", meta.kind, meta.seq, exc)
+            return True
         except Exception as exc:  # noqa: BLE001 - no envelope, no term: the caller NAKs
             log.warning("%s failure envelope for seq %d not published: %s", meta.kind, meta.seq,
                         type(exc).__name__)

@@ -9,7 +9,9 @@ tells the bridge what to consume and how admission reads it.
   shared by every instance (a work queue, like CAIRN_JOBS). Its messages go
   through the same admission, ledger, lease, failure count and settle as jobs;
   admission parses them with ``workers.cairn.webhooks.parse_event`` (an
-  undecodable envelope or event is poison: envelope + term), and the pool
+  undecodable envelope or event is poison: a term, and no failure envelope,
+  because a webhook event has no import-queue item and no result subject),
+  and the pool
   runs the admitted job with ``handlers.HANDLERS["webhook_event"]``. Only when
   the provider's webhooks are enabled (Strava: a verify token is configured),
   so a pool without one never holds Strava's events.
@@ -47,7 +49,10 @@ def consumptions(settings: Any) -> list[Consumption]:
     rules = wh.rules_for(settings.provider)
     if rules is None or not rules.enabled:
         return []
-    kind = MessageKind(wh.KIND, parse=lambda raw: wh.parse_event(raw, rules))
+    # No failure envelope: contract §6's envelope exists to fail an import-queue item, and a webhook
+    # event has none; nor does any contract section give it a result subject (the template grants
+    # none: cairn.results.webhook_event.* would be refused). Reference §3.14: undecodable → Term.
+    kind = MessageKind(wh.KIND, parse=lambda raw: wh.parse_event(raw, rules), envelopes=False)
     return [(webhook_consumer(settings), kind)]
 
 

@@ -20,6 +20,8 @@ JetStream publish (PubAck, dedup); other subjects are core NATS. A JetStream
 publish to a subject no stream captures waits for an ack that never comes and
 delivers twice on retry, so :class:`PublishRouter` asks the server once per
 subject (``$JS.API.STREAM.NAMES`` with a subject filter) and caches the answer.
+A subject NATS refuses raises :class:`~workers.cairn.refusals.PermissionRefused`
+(permanent), never a :class:`PublishError`.
 
 Everything here is synchronous on top of :class:`~workers.cairn.nats_conn.NatsThread`
 (Celery tasks are sync); the connection objects are resolved in the calling
@@ -49,6 +51,7 @@ from workers.cairn.messages import (
 )
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.nats_conn import CoreRequestError, request_json
+from workers.cairn.refusals import PermissionRefused, guarded
 from workers.errors import PermanentJobError, RetryableJobError
 
 RESULT_CONTENT_TYPE = "application/json"
@@ -160,13 +163,16 @@ class PublishRouter:
         body = json.dumps({"subject": subject}).encode()
 
         async def ask() -> Any:
-            return await nc.request(subjects.STREAM_NAMES_API, body, timeout=STREAM_LOOKUP_TIMEOUT_S)
+            return await guarded(self._nats, nc.request(subjects.STREAM_NAMES_API, body,
+                                                        timeout=STREAM_LOOKUP_TIMEOUT_S), subjects.STREAM_NAMES_API)
 
         self.lookups += 1
         try:
             msg = self._nats.run(ask(), STREAM_LOOKUP_TIMEOUT_S + 1.0)
         except nats.errors.NoRespondersError:
             return None  # no JetStream on this server: nothing captures anything
+        except PermissionRefused:
+            raise  # permanent: reported once by the connection, never retried as transient
         except Exception as exc:  # noqa: BLE001 - timeout, disconnected: retry later, cache nothing
             raise PublishError(f"stream lookup for {subject}: {type(exc).__name__}") from None
         try:
@@ -189,21 +195,29 @@ class PublishRouter:
             js = self._nats.js
 
             async def js_publish() -> Any:
-                return await js.publish(subject, data, timeout=timeout_s, headers=all_headers or None)
+                return await guarded(self._nats, js.publish(subject, data, timeout=timeout_s,
+                                                            headers=all_headers or None), subject)
 
             try:
                 return self._nats.run(js_publish(), timeout_s + 1.0)
+            except PermissionRefused:
+                raise
             except Exception as exc:  # noqa: BLE001 - timeout, stream gone, disconnected: all transient
                 self.forget(subject)  # the stream may have changed; ask again next time
                 raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
         nc = self._nats.nc
 
         async def core_publish() -> None:
-            await nc.publish(subject, data, headers=all_headers or None)
-            await nc.flush(timeout=timeout_s)
+            async def publish_and_flush() -> None:
+                await nc.publish(subject, data, headers=all_headers or None)
+                await nc.flush(timeout=timeout_s)  # a refusal's -ERR arrives before the flush's PONG
+
+            await guarded(self._nats, publish_and_flush(), subject)
 
         try:
             self._nats.run(core_publish(), timeout_s + 1.0)
+        except PermissionRefused:
+            raise
         except Exception as exc:  # noqa: BLE001
             raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
         return None

@@ -9,7 +9,10 @@ coroutines to it and waits for the result.
 ``request_json`` is the one way sync code asks core something over
 request/reply (tokens, creds, presign): JSON in, a JSON object out, and a
 ``Nats-Error`` reply (core's refusal: plain text body plus that header,
-reference §2.4) or no reply at all becomes :class:`CoreRequestError`.
+reference §2.4) or no reply at all becomes :class:`CoreRequestError`. A
+subject NATS itself refuses (``Permissions Violation``) is
+:class:`~workers.cairn.refusals.PermissionRefused`, permanent, reported once
+(``workers.cairn.refusals``).
 
 Authentication (reference/cairn.md §2.11, §3.1): production sends
 ``CAIRN_WORKER_ENROLLMENT_TOKEN`` as the CONNECT token with the worker name as
@@ -24,17 +27,20 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import nats
 import nkeys
 from nats.errors import ConnectionClosedError, StaleConnectionError, UnexpectedEOF
 
+from workers.cairn.refusals import POOL_ROLE, PermissionRefused, Refusals, fault_component, guarded
 from workers.cairn.settings import CairnSettings
 from workers.errors import RetryableJobError
+from workers.faults import record_fault
 from workers.logs import redact
 from workers.outage import Outage
+from workers.redisconn import sync_client
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -105,17 +111,20 @@ class NatsThread:
         self._lock = threading.Lock()
         self._closed = False
         self.outage = Outage("NATS")
+        self.refusals = Refusals(fault_component(POOL_ROLE, settings.worker_name), record=fault_recorder(settings))
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the connection's loop and return its result (raises its exception).
 
+        A refusal NATS reports meanwhile raises :class:`PermissionRefused` at once (a process
+        runs one job at a time: what was refused is what this call did), never a timeout.
         Never call it from the loop thread itself (a coroutine waiting on its own loop deadlocks).
         """
         if self.loop.is_closed():
             coro.close()
             raise RuntimeError("NatsThread is closed")
         try:
-            return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+            return asyncio.run_coroutine_threadsafe(self.refusals.guard(coro), self.loop).result(timeout)
         except nats.errors.OutboundBufferLimitError:  # refused while reconnecting (NO_RECONNECT_BUFFER)
             raise NatsUnavailableError("NATS is reconnecting; nothing was sent") from None
 
@@ -136,7 +145,11 @@ class NatsThread:
         (every ``RECONNECT_WAIT_S`` in every pool process); an outage is logged once instead."""
         outage = self.outage
 
+        refusals = self.refusals
+
         async def error_cb(exc: Exception) -> None:
+            if refusals.note(exc):  # a Permissions Violation: permanent, reported once (not an outage)
+                return
             if isinstance(exc, NATS_UNAVAILABLE) or outage.down:
                 outage.failed("connection", exc)
             else:
@@ -148,6 +161,7 @@ class NatsThread:
             outage.failed("disconnected; reconnecting")
 
         async def reconnected_cb() -> None:
+            refusals.clear()  # a new connection (a new JWT under auth-callout): permissions may differ
             outage.ok()
 
         return {"error_cb": error_cb, "disconnected_cb": disconnected_cb, "reconnected_cb": reconnected_cb}
@@ -192,6 +206,19 @@ class NatsThread:
             self.loop.close()
 
 
+def fault_recorder(settings: CairnSettings) -> Callable[[str, str], None]:
+    """Records a refusal as a standing fault (``workers.faults``) in the fleet's Redis; a client per
+    call: refusals are rare, and the caller runs it off the event loop."""
+    def record(component: str, detail: str) -> None:
+        client = sync_client(settings.redis_url)
+        try:
+            record_fault(client, component, detail)
+        finally:
+            client.close()
+
+    return record
+
+
 def request_json(nats: Any, subject: str, body: dict[str, Any],
                  timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
     """Core request/reply from sync code: ``body`` as compact JSON, the reply as a JSON object.
@@ -204,10 +231,12 @@ def request_json(nats: Any, subject: str, body: dict[str, Any],
     nc = nats.nc
 
     async def call() -> Any:
-        return await nc.request(subject, data, timeout=timeout_s)
+        return await guarded(nats, nc.request(subject, data, timeout=timeout_s), subject)
 
     try:
         msg = nats.run(call(), timeout_s + LOOP_HANDOFF_S)
+    except PermissionRefused:
+        raise  # permanent: never a "try again" CoreRequestError
     except Exception as exc:  # noqa: BLE001 - timeout, no responders, disconnected
         raise CoreRequestError(f"request {subject}: {type(exc).__name__}") from None
     refused = (getattr(msg, "headers", None) or {}).get(NATS_ERROR_HEADER)

@@ -34,6 +34,7 @@ from workers.cairn import subjects
 from workers.cairn.messages import ManifestRecord, PresenceRecord
 from workers.cairn.nats_conn import NATS_UNAVAILABLE, NatsThread, NatsUnavailableError
 from workers.cairn.pool import PoolContext
+from workers.cairn.refusals import PermissionRefused
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
 from workers.cairn.webhooks import presence_flag
 from workers.logs import describe
@@ -169,9 +170,10 @@ class PresenceTimer:
                 written = self._write() is not None
             except Exception as exc:  # noqa: BLE001 - NATS away: the next interval tries again
                 if not self._failing:
-                    # NATS away is expected: its traceback only at DEBUG. Anything else is a bug of
-                    # ours and shows its traceback once (it once hid an AttributeError for good).
-                    expected = isinstance(exc, NATS_UNAVAILABLE) or isinstance(exc, NatsUnavailableError)
+                    # NATS away, or a refusal (reported at ERROR by the connection), is expected: its
+                    # traceback only at DEBUG. Anything else is a bug of ours and shows its traceback
+                    # once (it once hid an AttributeError for good).
+                    expected = isinstance(exc, (*NATS_UNAVAILABLE, NatsUnavailableError, PermissionRefused))
                     log.warning("presence write failed (%s); retrying every %.0fs", describe(exc),
                                 self.interval_s, exc_info=None if expected else exc)
                     if expected:

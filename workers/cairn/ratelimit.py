@@ -28,6 +28,7 @@ from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequen
 
 from workers.cairn import subjects
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.refusals import PermissionRefused
 from workers.providers.errors import ProviderRateLimited, ProviderTransientError
 from workers.providers.windows import RateWindow, WindowUsage
 from workers.cairn.disposition import MIN_NAK_DELAY_S
@@ -106,6 +107,8 @@ class RateLimiter:
         if self._kv is None:
             try:
                 self._kv = self._nats.run(self._nats.js.key_value(subjects.RATE_LIMIT_BUCKET), KV_TIMEOUT_S)
+            except PermissionRefused:
+                raise  # permanent (workers.cairn.refusals): not "try again later"
             except Exception as exc:  # noqa: BLE001 - no bucket yet (core not up), timeout, disconnected
                 raise BudgetUnavailable(f"{subjects.RATE_LIMIT_BUCKET} KV: {type(exc).__name__}") from None
         return self._kv

@@ -40,7 +40,8 @@ CORE_INFO_KEY = "info"
 # worker used no queue group and every instance answered).
 DISCOVER_QUEUE = "discover"
 OAUTH_EXCHANGE_QUEUE = "oauth_exchange"
-SOURCE_DELETED_UPSTREAM = "cairn.events.source.deleted_upstream"
+# No cairn.events.* subject is the pool's: the published worker's ``source.deleted_upstream`` is
+# outside core's 0.7 template (a deletion travels as a fetch_source: workers.cairn.webhooks._apply).
 NEEDS_REAUTH_EVENT = "cairn.events.external_account.needs_reauth"
 
 
@@ -162,10 +163,6 @@ def backfill_subjob_msg_id(provider: str, account_id: str, ext_id: str) -> str:
 
 def webhook_fetch_msg_id(provider: str, owner_id: str, object_id: str) -> str:
     return f"fetch:{provider}:{owner_id}:{object_id}"
-
-
-def deleted_upstream_msg_id(provider: str, ext_id: str) -> str:
-    return f"deleted:{provider}:{ext_id}"
 
 
 def failure_msg_id(provider: str, job_id: str, delivery: int) -> str:

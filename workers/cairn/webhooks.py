@@ -11,18 +11,21 @@ This module owns what every provider's webhooks share: decoding the envelope,
 the verify reply's wire shape, the account lookup (an event names the
 provider's owner, not a Cairn account), and turning an action into the
 contract's messages — a ``fetch_source`` sub-job with ``reason: "webhook"``
-on the pool's own job subject (deterministic ``job_id`` = ``Nats-Msg-Id``),
-``cairn.events.source.deleted_upstream``, or ``cairn.tokens.<p>.needs_reauth``.
+on the pool's own job subject (deterministic ``job_id`` = ``Nats-Msg-Id``;
+a deletion too: see ``_apply``), or ``cairn.tokens.<p>.needs_reauth``. Only
+subjects core's permission template grants (contract §1).
 What an event *means* is the provider's (``workers.providers.<name>.webhooks``,
 found by :func:`rules_for`, so this module imports no provider).
 
 :func:`handle_event` returns a :class:`Disposition`, like every job handler:
 the bridge applies it. :func:`parse_event` is admission's parser for the
 webhook consumer kind (``bridges.cairn.webhooks``): an undecodable envelope or
-event is poison there (failure envelope + term). A lookup
+event is poison there: termed, without a failure envelope (a webhook event has no
+import-queue item to fail and no result subject; ``bridges.cairn.webhooks``). A lookup
 that says ``not_found`` / ``auto_import_suspended`` / anything else, or times
 out, is acked and dropped with one log line (Strava does not redeliver; the
-next reconcile catches up). A publish that fails is a transient NAK.
+next reconcile catches up). A publish that fails is a transient NAK; one NATS
+refuses (``Permissions Violation``) is a term, reported once by the connection.
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workers.cairn import subjects
-from workers.cairn.disposition import Disposition, ack, nak
+from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.pool import PoolContext
+from workers.cairn.refusals import PermissionRefused
+from workers.logs import describe
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +58,7 @@ PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take our publish: retry s
 MIN_COALESCE_NAK_S = 1.0
 WEBHOOK_REASON = "webhook"
 DEAUTHORIZED_REASON = "deauthorized"
+DELETE_TAG_PREFIX = "d"  # a deletion's fetch: ``webhook:…:<object>:d<event_time>``
 MAX_LOG_TOKEN_CHARS = 64
 
 
@@ -196,10 +202,6 @@ def webhook_job_id(provider: str, worker_name: str, owner_id: str, object_id: st
     return f"webhook:{provider}:{worker_name}:{owner_id}:{object_id}:{tag}"
 
 
-def deleted_msg_id(provider: str, account_id: str, object_id: str) -> str:
-    return f"source_deleted:{provider}:{account_id}:{object_id}"
-
-
 # --------------------------------------------------------------------------- lookup
 
 @dataclass(frozen=True)
@@ -232,8 +234,8 @@ def lookup_account(ctx: JobContext, owner_id: str, subscription_id: str) -> tupl
 def parse_event(raw: bytes, rules: WebhookRules | None) -> WebhookJob:
     """Admission's parser for the webhook consumer kind: envelope → provider event → job.
 
-    Raises on anything undecodable (the bridge's admission then publishes a
-    failure envelope and terms the message: never a redelivery loop).
+    Raises on anything undecodable (the bridge's admission then terms the message,
+    without an envelope for this kind: never a redelivery loop).
     """
     if rules is None:
         raise ValueError("this pool has no webhook rules")
@@ -258,29 +260,41 @@ def handle_event(ctx: JobContext, job: WebhookJob | dict[str, Any], delivery: An
         return ack(f"dropped: {why}")
     try:
         return _apply(ctx, job, account)
-    except Exception as exc:  # noqa: BLE001 - every publish failure is transient
-        log.warning("webhook %s not published: %s", job.action, type(exc).__name__)
+    except PermissionRefused as exc:  # permanent: reported once by the connection; a NAK would loop
+        return term(f"webhook {job.action}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - every other publish failure is transient
+        log.warning("webhook %s not published: %s", job.action, describe(exc))
         return nak(PUBLISH_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}")
+
+
+def _enqueue_fetch(ctx: JobContext, job: WebhookJob, account: Account, tag: str) -> str:
+    """A ``fetch_source`` sub-job on the pool's own job subject (contract §3: webhooks enqueue there)."""
+    provider = ctx.provider_name
+    job_id = webhook_job_id(provider, ctx.worker_name, job.owner_id, job.object_id, tag)
+    body = {"job_id": job_id, "account_id": account.account_id, "user_id": account.user_id,
+            "provider": provider, "ext_id": job.object_id, "fetch_streams": True, "reason": WEBHOOK_REASON}
+    ctx.publish(subjects.job_subject(subjects.FETCH_SOURCE, provider, ctx.worker_name),
+                json.dumps(body, separators=(",", ":")).encode(), job_id)
+    return job_id
 
 
 def _apply(ctx: JobContext, job: WebhookJob, account: Account) -> Disposition:
     provider = ctx.provider_name
     if job.action == FETCH:
-        job_id = webhook_job_id(provider, ctx.worker_name, job.owner_id, job.object_id, job.tag)
-        body = {"job_id": job_id, "account_id": account.account_id, "user_id": account.user_id,
-                "provider": provider, "ext_id": job.object_id, "fetch_streams": True,
-                "reason": WEBHOOK_REASON}
-        ctx.publish(subjects.job_subject(subjects.FETCH_SOURCE, provider, ctx.worker_name),
-                    json.dumps(body, separators=(",", ":")).encode(), job_id)
+        _enqueue_fetch(ctx, job, account, job.tag)
         log.info("webhook: fetch_source %s enqueued for account %s", job.object_id, account.account_id)
         return ack(f"fetch enqueued ({job.tag})")
     if job.action == DELETE:
-        body = {"account_id": account.account_id, "user_id": account.user_id, "provider": provider,
-                "ext_id": job.object_id, "event_time": job.event_time}
-        ctx.publish(subjects.SOURCE_DELETED_UPSTREAM, json.dumps(body, separators=(",", ":")).encode(),
-                    deleted_msg_id(provider, account.account_id, job.object_id))
-        log.info("webhook: source %s deleted upstream (account %s)", job.object_id, account.account_id)
-        return ack("deleted upstream")
+        # Contract 0.7 defines no deletion subject (the published worker's
+        # cairn.events.source.deleted_upstream is outside core's template, and core has no
+        # subscriber for it). What it does define: webhooks enqueue fetch_source on the pool's own
+        # subject, and a fetch that can never succeed ends in a §6 failure envelope. So the
+        # deletion is fetched: the provider answers not found, and core receives a NOT_FOUND
+        # envelope naming the account and activity on the pool's result subject.
+        _enqueue_fetch(ctx, job, account, job.tag or f"{DELETE_TAG_PREFIX}{job.event_time}")
+        log.info("webhook: source %s deleted upstream (account %s); fetch_source enqueued so core hears "
+                 "not_found", job.object_id, account.account_id)
+        return ack("deleted upstream: fetch enqueued")
     reply = ctx.request(subjects.token_subject(provider, "needs_reauth"),
                         {"account_id": account.account_id, "reason": DEAUTHORIZED_REASON}, NEEDS_REAUTH_TIMEOUT_S)
     if reply.get("ok") is False:

@@ -107,12 +107,17 @@ async def create_or_update_stream(js: JetStreamContext, config: StreamConfig) ->
 
 
 async def create_bucket(js: JetStreamContext, spec: BucketSpec) -> None:
-    """Create the KV bucket; an existing one (e.g. a previous dev run) is reused as is."""
+    """Create the KV bucket; an existing one (e.g. a previous dev run) is reused as is.
+
+    With direct get allowed, as nats.go (core's client) creates every KV bucket: a key is read on
+    ``$JS.API.DIRECT.GET.<stream>.<key subject>``, a subject the worker template can scope to the
+    pool's own keys (the stream-wide ``STREAM.MSG.GET`` could not be).
+    """
     try:
         await js.key_value(spec.name)
     except (NotFoundError, BadRequestError):
         await js.create_key_value(KeyValueConfig(bucket=spec.name, ttl=spec.ttl_s, history=spec.history,
-                                                 storage=StorageType.FILE))
+                                                 storage=StorageType.FILE, direct=True))
 
 
 async def bootstrap(js: JetStreamContext, release_info: dict[str, Any], *,

@@ -27,6 +27,7 @@ from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable
 from workers.cairn.disposition import Disposition, nak, term
 from workers.cairn.handlers.context import Delivery, JobContext, reconcile_result_subject, result_subject
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.refusals import PermissionRefused
 from workers.cairn.subjects import failure_msg_id
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import redact
@@ -89,9 +90,17 @@ def publish_failure(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *,
 
 def terminate(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *, code: str, message: str,
               error_class: str = "ERROR_CLASS_INVALID_INPUT") -> Disposition:
-    """Envelope then Term; if the envelope cannot be published, NAK (never Term silently)."""
+    """Envelope then Term; if the envelope cannot be published, NAK (never Term silently).
+
+    Unless NATS *refuses* the envelope's subject: that is permanent, and a NAK would loop for
+    ever. The refusal was reported once, at ERROR, and recorded as a fault
+    (``workers.cairn.refusals``); the job is termed without its envelope.
+    """
     try:
         publish_failure(ctx, kind, job, delivery, code=code, message=message, error_class=error_class)
+    except PermissionRefused as exc:
+        log.info("%s job terminated without its failure envelope: %s", kind, exc)
+        return term(f"{code}: {redact(message)[:MESSAGE_MAX_CHARS]}; no envelope: {exc}")
     except Exception as exc:  # noqa: BLE001 - no envelope, no Term: core would mask the cause
         log.warning("%s failure envelope not published (%s); nak", kind, type(exc).__name__)
         return nak(ENVELOPE_FAILED_NAK_DELAY_S, reason=f"failure envelope not published: {code}")
@@ -105,6 +114,8 @@ def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, ex
         delay = exc.delay_s()
         log.info("%s rate limited (%s window); nak %.0fs", kind, exc.window, delay)
         return nak(delay, reason=f"rate_limited: {exc.window} window", failure=False)  # waiting is not failing
+    if isinstance(exc, PermissionRefused):  # permanent: never a NAK loop (reported once by the connection)
+        return terminate(ctx, kind, job, delivery, code=exc.code, message=str(exc), error_class=exc.error_class)
     if isinstance(exc, CredentialsUnavailable):
         return nak(exc.retry_after_s or TRANSIENT_NAK_DELAY_S, reason=str(exc))
     if isinstance(exc, CredentialsRevoked):
