@@ -10,21 +10,25 @@ define their own ``strava`` (e.g. one behind a gate) instead of this one.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import nats
 import pytest
 import redis
 
+from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
 from workers.cairn.handlers import JobContext
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.ratelimit import RateLimiter
 from workers.cairn.settings import CairnSettings
+from workers.cairn.subjects import RATE_LIMIT_BUCKET
 from workers.providers.strava.provider import StravaProvider
 from workers.providers.strava.settings import StravaSettings
 
@@ -36,15 +40,20 @@ INGEST_TIMEOUT_S = 15.0
 @contextlib.contextmanager
 def job_context(nats_url: str, redis_url: str, strava: FakeStrava, pool: str, *,
                 fresh_budget: bool = True, **settings: Any) -> Iterator[JobContext]:
-    """One pool instance's context (what ``build_context`` makes in a worker process)."""
+    """One pool instance's context (what ``build_context`` makes in a worker process), logged in
+    as the pool's worker user on a dev nats-server: core's permission template (contract §1)."""
+    server = services.started_nats(nats_url)
+    if server is not None:
+        login = services.nats_login(server, PROVIDER, pool)
+        settings = {"nats_user": login.user, "nats_password": login.password} | settings
     cairn = CairnSettings(nats_url=nats_url, provider=PROVIDER, worker_name=pool, worker_package=PACKAGE,
                           **settings)
     nt = NatsThread(cairn)
     provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=pool, package=PACKAGE)
     limiter = RateLimiter(nt, cairn, provider.rate_windows())
-    kv = limiter._bucket()  # open the KV bucket off the loop thread (see context._build)
+    limiter._bucket()  # open the KV bucket off the loop thread (see context._build)
     if fresh_budget:
-        forget_budget(nt, kv)  # a fresh shared budget (a 429 test exhausts it)
+        forget_budget(nt)  # a fresh shared budget (a 429 test exhausts it)
     client = redis.Redis.from_url(redis_url)
     context = JobContext(settings=cairn, nats=nt, redis=client, provider=provider,
                          http=provider.new_http_client(), limiter=limiter)
@@ -57,16 +66,23 @@ def job_context(nats_url: str, redis_url: str, strava: FakeStrava, pool: str, *,
         nt.close()
 
 
-def forget_budget(nt: NatsThread, kv: Any) -> None:
+def forget_budget(nt: NatsThread, kv: Any = None) -> None:
+    """Empty the shared budget as core (or an operator) would: listing the bucket's keys is no
+    pool's permission, so on a connection of core's (anonymous on the dev server), not ``nt``'s."""
     async def purge() -> None:
+        nc = await nats.connect(nt.settings.nats_url)
         try:
-            keys = await kv.keys()
-        except Exception:  # noqa: BLE001 - nats NoKeysError: nothing stored yet
-            return
-        for key in keys:
-            await kv.purge(key)
+            bucket = await nc.jetstream().key_value(RATE_LIMIT_BUCKET)
+            try:
+                keys = await bucket.keys()
+            except Exception:  # noqa: BLE001 - nats NoKeysError: nothing stored yet
+                return
+            for key in keys:
+                await bucket.purge(key)
+        finally:
+            await nc.close()
 
-    nt.run(purge(), 10)
+    asyncio.run(purge())
 
 
 class Athlete:

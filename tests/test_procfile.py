@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from deploy.devstack.procs import stop_group
-from deploy.devstack.services import free_port
+from deploy.devstack.services import Service, free_port, nats_login
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -362,12 +362,14 @@ def _create_jobs_stream(nats_url: str) -> None:
     asyncio.run(create())
 
 
-def test_cairn_bridge_starts_with_a_valid_config(redis_url: str, nats_url: str,
+def test_cairn_bridge_starts_with_a_valid_config(redis_url: str, nats_service: Service,
                                                  launch: Callable[..., ProcfileProcess]) -> None:
-    _create_jobs_stream(nats_url)
+    _create_jobs_stream(nats_service.url)
+    pool = f"strava-fetcher-{uuid.uuid4().hex[:6]}"
+    login = nats_login(nats_service, "strava", pool)  # core's worker template for this pool
     bridge = launch("cairn_bridge", fleet_env(
-        redis_url, CAIRN_NATS_URL=nats_url, CAIRN_PROVIDER="strava",
-        CAIRN_WORKER_NAME=f"strava-fetcher-{uuid.uuid4().hex[:6]}", CAIRN_RELEASE="dev"))
+        redis_url, CAIRN_NATS_URL=nats_service.url, CAIRN_PROVIDER="strava",
+        CAIRN_WORKER_NAME=pool, CAIRN_RELEASE="dev", **login.env()))
     bridge.wait_for_output(r"cairn bridge started")
     assert bridge.stop() == 0
     assert "cairn bridge stopped" in bridge.output()

@@ -188,7 +188,17 @@ def start_nats(workdir: Path | None = None, port: int | None = None, *,
         auth.add(pool)
     argv = [find_binary("nats-server"), "-c", str(auth.write())]
     proc = _launch(argv, port)
-    return Service("nats", f"nats://127.0.0.1:{port}", port, proc, workdir, {"argv": argv, "auth": auth})
+    svc = Service("nats", f"nats://127.0.0.1:{port}", port, proc, workdir, {"argv": argv, "auth": auth})
+    _nats_servers[svc.url] = svc
+    return svc
+
+
+_nats_servers: dict[str, Service] = {}  # url → server, for code that was only given the URL
+
+
+def started_nats(url: str) -> Service | None:
+    """The nats-server this process started at ``url`` (None for any other server)."""
+    return _nats_servers.get(url)
 
 
 def nats_auth_of(svc: Service) -> nats_auth.NatsAuth:
