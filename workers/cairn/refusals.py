@@ -93,7 +93,6 @@ class Refusals:
         self.component = component  # the fault's name in ``workers.faults`` (e.g. ``cairn-pool/<worker_name>``)
         self._record = record
         self._seen: dict[str, Refusal] = {}
-        self._names: dict[str, str] = {}  # lower-cased → as we spell it (nats-py lower-cases the report)
         self._waiters: list[_Waiter] = []
 
     def note(self, exc: BaseException) -> bool:
@@ -102,12 +101,14 @@ class Refusals:
         if reported is None:
             return False
         key = reported.subject.lower()
-        refusal = Refusal(reported.op, self._names.get(key, reported.subject))
-        claimed = False
-        for waiter in list(self._waiters):
-            if not waiter.future.done() and (waiter.subject is None or waiter.subject.lower() == key):
-                waiter.future.set_result(refusal)
-                claimed = claimed or waiter.claim
+        waiting = [w for w in self._waiters if not w.future.done()
+                   and (w.subject is None or w.subject.lower() == key)]
+        # nats-py lower-cases the report; a waiter that named the subject knows how we spell it
+        spelled = next((w.subject for w in waiting if w.subject is not None), reported.subject)
+        refusal = Refusal(reported.op, spelled)
+        for waiter in waiting:
+            waiter.future.set_result(refusal)
+        claimed = any(w.claim for w in waiting)
         if key not in self._seen:
             self._seen[key] = refusal
             if not claimed:
@@ -128,8 +129,6 @@ class Refusals:
     async def guard(self, operation: Awaitable[T], subject: str | None = None, *, claim: bool = False) -> T:
         """Await ``operation``; :class:`PermissionRefused` as soon as NATS refuses ``subject`` (any
         subject when None) meanwhile. ``claim``: the caller reports the refusal, ``note`` does not log it."""
-        if subject is not None:
-            self._names[subject.lower()] = subject
         waiter = _Waiter(subject, claim, asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
         task = asyncio.ensure_future(operation)
