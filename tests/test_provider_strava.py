@@ -1,4 +1,4 @@
-"""The Strava provider against the fake Strava API (deploy/devstack/strava.py) on loopback.
+"""The Strava provider against the fake Strava API (deploy/devstack/strava/) on loopback.
 
 Nothing of ours is mocked: the provider, its httpx client, usage parsing,
 mapping and archive run for real; only Strava is a fake (it speaks the real

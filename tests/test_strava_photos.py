@@ -20,7 +20,7 @@ from google.protobuf import json_format
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from deploy.devstack.strava_media import image_bytes
+from deploy.devstack.strava.media import image_bytes
 from tests.cairn_ctx import Athlete, core, ctx, ingested_since, pool, strava  # noqa: F401
 from tests.test_provider_strava import RecordingHook
 from workers.cairn import wire

@@ -1,6 +1,6 @@
 """Segments and segment efforts (issue 10 §2; reference §3.6 step 9, §4.6) against real services.
 
-The provider runs against the fake Strava (deploy/devstack/strava*.py); the
+The provider runs against the fake Strava (deploy/devstack/strava/); the
 handler tests add nats-server with JetStream, moto S3, Redis and the dev core,
 which ingests strictly (protojson with unknown fields rejected, claim-check
 verified) and resolves every effort against its segment and activity source as

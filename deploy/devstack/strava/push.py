@@ -34,7 +34,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from deploy.devstack.strava_data import iso_utc
+from deploy.devstack.strava.data import iso_utc
 
 CALLBACK_TIMEOUT_S = 2.0  # Strava's bound on the validation GET and on each event POST
 PUSH_ATTEMPTS = 3  # Strava retries an unanswered event, three deliveries in all

@@ -7,9 +7,9 @@ headers on a 15-minute window aligned to :00/:15/:30/:45 and a daily window
 reset at 00:00 UTC (overall and read budgets), 429 when over budget, and
 injectable faults. This module is the HTTP surface and the ``FakeStrava``
 facade tests drive; the state behind it lives next door, one concept each:
-``strava_data`` (the athletes' data, deterministic from the athlete id),
-``strava_limits`` (usage windows, usage headers, the 429 decision) and
-``strava_oauth`` (apps, codes, token exchange and refresh). Responses are
+``data`` (the athletes' data, deterministic from the athlete id),
+``limits`` (usage windows, usage headers, the 429 decision) and
+``oauth`` (apps, codes, token exchange and refresh). Responses are
 computed in memory (no artificial latency: the benchmark needs it fast). Runs on
 uvicorn in a background thread on 127.0.0.1, free port.
 """
@@ -31,18 +31,18 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from deploy.devstack.http_server import BackgroundServer
-from deploy.devstack.strava_data import (ACTIVITY_SPACING_S, FakeAthlete, gear_summary, generate_activity,
+from deploy.devstack.strava.data import (ACTIVITY_SPACING_S, FakeAthlete, gear_summary, generate_activity,
                                          generate_gear, start_ts)
 # Re-exported: tests and the bench import the window lengths, budgets and OAuth defaults from here.
-from deploy.devstack.strava_limits import DAY_S, DEFAULT_LIMITS, DEFAULT_READ_LIMITS, SHORT_WINDOW_S, RateBudget
-from deploy.devstack.strava_media import CDN_PREFIX, MediaMixin
-from deploy.devstack.strava_oauth import (ACCESS_TOKEN_TTL_S, DEFAULT_CLIENT_ID, DEFAULT_SCOPE,
+from deploy.devstack.strava.limits import DAY_S, DEFAULT_LIMITS, DEFAULT_READ_LIMITS, SHORT_WINDOW_S, RateBudget
+from deploy.devstack.strava.media import CDN_PREFIX, MediaMixin
+from deploy.devstack.strava.oauth import (ACCESS_TOKEN_TTL_S, DEFAULT_CLIENT_ID, DEFAULT_SCOPE,
                                           REFRESH_REISSUE_WINDOW_S, TOKEN_BYTES, OAuthState, Token)
-from deploy.devstack.strava_push import StravaPush
+from deploy.devstack.strava.push import StravaPush
 
 __all__ = ["ACCESS_TOKEN_TTL_S", "API_PREFIX", "DAY_S", "DEFAULT_CLIENT_ID", "DEFAULT_LIMITS", "DEFAULT_PER_PAGE",
            "DEFAULT_READ_LIMITS", "DEFAULT_SCOPE", "ENDPOINTS", "MAX_PER_PAGE", "REFRESH_REISSUE_WINDOW_S",
-           "SHORT_WINDOW_S", "FakeAthlete", "FakeStrava", "RequestRecord", "main"]
+           "SHORT_WINDOW_S", "FakeAthlete", "FakeStrava", "RequestRecord"]
 
 API_PREFIX = "/api/v3"
 DEFAULT_PER_PAGE = 30  # Strava's page size when ``per_page`` is absent
@@ -86,7 +86,7 @@ class FakeStrava(MediaMixin):
         self._log: list[RequestRecord] = []
         self.http: BackgroundServer | None = None
         self.port = 0
-        self.push = StravaPush(self._valid_app, self._now)  # webhooks: deploy/devstack/strava_push.py
+        self.push = StravaPush(self._valid_app, self._now)  # webhooks: push.py
         self.app = Starlette(routes=[
             Route(API_PREFIX + "/push_subscriptions", self.push.collection, methods=["GET", "POST"]),
             Route(API_PREFIX + "/push_subscriptions/{id:int}", self.push.item, methods=["DELETE"]),
@@ -215,7 +215,7 @@ class FakeStrava(MediaMixin):
         with self._lock:
             self._athletes[athlete_id].activities.pop(activity_id, None)
 
-    # ---- webhooks: change data as the athlete would, and push the event (strava_push) ----------
+    # ---- webhooks: change data as the athlete would, and push the event (push.py) ----------
     def _app_of(self, athlete_id: int) -> str:
         with self._lock:
             return self._athletes[athlete_id].client_id
@@ -438,18 +438,3 @@ class FakeStrava(MediaMixin):
             grant = self._oauth.exchange(form, self._athletes)
             self._record(request, "token", grant.status, grant.token)
             return self._json(grant.render(), grant.status)
-
-
-def main() -> None:  # pragma: no cover - manual use
-    """Run standalone: prints the base URL and one athlete's token."""
-    strava = FakeStrava().start()
-    ath = strava.add_athlete(1001)
-    print(f"fake Strava on {strava.base_url}; athlete 1001 access token {ath.access_token}", flush=True)
-    try:
-        threading.Event().wait()
-    finally:
-        strava.stop()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

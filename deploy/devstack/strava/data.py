@@ -5,8 +5,8 @@ activity's index (a seeded ``random.Random``), so a test that names an athlete
 and an anchor time gets the same activities on every run and every machine.
 The shapes are Strava's ``DetailedActivity``, stream set, ``Lap``,
 ``DetailedSegment`` and ``DetailedGear`` (reference ``cairn.md`` §4): realistic
-values, small bodies. The HTTP side (routes, faults) is ``deploy.devstack.strava``,
-with budgets in ``strava_limits`` and auth in ``strava_oauth``.
+values, small bodies. The HTTP side (routes, faults) is ``deploy.devstack.strava.api``,
+with budgets in ``limits`` and auth in ``oauth``.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class FakeAthlete:
     streams: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
     gear: dict[str, dict[str, Any]] = field(default_factory=dict)
     segments: dict[int, dict[str, Any]] = field(default_factory=dict)
-    photos: dict[int, list[Any]] = field(default_factory=dict)  # activity id -> strava_media.FakePhoto
+    photos: dict[int, list[Any]] = field(default_factory=dict)  # activity id -> media.FakePhoto
 
 
 def gear_summary(gear: dict[str, Any]) -> dict[str, Any]:

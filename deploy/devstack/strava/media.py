@@ -33,7 +33,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from deploy.devstack.strava_data import FakeAthlete, encode_polyline, iso_utc, start_ts
+from deploy.devstack.strava.data import FakeAthlete, encode_polyline, iso_utc, start_ts
 
 CDN_PREFIX = "/cdn/photos"
 PRIMARY_SIZES_PX = (100, 600)  # what ``photos.primary.urls`` offers in a DetailedActivity

@@ -2,7 +2,7 @@
 
 Strava's token rules are what the provider pool's token handling is tested
 against (reference ``cairn.md`` §4), so they live here in one place, apart from
-the HTTP routes (``deploy.devstack.strava``):
+the HTTP routes (``deploy.devstack.strava.api``):
 
 * access tokens live six hours; a refresh while the current token still has more
   than an hour left returns that same token pair;
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deploy.devstack.strava_data import FakeAthlete
+from deploy.devstack.strava.data import FakeAthlete
 
 ACCESS_TOKEN_TTL_S = 6 * 3600  # Strava access tokens live six hours
 REFRESH_REISSUE_WINDOW_S = 3600  # a refresh returns the current token while it has more than 1 h left

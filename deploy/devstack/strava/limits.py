@@ -7,7 +7,7 @@ with an overall budget and a tighter read (GET) budget on each (reference
 headers, and the provider pool's limiter steers by them, so the fake has to
 count and report them exactly like Strava does: a request over budget is
 refused *without* being counted, and a 429 forced by a test reports the spent
-window as full. Kept apart from the HTTP routes (``deploy.devstack.strava``) so
+window as full. Kept apart from the HTTP routes (``deploy.devstack.strava.api``) so
 the bookkeeping can be read, and checked against Strava's documentation, on its
 own.
 
