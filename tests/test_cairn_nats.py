@@ -13,7 +13,7 @@ import pytest
 
 from deploy.devstack import services
 from workers.cairn import presence, subjects
-from workers.cairn.claimcheck import PublishRouter
+from workers.cairn.routing import PublishRouter
 from workers.cairn.nats_conn import NatsThread, connect_options
 from workers.cairn.settings import CairnSettings
 from workers.providers.registry import get_provider

@@ -1,4 +1,4 @@
-"""Claim-check results, blob transfer through presigned URLs, and publish routing (contract §5, reference §3.9).
+"""Claim-check results and blob transfer through presigned URLs (contract §5, reference §3.9).
 
 Why a claim-check: event-carrying results (streams, segments) routinely exceed
 the broker's ``max_payload``; an oversized inline publish used to be Term'd
@@ -10,18 +10,17 @@ lower-case hex to core and core's ``x-amz-checksum-sha256`` header (base64)
 travels back to S3 untouched.
 
 Why every failure raises: presign and upload failures are transient (NAK +
-retry). A result body is never dropped silently, so presign, PUT and publish
-each raise a specific :class:`ClaimCheckError` subclass the caller NAKs on.
+retry). A result body is never dropped silently, so presign, PUT and GET each
+raise a specific :class:`ClaimCheckError` subclass the caller NAKs on (a publish
+raises the router's ``PublishError``, transient too).
 Their messages name the step and a status or exception type only: presigned
 URLs carry signatures (S1), and the worker holds no S3 credentials (S2).
 
-Why routing: results and sub-jobs go to JetStream streams and need a
-JetStream publish (PubAck, dedup); other subjects are core NATS. A JetStream
-publish to a subject no stream captures waits for an ack that never comes and
-delivers twice on retry, so :class:`PublishRouter` asks the server once per
-subject (``$JS.API.STREAM.NAMES`` with a subject filter) and caches the answer.
-A subject NATS refuses raises :class:`~workers.cairn.refusals.PermissionRefused`
-(permanent), never a :class:`PublishError`.
+Publishing goes through :class:`workers.cairn.routing.PublishRouter` (which
+subject goes to JetStream, which to core NATS), one per claim-check; its
+:class:`~workers.cairn.routing.PublishError` is transient like every error here,
+and a subject NATS refuses raises the permanent
+:class:`~workers.cairn.refusals.PermissionRefused` instead.
 
 Everything here is synchronous on top of :class:`~workers.cairn.nats_conn.NatsThread`
 (Celery tasks are sync); the connection objects are resolved in the calling
@@ -31,14 +30,9 @@ thread, never inside a coroutine on the loop thread (that would wait on itself).
 from __future__ import annotations
 
 import dataclasses
-import json
-import threading
-import time
-from collections import OrderedDict
 from typing import Any
 
 import httpx
-import nats.errors
 from google.protobuf import json_format
 from pydantic import ValidationError
 
@@ -51,7 +45,7 @@ from workers.cairn.messages import (
 )
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.nats_conn import CoreRequestError, request_json
-from workers.cairn.refusals import PermissionRefused, guarded
+from workers.cairn.routing import PublishRouter
 from workers.errors import PermanentJobError, RetryableJobError
 
 RESULT_CONTENT_TYPE = "application/json"
@@ -60,10 +54,6 @@ KIND_RAW = "raw"
 SEGMENT_MSG_ID_SUFFIX = ":seg"  # result:<job_id>:d<n>:seg follows result:<job_id>:d<n>
 PRESIGN_TIMEOUT_S = 5.0  # the published worker uses 3 s; core may sign slowly under load
 PUT_TIMEOUT_S = 30.0  # reference §3.9: 30 s client timeout for one body
-PUBLISH_TIMEOUT_S = 10.0  # one JetStream publish including its PubAck
-STREAM_LOOKUP_TIMEOUT_S = 5.0
-NEGATIVE_ROUTE_TTL_S = 30.0  # "no stream" may change when core (re)creates streams
-ROUTE_CACHE_MAX_ENTRIES = 4096  # reconcile result subjects carry account ids: bound the cache
 
 
 class ClaimCheckError(RetryableJobError):
@@ -88,12 +78,6 @@ class DownloadError(ClaimCheckError):
     """A presigned GET failed at the network level (an HTTP status is the caller's to judge)."""
 
     code = "download_failed"
-
-
-class PublishError(ClaimCheckError):
-    """The envelope (or an inline result, or a sub-job) could not be published."""
-
-    code = "publish_failed"
 
 
 class BadResult(PermanentJobError):
@@ -127,100 +111,6 @@ class UploadedBlob:
     def payload_ref(self) -> pb.PayloadRef:
         return pb.PayloadRef(blob_id=self.blob_id, size_bytes=self.size_bytes,
                              content_type=self.content_type, content_sha256=self.content_sha256)
-
-
-class PublishRouter:
-    """JetStream publish for stream-captured subjects, core publish otherwise; decided once per subject."""
-
-    def __init__(self, nats: Any, *, negative_ttl_s: float = NEGATIVE_ROUTE_TTL_S) -> None:
-        self._nats = nats
-        self._negative_ttl_s = negative_ttl_s
-        self._cache: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
-        self._lock = threading.Lock()
-        self.lookups = 0  # how many times the server was asked (tests, metrics)
-
-    def stream_for(self, subject: str) -> str | None:
-        """The stream capturing ``subject`` or None; raises :class:`PublishError` if the lookup fails."""
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(subject)
-            if hit is not None and (hit[0] is not None or now < hit[1]):
-                self._cache.move_to_end(subject)
-                return hit[0]
-        stream = self._lookup(subject)
-        with self._lock:
-            self._cache[subject] = (stream, now + self._negative_ttl_s)
-            while len(self._cache) > ROUTE_CACHE_MAX_ENTRIES:
-                self._cache.popitem(last=False)
-        return stream
-
-    def forget(self, subject: str) -> None:
-        with self._lock:
-            self._cache.pop(subject, None)
-
-    def _lookup(self, subject: str) -> str | None:
-        nc = self._nats.nc  # resolved in this thread: a first use connects, never on the loop
-        body = json.dumps({"subject": subject}).encode()
-
-        async def ask() -> Any:
-            return await guarded(self._nats, nc.request(subjects.STREAM_NAMES_API, body,
-                                                        timeout=STREAM_LOOKUP_TIMEOUT_S), subjects.STREAM_NAMES_API)
-
-        self.lookups += 1
-        try:
-            msg = self._nats.run(ask(), STREAM_LOOKUP_TIMEOUT_S + 1.0)
-        except nats.errors.NoRespondersError:
-            return None  # no JetStream on this server: nothing captures anything
-        except PermissionRefused:
-            raise  # permanent: reported once by the connection, never retried as transient
-        except Exception as exc:  # noqa: BLE001 - timeout, disconnected: retry later, cache nothing
-            raise PublishError(f"stream lookup for {subject}: {type(exc).__name__}") from None
-        try:
-            reply = json.loads(msg.data or b"{}")
-        except ValueError:
-            raise PublishError(f"stream lookup for {subject}: reply is not JSON") from None
-        if reply.get("error"):
-            raise PublishError(f"stream lookup for {subject}: {str(reply['error'])[:200]}")
-        streams = reply.get("streams") or []
-        return str(streams[0]) if streams else None
-
-    def publish(self, subject: str, data: bytes, msg_id: str | None = None,
-                headers: dict[str, str] | None = None, timeout_s: float = PUBLISH_TIMEOUT_S) -> Any:
-        """Publish ``data``; returns the PubAck for stream subjects (a dedup hit is success), else None."""
-        all_headers = dict(headers or {})
-        if msg_id:
-            all_headers["Nats-Msg-Id"] = msg_id
-        stream = self.stream_for(subject)
-        if stream is not None:
-            js = self._nats.js
-
-            async def js_publish() -> Any:
-                return await guarded(self._nats, js.publish(subject, data, timeout=timeout_s,
-                                                            headers=all_headers or None), subject)
-
-            try:
-                return self._nats.run(js_publish(), timeout_s + 1.0)
-            except PermissionRefused:
-                raise
-            except Exception as exc:  # noqa: BLE001 - timeout, stream gone, disconnected: all transient
-                self.forget(subject)  # the stream may have changed; ask again next time
-                raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
-        nc = self._nats.nc
-
-        async def core_publish() -> None:
-            async def publish_and_flush() -> None:
-                await nc.publish(subject, data, headers=all_headers or None)
-                await nc.flush(timeout=timeout_s)  # a refusal's -ERR arrives before the flush's PONG
-
-            await guarded(self._nats, publish_and_flush(), subject)
-
-        try:
-            self._nats.run(core_publish(), timeout_s + 1.0)
-        except PermissionRefused:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
-        return None
 
 
 class ClaimCheck:

@@ -26,10 +26,11 @@ from typing import Any
 
 import httpx
 
-from workers.cairn.claimcheck import PUBLISH_TIMEOUT_S, ClaimCheck
+from workers.cairn.claimcheck import ClaimCheck
 from workers.cairn.nats_conn import REQUEST_TIMEOUT_S, CoreRequestError, NatsThread, request_json
 from workers.cairn.pool import PoolContext
 from workers.cairn.ratelimit import RateLimiter
+from workers.cairn.routing import PUBLISH_TIMEOUT_S
 from workers.cairn.settings import load_cairn_settings
 from workers.providers.registry import get_provider
 from workers.redisconn import sync_client

@@ -34,7 +34,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from workers.cairn import wire
-from workers.cairn.claimcheck import PublishError
+from workers.cairn.routing import PublishError
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack
 from workers.cairn.handlers.context import Delivery, JobContext, job_subject, reconcile_result_subject

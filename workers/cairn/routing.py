@@ -1,0 +1,138 @@
+"""Publish routing (contract §5): JetStream for subjects a stream captures, core NATS for the rest.
+
+Why: results and sub-jobs go to JetStream streams and need a JetStream publish
+(PubAck, ``Nats-Msg-Id`` dedup); other subjects (``cairn.events.*``, a
+subject no stream captures) are core NATS. A JetStream publish to a subject no
+stream captures waits for an ack that never comes and delivers twice on retry,
+so :class:`PublishRouter` asks the server once per subject
+(``$JS.API.STREAM.NAMES`` with a subject filter) and caches the answer: a
+stream for good, "no stream" for ``NEGATIVE_ROUTE_TTL_S`` (core may create it).
+A subject NATS refuses raises :class:`~workers.cairn.refusals.PermissionRefused`
+(permanent), never a :class:`PublishError`.
+
+Synchronous on top of :class:`~workers.cairn.nats_conn.NatsThread`; the
+connection objects are resolved in the calling thread, never inside a
+coroutine on the loop thread (that would wait on itself).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import nats.errors
+
+from workers.cairn import subjects
+from workers.cairn.refusals import PermissionRefused, guarded
+from workers.errors import RetryableJobError
+
+PUBLISH_TIMEOUT_S = 10.0  # one JetStream publish including its PubAck
+STREAM_LOOKUP_TIMEOUT_S = 5.0
+NEGATIVE_ROUTE_TTL_S = 30.0  # "no stream" may change when core (re)creates streams
+ROUTE_CACHE_MAX_ENTRIES = 4096  # reconcile result subjects carry account ids: bound the cache
+
+
+class PublishError(RetryableJobError):
+    """An envelope, an inline result or a sub-job could not be published: transient, NAK and retry.
+
+    Its message names the subject and an exception type only, never the payload.
+    """
+
+    code = "publish_failed"
+
+
+class PublishRouter:
+    """JetStream publish for stream-captured subjects, core publish otherwise; decided once per subject."""
+
+    def __init__(self, nats: Any, *, negative_ttl_s: float = NEGATIVE_ROUTE_TTL_S) -> None:
+        self._nats = nats
+        self._negative_ttl_s = negative_ttl_s
+        self._cache: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.lookups = 0  # how many times the server was asked (tests, metrics)
+
+    def stream_for(self, subject: str) -> str | None:
+        """The stream capturing ``subject`` or None; raises :class:`PublishError` if the lookup fails."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(subject)
+            if hit is not None and (hit[0] is not None or now < hit[1]):
+                self._cache.move_to_end(subject)
+                return hit[0]
+        stream = self._lookup(subject)
+        with self._lock:
+            self._cache[subject] = (stream, now + self._negative_ttl_s)
+            while len(self._cache) > ROUTE_CACHE_MAX_ENTRIES:
+                self._cache.popitem(last=False)
+        return stream
+
+    def forget(self, subject: str) -> None:
+        with self._lock:
+            self._cache.pop(subject, None)
+
+    def _lookup(self, subject: str) -> str | None:
+        nc = self._nats.nc  # resolved in this thread: a first use connects, never on the loop
+        body = json.dumps({"subject": subject}).encode()
+
+        async def ask() -> Any:
+            return await guarded(self._nats, nc.request(subjects.STREAM_NAMES_API, body,
+                                                        timeout=STREAM_LOOKUP_TIMEOUT_S), subjects.STREAM_NAMES_API)
+
+        self.lookups += 1
+        try:
+            msg = self._nats.run(ask(), STREAM_LOOKUP_TIMEOUT_S + 1.0)
+        except nats.errors.NoRespondersError:
+            return None  # no JetStream on this server: nothing captures anything
+        except PermissionRefused:
+            raise  # permanent: reported once by the connection, never retried as transient
+        except Exception as exc:  # noqa: BLE001 - timeout, disconnected: retry later, cache nothing
+            raise PublishError(f"stream lookup for {subject}: {type(exc).__name__}") from None
+        try:
+            reply = json.loads(msg.data or b"{}")
+        except ValueError:
+            raise PublishError(f"stream lookup for {subject}: reply is not JSON") from None
+        if reply.get("error"):
+            raise PublishError(f"stream lookup for {subject}: {str(reply['error'])[:200]}")
+        streams = reply.get("streams") or []
+        return str(streams[0]) if streams else None
+
+    def publish(self, subject: str, data: bytes, msg_id: str | None = None,
+                headers: dict[str, str] | None = None, timeout_s: float = PUBLISH_TIMEOUT_S) -> Any:
+        """Publish ``data``; returns the PubAck for stream subjects (a dedup hit is success), else None."""
+        all_headers = dict(headers or {})
+        if msg_id:
+            all_headers["Nats-Msg-Id"] = msg_id
+        stream = self.stream_for(subject)
+        if stream is not None:
+            js = self._nats.js
+
+            async def js_publish() -> Any:
+                return await guarded(self._nats, js.publish(subject, data, timeout=timeout_s,
+                                                            headers=all_headers or None), subject)
+
+            try:
+                return self._nats.run(js_publish(), timeout_s + 1.0)
+            except PermissionRefused:
+                raise
+            except Exception as exc:  # noqa: BLE001 - timeout, stream gone, disconnected: all transient
+                self.forget(subject)  # the stream may have changed; ask again next time
+                raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
+        nc = self._nats.nc
+
+        async def core_publish() -> None:
+            async def publish_and_flush() -> None:
+                await nc.publish(subject, data, headers=all_headers or None)
+                await nc.flush(timeout=timeout_s)  # a refusal's -ERR arrives before the flush's PONG
+
+            await guarded(self._nats, publish_and_flush(), subject)
+
+        try:
+            self._nats.run(core_publish(), timeout_s + 1.0)
+        except PermissionRefused:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
+        return None
