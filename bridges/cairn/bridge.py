@@ -3,7 +3,8 @@
 ``python -m bridges cairn``. One asyncio loop owns every NATS message it
 fetched from arrival to disposition (contract §3 ack discipline, C1, C2, C4):
 
-* it fetches only while fewer than ``CAIRN_MAX_IN_FLIGHT`` messages are held;
+* it fetches only while fewer than ``CAIRN_MAX_IN_FLIGHT`` messages are held
+  (:mod:`bridges.cairn.pull`, one loop per durable consumer);
 * every held message gets ``in_progress`` every ``AckWait/3`` until it is
   acked, NAKed or termed, whatever it is waiting for;
 * :func:`bridges.cairn.admission.admit` decides what happens to it — the only
@@ -43,13 +44,13 @@ from typing import Any
 
 import nats
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 
 from bridges.cairn.admission import (Adopt, DeliveryMeta, Dispatch, MessageKind, RedisRecall, Rules, Settle,
                                      admit, job_kind)
 from bridges.cairn.consumers import JobConsumer, ensure_consumers, pool_consumers
 from bridges.cairn.envelopes import Envelopes, LoopNats
 from bridges.cairn.execution import REDIS_DOWN_NAK_DELAY_S, TASK_FAILURE_NAK_DELAY_S, Execution, SendJob, Shutdown
+from bridges.cairn.pull import PullLoops
 from workers.outage import REDIS_UNAVAILABLE, Outage
 from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
 from bridges.cairn.results import TaskResults
@@ -71,8 +72,6 @@ from workers.redisconn import async_client, sync_client
 
 log = logging.getLogger(__name__)
 
-FETCH_WAIT_S = 2.0  # short: a fetch holds an in-flight slot, and nats-py fetches can stall (ecosystem §2.1)
-FETCH_ERROR_BACKOFF_S = 1.0
 DRAIN_MARGIN_S = 3.0  # held messages get the shutdown grace plus this to settle before we close
 EXIT_INCOMPATIBLE_CORE = 3
 EXIT_LOOP_FAILED = 4
@@ -136,7 +135,7 @@ class CairnBridge:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.nc: nats.NATS | None = None
         self.failed = False
-        self._resubscribe = False
+        self.pulls: PullLoops | None = None
         # R1: each outage is logged once, when it starts and when it ends (bridges.cairn.outage).
         self.redis_outage = Outage("Redis")
         self.nats_outage = Outage("NATS")
@@ -206,19 +205,14 @@ class CairnBridge:
             await self.responders.start()
             await self._start_replies()
             await asyncio.to_thread(clear_fault, self._sync_redis, self.refusals.component)
-            loops = [asyncio.create_task(self._pull_loop(c), name=f"pull-{c.kind}") for c in self.consumers]
-            for loop_task in loops:
-                loop_task.add_done_callback(self._loop_ended)
+            self.pulls = PullLoops(self.consumers, self._slots, self.shutdown, self.nats_outage, self._take)
+            self.pulls.start(self.js, self._loop_ended)
             log.info("cairn bridge started: pool %s, %d job subjects, in-flight limit %d, AckWait %.1fs",
                      self.settings.worker_name, len(self.consumers),
                      self.settings.max_in_flight, self.ack_wait_s)
             await self.shutdown.event.wait()
             log.info("cairn bridge stopping: no more pulls; %d messages held", len(self._held))
-            # A loop finishes its current fetch; one waiting for a free slot is cancelled.
-            _, waiting = await asyncio.wait(loops, timeout=FETCH_WAIT_S + 1.0)
-            for loop_task in waiting:
-                loop_task.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+            await self.pulls.stop()
             await self._stop_replies()
             await self.responders.stop()
             await self._drain_held()
@@ -256,7 +250,8 @@ class CairnBridge:
 
     async def _nats_reconnected(self) -> None:
         self.refusals.clear()  # a new connection (a new JWT under auth-callout): permissions may differ
-        self._resubscribe = True  # pull subscriptions may not resume by themselves (nats.py#504)
+        if self.pulls is not None:
+            self.pulls.resubscribe()  # pull subscriptions may not resume by themselves (nats.py#504)
         self.nats_outage.ok()
         log.info("NATS reconnected")
 
@@ -293,58 +288,11 @@ class CairnBridge:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # ------------------------------------------------------------------ pulling
-    async def _pull_loop(self, consumer: JobConsumer) -> None:
-        sub = await self.js.pull_subscribe_bind(durable=consumer.durable, stream=consumer.stream)
-        try:
-            while not self.shutdown.stopping:
-                if self._resubscribe or sub is None:
-                    sub = await self._rebind(consumer, sub)
-                    if sub is None:
-                        await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
-                        continue
-                await self._slots.acquire()
-                if self.shutdown.stopping:
-                    self._slots.release()
-                    break
-                try:
-                    msgs = await sub.fetch(1, timeout=FETCH_WAIT_S)
-                except (NatsTimeoutError, asyncio.TimeoutError):
-                    self._slots.release()
-                    continue
-                except Exception as exc:  # noqa: BLE001 - log (once per outage), back off, bind again
-                    self._slots.release()
-                    self.nats_outage.failed(f"fetch on {consumer.subject}", exc)
-                    await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
-                    sub = await self._rebind(consumer, sub)
-                    continue
-                self.nats_outage.ok()  # a fetch answered: whatever failed before works again
-                for i, msg in enumerate(msgs):
-                    if i:  # fetch(1) returns one; stay correct if it ever returns more
-                        await self._slots.acquire()
-                    self.spawn(self._own(consumer, msg), name=f"held-{consumer.kind}")
-        finally:
-            if sub is not None:
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
-
-    async def _rebind(self, consumer: JobConsumer, sub: Any) -> Any:
-        """A fresh pull subscription on the shared durable, or None if it cannot be bound now."""
-        self._resubscribe = False
-        if sub is not None:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        try:
-            bound = await self.js.pull_subscribe_bind(durable=consumer.durable, stream=consumer.stream)
-        except Exception as exc:  # noqa: BLE001 - e.g. the durable was deleted: keep trying, loudly
-            if self.nats_outage.down or isinstance(exc, NATS_UNAVAILABLE):
-                self.nats_outage.failed(f"bind {consumer.durable}", exc)
-            else:
-                log.error("cannot bind %s on %s: %s", consumer.durable, consumer.subject, type(exc).__name__)
-            return None
-        return bound
-
     # ------------------------------------------------------------------ one message
+    def _take(self, consumer: JobConsumer, msg: Msg) -> None:
+        """A pull loop fetched ``msg`` within a free slot: held from here until its disposition."""
+        self.spawn(self._own(consumer, msg), name=f"held-{consumer.kind}")
+
     async def _own(self, consumer: JobConsumer, msg: Msg) -> None:
         meta = DeliveryMeta.from_msg(consumer.kind, msg)
         held = Held(consumer, msg, meta.delivered, meta.seq)

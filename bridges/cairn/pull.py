@@ -1,0 +1,126 @@
+"""The pull loops: one per durable consumer of the pool, fetching within the bridge's in-flight limit.
+
+Why a loop per consumer, fetching one message at a time: the bridge holds at
+most ``CAIRN_MAX_IN_FLIGHT`` messages (a shared semaphore), and a message it
+fetched is its own until its disposition (C1), so it fetches only when a slot
+is free, and only one (a batch would hold messages no slot is ready for).
+``FETCH_WAIT_S`` is short: a fetch holds a slot, and nats-py fetches can stall
+(ecosystem §2.1).
+
+Outages (R1): a failed fetch is reported to the bridge's NATS :class:`Outage`
+(logged once per outage), backed off, and the durable bound again; after a
+reconnect every loop binds again (:meth:`PullLoops.resubscribe`), because pull
+subscriptions may not resume by themselves (nats.py#504). A durable that
+cannot be bound (deleted under us) is retried, loudly, never given up.
+
+What happens to a fetched message is the bridge's (``take``): this module
+only pulls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from bridges.cairn.consumers import JobConsumer
+from bridges.cairn.execution import Shutdown
+from workers.cairn.nats_conn import NATS_UNAVAILABLE
+from workers.outage import Outage
+
+log = logging.getLogger(__name__)
+
+FETCH_WAIT_S = 2.0  # short: a fetch holds an in-flight slot, and nats-py fetches can stall (ecosystem §2.1)
+FETCH_ERROR_BACKOFF_S = 1.0
+STOP_WAIT_S = FETCH_WAIT_S + 1.0  # at stop, a loop may finish the fetch it is in
+
+Take = Callable[[JobConsumer, Msg], None]  # the bridge owns the message from here (it releases the slot)
+
+
+class PullLoops:
+    """The pool's pull loops; ``start(js)`` once connected, ``stop()`` at shutdown."""
+
+    def __init__(self, consumers: Sequence[JobConsumer], slots: asyncio.Semaphore, shutdown: Shutdown,
+                 nats_outage: Outage, take: Take) -> None:
+        self.consumers = list(consumers)
+        self._slots, self._shutdown, self._outage, self._take = slots, shutdown, nats_outage, take
+        self._resubscribe = False
+        self._js: Any = None
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, js: Any, on_end: Callable[[asyncio.Task[Any]], None]) -> list[asyncio.Task[None]]:
+        """One task per consumer; ``on_end`` is told when one ends (a loop that dies leaves its
+        subject unconsumed: the bridge stops loudly and the supervisor restarts it)."""
+        self._js = js
+        self.tasks = [asyncio.create_task(self._run(c), name=f"pull-{c.kind}") for c in self.consumers]
+        for task in self.tasks:
+            task.add_done_callback(on_end)
+        return self.tasks
+
+    def resubscribe(self) -> None:
+        """After a NATS reconnect: every loop binds its durable again before its next fetch."""
+        self._resubscribe = True
+
+    async def stop(self) -> None:
+        """A loop finishes its current fetch; one waiting for a free slot is cancelled."""
+        if not self.tasks:
+            return
+        _, waiting = await asyncio.wait(self.tasks, timeout=STOP_WAIT_S)
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _run(self, consumer: JobConsumer) -> None:
+        sub = await self._js.pull_subscribe_bind(durable=consumer.durable, stream=consumer.stream)
+        try:
+            while not self._shutdown.stopping:
+                if self._resubscribe or sub is None:
+                    sub = await self._rebind(consumer, sub)
+                    if sub is None:
+                        await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
+                        continue
+                await self._slots.acquire()
+                if self._shutdown.stopping:
+                    self._slots.release()
+                    break
+                try:
+                    msgs = await sub.fetch(1, timeout=FETCH_WAIT_S)
+                except (NatsTimeoutError, asyncio.TimeoutError):
+                    self._slots.release()
+                    continue
+                except Exception as exc:  # noqa: BLE001 - log (once per outage), back off, bind again
+                    self._slots.release()
+                    self._outage.failed(f"fetch on {consumer.subject}", exc)
+                    await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
+                    sub = await self._rebind(consumer, sub)
+                    continue
+                self._outage.ok()  # a fetch answered: whatever failed before works again
+                for i, msg in enumerate(msgs):
+                    if i:  # fetch(1) returns one; stay correct if it ever returns more
+                        await self._slots.acquire()
+                    self._take(consumer, msg)
+        finally:
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+
+    async def _rebind(self, consumer: JobConsumer, sub: Any) -> Any:
+        """A fresh pull subscription on the shared durable, or None if it cannot be bound now."""
+        self._resubscribe = False
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        try:
+            bound = await self._js.pull_subscribe_bind(durable=consumer.durable, stream=consumer.stream)
+        except Exception as exc:  # noqa: BLE001 - e.g. the durable was deleted: keep trying, loudly
+            if self._outage.down or isinstance(exc, NATS_UNAVAILABLE):
+                self._outage.failed(f"bind {consumer.durable}", exc)
+            else:
+                log.error("cannot bind %s on %s: %s", consumer.durable, consumer.subject, type(exc).__name__)
+            return None
+        return bound
