@@ -40,11 +40,11 @@ import psutil
 import redis
 
 from deploy.devstack import procs as devstack_procs
-from deploy.devstack import services
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.nats_auth import Pool
+from deploy.devstack.cairn_stack import CairnStack
 from deploy.devstack.procs import Proc
 from deploy.devstack.strava import FakeStrava
+from deploy.devstack.strava.kit import StravaKit
+from workers.providers.kinds import FETCH_SOURCE
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVIDER = "strava"
@@ -106,15 +106,6 @@ def spawn(name: str, cmd: list[str], env: dict[str, str], workdir: Path) -> Proc
     return devstack_procs.spawn(cmd, env, workdir / f"{name}.log", stop_timeout_s=STOP_TIMEOUT_S)
 
 
-def start_moto_process(workdir: Path) -> tuple[str, Proc]:
-    """moto S3 as its own process: in-process it would share the rig's GIL with core and Strava."""
-    port = services.free_port()
-    proc = spawn("moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                 dict(os.environ), workdir)
-    services.wait_for_port(port, proc.proc)
-    return f"http://127.0.0.1:{port}", proc
-
-
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of a non-empty list."""
     ordered = sorted(values)
@@ -131,39 +122,36 @@ def job_id_of(msg_id: str | None) -> str | None:
 
 @dataclass
 class Rig:
-    """Everything both sides share; ``ingested_at`` is filled from core's loop thread."""
+    """Everything both sides share (the devstack Cairn kit, moto in its own process); ``ingested_at``
+    is filled from core's loop thread."""
 
     workdir: Path
-    pool: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:6]}")
     ingested_at: dict[str, float] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
-    _athletes: int = 0
 
     def start(self) -> Rig:
-        self.redis = services.start_redis(self.workdir / "redis")
-        self.nats = services.start_nats(self.workdir / "nats", pools=[Pool(PROVIDER, self.pool)])
-        self.s3_endpoint, moto = start_moto_process(self.workdir)
-        self.procs.append(moto)
-        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}",
-                                 nats_login=services.nats_auth_of(self.nats).core.connect_options()).start()
+        strava = StravaKit(FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET),
+                           athlete_id_base=ATHLETE_ID_BASE)
+        self.stack = CairnStack(self.workdir, fakes=[strava], name=f"bench-{uuid.uuid4().hex[:6]}",
+                                moto_process=True).start()
+        self.strava_kit = strava
+        self.pool = self.stack.pool(PROVIDER)
+        assert self.stack.core is not None and self.stack.redis is not None and self.stack.nats is not None
+        self.core, self.redis, self.nats = self.stack.core, self.stack.redis, self.stack.nats
+        self.strava = strava.fake
         self._instrument_router()
-        self.strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET).start()
         return self
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
             proc.stop()
-        for stop in (getattr(self, "strava", None) and self.strava.stop,
-                     getattr(self, "core", None) and self.core.stop,
-                     getattr(self, "nats", None) and self.nats.stop,
-                     getattr(self, "redis", None) and self.redis.stop):
-            if stop:
-                stop()
+        if getattr(self, "stack", None) is not None:
+            self.stack.stop()
 
     def cpu_parts(self) -> dict[str, float]:
         """CPU of each part of the rig: this process (core, fake Strava), moto, Redis, NATS."""
         parts = {"core + fake Strava (bench process)": _cpu(psutil.Process())}
-        for proc in self.procs:
+        for proc in [*self.procs, *self.stack.processes()]:
             parts[proc.name] = cpu_s(proc)
         for name, svc in (("redis-server", self.redis), ("nats-server", self.nats)):
             if svc.proc is not None:
@@ -187,31 +175,18 @@ class Rig:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
-        env.update({"REDIS_URL": self.redis.url, "CAIRN_NATS_URL": self.nats.url, "CAIRN_PROVIDER": PROVIDER,
-                    "CAIRN_WORKER_NAME": self.pool, "CAIRN_STRAVA_BASE_URL": self.strava.base_url,
-                    "CAIRN_ACK_WAIT_S": str(ACK_WAIT_S), "LOG_LEVEL": FLEET_LOG_LEVEL,
-                    "PYTHONUNBUFFERED": "1"})
-        env.update(services.nats_auth_of(self.nats).login(Pool(PROVIDER, self.pool)).env())  # core's template
-        return env
+        return self.stack.env(self.pool, CAIRN_ACK_WAIT_S=str(ACK_WAIT_S), LOG_LEVEL=FLEET_LOG_LEVEL)
 
     def make_jobs(self, n: int, tag: str) -> list[dict[str, Any]]:
         """Fresh athletes and accounts, ``n`` activities spread over them, one job per activity."""
         jobs: list[dict[str, Any]] = []
         per_athlete = -(-n // ATHLETES_PER_SIDE)
         while len(jobs) < n:
-            self._athletes += 1
-            athlete_id = ATHLETE_ID_BASE + self._athletes
             count = min(per_athlete, n - len(jobs))
-            ath = self.strava.add_athlete(athlete_id, n_activities=count, with_gear=False)
-            acct = self.core.connect_account(PROVIDER, None, ath.access_token, ath.refresh_token, ath.expires_at,
-                                             worker_name=self.pool, external_id=athlete_id,
-                                             client_id=self.strava.client_id,
-                                             client_secret=self.strava.client_secret)
-            for ext_id in sorted(ath.activities):
-                jobs.append({"job_id": f"{tag}-{len(jobs):05d}-{uuid.uuid4().hex[:6]}",
-                             "account_id": acct.account_id, "user_id": acct.user_id, "provider": PROVIDER,
-                             "ext_id": str(ext_id), "fetch_streams": FETCH_STREAMS, "reason": "backfill"})
+            acct = self.strava_kit.connect(self.core, self.pool, count, with_gear=False)
+            for ext_id in acct.ext_ids:
+                jobs.append(self.stack.fetch_job(acct, ext_id, job_id=f"{tag}-{len(jobs):05d}-{uuid.uuid4().hex[:6]}",
+                                                 fetch_streams=FETCH_STREAMS))
         return jobs
 
     def burst(self, jobs: list[dict[str, Any]], timeout_s: float = PHASE_TIMEOUT_S) -> dict[str, Any]:
@@ -220,7 +195,7 @@ class Rig:
         before = len(self.core.ingested)
         for job in jobs:
             enqueued[job["job_id"]] = time.monotonic()
-            self.core.enqueue_job("fetch_source", job)
+            self.core.enqueue_job(FETCH_SOURCE, job)
         published_s = time.monotonic() - min(enqueued.values())
         ids = set(enqueued)
         self.core.router.wait(lambda: ids <= self.ingested_at.keys(), timeout_s,
@@ -245,7 +220,7 @@ class Rig:
         samples = []
         for job in jobs:
             t0 = time.monotonic()
-            self.core.enqueue_job("fetch_source", job)
+            self.core.enqueue_job(FETCH_SOURCE, job)
             self.core.router.wait(lambda j=job["job_id"]: j in self.ingested_at, READY_TIMEOUT_S, "a solo job")
             samples.append(self.ingested_at[job["job_id"]] - t0)
         return {"p50": round(percentile(samples, 50) * 1000, 1), "max": round(max(samples) * 1000, 1)}
@@ -277,7 +252,7 @@ def run_side(rig: Rig, tag: str, start: Callable[[Rig], list[Proc]], jobs: int) 
     procs = start(rig)
     try:
         for job in warm:
-            rig.core.enqueue_job("fetch_source", job)
+            rig.core.enqueue_job(FETCH_SOURCE, job)
         warm_ids = {j["job_id"] for j in warm}
         try:
             rig.core.router.wait(lambda: warm_ids <= rig.ingested_at.keys(), READY_TIMEOUT_S, f"{tag} warm-up")

@@ -28,19 +28,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.cairn_bench import start_moto_process
 from deploy.devstack import services
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.nats_auth import Pool
+from deploy.devstack.cairn_stack import CairnStack
 from deploy.devstack.latency import LatencyMiddleware
 from deploy.devstack.procfile import entries as procfile_entries
 from deploy.devstack.procs import Proc
 from deploy.devstack.stack import BOT_TOKEN, ROOT, fleet_env
 from deploy.devstack.strava import FakeStrava
+from deploy.devstack.strava.kit import StravaKit
 from deploy.devstack.supervisor import MAX_RESTART_DELAY_S, Supervisor
 from deploy.devstack.synth_media import SpeechSynth
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
+from workers.providers.kinds import FETCH_SOURCE
 
 PROVIDER = "strava"
 # One dyno of every Procfile process type but those that hold no work, and two gpu dynos: the
@@ -66,6 +66,7 @@ TELEGRAM_DELAY_S = (0.5, 2.0)  # a download is held this long (uniform), so kill
 STRAVA_DELAY_S = 0.25  # every Strava API call
 STRAVA_BUDGET = (10**9, 10**9)  # no 429s: the run measures faults, not rate limits
 ATHLETES = 10
+ATHLETE_ID_BASE = 500_000
 FETCH_STREAMS = True  # two Strava calls a job (activity, streams): more time in flight
 
 # Shortened timings (defaults in brackets), so that recovery fits in the quiescence bound.
@@ -118,15 +119,15 @@ class ChaosRig:
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> ChaosRig:
-        self.redis = services.start_redis(self.workdir / "redis", appendonly=True)
-        self.nats = services.start_nats(self.workdir / "nats", pools=[Pool(PROVIDER, self.pool)])
-        self.s3_endpoint, moto = start_moto_process(self.workdir)
-        self._procs.append(moto)
-        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}",
-                                 nats_login=services.nats_auth_of(self.nats).core.connect_options()).start()
-        self.strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET)
-        self.strava.app.add_middleware(LatencyMiddleware, delay_s=STRAVA_DELAY_S, prefix="/api/v3")
-        self.strava.start()
+        self.redis = services.start_redis(self.workdir / "redis", appendonly=True)  # ours: restarted in place
+        strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET)
+        strava.app.add_middleware(LatencyMiddleware, delay_s=STRAVA_DELAY_S, prefix="/api/v3")
+        self.strava_kit = StravaKit(strava, athlete_id_base=ATHLETE_ID_BASE)
+        self.stack = CairnStack(self.workdir, redis_url=self.redis.url, fakes=[self.strava_kit], name=self.pool,
+                                moto_process=True).start()
+        assert self.stack.nats is not None and self.stack.core is not None
+        self.nats, self.core, self.strava = self.stack.nats, self.stack.core, strava
+        self._pool = self.stack.pool(PROVIDER, self.pool)
         stale = {"VOICY_WORKER_STALE_ACTIVE_JOB_MS": str(VOICY_STALE_ACTIVE_JOB_MS)}
         self.voicy_api = DevVoicyServer(env=stale).start()
         self.telegram = FakeTelegram(BOT_TOKEN).start()
@@ -144,14 +145,12 @@ class ChaosRig:
                         VOICY_WORKER_HEARTBEAT_INTERVAL_MS=str(VOICY_HEARTBEAT_INTERVAL_MS),
                         VOICY_WORKER_STALE_ACTIVE_JOB_MS=str(VOICY_STALE_ACTIVE_JOB_MS),
                         VOICY_WORKER_POLL_INTERVAL_MS=str(VOICY_POLL_INTERVAL_MS))
+        env.update(self.stack.pool_env(self._pool))
         env.update({
-            "CAIRN_NATS_URL": self.nats.url, "CAIRN_PROVIDER": PROVIDER, "CAIRN_WORKER_NAME": self.pool,
-            "CAIRN_STRAVA_BASE_URL": self.strava.base_url, "CAIRN_ACK_WAIT_S": str(CAIRN_ACK_WAIT_S),
-            "CAIRN_LEASE_TTL_S": str(CAIRN_LEASE_TTL_S),
+            "CAIRN_ACK_WAIT_S": str(CAIRN_ACK_WAIT_S), "CAIRN_LEASE_TTL_S": str(CAIRN_LEASE_TTL_S),
             "IO_CONCURRENCY": str(IO_CONCURRENCY), "PROVIDER_CONCURRENCY": str(PROVIDER_CONCURRENCY),
             "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
         })
-        env.update(services.nats_auth_of(self.nats).login(Pool(PROVIDER, self.pool)).env())  # core's template
         return env
 
     def stop(self) -> None:
@@ -159,11 +158,7 @@ class ChaosRig:
             self.supervisor.stop()
         for proc in self._procs:
             proc.stop()
-        for name in ("telegram", "voicy_api", "strava", "core"):
-            svc = getattr(self, name, None)
-            if svc is not None:
-                svc.stop()
-        for name in ("nats", "redis"):
+        for name in ("telegram", "voicy_api", "stack", "redis"):  # the stack: Strava, core, NATS, S3
             svc = getattr(self, name, None)
             if svc is not None:
                 svc.stop()
@@ -173,7 +168,7 @@ class ChaosRig:
         self.redis = services.restart(self.redis, graceful=True, down_s=REDIS_DOWN_S)
 
     def restart_nats(self) -> None:
-        self.nats = services.restart(self.nats, graceful=True, down_s=NATS_DOWN_S)
+        self.nats = self.stack.nats = services.restart(self.nats, graceful=True, down_s=NATS_DOWN_S)
 
     # --- readiness -----------------------------------------------------------------------------
     def wait_ready(self) -> float:
@@ -228,30 +223,20 @@ class ChaosRig:
         jobs: list[CairnJob] = []
         per_athlete = -(-n // ATHLETES)
         while len(jobs) < n:
-            athlete_id = 500_000 + len(self.strava_athletes())
             count = min(per_athlete, n - len(jobs))
-            ath = self.strava.add_athlete(athlete_id, n_activities=count, with_gear=False)
-            acct = self.core.connect_account(PROVIDER, None, ath.access_token, ath.refresh_token, ath.expires_at,
-                                             worker_name=self.pool, external_id=athlete_id,
-                                             client_id=self.strava.client_id,
-                                             client_secret=self.strava.client_secret)
-            for ext_id in sorted(ath.activities):
+            acct = self.strava_kit.connect(self.core, self._pool, count, with_gear=False)
+            for ext_id in acct.ext_ids:
                 job_id = f"{tag}-{len(jobs):04d}-{uuid.uuid4().hex[:6]}"
-                jobs.append(CairnJob(job_id, {"job_id": job_id, "account_id": acct.account_id,
-                                              "user_id": acct.user_id, "provider": PROVIDER,
-                                              "ext_id": str(ext_id), "fetch_streams": FETCH_STREAMS,
-                                              "reason": "backfill"}))
+                jobs.append(CairnJob(job_id, self.stack.fetch_job(acct, ext_id, job_id=job_id,
+                                                                  fetch_streams=FETCH_STREAMS)))
         return jobs
-
-    def strava_athletes(self) -> list[str]:
-        return [a.account_id for a in self.core.accounts.all()]
 
     def _publish(self, job: CairnJob) -> None:
         """Publish one job, retrying through a NATS outage with the same ``Nats-Msg-Id`` (deduplicated)."""
         deadline = time.monotonic() + PUBLISH_GIVE_UP_S
         while True:
             try:
-                job.seq = self.core.enqueue_job("fetch_source", job.payload, f"chaos:{job.job_id}").seq
+                job.seq = self.core.enqueue_job(FETCH_SOURCE, job.payload, f"chaos:{job.job_id}").seq
                 job.publish_error = None
                 return
             except Exception as exc:  # noqa: BLE001 - NATS down or reconnecting: try again

@@ -15,8 +15,9 @@
 
 Stopping (the end of the run, Ctrl-C or SIGTERM) goes in dependency order:
 the fleet first (SIGTERM to every process, SIGKILL only after 30 s, as on
-Heroku), then the dev core and the fake APIs, then S3, NATS and Redis, so no
-process ever loses a service under it.
+Heroku), then the Cairn stack (its fakes, the dev core, NATS: the devstack
+kit, ``deploy/devstack/cairn_stack.py``), the Voicy fakes, then S3 and Redis,
+so no process ever loses a service under it.
 Redis and NATS run in sessions of their own, so a Ctrl-C reaches only the demo.
 """
 
@@ -43,9 +44,9 @@ from faster_whisper.audio import decode_audio
 
 from deploy import demo_webhook
 from deploy.devstack import procfile, services
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.nats_auth import Pool
+from deploy.devstack.cairn_stack import CairnStack, Pool
 from deploy.devstack.strava import FakeStrava
+from deploy.devstack.strava.kit import StravaKit
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
@@ -56,6 +57,9 @@ REFRESH_S = 0.25  # redraw period on a terminal
 PLAIN_PRINT_INTERVAL_S = 5.0  # print period when stdout is not a terminal (CI, a pipe)
 BAR_WIDTH = 30
 ATHLETE_ID = 424242
+STRAVA_POOL = "strava-fetcher"  # the Procfile's default pool name (its provider line reads CAIRN_WORKER_NAME)
+POOLS = (("strava", STRAVA_POOL),)  # (provider, pool name) of every pool the demo runs
+DEMO_STACK_NAME = "demo"  # core's bucket is cairn-demo
 FULL_ACTIVITIES = 20
 SHORT_ACTIVITIES = 5
 SHORT_FIXTURES = 2
@@ -64,7 +68,6 @@ TRANSCRIPT_SHOWN_CHARS = 600  # the long message's transcript is cut here in the
 SAMPLE_RATE_HZ = 16_000  # the long message is written as 16 kHz mono PCM WAV
 LONG_MESSAGE_STORIES = 3  # the long message: the longest fixture this many times, then every short one
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
-DEMO_POOL = Pool("strava", "strava-fetcher")  # NATS grants it exactly core's worker template
 
 DESCRIPTION = """\
 Run the whole Switchyard fleet on an embedded stack and show both sides working.
@@ -173,24 +176,25 @@ class Demo:
         self._started.append((what, stop))
 
     def start_stack(self) -> None:
-        say("starting the embedded stack (Redis, NATS JetStream, S3, dev Voicy, dev Cairn core, fakes)")
+        say("starting the embedded stack (Redis, S3, dev Voicy, NATS JetStream, dev Cairn core, fakes)")
         self.redis = services.start_redis(self.tmp / "redis")
         self._started_as("Redis", self.redis.stop)
-        self.nats = services.start_nats(self.tmp / "nats", pools=[DEMO_POOL])  # core's worker template
-        self._started_as("NATS", self.nats.stop)
         self.s3 = services.start_moto()
         self._started_as("S3", lambda: services.stop_moto(self.s3))
         self.voicy = DevVoicyServer().start()
         self._started_as("the dev Voicy API", self.voicy.stop)
         self.telegram = FakeTelegram(BOT_TOKEN).start()
         self._started_as("fake Telegram", self.telegram.stop)
-        self.strava = FakeStrava().start()
-        self._started_as("fake Strava", self.strava.stop)
-        self.core = DevCairnCore(self.nats.url, self.s3.url, bucket="cairn-demo",
-                                 nats_login=services.nats_auth_of(self.nats).core.connect_options())
-        self.core.start()
-        self._started_as("the dev Cairn core", self.core.stop)
-        say(f"stack: Redis {self.redis.url}, NATS {self.nats.url}, S3 {self.s3.url}, "
+        self.strava_kit = StravaKit(FakeStrava())
+        self.cairn = CairnStack(self.tmp / "cairn", redis_url=self.redis.url, s3_endpoint=self.s3.url,
+                                fakes=[self.strava_kit], name=DEMO_STACK_NAME,
+                                pools=[Pool(provider, name) for provider, name in POOLS])  # core's worker template
+        self._started_as("the Cairn stack (the fakes, the dev Cairn core, NATS)", self.cairn.stop)
+        self.cairn.start()
+        assert self.cairn.core is not None and self.cairn.nats is not None
+        self.core, self.strava = self.cairn.core, self.strava_kit.fake
+        self.pools = [self.cairn.pool(provider, name) for provider, name in POOLS]
+        say(f"stack: Redis {self.redis.url}, NATS {self.cairn.nats.url}, S3 {self.s3.url}, "
             f"dev Voicy {self.voicy.url}, fake Telegram {self.telegram.url}, fake Strava {self.strava.base_url}")
 
     def fleet_env(self) -> dict[str, str]:
@@ -201,14 +205,12 @@ class Demo:
             "VOICY_WORKER_TELEGRAM_API_URL": self.telegram.url, "VOICY_WORKER_TELEGRAM_BOT_TOKEN": BOT_TOKEN,
             "VOICY_WORKER_MODEL": TINY_MODEL_DIR, "VOICY_WORKER_WORK_DIR": str(self.tmp / "media"),
             "VOICY_WORKER_PROGRESS_INTERVAL_MS": "1000", "VOICY_WORKER_LEASE_TTL_MS": "5000",
-            "CAIRN_NATS_URL": self.nats.url, "CAIRN_PROVIDER": DEMO_POOL.provider,
-            "CAIRN_WORKER_NAME": DEMO_POOL.worker_name,
-            "CAIRN_STRAVA_BASE_URL": self.strava.base_url,
             "FLOWER_USER": "demo", "FLOWER_PASSWORD": self.flower_password,
             "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4",
             "PATH": f"{Path(sys.executable).parent}:" + os.environ.get("PATH", ""),
         })
-        env.update(services.nats_auth_of(self.nats).login(DEMO_POOL).env())  # the pool logs in as `worker`
+        for pool in self.pools:  # the Procfile's lines name each pool's provider and name themselves
+            env.update(self.cairn.pool_env(pool))
         env.update(demo_webhook.fleet_env())  # the webhook leg (deploy/demo_webhook.py)
         return env
 
@@ -227,15 +229,12 @@ class Demo:
             data, duration_s = long_message(audio_manifest())
             self._enqueue_voice("long", data, duration_s, mime_type="audio/wav", source_kind="audio",
                                 file_name="long.wav")
-        athlete = self.strava.add_athlete(ATHLETE_ID, n_activities=self.expected_activities)
-        account = self.core.connect_account("strava", None, athlete.access_token, athlete.refresh_token,
-                                            athlete.expires_at, worker_name=DEMO_POOL.worker_name,
-                                            external_id=ATHLETE_ID, client_id=self.strava.client_id,
-                                            client_secret=getattr(self.strava, "client_secret", ""))
+        (strava_pool,) = self.pools
+        account = self.strava_kit.connect(self.core, strava_pool, self.expected_activities, athlete_id=ATHLETE_ID)
         self.account_id = account.account_id
         self.core.schedule_reconcile(self.account_id)
         say(f"enqueued {len(self.jobs)} voice messages and connected a Strava athlete with "
-            f"{self.expected_activities} activities")
+            f"{self.expected_activities} activities on pool {strava_pool.worker_name}")
         say("cairn: core publishes one reconcile job; the pool lists the athlete and enqueues one "
             "fetch_source job per activity itself, so core receives more results than it published jobs")
 
@@ -354,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         demo.enqueue()
         demo.watch(args.timeout)
         code = demo.summary()
-        code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, DEMO_POOL.worker_name))
+        code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, STRAVA_POOL))
         if args.serve:
             say("serving; press Ctrl-C to stop")
             signal.pause()

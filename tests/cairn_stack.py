@@ -1,20 +1,22 @@
-"""A Cairn test stack: dev Cairn core, fake Strava behind a gate, real bridge and provider workers.
+"""A Cairn test stack: the devstack kit's world, fake Strava behind a gate, real bridge and provider workers.
 
 Everything is real except the external systems: nats-server with JetStream
 (one per stack), Redis, moto S3 behind the dev core's presign responders,
-``python -m bridges cairn``, ``celery -A tasks worker -Q provider``. Cairn core
-is ``DevCairnCore`` and Strava is ``FakeStrava``; a gate in front of the fake's
-activity endpoint lets a test hold a job mid-flight for as long as it needs (a
-slow provider). Used by the e2e, checker and shutdown tests.
+``python -m bridges cairn``, ``celery -A tasks worker -Q provider``. The
+world itself (NATS, the dev core, the fake, pools and accounts) is
+``deploy.devstack.cairn_stack`` — the kit the bench and the demo use too — with
+NATS under core's permission template (the pool logs in as ``worker``); this
+module adds what only tests need: a gate in front of the fake's activity
+endpoint that lets a test hold a job mid-flight for as long as it needs (a slow
+provider), worker and bridge processes with their logs, and one pool per stack
+whose name is ``stack.pool``.
 
 AckWait is 1 s here (``CAIRN_ACK_WAIT_S``), so "five AckWaits" takes five seconds.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -22,14 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import nats
 import redis
 
-from deploy.devstack import services
+from deploy.devstack import cairn_stack, services
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.nats_auth import NatsAuth, Pool
 from deploy.devstack.procs import Proc, spawn
 from deploy.devstack.strava import FakeStrava
+from deploy.devstack.strava.kit import ATHLETE_ID_BASE as ATHLETE_BASE  # noqa: F401 - tests pick ids above it
+from deploy.devstack.strava.kit import StravaKit
 from tests.conftest import CeleryWorker, wait_until
 from tests.gate import Gate, GateMiddleware
 
@@ -41,7 +44,8 @@ START_DEADLINE_S = 20.0
 STRAVA_ACTIVITY_PATH = r"/api/v3/activities/\d+$"  # the gate holds activity detail calls
 WAIT_S = 30.0
 BRIDGE_STOP_TIMEOUT_S = 30.0  # SIGTERM → SIGKILL: above the bridge's own 20 s shutdown grace for running jobs
-ATHLETE_BASE = 7000
+TEST_ENV = {"CAIRN_ACK_WAIT_S": str(ACK_WAIT_S), "CAIRN_LEASE_TTL_S": str(LEASE_TTL_S),
+            "CAIRN_TASK_START_DEADLINE_S": str(START_DEADLINE_S), "CAIRN_MAX_IN_FLIGHT": "4"}
 
 
 @dataclass
@@ -52,74 +56,71 @@ class CairnStack:
     redis_url: str
     s3_endpoint: str
     pool: str = field(default_factory=lambda: f"sy-{uuid.uuid4().hex[:6]}")
-    nats: services.Service | None = None
-    core: DevCairnCore | None = None
-    strava: FakeStrava | None = None
     gate: Gate = field(default_factory=lambda: Gate.path_pattern(STRAVA_ACTIVITY_PATH))
     workers: list[CeleryWorker] = field(default_factory=list)
     bridge: Proc | None = None
     extra_env: dict[str, str] = field(default_factory=dict)  # CAIRN_* overrides of one stack (bridge, workers)
     nats_withheld: tuple[str, ...] = ()  # subjects left out of the pool's NATS permissions (a refusal test)
-    _athletes: int = 0
+    kit: cairn_stack.CairnStack | None = None
 
     def start(self) -> CairnStack:
-        redis.Redis.from_url(self.redis_url).flushall()
-        self.start_core()
-        self.strava = FakeStrava()
-        self.strava.app.add_middleware(GateMiddleware, gate=self.gate)
-        self.strava.start()
+        self._flush()
+        fake = FakeStrava()
+        fake.app.add_middleware(GateMiddleware, gate=self.gate)
+        self.kit = cairn_stack.CairnStack(self.tmp, redis_url=self.redis_url, s3_endpoint=self.s3_endpoint,
+                                          fakes=[StravaKit(fake)], name=self.pool, pools=[self.pool_ref],
+                                          nats_withheld=self.nats_withheld).start()
         return self
 
-    def start_core(self) -> DevCairnCore:
-        """nats-server under core's permission template for this pool, and the dev core on it as ``core``."""
-        self.nats = services.start_nats(self.tmp / "nats", pools=[self.pool_ref], withheld=self.nats_withheld)
-        self.core = DevCairnCore(self.nats.url, self.s3_endpoint, bucket=f"cairn-{self.pool}",
-                                 nats_login=self.nats_auth.core.connect_options()).start()
-        return self.core
+    def _flush(self) -> None:
+        redis.Redis.from_url(self.redis_url).flushall()
 
     def stop(self) -> None:
         if self.bridge is not None:
             self.bridge.stop()
         for w in self.workers:
             w.stop()
-        if self.strava is not None:
-            self.gate.open()
-            self.strava.stop()
-        if self.core is not None:
-            self.core.stop()
-        if self.nats is not None:
-            self.nats.stop()
+        self.gate.open()
+        if self.kit is not None:
+            self.kit.stop()
+
+    # ------------------------------------------------------------------ the world (the kit's)
+    @property
+    def nats(self) -> services.Service | None:
+        return self.kit.nats if self.kit is not None else None
+
+    @property
+    def core(self) -> DevCairnCore | None:
+        return self.kit.core if self.kit is not None else None
+
+    @property
+    def strava(self) -> FakeStrava | None:
+        return self._strava_kit.fake if self.kit is not None else None
+
+    @property
+    def _strava_kit(self) -> StravaKit:
+        assert self.kit is not None
+        kit = self.kit.fake(PROVIDER)
+        assert isinstance(kit, StravaKit)
+        return kit
 
     @property
     def pool_ref(self) -> Pool:
+        """The stack's pool (its provider is ``CAIRN_PROVIDER`` of ``extra_env``, else Strava)."""
         return Pool(self.extra_env.get("CAIRN_PROVIDER", PROVIDER), self.pool)
 
     @property
     def nats_auth(self) -> NatsAuth:
         """The server's users and log: the pool logs in as ``worker`` (core's template, contract §1)."""
-        assert self.nats is not None
-        return services.nats_auth_of(self.nats)
+        assert self.kit is not None
+        return self.kit.nats_auth
 
     @property
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
-        env.update({
-            "REDIS_URL": self.redis_url,
-            "CAIRN_NATS_URL": self.nats.url if self.nats else "",
-            "CAIRN_PROVIDER": PROVIDER,
-            "CAIRN_WORKER_NAME": self.pool,
-            "CAIRN_ACK_WAIT_S": str(ACK_WAIT_S),
-            "CAIRN_LEASE_TTL_S": str(LEASE_TTL_S),
-            "CAIRN_TASK_START_DEADLINE_S": str(START_DEADLINE_S),
-            "CAIRN_MAX_IN_FLIGHT": "4",
-            "CAIRN_STRAVA_BASE_URL": self.strava.base_url if self.strava else "",
-            "PYTHONUNBUFFERED": "1",
-        })
-        if self.nats is not None:
-            env.update(self.nats_auth.login(self.pool_ref).env())
-        env.update(self.extra_env)
-        return env
+        assert self.kit is not None
+        return self.kit.env(self.pool_ref, **TEST_ENV, **self.extra_env)
 
+    # ------------------------------------------------------------------ processes
     def live_workers(self) -> list[CeleryWorker]:
         return [w for w in self.workers if w.proc.poll() is None]
 
@@ -142,19 +143,13 @@ class CairnStack:
         assert self.bridge.proc.poll() is None, self.bridge.log()[-3000:]
         return self.bridge
 
+    # ------------------------------------------------------------------ accounts and jobs
     def connect_athlete(self, n_activities: int = 3, *, own_app: bool = False) -> Any:
         """A connected account; ``own_app`` gives it its own Strava app (its own rate-limit budget)."""
-        assert self.core is not None and self.strava is not None
-        self._athletes += 1
-        athlete_id = ATHLETE_BASE + self._athletes
-        client_id, secret = self.strava.client_id, self.strava.client_secret
-        if own_app:
-            client_id, secret = f"app-{athlete_id}", f"secret-{uuid.uuid4().hex}"
-            self.strava.add_app(client_id, secret)
-        ath = self.strava.add_athlete(athlete_id, n_activities=n_activities, with_gear=False, client_id=client_id)
-        return self.core.connect_account(PROVIDER, None, ath.access_token, ath.refresh_token, ath.expires_at,
-                                         worker_name=self.pool, external_id=athlete_id,
-                                         client_id=client_id, client_secret=secret)
+        assert self.core is not None
+        connected = self._strava_kit.connect(self.core, Pool(PROVIDER, self.pool), n_activities,
+                                             own_app=own_app, with_gear=False)
+        return connected.account
 
     def first_activity_id(self, acct: Any) -> str:
         assert self.strava is not None
@@ -162,29 +157,19 @@ class CairnStack:
         return str(sorted(ath.activities)[0])
 
     def fetch_job(self, acct: Any, ext_id: str, job_id: str | None = None) -> dict[str, Any]:
-        return {"job_id": job_id or f"job-{uuid.uuid4().hex[:10]}", "account_id": acct.account_id,
-                "user_id": acct.user_id, "provider": PROVIDER, "ext_id": ext_id, "fetch_streams": True,
-                "reason": "backfill"}
+        return cairn_stack.CairnStack.fetch_job(acct, ext_id, job_id=job_id)
 
     def publish_raw(self, kind: str, body: bytes) -> None:
-        async def run() -> None:
-            nc = await nats.connect(self.nats.url)  # type: ignore[union-attr]
-            try:
-                await nc.jetstream().publish(f"cairn.jobs.{kind}.{PROVIDER}.{self.pool}", body,
-                                             headers={"Nats-Msg-Id": f"raw:{uuid.uuid4().hex}"})
-            finally:
-                await nc.close()
-        asyncio.run(run())
+        assert self.kit is not None
+        self.kit.publish_raw(self.pool_ref, kind, body)
 
     def consumer(self, kind: str) -> dict[str, Any]:
-        assert self.core is not None
-        subject = f"cairn.jobs.{kind}.{PROVIDER}.{self.pool}"
-        return next(c for c in self.core.consumers() if c["filter_subject"] == subject)
+        assert self.kit is not None
+        return self.kit.consumer(self.pool_ref, kind)
 
     def results_for(self, job_id: str) -> list[Any]:
-        assert self.core is not None
-        return [r for r in self.core.ingested if r.msg_id and f":{job_id}" in r.msg_id
-                and not r.msg_id.endswith(":seg")]  # the activity's result, not its segments
+        assert self.kit is not None
+        return self.kit.results_for(job_id)
 
     def all_logs(self) -> str:
         parts = [w.log() for w in self.workers]

@@ -42,8 +42,8 @@ def test_demo_short_mode_completes_both_sides() -> None:
 
 
 STATE_IN_FLIGHT = re.compile(r"\] \d\d:\d\d/\d\d:\d\d (downloading|ready|transcribing|completed)")
-STOP_ORDER = ["stopping the fleet", "stopping the dev Cairn core", "stopping fake Strava", "stopping fake Telegram",
-              "stopping the dev Voicy API", "stopping S3", "stopping NATS", "stopping Redis"]
+STOP_ORDER = ["stopping the fleet", "stopping the Cairn stack (the fakes, the dev Cairn core, NATS)",
+              "stopping fake Telegram", "stopping the dev Voicy API", "stopping S3", "stopping Redis"]
 
 
 def _listening(url: str) -> bool:
@@ -55,7 +55,8 @@ def _listening(url: str) -> bool:
 @pytest.mark.skipif(not _port_free(5555), reason="Flower's demo port 5555 is in use on this machine")
 def test_ctrl_c_stops_the_fleet_first_then_nats_and_redis_without_a_traceback() -> None:
     """Ctrl-C as a terminal sends it (SIGINT to the demo's whole process group) while jobs are in flight:
-    every fleet process exits on its SIGTERM, then core and the fakes stop, then S3, NATS, Redis last."""
+    every fleet process exits on its SIGTERM, then the Cairn stack (fakes, core, NATS), the Voicy fakes, then S3
+    and Redis last."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
     proc = subprocess.Popen([sys.executable, "-m", "deploy.demo", "--short", "--timeout", "300"], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from deploy.devstack import services
-from deploy.devstack.strava import FakeStrava
 from tests.cairn_stack import CairnStack
 from tests.conftest import CeleryWorker, wait_until
 from tests.test_redis_restart import assert_alive, start_procfile_beat
@@ -98,11 +97,8 @@ def test_a_failover_under_voicy_load_loses_nothing(tmp_path: Path, topology: ser
 class SentinelCairnStack(CairnStack):
     """The Cairn test stack on a Sentinel ``REDIS_URL`` (no flush through a plain client, readiness from logs)."""
 
-    def start(self) -> SentinelCairnStack:
-        self.start_core()
-        self.strava = FakeStrava()
-        self.strava.start()
-        return self
+    def _flush(self) -> None:
+        """A Sentinel URL is no plain Redis URL, and the topology is fresh for this test."""
 
     def start_worker(self, concurrency: int = 2) -> CeleryWorker:
         name = f"provider-{len(self.workers)}-{uuid.uuid4().hex[:4]}@test"

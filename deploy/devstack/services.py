@@ -31,10 +31,12 @@ from pathlib import Path
 import redis
 
 from deploy.devstack import nats_auth
+from deploy.devstack.procs import Proc, spawn
 
 SERVICE_START_TIMEOUT_S = 20.0
 PORT_POLL_INTERVAL_S = 0.02
 STOP_TIMEOUT_S = 5.0
+MOTO_STOP_TIMEOUT_S = 20.0  # a moto process is stopped like the benchmarks' other processes
 GRACEFUL_STOP_TIMEOUT_S = 10.0  # a SIGTERM restart: Redis writes its AOF, NATS closes its store
 
 
@@ -234,6 +236,16 @@ def stop_moto(svc: Service) -> None:
     server = svc.extra.get("server")
     if server is not None:
         server.stop()  # type: ignore[attr-defined]
+
+
+def start_moto_process(workdir: Path) -> tuple[str, Proc]:
+    """moto's S3 as a process of its own (``<workdir>/moto.log``): the benchmarks keep it off their GIL,
+    where in-process it would share one with the dev core and the fakes they measure against."""
+    port = free_port()
+    proc = spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                 dict(os.environ), workdir / "moto.log", stop_timeout_s=MOTO_STOP_TIMEOUT_S)
+    wait_for_port(port, proc.proc)
+    return f"http://127.0.0.1:{port}", proc
 
 
 @contextlib.contextmanager
