@@ -39,14 +39,17 @@ def _run_cairn() -> None:
     from tasks.cairn import dispatch_discover, dispatch_exchange, dispatch_job
 
     from workers.cairn.settings import load_cairn_settings
+    from workers.providers.registry import get_provider
 
     from bridges.cairn import webhooks
     from bridges.cairn.bridge import TaskSenders
     from bridges.cairn.bridge import main as cairn_main
 
-    settings = load_cairn_settings()  # the webhook kind needs the pool's name; the bridge loads them again
-    cairn_main(TaskSenders(job=dispatch_job, discover=dispatch_discover, exchange=dispatch_exchange),
-               app.backend, extra=webhooks.consumptions(settings), replies=webhooks.replies(settings))
+    settings = load_cairn_settings()
+    provider = get_provider(settings.provider, settings)  # one provider: the bridge's and its webhook rules
+    cairn_main(settings, provider,
+               TaskSenders(job=dispatch_job, discover=dispatch_discover, exchange=dispatch_exchange),
+               app.backend, extra=webhooks.consumptions(settings, provider), replies=webhooks.replies(settings, provider))
 
 
 def main(argv: list[str] | None = None) -> int:

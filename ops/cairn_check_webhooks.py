@@ -3,15 +3,16 @@
 Three checks, in the ``check cairn`` report format:
 
 * **consumer** — a durable on CAIRN_WEBHOOKS filtered on
-  ``cairn.webhooks.<worker_key>.event`` exists (else Strava's events pile up
-  in the work queue for 24 h and are lost);
+  ``cairn.webhooks.<worker_key>.event`` exists (else the provider's events pile
+  up in the work queue for 24 h and are lost);
 * **verify** — a relayed handshake on ``cairn.webhooks.<worker_key>.verify``
   gets a well-formed ``{status, content_type, body (base64)}``. With the
-  pool's token (``--verify-token`` or ``CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN``)
+  pool's token (``--verify-token``, else the one the provider's own webhook
+  rules are configured with here: ``Provider.webhook_rules().handshake_token()``)
   it must be 200 and echo the challenge; without, a deliberately wrong token
   must get 403 (the responder runs and checks tokens). A JetStream PubAck as
   the reply means CAIRN_WEBHOOKS also captures ``.verify`` (reference §2.1):
-  core would relay it to Strava and the subscription would fail;
+  core would relay it to the provider and the subscription would fail;
 * **presence** — the pool's presence record says ``"webhooks": true``.
 
 Registration: :func:`add_arguments` (``ops.commands.check``) and
@@ -24,13 +25,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
 from typing import Any
 
 from workers.cairn import subjects
+from workers.errors import ConfigError
+from workers.providers.registry import get_provider
 
-ENV_VERIFY_TOKEN = "CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN"
 CHALLENGE_BYTES = 9
 
 
@@ -42,8 +43,20 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--webhooks", action="store_true",
                         help="also check the webhook consumer, the verify responder and presence")
     parser.add_argument("--verify-token", default=None,
-                        help=f"the pool's verify token (default ${ENV_VERIFY_TOKEN}; without one a wrong "
-                             "token must be refused with 403)")
+                        help="the pool's handshake token (default: the one the provider's webhook settings hold "
+                             "here, e.g. CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN; without one a wrong token must be "
+                             "refused with 403)")
+
+
+def configured_token(provider: str) -> str | None:
+    """The handshake token the provider's webhook rules are configured with in this environment, or None
+    (no rules, none configured, or a provider this installation cannot build: the check then offers a
+    wrong token and expects 403)."""
+    try:
+        rules = get_provider(provider).webhook_rules()
+    except ConfigError:
+        return None
+    return rules.handshake_token() if rules is not None else None
 
 
 async def _consumer(js: Any, key: str) -> None:
@@ -103,7 +116,7 @@ async def check_webhooks(probe: Any, report: Any) -> None:
     if not getattr(options, "webhooks", False):
         return
     key = subjects.worker_key(options.worker_name, options.provider)
-    token = getattr(options, "verify_token", None) or os.environ.get(ENV_VERIFY_TOKEN) or None
+    token = getattr(options, "verify_token", None) or configured_token(options.provider)
     checks = (("webhook consumer", _consumer(probe.js, key)),
               ("webhook verify", _verify(probe.nc, key, token, options.timeout_s)))
     for name, check in checks:

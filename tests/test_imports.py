@@ -194,6 +194,24 @@ def test_transcribe_imports_nothing_from_voicy() -> None:
     assert not offending, "\n".join(offending)
 
 
+def forbidden_imports(known: dict[str, Path], package: str, forbidden: str) -> list[str]:
+    """Every import (any form, anywhere in the module) from ``package``'s modules into ``forbidden``."""
+    return [f"{known[imp.source].relative_to(ROOT)}:{imp.line} imports {imp.target}"
+            for module, path in known.items() if module == package or module.startswith(package + ".")
+            for imp in imports_of(module, path)
+            if any(name == forbidden or name.startswith(forbidden + ".")
+                   for name in [imp.target, *(f"{imp.target}.{n}" for n in imp.names)])]
+
+
+def test_providers_import_nothing_from_the_cairn_layer() -> None:
+    """The provider boundary (issue 16): a provider speaks ``workers.providers``' vocabulary (kinds,
+    errors, context, windows, models, webhook rules) and never the NATS layer, so a provider in
+    its own distribution needs nothing but the interface."""
+    known = modules(ROOT, ("workers",))
+    offending = forbidden_imports(known, "workers.providers", "workers.cairn")
+    assert not offending, "\n".join(offending)
+
+
 def test_nothing_in_the_live_path_imports_the_operator_tools() -> None:
     """``ops`` sits above the fleet: bridges, tasks and workers never import it (not even for a type)."""
     known = modules(ROOT, ("tasks", "bridges", "workers"))
@@ -214,6 +232,7 @@ FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("bridges.__main__", "workers.voicy.pipeline"): "the Voicy bridge's side only",
     ("bridges.__main__", "bridges.voicy"): "the Voicy bridge's side only",
     ("bridges.__main__", "workers.cairn.settings"): "the Cairn bridge's side only",
+    ("bridges.__main__", "workers.providers.registry"): "the Cairn bridge's side only (the pool's provider)",
     ("bridges.__main__", "bridges.cairn"): "the Cairn bridge's side only (nats-py, the contract code)",
     ("ops.doctor", "tasks"): "importing tasks reads the fleet's settings; a bad value must be the check's FAIL line",
     ("workers.cairn.proto_build", "grpc_tools"): "grpcio-tools is a dev dependency, needed only to rebuild pb/",

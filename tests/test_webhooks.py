@@ -327,23 +327,19 @@ def test_core_http_caps_bodies_at_one_mib(stack: CairnStack) -> None:
 
 def test_presence_says_webhooks_when_the_token_is_set_and_the_consumer_exists(
         stack: CairnStack, monkeypatch: pytest.MonkeyPatch) -> None:
-
+    """The provider's webhook rules come with the provider (``Provider.webhook_rules()``): each
+    context below builds its own, from the environment of that moment."""
     assert stack.nats is not None and stack.strava is not None
     monkeypatch.setenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN", VERIFY_TOKEN)
-    wh.reset_rules()
-    try:
-        with job_context(stack.nats.url, stack.redis_url, stack.strava, stack.pool, fresh_budget=False) as ctx:
-            record = presence.write_presence(ctx, "wh-test")
-            assert record is not None and record["webhooks"] is True
-        with job_context(stack.nats.url, stack.redis_url, stack.strava, "no-such-pool", fresh_budget=False) as ctx:
-            assert presence.presence_record(ctx.settings, ctx.provider, "x", webhooks=wh.presence_flag(ctx))[
-                "webhooks"] is False  # token set, but no consumer
-        monkeypatch.delenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN")
-        wh.reset_rules()
-        with job_context(stack.nats.url, stack.redis_url, stack.strava, stack.pool, fresh_budget=False) as ctx:
-            assert wh.presence_flag(ctx) is False  # consumer exists, but no token
-    finally:
-        wh.reset_rules()
+    with job_context(stack.nats.url, stack.redis_url, stack.strava, stack.pool, fresh_budget=False) as ctx:
+        record = presence.write_presence(ctx, "wh-test")
+        assert record is not None and record["webhooks"] is True
+    with job_context(stack.nats.url, stack.redis_url, stack.strava, "no-such-pool", fresh_budget=False) as ctx:
+        assert presence.presence_record(ctx.settings, ctx.provider, "x", webhooks=wh.presence_flag(ctx))[
+            "webhooks"] is False  # token set, but no consumer
+    monkeypatch.delenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN")
+    with job_context(stack.nats.url, stack.redis_url, stack.strava, stack.pool, fresh_budget=False) as ctx:
+        assert wh.presence_flag(ctx) is False  # consumer exists, but no token
 
 
 # --------------------------------------------------------------------------- operator tools
@@ -354,13 +350,10 @@ def test_check_cairn_webhooks_passes_on_the_pool_and_fails_without_the_consumer(
 
     assert stack.core is not None and stack.nats is not None and stack.strava is not None
     monkeypatch.setenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN", VERIFY_TOKEN)
-    wh.reset_rules()
-    try:  # rewrite every instance's record now (the worker wrote its first one before the bridge made the consumer)
-        with job_context(stack.nats.url, stack.redis_url, stack.strava, stack.pool, fresh_budget=False) as ctx:
-            for key in stack.core.presence(stack.pool):
-                presence.write_presence(ctx, key.split(".", 1)[1])
-    finally:
-        wh.reset_rules()
+    # rewrite every instance's record now (the worker wrote its first one before the bridge made the consumer)
+    with job_context(stack.nats.url, stack.redis_url, stack.strava, stack.pool, fresh_budget=False) as ctx:
+        for key in stack.core.presence(stack.pool):
+            presence.write_presence(ctx, key.split(".", 1)[1])
     options = CheckOptions(nats_url=stack.nats.url, provider=PROVIDER, worker_name=stack.pool, webhooks=True,
                            verify_token=VERIFY_TOKEN, timeout_s=5.0)
     assert asyncio.run(run_checks(options, out=sys.stdout)) == 0, capsys.readouterr().out

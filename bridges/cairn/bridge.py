@@ -62,7 +62,7 @@ from workers.cairn.handlers.failure import ENVELOPE_FAILED_NAK_DELAY_S
 from workers.cairn.nats_conn import NATS_UNAVAILABLE, connect_options, fault_recorder
 from workers.cairn.outcomes import LEASE_NAMESPACE, AsyncOutcomeLedger
 from workers.cairn.refusals import BRIDGE_ROLE, PermissionRefused, Refusals, fault_component
-from workers.cairn.settings import CairnSettings, load_cairn_settings
+from workers.cairn.settings import CairnSettings
 from workers.faults import clear_fault
 from workers.lease import Leases
 from workers.logs import redact
@@ -353,15 +353,15 @@ class CairnBridge:
         await settle(held, disposition, self.failures, self.settings.term_after_deliveries)
 
 
-def main(senders: TaskSenders, backend: Any, extra: Sequence[Consumption] = (),
-         replies: Sequence[Reply] = ()) -> None:
-    """Entry point of ``python -m bridges cairn`` (``bridges.__main__`` injects the Celery side
-    and any consumer kind beyond the job subjects, ``extra``).
+def main(settings: CairnSettings, provider: Provider, senders: TaskSenders, backend: Any,
+         extra: Sequence[Consumption] = (), replies: Sequence[Reply] = ()) -> None:
+    """Entry point of ``python -m bridges cairn`` (``bridges.__main__`` loads the pool's settings and
+    provider and injects the Celery side and any consumer kind beyond the job subjects, ``extra``).
 
     A bad setting raises ConfigError (``bridges.__main__`` exits 2); an
     incompatible core exits ``EXIT_INCOMPATIBLE_CORE`` with the reason.
     """
-    bridge = CairnBridge(load_cairn_settings(), senders, backend, extra=extra, replies=replies)
+    bridge = CairnBridge(settings, senders, backend, provider=provider, extra=extra, replies=replies)
 
     async def _run() -> None:
         loop = asyncio.get_running_loop()

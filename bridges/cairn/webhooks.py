@@ -13,15 +13,15 @@ tells the bridge what to consume and how admission reads it.
   because a webhook event has no import-queue item and no result subject),
   and the pool
   runs the admitted job with ``handlers.HANDLERS["webhook_event"]``. Only when
-  the provider's webhooks are enabled (Strava: a verify token is configured),
-  so a pool without one never holds Strava's events.
+  the provider's webhooks are enabled (``Provider.webhook_rules()``; Strava: a
+  verify token is configured), so a pool without them never holds its events.
 * **Verify responder** on ``cairn.webhooks.<worker_key>.verify`` (queue group:
   the pool): Strava's subscription handshake relayed by core, answered in the
   bridge (no provider call, no secret leaves it): 200 with the challenge, 403
   on a wrong token, 503 when no token is configured, so core relays a clear
   refusal instead of its own 3 s timeout.
 
-``bridges.__main__`` passes :func:`consumptions` and :func:`replies` to the bridge.
+``bridges.__main__`` passes :func:`consumptions` and :func:`replies` (of the pool's provider) to the bridge.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from bridges.cairn.bridge import Consumption, Reply
 from bridges.cairn.consumers import JobConsumer
 from workers.cairn import subjects
 from workers.cairn import webhooks as wh
+from workers.providers.base import Provider
 
 STREAM_WEBHOOKS = subjects.WEBHOOKS_STREAM
 
@@ -44,9 +45,9 @@ def webhook_consumer(settings: Any) -> JobConsumer:
                        STREAM_WEBHOOKS)
 
 
-def consumptions(settings: Any) -> list[Consumption]:
+def consumptions(settings: Any, provider: Provider) -> list[Consumption]:
     """The webhook consumer and its admission parser, or nothing while webhooks are off."""
-    rules = wh.rules_for(settings.provider)
+    rules = provider.webhook_rules()
     if rules is None or not rules.enabled:
         return []
     # No failure envelope: contract §6's envelope exists to fail an import-queue item, and a webhook
@@ -56,9 +57,9 @@ def consumptions(settings: Any) -> list[Consumption]:
     return [(webhook_consumer(settings), kind)]
 
 
-def replies(settings: Any) -> list[Reply]:
+def replies(settings: Any, provider: Provider) -> list[Reply]:
     """The verify responder, whenever the provider has webhook rules (503 without a token)."""
-    rules = wh.rules_for(settings.provider)
+    rules = provider.webhook_rules()
     if rules is None:
         return []
     key = subjects.worker_key(settings.worker_name, settings.provider)

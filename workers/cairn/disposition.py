@@ -59,7 +59,8 @@ class Disposition(BaseModel):
     @field_validator("delay_s")
     @classmethod
     def _bounded(cls, value: float | None) -> float | None:
-        return None if value is None else min(float(value), MAX_NAK_DELAY_S)
+        """A wait is never below the floor (an instant NAK hot-loops) nor above a day and a bit."""
+        return None if value is None else min(max(float(value), MIN_NAK_DELAY_S), MAX_NAK_DELAY_S)
 
     @model_validator(mode="before")
     @classmethod

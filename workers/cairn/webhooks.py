@@ -14,8 +14,9 @@ contract's messages — a ``fetch_source`` sub-job with ``reason: "webhook"``
 on the pool's own job subject (deterministic ``job_id`` = ``Nats-Msg-Id``;
 a deletion too: see ``_apply``), or ``cairn.tokens.<p>.needs_reauth``. Only
 subjects core's permission template grants (contract §1).
-What an event *means* is the provider's (``workers.providers.<name>.webhooks``,
-found by :func:`rules_for`, so this module imports no provider).
+What an event *means* is the provider's: its rules come from the
+``Provider`` interface (``provider.webhook_rules()``, shapes in
+``workers.providers.webhooks``), so this module names no provider.
 
 :func:`handle_event` returns a :class:`Disposition`, like every job handler:
 the bridge applies it. :func:`parse_event` is admission's parser for the
@@ -32,14 +33,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import importlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -48,15 +47,17 @@ from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.pool import PoolContext
 from workers.cairn.refusals import PermissionRefused
 from workers.logs import describe
+from workers.providers.kinds import WEBHOOK_EVENT
+from workers.providers.webhooks import (DELETE, FETCH, IGNORE, WEBHOOK_REASON, VerifyReply, WebhookJob,
+                                        WebhookRules)
 
 log = logging.getLogger(__name__)
 
-KIND = "webhook_event"  # the consumer kind the bridge registers for CAIRN_WEBHOOKS
+KIND = WEBHOOK_EVENT  # the consumer kind the bridge registers for CAIRN_WEBHOOKS
 LOOKUP_TIMEOUT_S = 1.0  # as the Strava worker: a webhook is best effort, the reconcile catches up
 NEEDS_REAUTH_TIMEOUT_S = 5.0
 PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take our publish: retry soon
 MIN_COALESCE_NAK_S = 1.0
-WEBHOOK_REASON = "webhook"
 DEAUTHORIZED_REASON = "deauthorized"
 DELETE_TAG_PREFIX = "d"  # a deletion's fetch: ``webhook:…:<object>:d<event_time>``
 MAX_LOG_TOKEN_CHARS = 64
@@ -70,90 +71,11 @@ class JobContext(Protocol):
     worker_name: str
     settings: Any
     nats: Any
+    provider: Any  # workers.providers.base.Provider
 
     def request(self, subject: str, body: dict[str, Any], timeout_s: float = ...) -> dict[str, Any]: ...
 
     def publish(self, subject: str, data: bytes, msg_id: str, timeout_s: float = ...) -> None: ...
-
-
-# --------------------------------------------------------------------------- what a provider decides
-
-FETCH, DELETE, DEAUTHORIZE, IGNORE = "fetch", "delete", "deauthorize", "ignore"
-
-
-class WebhookJob(BaseModel):
-    """What one event asks of the pool: the admitted form of a CAIRN_WEBHOOKS message.
-
-    ``fetch``: import ``object_id`` (again); ``tag`` names the event or its
-    coalescing bucket and ``not_before`` (unix s) holds it back until the bucket
-    has closed. ``delete``: the activity is gone upstream. ``deauthorize``: the
-    owner revoked the app. ``ignore``: nothing to do (``reason`` says why).
-    """
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    action: Literal["fetch", "delete", "deauthorize", "ignore"]
-    owner_id: str = ""
-    subscription_id: str = ""
-    object_id: str = ""
-    tag: str = ""
-    not_before: float | None = None
-    event_time: int = 0
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class VerifyReply:
-    status: int
-    content_type: str
-    body: bytes
-
-    def to_wire(self) -> dict[str, Any]:
-        """What core decodes (reference §2.13): lower-case keys, the body base64."""
-        return {"status": self.status, "content_type": self.content_type,
-                "body": base64.b64encode(self.body).decode()}
-
-
-class WebhookRules(Protocol):
-    """A provider's webhook knowledge (``workers.providers.<name>.webhooks.rules()``)."""
-
-    @property
-    def enabled(self) -> bool: ...
-
-    def verify(self, query: dict[str, str]) -> VerifyReply: ...
-
-    def classify(self, body: bytes) -> WebhookJob: ...
-
-
-_rules: dict[str, WebhookRules | None] = {}
-_rules_lock = threading.Lock()
-
-
-def rules_for(provider: str) -> WebhookRules | None:
-    """The provider's rules (cached per process), or None when it has no webhooks module."""
-    with _rules_lock:
-        if provider not in _rules:
-            name = f"workers.providers.{provider}.webhooks"
-            try:
-                module = importlib.import_module(name)
-            except ModuleNotFoundError as exc:
-                if exc.name not in (name, f"workers.providers.{provider}"):
-                    raise  # the module exists but something it imports is missing: say so
-                _rules[provider] = None
-            else:
-                _rules[provider] = module.rules()
-        return _rules[provider]
-
-
-def reset_rules() -> None:
-    """Forget the cached rules (tests that change the environment)."""
-    with _rules_lock:
-        _rules.clear()
-
-
-def webhooks_enabled(provider: str) -> bool:
-    rules = rules_for(provider)
-    return bool(rules is not None and rules.enabled)
 
 
 # --------------------------------------------------------------------------- wire
@@ -325,10 +247,15 @@ def consumer_exists(ctx: PoolContext) -> bool:
     return True
 
 
+def enabled(rules: WebhookRules | None) -> bool:
+    """Whether a provider's rules take events (None: the provider has no webhooks)."""
+    return bool(rules is not None and rules.enabled)
+
+
 def presence_flag(ctx: PoolContext) -> bool:
-    """Contract §2 ``webhooks``: a verify token is configured *and* the consumer exists.
+    """Contract §2 ``webhooks``: the provider's webhooks are on *and* the pool's consumer exists.
 
     Asked with the main process's presence context as well as a job context: both are a
-    :class:`~workers.cairn.pool.PoolContext`, the one shape that has ``worker_name``.
+    :class:`~workers.cairn.pool.PoolContext`, which has the provider and ``worker_name``.
     """
-    return webhooks_enabled(ctx.provider_name) and consumer_exists(ctx)
+    return enabled(ctx.provider.webhook_rules()) and consumer_exists(ctx)

@@ -11,7 +11,9 @@ a default where it is optional, so nothing probes a provider with ``hasattr``.
 
 The vocabulary lives next door, one concept per module: job kinds in
 ``kinds``, errors in ``errors``, the per-call context in ``context``, rate
-windows in ``windows``, data shapes in ``models``. How a new provider plugs in
+windows in ``windows``, data shapes in ``models``, webhook rules in
+``webhooks``. Nothing under ``workers/providers`` imports ``workers/cairn``
+(tests/test_imports.py): a provider speaks this vocabulary, never the NATS layer. How a new provider plugs in
 (an entry point, no generic module touched) is in docs/DESIGN.md.
 """
 
@@ -37,6 +39,7 @@ from workers.providers.models import (
     MetricsJob,
     OAuthTokens,
 )
+from workers.providers.webhooks import WebhookRules
 from workers.providers.windows import RateWindow
 
 
@@ -79,6 +82,14 @@ class Provider(abc.ABC):
         """The short-term window a job spends, from the job's ``reason`` (``webhook``,
         ``backfill``, ``""`` for jobs without one). Becomes ``ProviderContext.bucket``."""
         return DEFAULT_BUCKET
+
+    def webhook_rules(self) -> WebhookRules | None:
+        """The provider's webhook rules (handshake, event meaning), or None: the pool takes no webhooks.
+
+        The bridge consumes the pool's webhook events and answers the handshake only
+        with rules, and presence says ``webhooks: true`` only when they are enabled.
+        """
+        return None
 
     @abc.abstractmethod
     def new_http_client(self) -> httpx.Client:

@@ -1,6 +1,7 @@
 """Provider errors: how a provider says why a call failed, without knowing the contract's acks.
 
-Errors are classes, not messages: the failure mapping
+Errors are classes, not messages, and they know nothing of NATS (nothing under
+``workers/providers`` imports ``workers/cairn``): the failure mapping
 (``workers/cairn/handlers/failure.py``) turns ``ProviderRateLimited`` into a
 NAK with a delay anchored to the real window, ``ProviderNotFound`` and
 ``ProviderPermanentError`` into failure envelope + Term, ``ProviderAuthError``
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from workers.cairn.disposition import MIN_NAK_DELAY_S  # a wait below it is a hot loop in disguise
 from workers.errors import AuthError, PermanentJobError, RetryableJobError
 
 
@@ -79,6 +79,7 @@ class ProviderRateLimited(ProviderError, RetryableJobError):
                          f"{self.reset_at.isoformat().replace('+00:00', 'Z')}")
 
     def delay_s(self, now: datetime | None = None) -> float:
-        """Seconds to NAK for: until the reset plus grace, never below one second."""
+        """Seconds until the window resets, plus grace; never negative. The NAK that waits for it
+        is the Cairn side's: it never goes out below its floor (``disposition.MIN_NAK_DELAY_S``)."""
         now = now or datetime.now(UTC)
-        return max(MIN_NAK_DELAY_S, (self.reset_at - now).total_seconds() + self.grace_s)
+        return max(0.0, (self.reset_at - now).total_seconds() + self.grace_s)

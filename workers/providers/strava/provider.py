@@ -70,7 +70,9 @@ from workers.providers.strava.mapping import ingest_problems, map_activity, map_
 from workers.providers.strava.models import StravaActivity, StravaGear, StravaSummaryActivity
 from workers.providers.strava.segments import SegmentCache, fetch_segments
 from workers.providers.strava.settings import StravaSettings
-from workers.providers.strava.usage import RATE_WINDOWS, SHORT_WINDOW, WEBHOOK_REASON, WEBHOOK_WINDOW
+from workers.providers.strava.usage import RATE_WINDOWS, SHORT_WINDOW, WEBHOOK_WINDOW
+from workers.providers.strava.webhooks import StravaWebhookRules
+from workers.providers.webhooks import WEBHOOK_REASON
 from workers.providers.windows import RateWindow
 
 log = logging.getLogger(__name__)
@@ -101,6 +103,7 @@ class StravaProvider(Provider):
                                           self.settings.segment_cache_ttl_s)
         self.mirrored_photos = BoundedCache(strava_photos.MIRROR_CACHE_MAX_ENTRIES,
                                             strava_photos.MIRROR_CACHE_TTL_S)
+        self._webhooks = StravaWebhookRules()
 
     @classmethod
     def from_settings(cls, settings: object | None = None) -> StravaProvider:
@@ -147,6 +150,11 @@ class StravaProvider(Provider):
         """Webhook fetches spend the ``webhook`` window, so a burst of events cannot starve
         reconciles and backfills of the ``short`` one; every call also spends ``daily``."""
         return WEBHOOK_WINDOW if reason == WEBHOOK_REASON else SHORT_WINDOW
+
+    def webhook_rules(self) -> StravaWebhookRules:
+        """Push subscriptions (``webhooks.py``): on when ``CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN`` is set;
+        read once per provider, so a bad ``CAIRN_STRAVA_WEBHOOK_*`` fails where the provider is built."""
+        return self._webhooks
 
     def new_http_client(self) -> httpx.Client:
         return api.new_http_client()

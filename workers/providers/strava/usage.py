@@ -31,7 +31,6 @@ WEBHOOK_WINDOW_S = 15 * 60
 SHORT_FALLBACK_CAPACITY = 100
 DAILY_FALLBACK_CAPACITY = 1000
 WEBHOOK_FALLBACK_CAPACITY = 20  # webhook-triggered fetches spend a small 15-min window of their own
-WEBHOOK_REASON = "webhook"  # a fetch_source job core published for a webhook event
 # The windows the shared limiter keeps per Strava app (``strava.<app_id>.<window>``).
 RATE_WINDOWS = (
     RateWindow(SHORT_WINDOW, SHORT_FALLBACK_CAPACITY, SHORT_WINDOW_S, snapshot_as="short"),

@@ -1,7 +1,8 @@
 """Strava's webhook rules: the subscription handshake and what each push event means.
 
 The generic path (``workers.cairn.webhooks``) decodes core's envelope, looks
-the owner up and publishes; this module only knows Strava:
+the owner up and publishes; it finds these rules through the provider
+(``StravaProvider.webhook_rules()``). This module only knows Strava:
 
 * **Handshake.** Strava validates a new push subscription with
   ``GET callback?hub.mode=subscribe&hub.challenge=…&hub.verify_token=…`` and
@@ -39,9 +40,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from workers.cairn.webhooks import DEAUTHORIZE, DELETE, FETCH, IGNORE, VerifyReply, WebhookJob
 from workers.config import load_settings
 from workers.logs import register_secret
+from workers.providers.webhooks import DEAUTHORIZE, DELETE, FETCH, IGNORE, VerifyReply, WebhookJob
 
 DEFAULT_COALESCE_S = 15.0  # a burst of edits right after an upload fits; the wait is at most this
 MAX_COALESCE_S = 240.0  # must stay well inside CAIRN_JOBS' 5-minute dedup window
@@ -79,7 +80,7 @@ def _reply(status: int, body: bytes, content_type: str = TEXT) -> VerifyReply:
 
 
 class StravaWebhookRules:
-    """What the generic webhook path asks of a provider (``workers.cairn.webhooks.WebhookRules``)."""
+    """What the generic webhook path asks of a provider (``workers.providers.webhooks.WebhookRules``)."""
 
     def __init__(self, settings: StravaWebhookSettings | None = None) -> None:
         self.settings = settings or load_settings(StravaWebhookSettings)
@@ -91,6 +92,10 @@ class StravaWebhookRules:
     def enabled(self) -> bool:
         """The pool takes webhooks only with a verify token (as the Strava worker)."""
         return bool(self._token)
+
+    def handshake_token(self) -> str | None:
+        """The verify token the subscription handshake must offer (``CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN``)."""
+        return self._token or None
 
     def verify(self, query: dict[str, str]) -> VerifyReply:
         if not self._token:
@@ -128,7 +133,3 @@ class StravaWebhookRules:
         if event.aspect_type == "delete":
             return WebhookJob(action=DELETE, event_time=event.event_time, **ids)
         return WebhookJob(action=IGNORE, reason=f"activity {event.aspect_type}")
-
-def rules() -> StravaWebhookRules:
-    """The entry point ``workers.cairn.webhooks.rules_for`` looks up for provider ``strava``."""
-    return StravaWebhookRules()
