@@ -29,6 +29,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, N
 from ops.cairn_check_webhooks import check_webhooks
 from workers.cairn import subjects
 from workers.cairn.handlers.discover import valid_discover_reply
+from workers.providers.kinds import FETCH_SOURCE, IMPORT_GEAR, IMPORT_METRICS, PARSE_BLOB, RECONCILE
 
 STREAM_JOBS = subjects.JOBS_STREAM
 PRESENCE_BUCKET = subjects.PRESENCE_BUCKET
@@ -140,15 +141,15 @@ def required_kinds(o: CheckOptions, presence: dict[str, Any] | None,
                    manifest: dict[str, Any] | None = None) -> list[str]:
     """fetch_source, reconcile (+ parse_blob), and import_metrics / import_gear when the pool
     declares a metric type / Gear: in its manifest (contract §3), else in its presence record."""
-    kinds = ["fetch_source", "reconcile"]
+    kinds = [FETCH_SOURCE, RECONCILE]
     declared = (manifest or {}).get("capabilities") if manifest else None
     caps = declared if declared is not None else (presence or {}).get("capabilities") or {}
     if o.parse_blob:
-        kinds.append("parse_blob")
+        kinds.append(PARSE_BLOB)
     if o.metrics or METRIC_DATA_TYPES & set(caps):
-        kinds.append("import_metrics")
+        kinds.append(IMPORT_METRICS)
     if o.gear or "Gear" in caps:
-        kinds.append("import_gear")
+        kinds.append(IMPORT_GEAR)
     return kinds
 
 
@@ -156,14 +157,13 @@ async def _consumer_filters(js: Any) -> list[list[str]]:
     filters = []
     for info in await js.consumers_info(STREAM_JOBS):
         cfg = info.config
-        subjects = [s for s in ([cfg.filter_subject] + list(cfg.filter_subjects or [])) if s]
-        filters.append(subjects)
+        filters.append([s for s in ([cfg.filter_subject] + list(cfg.filter_subjects or [])) if s])
     return filters
 
 
 def _check_consumer(filters: list[list[str]], subject: str) -> None:
-    for subjects in filters:
-        if not subjects or any(subject_matches(f, subject) for f in subjects):
+    for consumer_filters in filters:
+        if not consumer_filters or any(subject_matches(f, subject) for f in consumer_filters):
             return
     raise CheckFailed("no consumer on CAIRN_JOBS: jobs on it will accumulate unconsumed")
 
@@ -193,7 +193,7 @@ async def _reconcile_round_trip(nc: Any, js: Any, o: CheckOptions) -> None:
                                 "max_enqueue": 1}
         if o.user_id:
             body["user_id"] = o.user_id
-        await js.publish(job_subject("reconcile", o), json.dumps(body).encode(),
+        await js.publish(job_subject(RECONCILE, o), json.dumps(body).encode(),
                          headers={"Nats-Msg-Id": f"conformance:{job_id}"})
         try:
             msg = await sub.next_msg(timeout=o.timeout_s)

@@ -12,7 +12,7 @@ tells the bridge what to consume and how admission reads it.
   undecodable envelope or event is poison: a term, and no failure envelope,
   because a webhook event has no import-queue item and no result subject),
   and the pool
-  runs the admitted job with ``handlers.HANDLERS["webhook_event"]``. Only when
+  runs the admitted job with ``handlers.HANDLERS[WEBHOOK_EVENT]``. Only when
   the provider's webhooks are enabled (``Provider.webhook_rules()``; Strava: a
   verify token is configured), so a pool without them never holds its events.
 * **Verify responder** on ``cairn.webhooks.<worker_key>.verify`` (queue group:

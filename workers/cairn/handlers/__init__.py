@@ -22,16 +22,17 @@ from workers.cairn.handlers.discover import discover
 from workers.cairn.handlers.exchange import exchange
 from workers.cairn.handlers.failure import disposition_for, terminate
 from workers.cairn.jobs import PARSER_REFUSED_NAK_DELAY_S, parse_job, parser_refusal
+from workers.providers.kinds import FETCH_SOURCE, IMPORT_GEAR, IMPORT_METRICS, PARSE_BLOB, RECONCILE, WEBHOOK_EVENT
 
 log = logging.getLogger(__name__)
 
 HANDLERS = {
-    "fetch_source": fetch_source.handle,
-    "reconcile": reconcile.handle,
-    "parse_blob": parse_blob.handle,
-    "import_gear": gear_metrics.handle_gear,
-    "import_metrics": gear_metrics.handle_metrics,
-    webhooks.KIND: webhooks.handle_event,  # CAIRN_WEBHOOKS events (bridges.cairn.webhooks)
+    FETCH_SOURCE: fetch_source.handle,
+    RECONCILE: reconcile.handle,
+    PARSE_BLOB: parse_blob.handle,
+    IMPORT_GEAR: gear_metrics.handle_gear,
+    IMPORT_METRICS: gear_metrics.handle_metrics,
+    WEBHOOK_EVENT: webhooks.handle_event,  # CAIRN_WEBHOOKS events (bridges.cairn.webhooks)
 }
 
 __all__ = ["Delivery", "Disposition", "JobContext", "ack", "build_context", "discover", "exchange",

@@ -70,9 +70,3 @@ def _checked(reply: DiscoverReply) -> dict[str, Any]:
         if not body.get("next_page"):
             return {"error": "discover returned no items and no continuation"}
     return body
-
-
-def valid_discover_reply(reply: object) -> bool:
-    """At least one of error/items/complete/next_page present and non-null (reference §5)."""
-    return isinstance(reply, dict) and any(reply.get(k) is not None
-                                           for k in ("error", "items", "complete", "next_page"))

@@ -31,6 +31,7 @@ from workers.cairn.refusals import PermissionRefused
 from workers.cairn.subjects import failure_msg_id
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import redact
+from workers.providers.kinds import RECONCILE
 from workers.providers.errors import (
     ProviderAuthError,
     ProviderError,
@@ -80,7 +81,7 @@ def publish_failure(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *,
     """Publish the envelope on the job's result subject (msg-id ``failed:<p>:<ext|job>:d<n>``)."""
     envelope = failure_envelope(ctx, job, code=code, message=message, error_class=error_class)
     account_id = _job_field(job, "account_id")
-    if kind == "reconcile" and account_id:
+    if kind == RECONCILE and account_id:
         subject = reconcile_result_subject(ctx.provider_name, account_id)
     else:
         subject = result_subject(kind, ctx.provider_name, ctx.worker_name)

@@ -32,15 +32,15 @@ from typing import Any
 from workers.cairn.claimcheck import KIND_RAW, UserBlobSink, segment_result_msg_id, strict_result
 from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack, nak
-from workers.cairn.handlers.context import Delivery, JobContext, result_subject
+from workers.cairn.handlers.context import Delivery, JobContext
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import activity_result_msg_id, result_subject
 from workers.providers.context import ProviderContext
+from workers.providers.kinds import FETCH_SOURCE
 from workers.providers.models import FetchOutcome
 
 log = logging.getLogger(__name__)
 
-KIND = "fetch_source"
 
 
 def provider_context(ctx: JobContext, job: Any, access_token: str, app_id: str = "") -> ProviderContext:
@@ -117,4 +117,4 @@ def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
 
 
 def _result_subject(ctx: JobContext) -> str:
-    return result_subject(KIND, ctx.provider_name, ctx.worker_name)
+    return result_subject(FETCH_SOURCE, ctx.provider_name, ctx.worker_name)

@@ -25,10 +25,10 @@ from workers.cairn.handlers.failure import Permanent
 from workers.cairn.handlers.fetch_source import publish_results
 from workers.cairn.jobs import ParseBlobJob
 from workers.cairn.subjects import activity_result_msg_id
+from workers.providers.kinds import PARSE_BLOB
 
 log = logging.getLogger(__name__)
 
-KIND = "parse_blob"
 ARCHIVE_CONTENT_TYPE = "application/json"
 EXPIRED_STATUSES = frozenset({400, 403})  # S3: 403 "Request has expired" (400 for some signers)
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # the published worker's archive download bound
@@ -63,7 +63,7 @@ def handle(ctx: JobContext, job: ParseBlobJob, delivery: Delivery) -> Dispositio
         outcome.attach_raw_blob(blob_id, size_bytes=len(raw), content_type=ARCHIVE_CONTENT_TYPE)
     if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
         return nak(reason="lease lost before publishing", failure=False)  # a hand-over, not a failure
-    publish_results(ctx, result_subject(KIND, ctx.provider_name, ctx.worker_name), outcome,
+    publish_results(ctx, result_subject(PARSE_BLOB, ctx.provider_name, ctx.worker_name), outcome,
                     activity_result_msg_id(job.job_id, delivery.attempt))
     log.info("parse_blob %s re-parsed (%d events, %d segment events)", outcome.ext_id,
              len(outcome.wire_events), len(outcome.segment_events))

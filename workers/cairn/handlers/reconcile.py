@@ -42,10 +42,11 @@ from workers.cairn.handlers.fetch_source import provider_context
 from workers.cairn.jobs import ReconcileJob
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import reconcile_subjob_msg_id, result_msg_id
+from workers.providers.kinds import FETCH_SOURCE
 
 log = logging.getLogger(__name__)
 
-KIND = "reconcile"
+SUBJOB_REASON = "reconcile"  # the ``reason`` of the fetch_source sub-jobs a reconcile enqueues
 RECONCILE_COALESCE_S = 600  # contract §7: coalesce reconcile jobs per account (~10 min)
 WATERMARK_OVERLAP_S = 3600  # list from watermark − 1 h (late uploads, clock skew)
 MAX_LOOKBACK_S = 30 * 24 * 3600  # never further back than 30 days
@@ -135,13 +136,13 @@ def _run(ctx: JobContext, job: ReconcileJob, watermark: datetime | None) -> tupl
     cap = job.max_enqueue or DEFAULT_MAX_ENQUEUE
     known = set(job.known_ext_ids)
     refs = ctx.provider.list_activities(pctx, window_start(watermark), limit=cap, exclude=known)
-    subject = job_subject("fetch_source", ctx.provider_name, ctx.worker_name)
+    subject = job_subject(FETCH_SOURCE, ctx.provider_name, ctx.worker_name)
     newest: datetime | None = None
     count = 0
     for ref in refs[:cap]:
         body = {"job_id": f"{job.job_id}:{ref.ext_id}", "account_id": job.account_id, "user_id": job.user_id,
                 "provider": ctx.provider_name, "ext_id": ref.ext_id, "fetch_streams": True,
-                "reason": "reconcile"}
+                "reason": SUBJOB_REASON}
         try:
             ctx.publish(subject, json.dumps(body, separators=(",", ":")).encode(),
                         sub_job_msg_id(ctx.provider_name, job.account_id, ref.ext_id))
