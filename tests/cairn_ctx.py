@@ -6,13 +6,20 @@ claim-check (presign → moto S3 PUT → publish) and the Strava provider. Core
 and Strava are the dev doubles (deploy/devstack). Test modules import the
 fixtures they use (``from tests.cairn_ctx import core, ctx, ...``) and may
 define their own ``strava`` (e.g. one behind a gate) instead of this one.
+
+A job runs through :func:`admit_and_run`: the bridge's own admission
+(``bridges.cairn.admission.admit``, the one decision point) judges the payload
+and the task side's ``run_admitted`` runs what it admits, in this process,
+without Celery and the lease (the e2e tests cover those).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -22,9 +29,14 @@ import pytest
 import redis
 
 from deploy.devstack import services
+from bridges.cairn.admission import DeliveryMeta, Dispatch, History, Rules, Settle, admit, job_kind
+from bridges.cairn.consumers import pool_consumers
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from workers.cairn.handlers import JobContext
+from workers.cairn import subjects
+from workers.cairn.disposition import ENVELOPE_FAILED_NAK_DELAY_S, Disposition, nak
+from workers.cairn.handlers import Delivery, JobContext, run_admitted
+from workers.cairn.handlers.failure import publish_failure
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.ratelimit import RateLimiter
 from workers.cairn.settings import CairnSettings
@@ -64,6 +76,43 @@ def job_context(nats_url: str, redis_url: str, strava: FakeStrava, pool: str, *,
         context.claimcheck.http.close()
         client.close()
         nt.close()
+
+
+_seqs = itertools.count(1_000_000)  # stream positions of deliveries no stream holds (see admit_and_run)
+
+
+async def _no_history(meta: DeliveryMeta) -> History:
+    return History()  # nothing ran before this delivery: the handler is what these tests look at
+
+
+def admit_and_run(ctx: JobContext, kind: str, payload: Any, delivery: Delivery | int = 1) -> Disposition:
+    """One delivery of ``payload`` on the pool's ``kind`` subject, judged and run as the fleet does it.
+
+    The bytes go through ``admit`` with the pool's own consumer kinds (what the
+    bridge builds from the provider's declared capabilities) and rules; a
+    ``Settle`` that carries an envelope publishes it with the envelope code the
+    bridge uses (``publish_failure``), a ``Dispatch`` runs the admitted job with
+    ``run_admitted`` as the pool task does. No history: the message never ran.
+    """
+    run = Delivery.coerce(delivery)
+    settings, provider = ctx.settings, ctx.provider
+    kinds = {c.kind: job_kind(c.kind, str(provider.parser_version)) for c in pool_consumers(settings, provider)}
+    meta = DeliveryMeta(kind=kind, stream=subjects.JOBS_STREAM, seq=run.stream_seq or next(_seqs), stamp=time.time(),
+                        delivered=run.attempt, subject=subjects.job_subject(kind, ctx.provider_name, ctx.worker_name))
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    verdict = asyncio.run(admit(raw, meta, kinds=kinds, recall=_no_history,
+                                rules=Rules(settings.term_after_deliveries, settings.max_deliver)))
+    if isinstance(verdict, Dispatch):
+        return run_admitted(ctx, kind, verdict.job, Delivery(run.attempt, meta.seq, meta.subject, run.lost))
+    assert isinstance(verdict, Settle), verdict  # no history: nothing to adopt
+    envelope = verdict.envelope
+    if envelope is not None:
+        try:
+            publish_failure(ctx, kind, envelope.ref, Delivery(run.attempt, meta.seq, meta.subject), code=envelope.code,
+                            message=envelope.message, error_class=envelope.error_class)
+        except Exception:  # noqa: BLE001 - as the bridge: no envelope, no term
+            return nak(ENVELOPE_FAILED_NAK_DELAY_S, reason=f"failure envelope not published: {envelope.code}")
+    return verdict.disposition
 
 
 def forget_budget(nt: NatsThread, kv: Any = None) -> None:

@@ -20,11 +20,11 @@ import redis
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from tests.cairn_ctx import (PACKAGE, PROVIDER, Athlete, assert_json_and_secret_free, athlete, core,  # noqa: F401
+from tests.cairn_ctx import (PACKAGE, PROVIDER, Athlete, admit_and_run, assert_json_and_secret_free, athlete, core,  # noqa: F401
                              ctx, forget_budget, ingested_since, pool, strava)
 from workers.cairn import sealed, wire
 from workers.cairn.disposition import Disposition, ack, nak, term
-from workers.cairn.handlers import Delivery, JobContext, discover, exchange, handle_job
+from workers.cairn.handlers import Delivery, JobContext, discover, exchange
 from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, window_start
 from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
 
@@ -71,7 +71,7 @@ def test_fetch_source_end_to_end_claim_checked_with_stamp_and_gear_first(
         core: DevCairnCore, ctx: JobContext, athlete: Athlete, pool: str) -> None:
     before = len(core.ingested)
     job = athlete.fetch_job(0)
-    disposition = handle_job(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=7))
+    disposition = admit_and_run(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=7))
     assert disposition.action == "ack", disposition
     [rec] = ingested_since(core, before)
     assert rec.claim_checked and rec.kind == "events" and rec.msg_id == f"result:{job['job_id']}:d1"
@@ -93,7 +93,7 @@ def test_rate_limited_naks_until_the_real_window_reset(core: DevCairnCore, ctx: 
     before = len(core.ingested) + len(core.rejected)
     strava.force_429(1, "short")
     now = datetime.now(UTC)
-    disposition = handle_job(ctx, "fetch_source", athlete.fetch_job(1), 1)
+    disposition = admit_and_run(ctx, "fetch_source", athlete.fetch_job(1), 1)
     expected = (next_short_reset(now) - now).total_seconds() + RESET_GRACE_S
     assert disposition.action == "nak"
     assert disposition.delay_s is not None and abs(disposition.delay_s - expected) < 3.0
@@ -107,10 +107,10 @@ def test_presign_failure_naks_and_the_retry_publishes(core: DevCairnCore, ctx: J
     job = athlete.fetch_job(2)
     before = len(core.ingested)
     core.inject_fault("presign_upload", {"error": "s3 unavailable"})
-    first = handle_job(ctx, "fetch_source", job, 1)
+    first = admit_and_run(ctx, "fetch_source", job, 1)
     assert first.action == "nak" and first.delay_s and "transient" in first.reason
     assert first.counts_as_failure
-    second = handle_job(ctx, "fetch_source", job, 2)
+    second = admit_and_run(ctx, "fetch_source", job, 2)
     assert second.action == "ack"
     [rec] = ingested_since(core, before)
     assert rec.msg_id == f"result:{job['job_id']}:d2"  # the retry publishes past the first's dedup
@@ -121,7 +121,7 @@ def test_not_found_publishes_failure_envelope_then_terms(core: DevCairnCore, ctx
     before = len(core.ingested)
     strava.fail("activity", 404)
     job = athlete.fetch_job(3)
-    disposition = handle_job(ctx, "fetch_source", job, 2)
+    disposition = admit_and_run(ctx, "fetch_source", job, 2)
     assert disposition.action == "term" and disposition.reason.startswith("not_found")
     [rec] = ingested_since(core, before)
     data = rec.data
@@ -144,7 +144,7 @@ def test_unmappable_activity_terms_with_envelope_instead_of_publishing(
     strava.patch_activity(athlete.id, int(athlete.ext(2)), **fields)
     before, rejected = len(core.ingested), len(core.rejected)
     job = athlete.fetch_job(2)
-    disposition = handle_job(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=9))
+    disposition = admit_and_run(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=9))
     assert disposition.action == "term" and disposition.reason.startswith("unmappable"), disposition
     [rec] = ingested_since(core, before)
     assert rec.kind == "failure" and rec.msg_id == f"failed:strava:{athlete.ext(2)}:d1"
@@ -158,7 +158,7 @@ def test_poison_payload_terms_with_envelope(core: DevCairnCore, ctx: JobContext,
     before = len(core.ingested)
     job = athlete.fetch_job(0)
     del job["ext_id"]
-    disposition = handle_job(ctx, "fetch_source", job, 1)
+    disposition = admit_and_run(ctx, "fetch_source", job, 1)
     assert disposition.action == "term" and "bad_payload" in disposition.reason
     [rec] = ingested_since(core, before)
     assert rec.kind == "failure" and rec.data["error"]["code"] == "bad_payload"
@@ -167,7 +167,7 @@ def test_poison_payload_terms_with_envelope(core: DevCairnCore, ctx: JobContext,
 def test_unknown_account_terms(core: DevCairnCore, ctx: JobContext, athlete: Athlete) -> None:
     before = len(core.ingested)
     job = athlete.fetch_job(0, account_id=str(uuid.uuid4()))
-    disposition = handle_job(ctx, "fetch_source", job, 1)
+    disposition = admit_and_run(ctx, "fetch_source", job, 1)
     assert disposition.action == "term" and disposition.reason.startswith("account_gone")
     assert ingested_since(core, before)[0].data["error"]["class"] == "ERROR_CLASS_AUTH_INVALID"
 
@@ -176,7 +176,7 @@ def test_transient_token_reply_naks_with_core_retry_after(core: DevCairnCore, ct
                                                           athlete: Athlete) -> None:
     core.inject_fault("tokens.get", {"error": "transient", "retry_after": 30,
                                      "expires_at": "0001-01-01T00:00:00Z"})
-    disposition = handle_job(ctx, "fetch_source", athlete.fetch_job(0), 1)
+    disposition = admit_and_run(ctx, "fetch_source", athlete.fetch_job(0), 1)
     assert disposition == nak(30.0, disposition.reason) and disposition.delay_s == 30.0
 
 
@@ -227,7 +227,7 @@ def test_reconcile_enqueues_caps_publishes_and_coalesces(core: DevCairnCore, ctx
     before = len(core.ingested)
     job = {"job_id": str(uuid.uuid4()), "account_id": ath.account_id, "user_id": ath.user_id,
            "provider": PROVIDER, "max_enqueue": 5, "known_ext_ids": known, "reason": "scheduled"}
-    disposition = handle_job(ctx, "reconcile", job, 1)
+    disposition = admit_and_run(ctx, "reconcile", job, 1)
     assert disposition.action == "ack"
     [rec] = ingested_since(core, before)
     assert rec.kind == "reconcile" and rec.msg_id == f"result:{job['job_id']}"
@@ -246,7 +246,7 @@ def test_reconcile_enqueues_caps_publishes_and_coalesces(core: DevCairnCore, ctx
     strava.clear_requests()
     again = dict(job, job_id=str(uuid.uuid4()), watermark="2026-01-01T00:00:00.123456789Z")
     before = len(core.ingested)
-    coalesced = handle_job(ctx, "reconcile", again, 1)
+    coalesced = admit_and_run(ctx, "reconcile", again, 1)
     assert coalesced.action == "ack" and coalesced.reason == "coalesced"
     [rec2] = ingested_since(core, before)
     assert rec2.kind == "reconcile" and rec2.msg_id == f"result:{again['job_id']}"
@@ -262,7 +262,7 @@ def test_reconcile_with_nothing_new_still_publishes(core: DevCairnCore, ctx: Job
            "provider": PROVIDER, "watermark": watermark.isoformat(),
            "known_ext_ids": [ath.ext(i) for i in range(3)]}
     before = len(core.ingested)
-    assert handle_job(ctx, "reconcile", job, 1).action == "ack"
+    assert admit_and_run(ctx, "reconcile", job, 1).action == "ack"
     [rec] = ingested_since(core, before)
     assert rec.kind == "reconcile"
     published = rec.result.new_watermark.ToDatetime(tzinfo=UTC)
@@ -279,7 +279,7 @@ def test_reconcile_without_user_id_answers_without_listing(core: DevCairnCore, c
            "max_enqueue": 1, "watermark": watermark.isoformat()}
     strava.clear_requests()
     before = len(core.ingested)
-    disposition = handle_job(ctx, "reconcile", job, 1)
+    disposition = admit_and_run(ctx, "reconcile", job, 1)
     assert disposition.action == "ack" and "no user_id" in disposition.reason
     [rec] = ingested_since(core, before)
     assert rec.kind == "reconcile" and rec.subject == f"cairn.results.reconcile.strava.{ath.account_id}"
@@ -295,10 +295,10 @@ def test_reconcile_rate_limited_naks_and_releases_the_coalesce_claim(
     job = {"job_id": str(uuid.uuid4()), "account_id": ath.account_id, "user_id": ath.user_id,
            "provider": PROVIDER}
     strava.force_429(1, "short")
-    assert handle_job(ctx, "reconcile", job, 1).action == "nak"
+    assert admit_and_run(ctx, "reconcile", job, 1).action == "nak"
     assert ctx.redis.get(f"cairn:reconcile:coalesce:strava:{ath.account_id}") is None
     forget_budget(ctx.nats)  # the 429 really spent the shared window
-    assert handle_job(ctx, "reconcile", job, 2).action == "ack"
+    assert admit_and_run(ctx, "reconcile", job, 2).action == "ack"
 
 
 # --------------------------------------------------------------------------- parse_blob, gear
@@ -308,7 +308,7 @@ def test_parse_blob_is_byte_identical_to_the_import_and_re_presigns(
         core: DevCairnCore, ctx: JobContext, athlete: Athlete) -> None:
     before = len(core.ingested)
     job = athlete.fetch_job(4)
-    assert handle_job(ctx, "fetch_source", job, 1).action == "ack"
+    assert admit_and_run(ctx, "fetch_source", job, 1).action == "ack"
     [imported] = ingested_since(core, before)
     raw_key = imported.data["events"][-1]["activity"]["rawBlobId"]
     cases = [
@@ -320,16 +320,16 @@ def test_parse_blob_is_byte_identical_to_the_import_and_re_presigns(
                        blob={"url": url, "expires_at": (datetime.now(UTC) + timedelta(minutes=10)).isoformat(),
                              "fallback_handle": raw_key})
         start = len(core.ingested)
-        assert handle_job(ctx, "parse_blob", reparse, 1).action == "ack", i
+        assert admit_and_run(ctx, "parse_blob", reparse, 1).action == "ack", i
         [rec] = ingested_since(core, start)
         assert rec.job_type == "parse_blob" and rec.claim_checked
         assert wire.encode_result(rec.result) == wire.encode_result(imported.result), i
     expired = dict(job, job_id="reparse:expired", min_parser_version="1.0",
                    blob={"url": "http://127.0.0.1:9/gone", "expires_at": "2020-01-01T00:00:00Z",
                          "fallback_handle": raw_key})
-    assert handle_job(ctx, "parse_blob", expired, 1).action == "ack"
+    assert admit_and_run(ctx, "parse_blob", expired, 1).action == "ack"
     newer = dict(expired, job_id="reparse:newer", min_parser_version="1.7")
-    refused = handle_job(ctx, "parse_blob", newer, 1)
+    refused = admit_and_run(ctx, "parse_blob", newer, 1)
     assert refused.action == "nak" and "parser" in refused.reason
     assert not refused.counts_as_failure  # left for a newer instance, not failed
 
@@ -339,7 +339,7 @@ def test_import_gear_one_event_per_gear_retired_included(core: DevCairnCore, ctx
     before = len(core.ingested)
     job = {"job_id": str(uuid.uuid4()), "account_id": athlete.account_id, "user_id": athlete.user_id,
            "provider": PROVIDER, "reason": "connect"}
-    assert handle_job(ctx, "import_gear", job, 1).action == "ack"
+    assert admit_and_run(ctx, "import_gear", job, 1).action == "ack"
     [rec] = ingested_since(core, before)
     events = rec.data["events"]
     assert rec.msg_id == f"result:{job['job_id']}" and not rec.claim_checked
@@ -347,7 +347,7 @@ def test_import_gear_one_event_per_gear_retired_included(core: DevCairnCore, ctx
     assert all(e["type"] == "WORKER_EVENT_TYPE_GEAR" for e in events)
     metrics = {"job_id": "m1", "account_id": athlete.account_id, "user_id": athlete.user_id,
                "provider": PROVIDER, "since_unix": 0, "until_unix": 1}
-    assert handle_job(ctx, "import_metrics", metrics, 1).action == "term"  # Strava declares no metrics
+    assert admit_and_run(ctx, "import_metrics", metrics, 1).action == "term"  # Strava declares no metrics
 
 
 # --------------------------------------------------------------------------- discover, exchange
@@ -390,9 +390,9 @@ def test_exchange_returns_athlete_id_and_errors(ctx: JobContext, athlete: Athlet
 def test_no_token_reaches_logs_or_dispositions(core: DevCairnCore, ctx: JobContext, athlete: Athlete,
                                                strava: FakeStrava, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="workers")
-    outcomes = [handle_job(ctx, "fetch_source", athlete.fetch_job(5), 1)]
+    outcomes = [admit_and_run(ctx, "fetch_source", athlete.fetch_job(5), 1)]
     strava.fail("activity", 401)
-    outcomes.append(handle_job(ctx, "fetch_source", athlete.fetch_job(1), 1))
+    outcomes.append(admit_and_run(ctx, "fetch_source", athlete.fetch_job(1), 1))
     assert [o.action for o in outcomes] == ["ack", "term"]
     secrets = (athlete.fake.access_token, athlete.fake.refresh_token, strava.client_secret)
     assert_json_and_secret_free([o.model_dump() for o in outcomes], *secrets)

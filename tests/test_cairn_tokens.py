@@ -23,11 +23,11 @@ import pytest
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from tests.cairn_ctx import PROVIDER, Athlete, core, ctx, ingested_since, job_context, pool  # noqa: F401
+from tests.cairn_ctx import PROVIDER, Athlete, admit_and_run, core, ctx, ingested_since, job_context, pool  # noqa: F401
 from tests.conftest import wait_until
 from tests.gate import Gate, GateMiddleware
 from workers.cairn.disposition import Disposition
-from workers.cairn.handlers import Delivery, JobContext, handle_job
+from workers.cairn.handlers import Delivery, JobContext
 
 TOKEN_PATH = "/oauth/token"
 RACE_TIMEOUT_S = 20.0  # the held instance's whole job, once the gate opens
@@ -66,7 +66,7 @@ def refreshes(strava: FakeStrava) -> list[int]:
 
 def run_in_thread(ctx: JobContext, job: dict[str, Any]) -> tuple[threading.Thread, list[Disposition]]:
     out: list[Disposition] = []
-    thread = threading.Thread(target=lambda: out.append(handle_job(ctx, "fetch_source", job, 1)), daemon=True)
+    thread = threading.Thread(target=lambda: out.append(admit_and_run(ctx, "fetch_source", job, 1)), daemon=True)
     thread.start()
     return thread, out
 
@@ -75,7 +75,7 @@ def test_expired_token_is_refreshed_stored_and_the_job_succeeds(
         core: DevCairnCore, ctx: JobContext, strava: FakeStrava, expired: Athlete) -> None:
     old_token, calls, before = expired.fake.access_token, len(core.responders.calls), len(core.ingested)
     strava.clear_requests()
-    disposition = handle_job(ctx, "fetch_source", expired.fetch_job(0), Delivery(attempt=1, stream_seq=3))
+    disposition = admit_and_run(ctx, "fetch_source", expired.fetch_job(0), Delivery(attempt=1, stream_seq=3))
     assert disposition.action == "ack", disposition
     assert token_calls(core, calls) == ["tokens.get", "tokens.store"]
     assert refreshes(strava) == [200]
@@ -100,7 +100,7 @@ def test_losing_the_store_race_reads_core_again(
         held, out = run_in_thread(ctx, expired.fetch_job(0))
         assert gate.arrived.wait(RACE_TIMEOUT_S), "the first instance never asked Strava for a refresh"
         with job_context(nats_url, fresh_redis, strava, pool, fresh_budget=False) as other:
-            assert handle_job(other, "fetch_source", expired.fetch_job(1), 1).action == "ack"
+            assert admit_and_run(other, "fetch_source", expired.fetch_job(1), 1).action == "ack"
         winner = core.account(expired.account_id).access_token
         gate.open()
         held.join(RACE_TIMEOUT_S)
@@ -126,7 +126,7 @@ def test_refresh_superseded_by_another_instance_uses_cores_token(
     try:
         assert gate.arrived.wait(RACE_TIMEOUT_S), "the first instance never asked Strava for a refresh"
         with job_context(nats_url, fresh_redis, strava, pool, fresh_budget=False) as other:
-            assert handle_job(other, "fetch_source", expired.fetch_job(1), 1).action == "ack"
+            assert admit_and_run(other, "fetch_source", expired.fetch_job(1), 1).action == "ack"
     finally:
         gate.open()
     held.join(RACE_TIMEOUT_S)
@@ -142,7 +142,7 @@ def test_refused_refresh_reports_needs_reauth_and_terms_with_envelope(
     strava.revoke(expired.id)  # the user deauthorized the app: the refresh token is dead too
     calls, before = len(core.responders.calls), len(core.ingested)
     job = expired.fetch_job(0)
-    disposition = handle_job(ctx, "fetch_source", job, Delivery(attempt=2, stream_seq=5))
+    disposition = admit_and_run(ctx, "fetch_source", job, Delivery(attempt=2, stream_seq=5))
     assert disposition.action == "term" and disposition.reason.startswith("needs_reauth"), disposition
     assert token_calls(core, calls) == ["tokens.get", "tokens.get", "tokens.needs_reauth"]
     acct = core.account(expired.account_id)

@@ -21,11 +21,11 @@ from google.protobuf import json_format
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.strava.media import image_bytes
-from tests.cairn_ctx import Athlete, core, ctx, ingested_since, pool, strava  # noqa: F401
+from tests.cairn_ctx import Athlete, admit_and_run, core, ctx, ingested_since, pool, strava  # noqa: F401
 from tests.test_provider_strava import RecordingHook
 from workers.cairn import wire
 from workers.cairn.claimcheck import UserBlobSink
-from workers.cairn.handlers import JobContext, handle_job
+from workers.cairn.handlers import JobContext
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.providers.context import ProviderContext
 from workers.providers.strava.dataset import PARSER_VERSION
@@ -116,7 +116,7 @@ def test_several_photos_are_mirrored_with_their_largest_size_and_reparse_identic
     strava.clear_requests()
     before, cdn_auth = len(core.ingested), strava.cdn_with_authorization
     job = ath.fetch_job(i)
-    assert handle_job(ctx, "fetch_source", job, 1).action == "ack"
+    assert admit_and_run(ctx, "fetch_source", job, 1).action == "ack"
     [imported] = ingested_since(core, before)
     [listing] = [r for r in strava.requests if r.endpoint == "photos"]
     assert listing.query == {"size": "2048", "photo_sources": "true"} and listing.athlete_id == ath.id
@@ -143,7 +143,7 @@ def test_several_photos_are_mirrored_with_their_largest_size_and_reparse_identic
                          "expires_at": "2099-01-01T00:00:00Z", "fallback_handle": raw_key})
     strava.clear_requests()
     before = len(core.ingested)
-    assert handle_job(ctx, "parse_blob", reparse, 1).action == "ack"
+    assert admit_and_run(ctx, "parse_blob", reparse, 1).action == "ack"
     [reparsed] = ingested_since(core, before)
     assert wire.encode_result(reparsed.result) == wire.encode_result(imported.result)
     assert strava.requests == []  # quota-free: no API call, no download
@@ -159,7 +159,7 @@ def test_a_failed_listing_falls_back_to_the_primary_photo(
     strava.fail("photos", listing_status)
     strava.clear_requests()
     before = len(core.ingested)
-    disposition = handle_job(ctx, "fetch_source", ath.fetch_job(i), 1)
+    disposition = admit_and_run(ctx, "fetch_source", ath.fetch_job(i), 1)
     assert disposition.action == "ack", disposition  # a photo never delays the activity, a 429 neither
     [imported] = ingested_since(core, before)
     [attachment] = attachments_of(imported)
@@ -175,7 +175,7 @@ def test_an_empty_listing_falls_back_and_a_photo_less_activity_costs_no_call(
     i, aid = photo_activity(strava, ath)
     strava.clear_requests()
     before = len(core.ingested)
-    plain_disposition = handle_job(ctx, "fetch_source", ath.fetch_job(i), 1)
+    plain_disposition = admit_and_run(ctx, "fetch_source", ath.fetch_job(i), 1)
     assert plain_disposition.action == "ack", plain_disposition
     [plain] = ingested_since(core, before)
     assert "attachments" not in plain.data["events"][-1]["activity"]
@@ -183,7 +183,7 @@ def test_an_empty_listing_falls_back_and_a_photo_less_activity_costs_no_call(
     # A detail that announces a photo the listing does not return (e.g. an Instagram one): primary.
     primary = strava.add_photo(ath.id, aid, listed=False)
     before = len(core.ingested)
-    assert handle_job(ctx, "fetch_source", ath.fetch_job(i), 1).action == "ack"
+    assert admit_and_run(ctx, "fetch_source", ath.fetch_job(i), 1).action == "ack"
     [imported] = ingested_since(core, before)
     assert [a["externalUrl"] for a in attachments_of(imported)] == [strava.cdn_url(primary, 600)]
 
@@ -199,7 +199,7 @@ def test_oversize_and_failing_downloads_are_skipped_and_the_rest_imported(
     good = strava.add_photo(ath.id, aid, caption="kept")
     strava.add_photo(ath.id, aid, fail_status=503)
     before = len(core.ingested)
-    disposition = handle_job(ctx, "fetch_source", ath.fetch_job(i), 1)
+    disposition = admit_and_run(ctx, "fetch_source", ath.fetch_job(i), 1)
     assert disposition.action == "ack", disposition
     [imported] = ingested_since(core, before)
     [attachment] = attachments_of(imported)
@@ -219,7 +219,7 @@ def test_a_failed_photo_upload_never_fails_the_activity(core: DevCairnCore, ctx:
     strava.add_photo(ath.id, aid)
     core.inject_fault("presign_upload", {"error": "s3 unavailable"})  # the photo's presign fails
     before = len(core.ingested)
-    assert handle_job(ctx, "fetch_source", ath.fetch_job(i), 1).action == "ack"
+    assert admit_and_run(ctx, "fetch_source", ath.fetch_job(i), 1).action == "ack"
     [imported] = ingested_since(core, before)
     assert "attachments" not in imported.data["events"][-1]["activity"]
     assert imported.data["events"][-1]["activity"]["rawBlobId"]  # the archive went up all the same
@@ -257,7 +257,7 @@ def test_a_rerun_reuses_the_mirrored_photo_instead_of_storing_it_again(
     blobs = []
     for attempt in (1, 2):
         before = len(core.ingested)
-        assert handle_job(ctx, "fetch_source", ath.fetch_job(i), attempt).action == "ack"
+        assert admit_and_run(ctx, "fetch_source", ath.fetch_job(i), attempt).action == "ack"
         [imported] = ingested_since(core, before)
         blobs += [a["blobId"] for a in attachments_of(imported)]
     assert len(blobs) == 2 and blobs[0] == blobs[1]
@@ -273,7 +273,7 @@ def test_the_dev_core_refuses_an_attachment_outside_the_users_layout(
     i, aid = photo_activity(strava, ath)
     strava.add_photo(ath.id, aid)
     before = len(core.ingested)
-    assert handle_job(ctx, "fetch_source", ath.fetch_job(i), 1).action == "ack"
+    assert admit_and_run(ctx, "fetch_source", ath.fetch_job(i), 1).action == "ack"
     [imported] = ingested_since(core, before)
     for foreign in (f"users/{uuid.uuid4()}/strava/uploads/x", "users/u/garmin/uploads/x"):
         body = imported.data

@@ -20,11 +20,11 @@ import pytest
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from tests.cairn_ctx import (Athlete, core, ctx, forget_budget, ingested_since, pool,  # noqa: F401
+from tests.cairn_ctx import (Athlete, admit_and_run, core, ctx, forget_budget, ingested_since, pool,  # noqa: F401
                              segments_since, strava)
 from tests.test_provider_strava import RecordingHook
 from workers.cairn import wire
-from workers.cairn.handlers import Delivery, JobContext, handle_job
+from workers.cairn.handlers import Delivery, JobContext
 from workers.cairn.presence import manifest_record, presence_record
 from workers.cairn.settings import CairnSettings
 from workers.providers.context import ProviderContext
@@ -237,7 +237,7 @@ def test_segment_result_follows_the_activity_and_core_resolves_every_effort(
     aid, order = ride_with_segments(strava, ath.id)
     before = len(core.ingested)
     job = ath.fetch_job(0)
-    assert handle_job(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=5)).action == "ack"
+    assert admit_and_run(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=5)).action == "ack"
     [activity] = ingested_since(core, before)
     [segments] = segments_since(core, before)
     assert activity.msg_id == f"result:{job['job_id']}:d1" and activity.kind == "events"
@@ -260,7 +260,7 @@ def test_429_inside_the_segment_loop_naks_until_the_window_and_the_rerun_is_chea
     strava.clear_requests()
     strava.fail("segment", 429, after=1)  # Strava refuses the second segment's detail
     before, now = len(core.ingested), datetime.now(UTC)
-    first = handle_job(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=11))
+    first = admit_and_run(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=11))
     expected = (next_short_reset(now) - now).total_seconds() + RESET_GRACE_S
     assert first.action == "nak" and "rate_limited_segments" in first.reason
     assert first.delay_s is not None and abs(first.delay_s - expected) < 3.0  # anchored to the window
@@ -272,7 +272,7 @@ def test_429_inside_the_segment_loop_naks_until_the_window_and_the_rerun_is_chea
     forget_budget(ctx.nats)  # the window has passed
     strava.clear_requests()
     before = len(core.ingested)
-    second = handle_job(ctx, "fetch_source", job, Delivery(attempt=2, stream_seq=11))
+    second = admit_and_run(ctx, "fetch_source", job, Delivery(attempt=2, stream_seq=11))
     assert second.action == "ack"
     assert segment_calls(strava) == [(str(order[1]), 200), (str(order[2]), 200)]  # the cached one is free
     [rerun] = segments_since(core, before)
@@ -286,7 +286,7 @@ def test_parse_blob_reproduces_both_results_byte_for_byte(core: DevCairnCore, ct
     ride_with_segments(strava, ath.id)
     job = ath.fetch_job(0)
     before = len(core.ingested)
-    assert handle_job(ctx, "fetch_source", job, 1).action == "ack"
+    assert admit_and_run(ctx, "fetch_source", job, 1).action == "ack"
     [imported] = ingested_since(core, before)
     [imported_segments] = segments_since(core, before)
     raw_key = imported.data["events"][-1]["activity"]["rawBlobId"]
@@ -296,7 +296,7 @@ def test_parse_blob_reproduces_both_results_byte_for_byte(core: DevCairnCore, ct
                    blob={"url": core.blobs.presign_download(raw_key)["url"],
                          "expires_at": "2099-01-01T00:00:00Z", "fallback_handle": raw_key})
     before = len(core.ingested)
-    assert handle_job(ctx, "parse_blob", reparse, 1).action == "ack"
+    assert admit_and_run(ctx, "parse_blob", reparse, 1).action == "ack"
     [reparsed] = ingested_since(core, before)
     [reparsed_segments] = segments_since(core, before)
     assert reparsed_segments.msg_id == f"result:{reparse['job_id']}:d1:seg"
@@ -312,6 +312,6 @@ def test_an_unmappable_activity_spends_nothing_on_segments_or_photos(
     strava.add_photo(ath.id, aid)
     strava.patch_activity(ath.id, aid, elapsed_time=0)
     strava.clear_requests()
-    disposition = handle_job(ctx, "fetch_source", ath.fetch_job(0), 1)
+    disposition = admit_and_run(ctx, "fetch_source", ath.fetch_job(0), 1)
     assert disposition.action == "term" and disposition.reason.startswith("unmappable")
     assert {r.endpoint for r in strava.requests} <= {"activity", "streams", "gear"}

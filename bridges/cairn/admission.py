@@ -46,15 +46,14 @@ from pydantic import BaseModel, ValidationError
 
 from workers.outage import REDIS_UNAVAILABLE, Outage
 from workers.cairn import outcomes
-from workers.cairn.disposition import Disposition, nak, term
-from workers.cairn.jobs import PARSER_REFUSED_NAK_DELAY_S, parse_job, parser_refusal
+from workers.cairn.disposition import HISTORY_UNAVAILABLE_NAK_DELAY_S, PARSER_REFUSED_NAK_DELAY_S, Disposition, nak, term
+from workers.cairn.jobs import parse_job, parser_refusal
 from workers.cairn.outcomes import MessageKey
 from workers.cairn.subjects import PARSE_BLOB
 from workers.lease import LeaseState, LeaseView, view
 
 log = logging.getLogger(__name__)
 
-HISTORY_UNAVAILABLE_NAK_DELAY_S = 5.0  # Redis unreachable: wait for it, this is not the job's failure
 REASON_MAX_CHARS = 200
 INVALID_INPUT = "ERROR_CLASS_INVALID_INPUT"
 TRANSIENT = "ERROR_CLASS_TRANSIENT"

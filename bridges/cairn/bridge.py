@@ -49,7 +49,7 @@ from bridges.cairn.admission import (Adopt, DeliveryMeta, Dispatch, MessageKind,
                                      admit, job_kind)
 from bridges.cairn.consumers import JobConsumer, ensure_consumers, pool_consumers
 from bridges.cairn.envelopes import Envelopes, LoopNats
-from bridges.cairn.execution import REDIS_DOWN_NAK_DELAY_S, TASK_FAILURE_NAK_DELAY_S, Execution, SendJob, Shutdown
+from bridges.cairn.execution import Execution, SendJob, Shutdown
 from bridges.cairn.pull import PullLoops
 from workers.outage import REDIS_UNAVAILABLE, Outage
 from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
@@ -57,8 +57,8 @@ from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import FailureCounts, Held, settle
 from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
-from workers.cairn.disposition import MIN_NAK_DELAY_S, Disposition, nak
-from workers.cairn.handlers.failure import ENVELOPE_FAILED_NAK_DELAY_S
+from workers.cairn.disposition import (ENVELOPE_FAILED_NAK_DELAY_S, HANDOVER_NAK_DELAY_S, REDIS_DOWN_NAK_DELAY_S,
+                                       TASK_FAILURE_NAK_DELAY_S, Disposition, nak)
 from workers.cairn.nats_conn import NATS_UNAVAILABLE, connect_options, fault_recorder
 from workers.cairn.outcomes import LEASE_NAMESPACE, AsyncOutcomeLedger
 from workers.cairn.refusals import BRIDGE_ROLE, PermissionRefused, Refusals, fault_component
@@ -300,7 +300,7 @@ class CairnBridge:
         ticker = asyncio.create_task(self._keep_alive(held))
         try:
             if self.shutdown.stopping:
-                disposition = nak(MIN_NAK_DELAY_S, reason="bridge shutting down", failure=False)
+                disposition = nak(HANDOVER_NAK_DELAY_S, reason="bridge shutting down", failure=False)
             else:
                 disposition = await self._decide(held, meta, msg.data)
             await self._settle(held, disposition)

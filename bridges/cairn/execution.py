@@ -50,7 +50,8 @@ from workers.outage import REDIS_UNAVAILABLE, Outage, backoff_s
 from bridges.cairn.results import TaskResults, TaskWatch
 from bridges.cairn.settle import Held
 from workers.cairn import outcomes
-from workers.cairn.disposition import MIN_NAK_DELAY_S, Disposition, nak
+from workers.cairn.disposition import (HANDOVER_NAK_DELAY_S, LOST_TASK_NAK_DELAY_S, REDIS_DOWN_NAK_DELAY_S,
+                                       TASK_FAILURE_NAK_DELAY_S, Disposition, nak)
 from workers.cairn.outcomes import AsyncOutcomeLedger
 from workers.lease import LeaseState, Leases, granted, new_token, view
 
@@ -59,9 +60,7 @@ log = logging.getLogger(__name__)
 LEASE_CHECK_INTERVAL_S = 1.0  # how often a waiting message looks at its task's lease
 ADOPTED_POLL_INTERVAL_S = 1.0  # how often an adopted task's ledger entry and lease are read
 LOST_TASK_GRACE_S = 3.0  # lease gone: the result may still be on its way (released just before return)
-TASK_FAILURE_NAK_DELAY_S = 2.0  # a task that raised: redeliver soon, but not in a hot loop
 GONE_POLL_INTERVAL_S = 0.5  # within the grace, how often the stored result and the ledger are read
-REDIS_DOWN_NAK_DELAY_S = 5.0  # could not grant or send (Redis down): hand the message back, not a failure
 # A task that lived through a Redis outage could not renew its lease: the lease may have
 # expired (or vanished with Redis's data) while the task still runs and is about to record
 # its outcome (its ledger write retries through the outage). Gone within this long after an
@@ -181,12 +180,12 @@ class Execution:
                         continue
                     if revoked:
                         why = "shutting down" if self._shutdown.stopping else "task not started in time"
-                        return nak(MIN_NAK_DELAY_S, reason=f"{why}; revoked the queued task", failure=False)
+                        return nak(HANDOVER_NAK_DELAY_S, reason=f"{why}; revoked the queued task", failure=False)
                     continue  # it was taken just now
             else:
                 return await self._gone(held, meta, watch)
             if self._shutdown.grace_over():
-                return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; handing the job to another instance",
+                return nak(HANDOVER_NAK_DELAY_S, reason="shutdown grace over; handing the job to another instance",
                            failure=False)
 
     async def _gone(self, held: Held, meta: DeliveryMeta, watch: TaskWatch) -> Disposition:
@@ -211,7 +210,7 @@ class Execution:
             except REDIS_UNAVAILABLE as exc:  # unknown: never "lost" on a failed read
                 self._redis.failed("stored result / ledger read", exc)
                 if self._shutdown.grace_over():
-                    return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; no Redis", failure=False)
+                    return nak(HANDOVER_NAK_DELAY_S, reason="shutdown grace over; no Redis", failure=False)
                 deadline = time.monotonic() + self._post_outage_grace_s
                 continue
             if stored is not None and stored.get("status") in (SUCCESS, "FAILURE", REVOKED):
@@ -225,7 +224,7 @@ class Execution:
         # A task lost mid-run failed (a job that kills its worker every time must end
         # in a term); one that never started did not.
         why = "lease expired: task lost" if held.running else "task never started"
-        return nak(MIN_NAK_DELAY_S, reason=why, failure=held.running)
+        return nak(LOST_TASK_NAK_DELAY_S if held.running else HANDOVER_NAK_DELAY_S, reason=why, failure=held.running)
 
     # ------------------------------------------------------------------ adopt
     async def adopt(self, held: Held, meta: DeliveryMeta) -> Disposition:
@@ -243,7 +242,7 @@ class Execution:
             except REDIS_UNAVAILABLE as exc:  # unknown: keep the message, read again after a backoff
                 self._redis.failed("adopted task's ledger / lease read", exc)
                 if self._shutdown.grace_over():
-                    return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; the adopted task is handed on",
+                    return nak(HANDOVER_NAK_DELAY_S, reason="shutdown grace over; the adopted task is handed on",
                                failure=False)
                 await asyncio.sleep(backoff_s(attempt))
                 attempt += 1
@@ -257,10 +256,10 @@ class Execution:
                 absent_since = absent_since if absent_since is not None else time.monotonic()
                 if (not self._redis.recently(self._post_outage_grace_s)
                         or time.monotonic() - absent_since > self._post_outage_grace_s):
-                    return nak(MIN_NAK_DELAY_S, reason="adopted task lost without an outcome", failure=True)
+                    return nak(LOST_TASK_NAK_DELAY_S, reason="adopted task lost without an outcome", failure=True)
             else:
                 absent_since = None
             if self._shutdown.grace_over():
-                return nak(MIN_NAK_DELAY_S, reason="shutdown grace over; the adopted task is handed on",
+                return nak(HANDOVER_NAK_DELAY_S, reason="shutdown grace over; the adopted task is handed on",
                            failure=False)
             await asyncio.sleep(ADOPTED_POLL_INTERVAL_S)

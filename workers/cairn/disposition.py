@@ -16,6 +16,13 @@ sub-jobs waiting out a 100-requests/15-min budget would be termed and lost.
 Whoever builds the NAK knows which it is and says so here; nobody downstream
 guesses from the reason text. A NAK counts unless its builder says otherwise:
 a forgotten flag then bounds retries (the safe side) instead of looping.
+
+Every NAK delay the Cairn side uses is named below, with its reason, and
+nowhere else; the only delays computed instead are the rate-limit waits,
+anchored to the real window reset (``ProviderRateLimited``, ``ratelimit``),
+and core's own retry hint for credentials. A delay is never below
+``MIN_NAK_DELAY_S`` (the model clamps it, and the bridge applies it to a NAK
+without one).
 """
 
 from __future__ import annotations
@@ -27,10 +34,36 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from workers.logs import redact
 
 REASON_MAX_CHARS = 300  # a reason is a log hint, not a payload
+
+# --- every NAK delay, with its reason ---------------------------------------------------------
 # No NAK goes out faster than this (the bridge applies it to every NAK, the rate limiter to its
 # waits): consumers have unlimited MaxDeliver, so an instant NAK would be redelivered in a hot loop.
 MIN_NAK_DELAY_S = 1.0
 MAX_NAK_DELAY_S = 24 * 3600.0 + 60.0  # a daily window plus grace is the longest wait we anchor to
+# The job goes to another owner (its lease was lost or never granted to this task, the bridge
+# stops or revoked a task that never started, a shutdown grace ran out): nothing is wrong with the
+# job, so it comes back as soon as the floor allows.
+HANDOVER_NAK_DELAY_S = MIN_NAK_DELAY_S
+# A task died mid-run (its lease expired without an outcome): the next delivery runs it again
+# at once; it counts as a failure, so a job that kills its worker every time still ends in a term.
+LOST_TASK_NAK_DELAY_S = MIN_NAK_DELAY_S
+TASK_FAILURE_NAK_DELAY_S = 2.0  # a task raised or returned no valid disposition: soon, but no hot loop
+# A transient failure (provider 5xx or timeout, claim-check step, core's credentials without a
+# retry hint): a plain NAK without delay would hot-loop (reference §6 #21).
+TRANSIENT_NAK_DELAY_S = 5.0
+UNEXPECTED_NAK_DELAY_S = 30.0  # a bug in a handler: slow down; the bridge terms after ~5 deliveries anyway
+# The failure envelope could not be published: never term without it (core would mask the cause),
+# so the job comes back soon and the envelope is tried again.
+ENVELOPE_FAILED_NAK_DELAY_S = 5.0
+# Redis is unreachable: the message can be neither granted, sent nor judged (its history is
+# unknown, and unknown is never "none"). Not the job's failure; back when Redis likely is.
+REDIS_DOWN_NAK_DELAY_S = 5.0
+HISTORY_UNAVAILABLE_NAK_DELAY_S = REDIS_DOWN_NAK_DELAY_S  # admission's history read, the same outage
+PARSER_REFUSED_NAK_DELAY_S = 30.0  # a parse_blob for a newer parser or dataset: left to a newer instance
+WEBHOOK_PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take a webhook's fetch/delete publish
+# Webhook updates are held until their coalescing bucket closes: the wait is the bucket's rest,
+# never below the floor (``WebhookJob.not_before``).
+COALESCE_MIN_NAK_DELAY_S = MIN_NAK_DELAY_S
 
 Action = Literal["ack", "nak", "term"]
 

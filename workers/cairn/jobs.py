@@ -138,7 +138,6 @@ def parse_version(text: str) -> tuple[int, int]:
     return int(major), int(minor or 0)
 
 
-PARSER_REFUSED_NAK_DELAY_S = 30.0  # leave a parse_blob our parser must not read to a newer instance
 
 
 def parser_refusal(job: Any, parser_version: str) -> str | None:

@@ -43,7 +43,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workers.cairn import subjects
-from workers.cairn.disposition import Disposition, ack, nak, term
+from workers.cairn.disposition import (COALESCE_MIN_NAK_DELAY_S, WEBHOOK_PUBLISH_NAK_DELAY_S, Disposition, ack, nak,
+                                       term)
 from workers.cairn.pool import PoolContext
 from workers.cairn.refusals import PermissionRefused
 from workers.logs import describe
@@ -56,8 +57,6 @@ log = logging.getLogger(__name__)
 KIND = WEBHOOK_EVENT  # the consumer kind the bridge registers for CAIRN_WEBHOOKS
 LOOKUP_TIMEOUT_S = 1.0  # as the Strava worker: a webhook is best effort, the reconcile catches up
 NEEDS_REAUTH_TIMEOUT_S = 5.0
-PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take our publish: retry soon
-MIN_COALESCE_NAK_S = 1.0
 DEAUTHORIZED_REASON = "deauthorized"
 DELETE_TAG_PREFIX = "d"  # a deletion's fetch: ``webhook:…:<object>:d<event_time>``
 MAX_LOG_TOKEN_CHARS = 64
@@ -175,7 +174,7 @@ def handle_event(ctx: JobContext, job: WebhookJob | dict[str, Any], delivery: An
     if job.action == FETCH and job.not_before is not None:
         wait_s = job.not_before - now()
         if wait_s > 0:  # coalescing: not a failure, the burst's bucket is still open
-            return nak(max(wait_s, MIN_COALESCE_NAK_S), reason="coalescing updates", failure=False)
+            return nak(max(wait_s, COALESCE_MIN_NAK_DELAY_S), reason="coalescing updates", failure=False)
     account, why = lookup_account(ctx, job.owner_id, job.subscription_id)
     if account is None:
         log.info("webhook for %s owner %s dropped: %s", ctx.provider_name, job.owner_id, why)
@@ -186,7 +185,7 @@ def handle_event(ctx: JobContext, job: WebhookJob | dict[str, Any], delivery: An
         return term(f"webhook {job.action}: {exc}")
     except Exception as exc:  # noqa: BLE001 - every other publish failure is transient
         log.warning("webhook %s not published: %s", job.action, describe(exc))
-        return nak(PUBLISH_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}")
+        return nak(WEBHOOK_PUBLISH_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}")
 
 
 def _enqueue_fetch(ctx: JobContext, job: WebhookJob, account: Account, tag: str) -> str:

@@ -24,7 +24,8 @@ from typing import Any
 from workers.cairn import wire
 from workers.cairn.claimcheck import ClaimCheckError
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, report_needs_reauth
-from workers.cairn.disposition import Disposition, nak, term
+from workers.cairn.disposition import (ENVELOPE_FAILED_NAK_DELAY_S, TRANSIENT_NAK_DELAY_S, UNEXPECTED_NAK_DELAY_S,
+                                       Disposition, nak, term)
 from workers.cairn.handlers.context import Delivery, JobContext, reconcile_result_subject, result_subject
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.refusals import PermissionRefused
@@ -43,9 +44,6 @@ from workers.providers.errors import (
 log = logging.getLogger(__name__)
 
 MESSAGE_MAX_CHARS = 240
-TRANSIENT_NAK_DELAY_S = 5.0  # a plain NAK without delay hot-loops (reference §6 #21)
-UNEXPECTED_NAK_DELAY_S = 30.0  # a bug: slow down; the bridge Terms after ~5 deliveries anyway
-ENVELOPE_FAILED_NAK_DELAY_S = 5.0
 ERROR_CLASSES = frozenset({"ERROR_CLASS_TRANSIENT", "ERROR_CLASS_RATE_LIMITED", "ERROR_CLASS_AUTH_EXPIRED",
                            "ERROR_CLASS_AUTH_INVALID", "ERROR_CLASS_NOT_FOUND", "ERROR_CLASS_INVALID_INPUT",
                            "ERROR_CLASS_PROVIDER_DOWN", "ERROR_CLASS_WORKER_BUG"})

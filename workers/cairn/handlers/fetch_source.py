@@ -31,7 +31,7 @@ from typing import Any
 
 from workers.cairn.claimcheck import KIND_RAW, UserBlobSink, segment_result_msg_id, strict_result
 from workers.cairn.credentials import fetch_tokens
-from workers.cairn.disposition import Disposition, ack, nak
+from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, ack, nak
 from workers.cairn.handlers.context import Delivery, JobContext
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import activity_result_msg_id, result_subject
@@ -101,7 +101,7 @@ def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
         outcome.attach_raw_blob(archive.blob_id, size_bytes=outcome.archive.size_bytes,
                                 content_type=outcome.archive.content_type)
     if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
-        return nak(reason="lease lost before publishing", failure=False)  # a hand-over, not a failure
+        return nak(HANDOVER_NAK_DELAY_S, reason="lease lost before publishing", failure=False)
     publish_results(ctx, _result_subject(ctx), outcome,
                     result_msg_id(str(getattr(job, "job_id", "") or ""), outcome.ext_id, delivery))
     log.info("fetch_source %s imported (%d events, %d segment events; skipped: %d gear, %d segments, "

@@ -19,7 +19,7 @@ import logging
 from datetime import UTC, datetime
 
 from workers.cairn.claimcheck import DownloadError
-from workers.cairn.disposition import Disposition, ack, nak
+from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, ack, nak
 from workers.cairn.handlers.context import Delivery, JobContext, result_subject
 from workers.cairn.handlers.failure import Permanent
 from workers.cairn.handlers.fetch_source import publish_results
@@ -62,7 +62,7 @@ def handle(ctx: JobContext, job: ParseBlobJob, delivery: Delivery) -> Dispositio
     if blob_id:
         outcome.attach_raw_blob(blob_id, size_bytes=len(raw), content_type=ARCHIVE_CONTENT_TYPE)
     if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
-        return nak(reason="lease lost before publishing", failure=False)  # a hand-over, not a failure
+        return nak(HANDOVER_NAK_DELAY_S, reason="lease lost before publishing", failure=False)
     publish_results(ctx, result_subject(PARSE_BLOB, ctx.provider_name, ctx.worker_name), outcome,
                     activity_result_msg_id(job.job_id, delivery.attempt))
     log.info("parse_blob %s re-parsed (%d events, %d segment events)", outcome.ext_id,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from workers.cairn.disposition import Disposition, nak
+from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, nak
 from workers.cairn.handlers import run_admitted
 from workers.cairn.handlers.context import Delivery, JobContext
 from workers.cairn.jobs import JOB_MODELS, parse_job
@@ -47,7 +47,7 @@ def run_job(ctx: JobContext, leases: Leases, ledger: OutcomeLedger, lease_ttl_s:
     if running is None:
         # The bridge revoked this copy (start deadline, shutdown) or a newer delivery owns the job.
         log.info("cairn job %s: lease not granted to this task; skipping", key.id)
-        return nak(reason="lease not granted to this task", failure=False)
+        return nak(HANDOVER_NAK_DELAY_S, reason="lease not granted to this task", failure=False)
     try:
         with LeaseKeeper(leases, key.id, running, lease_ttl_s, reclaim_after_outage=True) as keeper:
             def lost() -> bool:  # Redis unreachable is "unknown", not lost; see LeaseKeeper
