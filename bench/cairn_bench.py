@@ -5,7 +5,7 @@ process, the dev Cairn core (strict result router, presign responders) and the
 fake Strava with its budget raised out of the way (the fake adds no latency of
 its own; "instant" means it never rate-limits and answers from memory).
 
-* **fleet** — ``python -m bridges cairn`` + ``celery -A tasks worker -Q provider``
+* **fleet** — ``python -m bridges cairn`` + ``celery -A tasks worker -Q provider.<pool>``
   (prefork), the production path: bridge → Celery (Redis) → task with its lease
   → handlers (token get, Strava with the KV rate limiter, raw archive, claim-
   checked result) → disposition back through the result backend → ack.
@@ -44,6 +44,7 @@ from deploy.devstack.cairn_stack import CairnStack
 from deploy.devstack.procs import Proc
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.strava.kit import StravaKit
+from tasks.routes import provider_queue
 from workers.providers.kinds import FETCH_SOURCE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,6 +137,7 @@ class Rig:
                                 moto_process=True).start()
         self.strava_kit = strava
         self.pool = self.stack.pool(PROVIDER)
+        self.queue = provider_queue(self.pool.worker_name)
         assert self.stack.core is not None and self.stack.redis is not None and self.stack.nats is not None
         self.core, self.redis, self.nats = self.stack.core, self.stack.redis, self.stack.nats
         self.strava = strava.fake
@@ -230,7 +232,7 @@ class Rig:
 def start_fleet(rig: Rig) -> list[Proc]:
     env = rig.env | {"CAIRN_MAX_IN_FLIGHT": str(FLEET_MAX_IN_FLIGHT)}
     name = f"provider-bench-{uuid.uuid4().hex[:4]}@bench"
-    worker = spawn("celery-provider", [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "provider",
+    worker = spawn("celery-provider", [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", rig.queue,
                                        "-P", FLEET_POOL, "-c", str(FLEET_CONCURRENCY), "-n", name,
                                        "-l", FLEET_LOG_LEVEL, "--prefetch-multiplier",
                                        str(FLEET_PREFETCH_MULTIPLIER), "--without-mingle", "--without-gossip",

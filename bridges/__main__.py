@@ -36,7 +36,7 @@ def _run_voicy() -> None:
 def _run_cairn() -> None:
     # Function-level on purpose: only the Cairn side, and inside main()'s ConfigError handler.
     from tasks import app
-    from tasks.cairn import dispatch_discover, dispatch_exchange, dispatch_job
+    from tasks.cairn import PoolSenders
 
     from workers.cairn.settings import load_cairn_settings
     from workers.providers.registry import get_provider
@@ -47,8 +47,8 @@ def _run_cairn() -> None:
 
     settings = load_cairn_settings()
     provider = get_provider(settings.provider, settings)  # one provider: the bridge's and its webhook rules
-    cairn_main(settings, provider,
-               TaskSenders(job=dispatch_job, discover=dispatch_discover, exchange=dispatch_exchange),
+    pool = PoolSenders(settings.worker_name)  # every task on provider.<pool>: pools never share a queue (C6)
+    cairn_main(settings, provider, TaskSenders(job=pool.job, discover=pool.discover, exchange=pool.exchange),
                app.backend, extra=webhooks.consumptions(settings, provider), replies=webhooks.replies(settings, provider))
 
 

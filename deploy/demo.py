@@ -216,6 +216,8 @@ class Demo:
 
     def start_fleet(self) -> None:
         say(f"starting the Procfile fleet; its logs, one per process: {self.log_dir} (kept after the demo exits)")
+        for name, provider in procfile.runnable(procfile.entries())[1].items():
+            say(f"  {name}: not started, provider {provider} is not installed")
         self.fleet = procfile.start(self.fleet_env(), self.log_dir, FLOWER_PORT)
         self._started_as("the fleet", self._stop_fleet)
         say(f"Flower: http://127.0.0.1:{FLOWER_PORT}  (user demo, password {self.flower_password})")

@@ -6,9 +6,10 @@ Voicy-only deployment does not run Cairn duties and vice versa. Entries carry
 instead of piling up (ecosystem §1.8).
 
 * Voicy (``tasks.voicy``): ``voicy.heartbeat`` and ``voicy.reap``.
-* Cairn (``tasks.presence``): ``cairn.manifest`` every 10 minutes. Presence is
-  *not* a beat duty: each provider worker renews its own record from its main
-  process (``tasks.presence``, invariant C5), so beat reads no ``CAIRN_*`` period.
+* Cairn: nothing. Presence and the manifest are each provider worker's own
+  duty, renewed from its main process (``tasks.presence``, invariant C5): each
+  pool has its own queue (``tasks.routes``, C6), and beat knows no pool, so it
+  reads no ``CAIRN_*`` variable at all.
 
 The schedule is built at ``import tasks``, i.e. in every Celery process. When
 Voicy is configured (``VOICY_WORKER_API_URL`` set), its two periods are read
@@ -31,9 +32,7 @@ import os
 from celery.signals import beat_init
 
 from tasks import app
-from tasks.presence import MANIFEST_TASK
 from tasks.voicy import HEARTBEAT_TASK, REAP_TASK
-from workers.cairn.presence import MANIFEST_INTERVAL_S
 from workers.config import load_settings
 from workers.voicy.settings import VoicyTimings
 
@@ -54,9 +53,6 @@ def build_schedule() -> dict[str, dict[str, object]]:
         reap_s = min(REAP_INTERVAL_S, timings.lease_ttl_s / REAPS_PER_LEASE_TTL)
         schedule["voicy-reap"] = {"task": REAP_TASK, "schedule": reap_s,
                                   "options": {"expires": reap_s * BEAT_EXPIRY_FACTOR}}
-    if os.environ.get("CAIRN_NATS_URL"):
-        schedule["cairn-manifest"] = {"task": MANIFEST_TASK, "schedule": MANIFEST_INTERVAL_S,
-                                      "options": {"expires": MANIFEST_INTERVAL_S * BEAT_EXPIRY_FACTOR}}
     return schedule
 
 

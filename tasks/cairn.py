@@ -8,9 +8,12 @@ the provider work and return what the bridge should do with it:
   ``job`` is the job admission parsed (its model dump); ``meta`` names the
   message (stream, sequence, stream timestamp), the delivery attempt, the subject
   and the lease token the bridge granted; job payloads from core hold no secret (S1).
-* ``dispatch_job`` / ``dispatch_discover`` / ``dispatch_exchange``: the task
-  senders the bridge is given (``bridges/__main__.py``), as the Voicy bridge is
-  given ``tasks.voicy``'s dispatchers.
+* :class:`PoolSenders`: the task senders one pool's bridge is given
+  (``bridges/__main__.py``), as the Voicy bridge is given ``tasks.voicy``'s
+  dispatchers. Every task goes to the pool's own queue, ``provider.<pool>``
+  (``tasks.routes``, invariant C6), and a job names its pool in ``meta``: a
+  worker of another pool that ever received it (two pools' workers on one queue
+  by misconfiguration) hands it back instead of running it with its provider.
 * ``cairn.discover(request)`` → the §8 reply dict.
 * ``cairn.exchange(request_key)`` → ``{"reply_key": ...}``: request and reply
   (client secret, code, tokens) stay parked in Redis (``workers.cairn.sealed``).
@@ -34,10 +37,11 @@ from celery.signals import worker_process_init
 from celery.utils.saferepr import saferepr
 
 from tasks import app
+from tasks.routes import provider_queue
 from workers.cairn.handlers import discover as handle_discover
 from workers.cairn.handlers import exchange as handle_exchange
 from workers.cairn.handlers.context import build_context, reset_context
-from workers.cairn.handlers.run import run_job
+from workers.cairn.handlers.run import run_job, wrong_pool
 from workers.cairn.outcomes import LEASE_NAMESPACE, OutcomeLedger
 from workers.cairn.sealed import park, unpark
 from workers.lease import Leases
@@ -103,18 +107,25 @@ def job_argsrepr(kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> st
     return saferepr([kind, payload, {**meta, "lease_token": HIDDEN}], ARGSREPR_MAX_CHARS)
 
 
-def dispatch_job(kind: str, job: dict[str, Any], meta: dict[str, Any], task_id: str) -> None:
-    """Queue one ``cairn.job`` (the bridge's only way in for JetStream jobs)."""
-    app.send_task(JOB_TASK, args=[kind, job, meta], task_id=task_id, argsrepr=job_argsrepr(kind, job, meta))
+class PoolSenders:
+    """How one pool's bridge queues its work: every task on ``provider.<worker_name>`` (C6)."""
 
+    def __init__(self, worker_name: str) -> None:
+        self.worker_name = worker_name
+        self.queue = provider_queue(worker_name)
 
-def dispatch_discover(request: dict[str, Any], task_id: str, expires_s: float) -> None:
-    app.send_task(DISCOVER_TASK, args=[request], task_id=task_id, expires=expires_s)
+    def job(self, kind: str, job: dict[str, Any], meta: dict[str, Any], task_id: str) -> None:
+        """Queue one ``cairn.job`` (the bridge's only way in for JetStream jobs); ``meta`` names the pool."""
+        meta = {**meta, "pool": self.worker_name}
+        app.send_task(JOB_TASK, args=[kind, job, meta], task_id=task_id, queue=self.queue,
+                      argsrepr=job_argsrepr(kind, job, meta))
 
+    def discover(self, request: dict[str, Any], task_id: str, expires_s: float) -> None:
+        app.send_task(DISCOVER_TASK, args=[request], task_id=task_id, expires=expires_s, queue=self.queue)
 
-def dispatch_exchange(request_key: str, task_id: str, expires_s: float) -> None:
-    """Only the parking key of the exchange request crosses Celery (S1)."""
-    app.send_task(EXCHANGE_TASK, args=[request_key], task_id=task_id, expires=expires_s)
+    def exchange(self, request_key: str, task_id: str, expires_s: float) -> None:
+        """Only the parking key of the exchange request crosses Celery (S1)."""
+        app.send_task(EXCHANGE_TASK, args=[request_key], task_id=task_id, expires=expires_s, queue=self.queue)
 
 
 # --------------------------------------------------------------------------- tasks
@@ -127,6 +138,9 @@ def dispatch_exchange(request_key: str, task_id: str, expires_s: float) -> None:
 def job(kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """Run one admitted JetStream job under its lease; return the disposition for the bridge."""
     rt = runtime()
+    misrouted = wrong_pool(rt.ctx, meta)
+    if misrouted is not None:
+        return misrouted.model_dump()
     return run_job(rt.ctx, rt.leases, rt.ledger, rt.lease_ttl_s, kind, payload, meta).model_dump()
 
 

@@ -7,13 +7,20 @@
   through a Redis outage: see the timer's docstring for why this replaced
   beat's ``Broadcast`` task (whose messages piled up in ``bcast.*`` lists in
   Redis and never reached the pool). ``celery -A tasks control cairn_presence``
-  (:func:`broadcast_presence`) makes every live instance write its record now.
-* **Manifest**: one ``cairn.manifest`` task at each worker's start, then from
-  beat every ``MANIFEST_INTERVAL_S`` (the bucket's TTL is 15 min). Any instance
-  may write it; it runs in a pool process like a job, on the job context.
+  (:func:`broadcast_presence`) makes every live instance write its record (and
+  its pool's manifest) now.
+* **Manifest**: the same timer writes the pool's manifest at start and every
+  ``MANIFEST_INTERVAL_S`` (the bucket's TTL is 15 min). Any instance may write
+  it. Not a beat task: each pool has its own queue (``tasks.routes``), and beat
+  knows no pool.
 
-Only workers that consume the ``provider`` queue (or every queue) do any of
-this, and only when Cairn is configured (``CAIRN_NATS_URL``).
+**Which queue (C6).** A provider worker consumes its own pool's queue,
+``-Q provider.<CAIRN_WORKER_NAME>``; it checks that at start
+(:func:`check_pool_queues`) and stops with one line when it does not: ``-Q
+provider`` (the queue every pool shared before) names what to run instead, and
+another pool's queue names the mismatch. A worker without ``-Q`` (every queue)
+adds its own pool's. Only those workers do any of this, and only when Cairn is
+configured (``CAIRN_NATS_URL``); ``-Q provider`` is refused either way.
 """
 
 from __future__ import annotations
@@ -24,14 +31,13 @@ import re
 import sys
 from typing import Any
 
-from celery import shared_task
 from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 from celery.worker.control import control_command
 
 from tasks import app
-from tasks.cairn import cairn_configured, runtime
-from tasks.routes import QUEUE_PROVIDER
-from workers.cairn.presence import MANIFEST_INTERVAL_S, PresenceContext, PresenceTimer, write_manifest, write_presence
+from tasks.cairn import cairn_configured
+from tasks.routes import LEGACY_PROVIDER_QUEUE, PROVIDER_QUEUE_PREFIX, pool_of_queue, provider_queue
+from workers.cairn.presence import PresenceContext, PresenceTimer, write_manifest, write_presence
 from workers.cairn.refusals import POOL_ROLE, fault_component
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
@@ -40,8 +46,7 @@ from workers.redisconn import sync_client
 
 log = logging.getLogger(__name__)
 
-MANIFEST_TASK = "cairn.manifest"
-PRESENCE_CONTROL = "cairn_presence"  # the remote-control command: write presence now
+PRESENCE_CONTROL = "cairn_presence"  # the remote-control command: write presence and the manifest now
 EXIT_CONFIG_ERROR = 2
 _INSTANCE_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_=-]+")  # KV keys: no '@', and '.' separates the key
 
@@ -57,10 +62,30 @@ def instance_id(hostname: str | None) -> str:
     return _INSTANCE_ID_UNSAFE.sub("-", base).strip("-") or "instance"
 
 
-def consumes_provider(consumer_app: Any) -> bool:
-    """Whether this worker consumes ``provider`` (``-Q provider``, or no ``-Q``: every queue)."""
-    consume_from = consumer_app.amqp.queues.consume_from
-    return not consume_from or QUEUE_PROVIDER in consume_from
+def consumed_queues(consumer_app: Any) -> set[str]:
+    """The queues this worker was told to consume (``-Q``); empty: every queue."""
+    return set(consumer_app.amqp.queues.consume_from or ())
+
+
+def check_pool_queues(queues: set[str], worker_name: str | None) -> str | None:
+    """Why this worker must not start (one line), or None.
+
+    ``worker_name`` is the pool's (``CAIRN_WORKER_NAME``), None when Cairn is not configured.
+    """
+    own = provider_queue(worker_name or "<CAIRN_WORKER_NAME>")
+    if LEGACY_PROVIDER_QUEUE in queues:
+        return (f"-Q {LEGACY_PROVIDER_QUEUE} is gone: each provider pool consumes its own queue, "
+                f"provider.<CAIRN_WORKER_NAME>; run this one with -Q {own} (docs/operations.md 2.5)")
+    others = sorted(q for q in queues if pool_of_queue(q) is not None and q != own)
+    if others and worker_name is not None:
+        return (f"-Q {','.join(others)} is not this pool's queue: CAIRN_WORKER_NAME={worker_name} "
+                f"consumes {own}")
+    return None
+
+
+def serves_a_pool(queues: set[str]) -> bool:
+    """Whether this worker is a provider pool's (its pool's queue, or no ``-Q``: every queue)."""
+    return not queues or any(q.startswith(PROVIDER_QUEUE_PREFIX) for q in queues)
 
 
 def broadcast_presence() -> None:
@@ -68,33 +93,48 @@ def broadcast_presence() -> None:
     app.control.broadcast(PRESENCE_CONTROL)
 
 
+def _stop(line: str) -> None:
+    print(f"switchyard celery worker: {line}", file=sys.stderr)  # as tasks/__init__ words it
+    raise SystemExit(EXIT_CONFIG_ERROR) from None
+
+
 @celeryd_after_setup.connect
 def _check_cairn_settings_at_start(instance: Any, **_: object) -> None:
-    """A provider worker stops at start on a bad ``CAIRN_*`` (say ``CAIRN_PRESENCE_INTERVAL_S=60``),
-    naming it, instead of running a pool that can never report itself present."""
+    """A provider worker stops at start, with one line, on a queue that is not its pool's or on a bad
+    ``CAIRN_*`` (say ``CAIRN_PRESENCE_INTERVAL_S=60``), instead of running a pool that takes
+    another pool's jobs, none at all, or can never report itself present."""
     global _settings
-    if not (cairn_configured() and consumes_provider(instance.app)):
+    queues = consumed_queues(instance.app)
+    settings: CairnSettings | None = None
+    if cairn_configured() and (serves_a_pool(queues) or LEGACY_PROVIDER_QUEUE in queues):
+        try:
+            settings = load_cairn_settings()
+        except ConfigError as exc:
+            _stop(str(exc))
+    problem = check_pool_queues(queues, settings.worker_name if settings else None)
+    if problem:
+        _stop(problem)
+    if settings is None:
         return
-    try:
-        _settings = load_cairn_settings()
-    except ConfigError as exc:
-        print(f"switchyard celery worker: {exc}", file=sys.stderr)  # as tasks/__init__ words it
-        raise SystemExit(EXIT_CONFIG_ERROR) from None
+    if not queues:  # every queue: its own pool's too (the routes create pool queues only as they are used)
+        instance.app.amqp.queues.select_add(provider_queue(settings.worker_name))
+    _settings = settings
 
 
 @worker_ready.connect
 def _start_presence(sender: Any = None, **_: object) -> None:
-    """Contract §1/§2 at start: the manifest (through the pool) and this instance's presence timer."""
+    """Contract §1/§2 at start: this instance's presence timer, which renews the pool's manifest too."""
     global _timer, _context
     if _settings is None or _timer is not None:
         return
-    manifest.apply_async(expires=MANIFEST_INTERVAL_S)
     _clear_refusal_fault(_settings)
     ctx = PresenceContext.from_settings(_settings)
     iid = instance_id(getattr(sender, "hostname", None))
-    _context, _timer = ctx, PresenceTimer(lambda: write_presence(ctx, iid), float(_settings.presence_interval_s))
+    _context, _timer = ctx, PresenceTimer(lambda: write_presence(ctx, iid), float(_settings.presence_interval_s),
+                                          manifest=lambda: write_manifest(ctx))
     _timer.start()
-    log.info("cairn presence: instance %s renews its record every %.0fs", iid, _timer.interval_s)
+    log.info("cairn presence: instance %s renews its record every %.0fs (pool %s, queue %s)", iid,
+             _timer.interval_s, _settings.worker_name, provider_queue(_settings.worker_name))
 
 
 def _clear_refusal_fault(settings: CairnSettings) -> None:
@@ -119,13 +159,10 @@ def _stop_presence(**_: object) -> None:
 
 @control_command(name=PRESENCE_CONTROL)
 def _presence_now(state: Any, **_: object) -> dict[str, Any]:
-    """Remote control: write this instance's presence record now (in the worker's main process)."""
+    """Remote control: write this instance's presence record and its pool's manifest now (in the
+    worker's main process)."""
     if _timer is None:
         return {"ok": "no presence timer in this worker"}
-    return {"ok": "written" if _timer.beat() else "not written"}
-
-
-@shared_task(name=MANIFEST_TASK, ignore_result=True)
-def manifest() -> None:
-    """Write the pool's manifest (contract §1, within its 15 min TTL); skipped against an incompatible core."""
-    write_manifest(runtime().ctx)
+    presence = _timer.beat()
+    manifest = _timer.renew_manifest(now=True)
+    return {"ok": "written" if presence and manifest else "not written"}

@@ -94,7 +94,7 @@ SENTINEL_SOCKET_TIMEOUT_S = 1.0
 # demo). Their own queue would not help (Flower lists tasks, not queues) and running them
 # less often would slow recovery (the reaper must run twice per lease TTL). They still log
 # on the io worker when they act, and `celery inspect` still shows them while running.
-QUIET_TASKS = ("voicy.heartbeat", "voicy.reap", "cairn.manifest")
+QUIET_TASKS = ("voicy.heartbeat", "voicy.reap")
 
 
 REDBEAT_LOCK_TIMEOUT_S = 30  # a beat killed outright hands over to a waiting one after this

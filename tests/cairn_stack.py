@@ -2,7 +2,7 @@
 
 Everything is real except the external systems: nats-server with JetStream
 (one per stack), Redis, moto S3 behind the dev core's presign responders,
-``python -m bridges cairn``, ``celery -A tasks worker -Q provider``. The
+``python -m bridges cairn``, ``celery -A tasks worker -Q provider.<pool>``. The
 world itself (NATS, the dev core, the fake, pools and accounts) is
 ``deploy.devstack.cairn_stack`` — the kit the bench and the demo use too — with
 NATS under core's permission template (the pool logs in as ``worker``); this
@@ -34,6 +34,7 @@ from deploy.devstack.strava import FakeStrava
 from deploy.devstack.strava.kit import ATHLETE_ID_BASE as ATHLETE_BASE  # noqa: F401 - tests pick ids above it
 from deploy.devstack.strava.kit import StravaKit
 from tests.conftest import CeleryWorker, wait_until
+from tasks.routes import provider_queue
 from tests.gate import Gate, GateMiddleware
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +127,7 @@ class CairnStack:
 
     def start_worker(self, concurrency: int = 2) -> CeleryWorker:
         name = f"provider-{len(self.workers)}-{uuid.uuid4().hex[:4]}@test"
-        worker = CeleryWorker("provider", self.env, self.tmp / f"worker-{len(self.workers)}.log",
+        worker = CeleryWorker(provider_queue(self.pool), self.env, self.tmp / f"worker-{len(self.workers)}.log",
                               concurrency=concurrency, name=name)
         self.workers.append(worker)
         worker.wait_ready(self.redis_url)

@@ -62,7 +62,7 @@ def test_a_cairn_only_process_reads_no_voicy_variable(env: pytest.MonkeyPatch) -
     env.setenv("CAIRN_NATS_URL", "nats://127.0.0.1:9")
     schedule = build_schedule()
     assert not [name for name in schedule if name.startswith("voicy-")]
-    assert "cairn-manifest" in schedule  # presence is each provider worker's own timer (tasks.presence)
+    assert schedule == {}  # presence and the manifest are each provider worker's own timer (tasks.presence)
 
 
 def _celery_env(**extra: str) -> dict[str, str]:
@@ -94,10 +94,11 @@ def test_a_bad_voicy_variable_stops_a_voicy_worker_at_start_naming_it() -> None:
 
 
 def test_beat_reads_no_cairn_period(env: pytest.MonkeyPatch) -> None:
-    """Presence is renewed by each provider worker itself (C5), so beat reads no ``CAIRN_*`` period:
-    a bad one stops only the Cairn side's own processes (see ``test_presence_procfile``), not ``import tasks``."""
+    """Presence and the manifest are renewed by each provider worker itself (C5, C6: beat knows no pool),
+    so beat reads no ``CAIRN_*`` variable: a bad one stops only the Cairn side's own processes (see
+    ``test_presence_procfile``), not ``import tasks``."""
     env.setenv("CAIRN_NATS_URL", "nats://127.0.0.1:9")
     env.setenv("CAIRN_PROVIDER", "Not A Name")
     env.setenv("CAIRN_PRESENCE_INTERVAL_S", "60")  # core counts a record live for 45 s: invalid
     schedule = build_schedule()
-    assert set(schedule) == {"cairn-manifest"}
+    assert schedule == {}

@@ -67,6 +67,31 @@ def test_the_timer_thread_writes_at_once_then_on_its_interval_until_stopped() ->
     assert timer._thread is not None and not timer._thread.is_alive()
 
 
+def test_the_timer_renews_the_manifest_at_start_then_once_per_manifest_interval(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The manifest rides on the presence thread (no beat task: beat knows no pool): written at once,
+    then only when its interval has passed; a failed or gated write is tried on the next tick."""
+    caplog.set_level(logging.INFO, logger="workers.cairn.presence")
+    outcomes = iter([ConnectionError("nats down"), None, {"ok": 1}, {"ok": 2}])
+    calls: list[int] = []
+
+    def manifest() -> object:
+        calls.append(1)
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    timer = PresenceTimer(lambda: {}, 20.0, manifest=manifest, manifest_interval_s=3600.0)
+    assert not timer.renew_manifest()  # NATS away: no exception escapes, due again next tick
+    assert not timer.renew_manifest()  # an incompatible core: nothing written, still due
+    assert timer.renew_manifest() and timer.manifests == 1
+    assert not timer.renew_manifest() and len(calls) == 3  # written: not due for an hour
+    assert timer.renew_manifest(now=True) and timer.manifests == 2  # the control command asks now
+    assert len([r for r in caplog.records if "manifest write failed" in r.getMessage()]) == 1
+    assert any("manifest written again" in r.getMessage() for r in caplog.records)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
     s = CairnStack(tmp_path_factory.mktemp("cairn-busy"), redis_url, s3_endpoint,

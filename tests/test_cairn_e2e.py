@@ -207,13 +207,13 @@ def test_cairn_side_holds_no_s3_credentials(stack: CairnStack) -> None:
 
 
 def test_presence_and_manifest_are_written_by_the_pool(stack: CairnStack) -> None:
-    """Every live instance writes its own record: at start, and on each beat broadcast."""
+    """Every live instance writes its own record: at start, and when asked (``cairn_presence``)."""
     live = [w for w in stack.workers if w.proc.poll() is None]
     keys = {f"{stack.pool}.{w.name.replace('@', '-')}" for w in live}
     records = wait_until(lambda: keys <= set(stack.core.live_presence(stack.pool)) and
                          stack.core.live_presence(stack.pool), WAIT_S, "start-up presence of every instance")
     first_seen = {k: records[k]["last_seen"] for k in keys}  # type: ignore[index]
-    # What beat sends every 20 s: one broadcast, answered by each instance.
+    # One broadcast of the control command, answered by each instance.
     subprocess.run([sys.executable, "-c", "from tasks.presence import broadcast_presence; broadcast_presence()"],
                    cwd=ROOT, env=stack.env, check=True, timeout=60)
     wait_until(lambda: all(stack.core.presence(stack.pool)[k]["last_seen"] > first_seen[k] for k in keys),
@@ -237,8 +237,9 @@ def test_core_schedules_import_gear_because_the_pools_manifest_declares_gear(sta
     stack.core.kv_put("cairn_worker_manifests", stack.pool, bare)  # live presence still declares Gear
     kinds = [j.subject.split(".")[2] for j in stack.core.schedule_reconcile(acct.account_id, force=True)]
     assert kinds == ["reconcile"]
-    # The pool rewrites its manifest (what beat does every 10 min) and core now sends gear.
-    subprocess.run([sys.executable, "-c", "from tasks.presence import manifest; manifest.apply_async()"],
+    # The pool rewrites its manifest (what each instance's timer does every 10 min; the control command
+    # asks for it now) and core now sends gear.
+    subprocess.run([sys.executable, "-c", "from tasks.presence import broadcast_presence; broadcast_presence()"],
                    cwd=ROOT, env=stack.env, check=True, timeout=60)
     wait_until(lambda: "Gear" in (stack.core.manifests()[stack.pool].get("capabilities") or {}), WAIT_S,
                "the pool's own manifest again")

@@ -43,8 +43,11 @@ STOP_TIMEOUT_S = 15.0
 HTTP_TIMEOUT_S = 5.0
 PING_TIMEOUT_S = 0.5
 EXIT_CONFIG_ERROR = 2
-EXPECTED_TYPES = {"web", "voicy_bridge", "cairn_bridge", "gpu", "io", "provider", "beat"}
-WORKER_TYPES = ("gpu", "io", "provider")
+EXPECTED_TYPES = {"web", "voicy_bridge", "cairn_bridge", "gpu", "io", "provider", "garmin_bridge", "garmin", "beat"}
+WORKER_TYPES = ("gpu", "io", "provider", "garmin")
+# The queue each worker line consumes (the Strava pool's name is CAIRN_WORKER_NAME, default strava-fetcher).
+WORKER_QUEUES = {"gpu": "gpu", "io": "io", "provider": "provider.strava-fetcher", "garmin": "provider.garmin-fetcher"}
+POOL_LINES = {"provider": "cairn_bridge", "garmin": "garmin_bridge"}  # each pool: its workers' line, its bridge's
 ADDON_VARS = {"REDIS_URL"}  # set by the heroku-redis add-on; app.json must not declare it
 # Variables the platform (Heroku, honcho) sets, not the operator.
 PLATFORM_VARS = {"PORT", "DYNO", "HONCHO_PROCESS_NAME"}
@@ -167,9 +170,16 @@ def test_worker_lines_declare_queue_pool_events_node_name_and_cold_shutdown() ->
     assert set(entries) == EXPECTED_TYPES
     for ptype in WORKER_TYPES:
         cmd = entries[ptype]
-        assert cmd.startswith("REMAP_SIGTERM=SIGQUIT celery -A tasks worker "), cmd
-        assert f" -Q {ptype} " in cmd and " -P prefork " in cmd and " -E " in cmd, cmd
+        assert "REMAP_SIGTERM=SIGQUIT celery -A tasks worker " in cmd, cmd
+        queue = " -Q provider." if ptype in POOL_LINES else f" -Q {ptype} "
+        assert queue in cmd and " -P prefork " in cmd and " -E " in cmd, cmd
         assert re.search(r" -n \S*@%h", cmd), cmd
+    # A pool's worker and bridge lines name the same pool: the garmin lines set theirs, the Strava ones
+    # read CAIRN_WORKER_NAME (app-wide, default strava-fetcher) for the bridge and the queue alike.
+    assert "CAIRN_PROVIDER=garmin CAIRN_WORKER_NAME=garmin-fetcher " in entries["garmin"]
+    assert entries["garmin_bridge"].startswith("CAIRN_PROVIDER=garmin CAIRN_WORKER_NAME=garmin-fetcher ")
+    assert " -Q provider.garmin-fetcher " in entries["garmin"]
+    assert " -Q provider.${CAIRN_WORKER_NAME:-strava-fetcher} " in entries["provider"]
     assert " -c 1 " in entries["gpu"]  # one model per GPU; the parent stays free for inspect
     assert "-S tasks.scheduler.ResilientRedBeatScheduler" in entries["beat"]  # RedBeat, riding out Redis restarts
     assert "REMAP_SIGTERM" not in entries["beat"]
@@ -263,7 +273,7 @@ def test_each_pool_starts_consumes_its_queue_and_shuts_down_cold(
     host, run = socket.gethostname(), uuid.uuid4().hex[:8]
     names = {ptype: f"{ptype}.{run}" for ptype in WORKER_TYPES}
     workers = {ptype: launch(ptype, fleet_env(redis_url, HONCHO_PROCESS_NAME=names[ptype],
-                                              IO_CONCURRENCY="2", PROVIDER_CONCURRENCY="2"))
+                                              IO_CONCURRENCY="2", PROVIDER_CONCURRENCY="2", GARMIN_CONCURRENCY="2"))
                for ptype in WORKER_TYPES}
     nodes = {ptype: f"{names[ptype]}@{host}" for ptype in WORKER_TYPES}
     probe = Celery(broker=redis_url, backend=redis_url)
@@ -279,13 +289,12 @@ def test_each_pool_starts_consumes_its_queue_and_shuts_down_cold(
         assert not pending, f"no ping from {sorted(pending.values())}"
         inspect = probe.control.inspect(destination=list(nodes.values()), timeout=HTTP_TIMEOUT_S)
         stats, queues = inspect.stats() or {}, inspect.active_queues() or {}
-        expected_concurrency = {"gpu": 1, "io": 2, "provider": 2}
+        expected_concurrency = {"gpu": 1, "io": 2, "provider": 2, "garmin": 2}
         for ptype, node in nodes.items():
             assert stats[node]["pool"]["max-concurrency"] == expected_concurrency[ptype]
             assert "prefork" in stats[node]["pool"]["implementation"]
             consumed = {q["name"] for q in queues[node]}
-            assert ptype in consumed, (ptype, consumed)
-            assert not consumed & (set(WORKER_TYPES) - {ptype}), (ptype, consumed)
+            assert consumed == {WORKER_QUEUES[ptype]}, (ptype, consumed)  # its own queue, nobody else's
     finally:
         probe.close()
     for ptype, proc in workers.items():  # REMAP_SIGTERM=SIGQUIT: SIGTERM to the group = cold shutdown

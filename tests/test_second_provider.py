@@ -3,8 +3,8 @@
 ``filedrop`` (tests/fixtures/filedrop/switchyard_filedrop.py) is a tiny
 provider shipped as its own distribution: the test writes it into a temporary
 site directory next to a ``dist-info`` whose ``entry_points.txt`` registers it
-in the ``switchyard.providers`` group, and puts that directory on the
-``PYTHONPATH`` of the real bridge and Celery worker processes
+in the ``switchyard.providers`` group (tests/filedrop.py), and puts that
+directory on the ``PYTHONPATH`` of the real bridge and Celery worker processes
 (tests/cairn_stack.py). No Switchyard module names it. It serves fetch_source
 from a file drop on loopback (the fake below, behind a bearer token) and
 declares per-minute and per-hour rate windows instead of Strava's 15-minute
@@ -15,9 +15,7 @@ its provider name and the connection's app id.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -25,67 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
-from deploy.devstack.http_server import BackgroundServer
 from tests.cairn_stack import WAIT_S, CairnStack
-from workers.providers.registry import ENTRY_POINT_GROUP, get_provider, provider_names
-
-PROVIDER = "filedrop"
-MODULE = "switchyard_filedrop"
-PROVIDER_SOURCE = Path(__file__).parent / "fixtures" / "filedrop" / f"{MODULE}.py"
-DISTRIBUTION = "switchyard-filedrop"
-DIST_VERSION = "0.1.0"
-APP_CLIENT_ID = "filedrop-app-1"
-TOKEN_LIFETIME = timedelta(hours=6)
-FILES = [{"id": "f-101", "sport": "run", "title": "Morning run", "start": "2026-07-01T06:00:00Z", "elapsed_s": 1800},
-         {"id": "f-102", "sport": "ride", "title": "Commute", "start": "2026-07-02T08:00:00Z", "elapsed_s": 2400}]
-
-
-def install_distribution(site: Path) -> Path:
-    """An installed distribution, as pip would leave it: the module and its dist-info."""
-    site.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROVIDER_SOURCE, site / f"{MODULE}.py")
-    info = site / f"{DISTRIBUTION.replace('-', '_')}-{DIST_VERSION}.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {DIST_VERSION}\n")
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{PROVIDER} = {MODULE}:FileDropProvider\n")
-    (info / "top_level.txt").write_text(f"{MODULE}\n")
-    return site
-
-
-class FileDrop:
-    """The file drop the provider reads: ``/files`` and ``/files/<id>``, bearer token required."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-        self.requests: list[str] = []
-        self._lock = threading.Lock()
-        app = Starlette(routes=[Route("/files", self._list), Route("/files/{file_id}", self._get)])
-        self.server = BackgroundServer(app, "fake-filedrop")
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}"
-
-    def _authorized(self, request: Request) -> bool:
-        with self._lock:
-            self.requests.append(request.url.path)
-        return request.headers.get("authorization") == f"Bearer {self.token}"
-
-    async def _list(self, request: Request) -> JSONResponse:
-        if not self._authorized(request):
-            return JSONResponse({"error": "unauthorized"}, status_code=401)
-        return JSONResponse([{"id": f["id"], "start": f["start"]} for f in FILES])
-
-    async def _get(self, request: Request) -> JSONResponse:
-        if not self._authorized(request):
-            return JSONResponse({"error": "unauthorized"}, status_code=401)
-        found = [f for f in FILES if f["id"] == request.path_params["file_id"]]
-        return JSONResponse(found[0]) if found else JSONResponse({"error": "not found"}, status_code=404)
+from tests.filedrop import APP_CLIENT_ID, DISTRIBUTION, MODULE, PROVIDER, TOKEN_LIFETIME, FileDrop, install_distribution
+from workers.providers.registry import get_provider, provider_names
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from deploy.devstack import services
+from tasks.routes import provider_queue
 from tests.cairn_stack import CairnStack
 from tests.conftest import CeleryWorker, wait_until
 from tests.test_redis_restart import assert_alive, start_procfile_beat
@@ -102,7 +103,7 @@ class SentinelCairnStack(CairnStack):
 
     def start_worker(self, concurrency: int = 2) -> CeleryWorker:
         name = f"provider-{len(self.workers)}-{uuid.uuid4().hex[:4]}@test"
-        worker = CeleryWorker("provider", self.env, self.tmp / f"worker-{len(self.workers)}.log",
+        worker = CeleryWorker(provider_queue(self.pool), self.env, self.tmp / f"worker-{len(self.workers)}.log",
                               concurrency=concurrency, name=name)
         self.workers.append(worker)
         wait_until(lambda: " ready." in worker.log() or worker.proc.poll() is not None, READY_TIMEOUT_S,

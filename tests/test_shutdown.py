@@ -30,6 +30,7 @@ import redis
 
 from deploy.devstack.procs import signal_group
 from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge
+from tasks.routes import provider_queue
 from tests.cairn_stack import CairnStack
 from tests.conftest import wait_until
 from tests.gate import Gate
@@ -258,10 +259,10 @@ def cairn(tmp_path: Path, redis_url: str, s3_endpoint: str) -> Iterator[Any]:
         stack.stop()
 
 
-def _queued_cairn_tasks(r: redis.Redis) -> list[str]:
-    """Task ids (``cairn-<seq>-d<delivery>-…``) of the ``cairn.job`` messages waiting in ``provider``."""
+def _queued_cairn_tasks(r: redis.Redis, pool: str) -> list[str]:
+    """Task ids (``cairn-<pool>-<seq>-d<delivery>-…``) of the ``cairn.job`` messages waiting in the pool's queue."""
     ids = []
-    for raw in r.lrange("provider", 0, -1):
+    for raw in r.lrange(provider_queue(pool), 0, -1):
         headers = json.loads(raw).get("headers", {})
         if headers.get("task") == "cairn.job":
             ids.append(headers["id"])
@@ -269,7 +270,7 @@ def _queued_cairn_tasks(r: redis.Redis) -> list[str]:
 
 
 def _seq_of(task_id: str) -> tuple[int, int]:
-    _, seq, delivery, _ = task_id.split("-", 3)
+    _, seq, delivery, _ = task_id.rsplit("-", 3)  # cairn-<pool>-<seq>-d<delivery>-<hex>
     return int(seq), int(delivery.lstrip("d"))
 
 
@@ -291,15 +292,15 @@ def test_sigterm_cairn_bridge_naks_queued_messages_finishes_running_ones_ingests
         for job in jobs:
             stack.core.enqueue_job("fetch_source", job)
         assert stack.gate.arrived.wait(60), "no job reached Strava"
-        wait_until(lambda: len(_queued_cairn_tasks(r)) == 2, 30, "two tasks queued behind the running one")
-        first_seqs = {_seq_of(t)[0] for t in _queued_cairn_tasks(r)}
+        wait_until(lambda: len(_queued_cairn_tasks(r, stack.pool)) == 2, 30, "two tasks queued behind the running one")
+        first_seqs = {_seq_of(t)[0] for t in _queued_cairn_tasks(r, stack.pool)}
 
         t0 = time.monotonic()
         os.killpg(bridge_a.proc.pid, signal.SIGTERM)
         bridge_b = stack.spawn_bridge("bridge-b")
 
         def redelivered() -> bool:
-            later = {_seq_of(t)[0] for t in _queued_cairn_tasks(r) if _seq_of(t)[1] >= 2}
+            later = {_seq_of(t)[0] for t in _queued_cairn_tasks(r, stack.pool) if _seq_of(t)[1] >= 2}
             return first_seqs <= later
         wait_until(redelivered, 20, "the queued jobs redelivered to the second bridge")
         assert bridge_a.proc.poll() is None, "the first bridge must still be finishing its running job"
@@ -325,7 +326,8 @@ def test_sigterm_cairn_bridge_naks_queued_messages_finishes_running_ones_ingests
     assert len(finished_by_a) == 1, msg_ids  # the running one; the two queued ones were redelivered
     assert stack.consumer("fetch_source")["num_pending"] == 0
     worker_log = "\n".join(w.log() for w in stack.workers)
-    skipped = set(re.findall(r"cairn\.job\[(cairn-\d+-d\d+-\w+)\] succeeded[^\n]*lease not granted", worker_log))
+    skipped = set(re.findall(r"cairn\.job\[(cairn-[\w-]+?-\d+-d\d+-[0-9a-f]+)\] succeeded[^\n]*lease not granted",
+                             worker_log))
     assert {_seq_of(t) for t in skipped} == {(seq, 1) for seq in first_seqs}  # revoked copies did nothing
 
 

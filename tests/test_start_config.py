@@ -74,3 +74,41 @@ def test_a_bad_value_stops_celery_with_one_line(variable: str, value: str, proce
     assert len(lines) == 1, text
     assert lines[0].startswith(f"switchyard celery {verb}: invalid configuration: {variable}: "), text
     assert value not in lines[0]  # the value may be a secret; the variable's name is enough
+
+
+LEGACY_QUEUE = "provider"  # the queue every pool shared before issue 16
+
+
+def provider_line_on(queue: str) -> str:
+    """The Procfile's provider line consuming ``queue`` instead of its pool's (an older Procfile's line)."""
+    line = procfile_command("provider")
+    assert " -Q provider.${CAIRN_WORKER_NAME:-strava-fetcher} " in line, line
+    return line.replace("provider.${CAIRN_WORKER_NAME:-strava-fetcher}", queue)
+
+
+@pytest.mark.parametrize(("queue", "env", "expected"), [
+    (LEGACY_QUEUE, {"CAIRN_WORKER_NAME": "strava-fetcher"},
+     "-Q provider is gone: each provider pool consumes its own queue, provider.<CAIRN_WORKER_NAME>; "
+     "run this one with -Q provider.strava-fetcher (docs/operations.md 2.5)"),
+    (LEGACY_QUEUE, {"CAIRN_NATS_URL": ""},  # not even a Voicy-only app runs the old line silently
+     "-Q provider is gone: each provider pool consumes its own queue, provider.<CAIRN_WORKER_NAME>; "
+     "run this one with -Q provider.<CAIRN_WORKER_NAME> (docs/operations.md 2.5)"),
+    ("provider.garmin-fetcher", {"CAIRN_WORKER_NAME": "strava-fetcher"},
+     "-Q provider.garmin-fetcher is not this pool's queue: CAIRN_WORKER_NAME=strava-fetcher consumes "
+     "provider.strava-fetcher"),
+])
+def test_a_provider_worker_on_another_queue_than_its_pools_stops_with_one_line(
+        queue: str, env: dict[str, str], expected: str) -> None:
+    """The choice for ``-Q provider`` (issue 16): no silent fallback. A worker on the shared queue would
+    receive nothing (the bridges send to provider.<pool>) or, on another pool's queue, run that pool's
+    jobs with its own provider; it stops at start, before it consumes, naming what to run instead."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_", "REDIS_"))}
+    base.update({"PATH": f"{VENV_BIN}:{base.get('PATH', '')}", "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+                 "CAIRN_NATS_URL": f"nats://127.0.0.1:{free_port()}", "PROVIDER_CONCURRENCY": "1"})
+    out = subprocess.run([SHELL, "-c", provider_line_on(queue)], cwd=ROOT, env={k: v for k, v in {**base, **env}.items() if v},
+                         capture_output=True, text=True, timeout=HANG_GUARD_S)
+    text = out.stdout + out.stderr
+    assert out.returncode == EXIT_CONFIG_ERROR, text
+    lines = [row for row in without_root_warning(text).splitlines() if row.strip()]
+    assert lines == [f"switchyard celery worker: {expected}"], text
+    assert " ready." not in text

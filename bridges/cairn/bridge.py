@@ -92,7 +92,8 @@ class NatsUnreachableError(Exception):
 
 @dataclass(frozen=True)
 class TaskSenders:
-    """How the bridge queues pool work (``tasks.cairn.dispatch_*``), injected by ``bridges.__main__``."""
+    """How the bridge queues its pool's work (``tasks.cairn.PoolSenders``: the pool's own queue),
+    injected by ``bridges.__main__``."""
 
     job: SendJob
     discover: PoolSend
@@ -179,7 +180,8 @@ class CairnBridge:
         self.results = TaskResults(self.backend, s.redis_url, redis_outage=self.redis_outage)
         self.execution = Execution(self.senders.job, self.results, leases, self._aredis,
                                    float(s.task_start_deadline_s), self.shutdown,
-                                   redis_outage=self.redis_outage, lease_ttl_s=float(s.lease_ttl_s))
+                                   redis_outage=self.redis_outage, lease_ttl_s=float(s.lease_ttl_s),
+                                   pool=s.worker_name)
         self.envelopes = Envelopes(s, self.provider, LoopNats(asyncio.get_running_loop(), nc, self.js,
                                                               self.refusals))
         exchange = subjects.oauth_exchange_subject(s.provider, s.worker_name)
@@ -187,7 +189,7 @@ class CairnBridge:
                                  exchange if links_oauth_accounts(self.provider) else None,
                                  s.worker_name,  # instances of one pool share requests
                                  float(s.discover_deadline_s), float(s.exchange_deadline_s))
-        pool = PoolCalls(self.results, self.senders.discover, self.senders.exchange)
+        pool = PoolCalls(self.results, self.senders.discover, self.senders.exchange, s.worker_name)
         self.responders = Responders(nc, config, pool, self._sync_redis, self.spawn)
 
     async def run(self) -> None:

@@ -110,19 +110,20 @@ class Execution:
 
     def __init__(self, send_job: SendJob, results: TaskResults, leases: Leases, aredis: Any,
                  start_deadline_s: float, shutdown: Shutdown, *, redis_outage: Outage | None = None,
-                 lease_ttl_s: float = 0.0) -> None:
+                 lease_ttl_s: float = 0.0, pool: str = "") -> None:
         self._send_job, self._results, self._leases = send_job, results, leases
         self._r = aredis  # redis.asyncio client: lease and ledger reads on the event loop
         self._ledger = AsyncOutcomeLedger(aredis)
         self._start_deadline_s, self._shutdown = start_deadline_s, shutdown
         self._redis = redis_outage or Outage("Redis")
         self._post_outage_grace_s = lease_ttl_s + LOST_TASK_GRACE_S + POST_OUTAGE_EXTRA_GRACE_S
+        self._task_prefix = f"cairn-{pool}" if pool else "cairn"  # Flower: the pool at a glance
 
     # ------------------------------------------------------------------ dispatch
     async def dispatch(self, held: Held, meta: DeliveryMeta, payload: dict[str, Any]) -> Disposition:
         held.token = token = new_token()
         key = meta.key
-        task_id = f"cairn-{meta.seq}-d{meta.delivered}-{uuid.uuid4().hex[:8]}"  # Flower: seq and delivery at a glance
+        task_id = f"{self._task_prefix}-{meta.seq}-d{meta.delivered}-{uuid.uuid4().hex[:8]}"  # seq, delivery
         task_meta = {**key.as_meta(), "delivery": meta.delivered, "subject": meta.subject, "lease_token": token}
         try:
             watch = await self._results.watch(task_id)

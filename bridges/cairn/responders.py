@@ -123,8 +123,9 @@ class ResponderConfig:
 class PoolCalls:
     """Runs the pool's discover / exchange tasks under a deadline; a result dict, or None."""
 
-    def __init__(self, results: TaskResults, send_discover: PoolSend, send_exchange: PoolSend) -> None:
+    def __init__(self, results: TaskResults, send_discover: PoolSend, send_exchange: PoolSend, pool: str = "") -> None:
         self._results = results
+        self._pool = pool
         self._send = {"cairn.discover": send_discover, "cairn.exchange": send_exchange}
 
     async def discover(self, body: dict[str, Any], deadline_s: float) -> dict[str, Any] | None:
@@ -134,7 +135,7 @@ class PoolCalls:
         return await self._call("cairn.exchange", request_key, deadline_s)
 
     async def _call(self, name: str, arg: Any, deadline_s: float) -> dict[str, Any] | None:
-        task_id = f"{name}-{uuid.uuid4().hex}"
+        task_id = f"{name}-{self._pool}-{uuid.uuid4().hex}" if self._pool else f"{name}-{uuid.uuid4().hex}"
         watch = await self._results.watch(task_id)
         try:
             await asyncio.to_thread(self._send[name], arg, task_id, deadline_s)

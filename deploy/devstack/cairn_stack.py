@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -142,10 +143,12 @@ class CairnStack:
 
     def env(self, pool: Pool, **overrides: str) -> dict[str, str]:
         """The whole environment of one pool's processes (bridge and workers): the caller's minus
-        foreign deployments' variables, Redis, :meth:`pool_env`; ``overrides`` last."""
+        foreign deployments' variables, this interpreter's ``bin`` first on ``PATH`` (a Procfile line
+        says ``celery``), Redis, :meth:`pool_env`; ``overrides`` last."""
         assert self.redis_url is not None, "start() first"
-        return {**clean_env(), "REDIS_URL": self.redis_url, "PYTHONUNBUFFERED": "1", **self.pool_env(pool),
-                **overrides}
+        env = clean_env()
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        return {**env, "REDIS_URL": self.redis_url, "PYTHONUNBUFFERED": "1", **self.pool_env(pool), **overrides}
 
     def connect(self, pool: Pool, n_activities: int = 3) -> Connected:
         """A new account with ``n_activities`` at the pool's fake, connected on the pool at core."""

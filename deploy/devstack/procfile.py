@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.devstack.procs import Proc, spawn
+from workers.providers.registry import provider_names
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCFILE = ROOT / "Procfile"
 STOP_GRACE_S = 30.0  # Heroku: SIGTERM to every process, SIGKILL 30 s later
 SHELL = shutil.which("bash") or "/bin/sh"
 _LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")  # honcho's own pattern
+_INLINE_PROVIDER = re.compile(r"(?:^|\s)CAIRN_PROVIDER=([a-z0-9_-]+)\s")  # a pool's line names its provider
 
 
 def entries(path: Path = PROCFILE) -> dict[str, str]:
@@ -42,6 +44,23 @@ def entries(path: Path = PROCFILE) -> dict[str, str]:
         if match:
             found[match.group(1)] = match.group(2)
     return found
+
+
+def provider_of(command: str) -> str | None:
+    """The provider a Procfile line sets for its own pool (``CAIRN_PROVIDER=garmin …``), else None."""
+    match = _INLINE_PROVIDER.search(command)
+    return match.group(1) if match else None
+
+
+def runnable(found: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the entries this installation can run, those it cannot: type -> the missing provider).
+
+    A pool's line whose provider is not installed (no built-in, no entry point) would only exit
+    at start naming ``CAIRN_PROVIDER``; the dev runners leave it out and say so instead.
+    """
+    installed = set(provider_names())
+    missing = {name: p for name, cmd in found.items() if (p := provider_of(cmd)) is not None and p not in installed}
+    return {name: cmd for name, cmd in found.items() if name not in missing}, missing
 
 
 @dataclass
@@ -75,10 +94,16 @@ class Fleet:
         return self.killed
 
 
+def run(name: str, env: dict[str, str], log_path: Path, path: Path = PROCFILE) -> Proc:
+    """One process of the Procfile's type ``name``, as Heroku runs it (``bash -c`` in a session of its
+    own), its output in ``log_path``; stopped like a dyno (SIGTERM, SIGKILL after ``STOP_GRACE_S``)."""
+    return spawn([SHELL, "-c", entries(path)[name]], env, log_path, stop_timeout_s=STOP_GRACE_S)
+
+
 def start(env: dict[str, str], log_dir: Path, port: int, path: Path = PROCFILE) -> Fleet:
-    """Start one process of every type in ``path``; ``PORT`` is ``port`` (only ``web`` listens)."""
+    """Start one process of every runnable type in ``path`` (:func:`runnable`); ``PORT`` is ``port``
+    (only ``web`` listens)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    procs = {name: spawn([SHELL, "-c", command], {**env, "PORT": str(port), "DYNO": f"{name}.1"},
-                         log_dir / f"{name}.log", stop_timeout_s=STOP_GRACE_S)
-             for name, command in entries(path).items()}
+    procs = {name: run(name, {**env, "PORT": str(port), "DYNO": f"{name}.1"}, log_dir / f"{name}.log", path)
+             for name in runnable(entries(path))[0]}
     return Fleet(procs, log_dir)

@@ -19,7 +19,11 @@ for it (ledger, lease, failure count): :class:`MessageKey`, its stream, its
 stream sequence and its stream timestamp. The stream is part of the key so a
 second stream (``CAIRN_WEBHOOKS``) never collides with ``CAIRN_JOBS``; the
 timestamp is the same on every redelivery and differs when core recreates a
-stream and its sequences start at 1 again.
+stream and its sequences start at 1 again. No pool in the key, and none needed
+(C6): several pools share one Redis and one ``CAIRN_JOBS``, but a message sits
+on exactly one pool's subject and its sequence is its stream's alone, so two
+pools can never name the same message; the pool's own bridge and workers are
+the only ones that ever see it (its consumer, its ``provider.<pool>`` queue).
 
 Lifetime. The bridge deletes the entry when it acks or terms the message (and
 consumes it, in one transaction with the failure count, when it NAKs). An

@@ -2,7 +2,10 @@
 
 Presence is written by each live provider-worker instance every ~20 s under
 ``<worker_name>.<instance_id>``; the manifest under ``<worker_name>`` at start
-and every 10 minutes (the bucket TTL is 15 min). Both prove the pool runs.
+and every 10 minutes (the bucket TTL is 15 min). Both prove the pool runs, and
+both are written by the same :class:`PresenceTimer` in each instance's main
+process: a pool's records are its own, and nothing outside the pool (beat)
+needs to know which pools exist.
 
 Both carry the same ``capabilities`` map, from one source
 (:func:`declared_capabilities`): core decides from the *manifest* whether the
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -133,7 +137,8 @@ class PresenceContext(PoolContext):
 
 
 class PresenceTimer:
-    """Renews one instance's presence record every interval, idle or busy (contract §2, invariant C5).
+    """Renews one instance's presence record every interval, idle or busy (contract §2, invariant C5),
+    and the pool's manifest every ``MANIFEST_INTERVAL_S`` (contract §1).
 
     Runs as a daemon thread in each provider worker's *main* process, started
     when the worker is ready (``tasks.presence``). Why there, and not a beat
@@ -146,10 +151,23 @@ class PresenceTimer:
     stop it either. A write that fails (NATS away) is logged once, with the
     exception's message, and retried on the next interval; the first one after
     is logged as a recovery.
+
+    The manifest rides on the same thread: written at start, then again once
+    ``manifest_interval_s`` has passed since the last write that landed (a failed
+    or gated write is tried again on the next presence interval, well inside the
+    bucket's 15-minute TTL). It used to be a beat task on the shared ``provider``
+    queue; with a queue per pool, beat would have to know every pool to reach it.
     """
 
-    def __init__(self, write: Callable[[], object], interval_s: float = PRESENCE_INTERVAL_S) -> None:
+    def __init__(self, write: Callable[[], object], interval_s: float = PRESENCE_INTERVAL_S, *,
+                 manifest: Callable[[], object] | None = None,
+                 manifest_interval_s: float = MANIFEST_INTERVAL_S) -> None:
         self._write = write
+        self._manifest = manifest
+        self.manifest_interval_s = manifest_interval_s
+        self._manifest_due = 0.0  # monotonic time of the next manifest write; 0: at once
+        self._manifest_failing = False
+        self.manifests = 0
         self.interval_s = interval_s
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -186,6 +204,25 @@ class PresenceTimer:
             self.writes += int(written)
             return written
 
+    def renew_manifest(self, *, now: bool = False) -> bool:
+        """Write the manifest if it is due (or ``now``); True when one was written. Never raises."""
+        if self._manifest is None or (not now and time.monotonic() < self._manifest_due):
+            return False
+        try:
+            written = self._manifest() is not None
+        except Exception as exc:  # noqa: BLE001 - NATS away: the next interval tries again
+            if not self._manifest_failing:  # once per outage, as presence
+                log.warning("manifest write failed (%s); retrying every %.0fs", describe(exc), self.interval_s)
+            self._manifest_failing = True
+            return False
+        if written:
+            if self._manifest_failing:
+                log.info("manifest written again")
+            self._manifest_failing = False
+            self.manifests += 1
+            self._manifest_due = time.monotonic() + self.manifest_interval_s
+        return written
+
     def stop(self, timeout_s: float = KV_TIMEOUT_S) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -193,5 +230,7 @@ class PresenceTimer:
 
     def _loop(self) -> None:
         self.beat()
+        self.renew_manifest()
         while not self._stop.wait(self.interval_s):
             self.beat()
+            self.renew_manifest()

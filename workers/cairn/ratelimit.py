@@ -1,7 +1,10 @@
 """The shared provider budget in the ``cairn_rate_limits`` KV, per provider app.
 
 Keys are ``<provider>.<app_id>.<window>`` (contract §3; a token without
-``app_id`` uses the pool: ``<provider>.<worker_name>.<window>``). Values are
+``app_id`` uses the pool: ``<provider>.<worker_name>.<window>``). Per provider
+app, not per pool, on purpose: the provider enforces an app's budget whichever
+pool spends it, so two pools of one provider app share it, and pools of
+different providers (``strava.…``, ``garmin.…``) never meet. Values are
 the Strava worker's limiter JSON ``{capacity, used, window_start,
 window_reset_at}`` (reference §3.8). ``reserve`` is a compare-and-set loop so
 any number of processes share one budget without overspending; ``observe``

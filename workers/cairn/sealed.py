@@ -5,7 +5,8 @@ must cross from the bridge to a pool task and back, but Celery task arguments
 and results are visible in Flower and the result backend (S1). So the object is
 parked under an unguessable key with a short TTL, only the key travels, and
 the receiver reads-and-deletes it (``GETDEL``): a parked secret is read at
-most once and never outlives its TTL.
+most once and never outlives its TTL. The key is random, so the pools sharing
+a Redis never meet: only the pool the bridge sent the task to learns it.
 """
 
 from __future__ import annotations

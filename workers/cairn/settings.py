@@ -41,7 +41,9 @@ DEV_BUILD_PATTERN = (r"^(?:dev[0-9A-Za-z.+-]*"
                      r"|v?\d+\.\d+(?:\.\d+)?[-+](?:[0-9A-Za-z]+[.+-])*dev[0-9A-Za-z.+-]*)$")
 _DEV_BUILD_RE = re.compile(DEV_BUILD_PATTERN, re.IGNORECASE)
 DEFAULT_MAX_IN_FLIGHT = 16
-DEFAULT_WORKER_PACKAGE = "switchyard.providers.strava"
+# The build identity every result carries when CAIRN_WORKER_PACKAGE is unset: derived from the
+# provider, so each pool of a several-pool app stamps its own (an app-wide value would stamp them all).
+DEFAULT_WORKER_PACKAGE_PREFIX = "switchyard.providers."
 DEFAULT_ACK_WAIT_S = 30.0
 # Consumer MaxDeliver: unlimited, as the real Strava worker's (reference §3.3). Rate-limit waits and
 # parser refusals are NAKed without counting towards our own term, so a finite MaxDeliver would let
@@ -70,7 +72,7 @@ def _default_instance_id() -> str:
 
 
 class CairnTimings(BaseSettings):
-    """The Cairn periods beat schedules (``import tasks``, in every Celery process and both bridges):
+    """The Cairn periods (the presence interval, which the provider worker checks at its start):
     read alone, so a bad ``CAIRN_*`` elsewhere stops only the Cairn side's own processes."""
 
     model_config = SettingsConfigDict(env_prefix="CAIRN_", extra="ignore", env_ignore_empty=True)
@@ -91,7 +93,7 @@ class CairnSettings(CairnTimings):
     nats_creds: str | None = None
     provider: str = Field(default="strava", pattern=NAME_PATTERN)
     worker_name: str = Field(default="strava-fetcher", pattern=NAME_PATTERN)
-    worker_package: str = DEFAULT_WORKER_PACKAGE
+    worker_package: str = ""  # empty: DEFAULT_WORKER_PACKAGE_PREFIX + provider (see _package_of_the_provider)
     instance_id: str = Field(default_factory=_default_instance_id, validation_alias=AliasChoices(
         "CAIRN_WORKER_INSTANCE_ID", "CAIRN_INSTANCE_ID"))  # the Strava worker's name first, as presence reads it
     release: str = WORKER_RELEASE
@@ -130,6 +132,12 @@ class CairnSettings(CairnTimings):
             raise ValueError(f"must be {UNLIMITED_MAX_DELIVER} (unlimited) or greater than "
                              f"CAIRN_TERM_AFTER_DELIVERIES ({term_after})")
         return value
+
+    @model_validator(mode="after")
+    def _package_of_the_provider(self) -> CairnSettings:
+        if not self.worker_package:
+            self.worker_package = DEFAULT_WORKER_PACKAGE_PREFIX + self.provider
+        return self
 
     @model_validator(mode="after")
     def _auth_modes(self) -> CairnSettings:

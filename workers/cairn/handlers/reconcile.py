@@ -51,7 +51,7 @@ RECONCILE_COALESCE_S = 600  # contract §7: coalesce reconcile jobs per account 
 WATERMARK_OVERLAP_S = 3600  # list from watermark − 1 h (late uploads, clock skew)
 MAX_LOOKBACK_S = 30 * 24 * 3600  # never further back than 30 days
 DEFAULT_MAX_ENQUEUE = 500
-COALESCE_KEY_PREFIX = "cairn:reconcile:coalesce:"
+COALESCE_KEY_PREFIX = "cairn:reconcile:coalesce:"  # + <pool>:<account_id>: pools sharing a Redis never collide
 OWNERLESS_REASON = "no user_id: nothing listed or enqueued"
 _RELEASE_IF_OURS = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -71,15 +71,17 @@ def sub_job_msg_id(provider: str, account_id: str, ext_id: str) -> str:
     return reconcile_subjob_msg_id(provider, account_id, ext_id)
 
 
-def coalesce_key(provider: str, account_id: str) -> str:
-    return f"{COALESCE_KEY_PREFIX}{provider}:{account_id}"
+def coalesce_key(worker_name: str, account_id: str) -> str:
+    """The pool's claim on one account's reconcile window (per pool: an account is one pool's, and two
+    pools of one provider sharing a Redis must not coalesce each other's reconciles)."""
+    return f"{COALESCE_KEY_PREFIX}{worker_name}:{account_id}"
 
 
 def _claim(ctx: JobContext, job: ReconcileJob) -> bool:
     """True when this job may run the reconcile (first in the window, or its own retry)."""
     if ctx.redis is None:
         return True
-    key, owner = coalesce_key(ctx.provider_name, job.account_id), str(job.job_id or "") or "anonymous"
+    key, owner = coalesce_key(ctx.worker_name, job.account_id), str(job.job_id or "") or "anonymous"
     if ctx.redis.set(key, owner, nx=True, ex=RECONCILE_COALESCE_S):
         return True
     current = ctx.redis.get(key)
@@ -91,7 +93,7 @@ def _release(ctx: JobContext, job: ReconcileJob) -> None:
     if ctx.redis is None:
         return
     try:
-        ctx.redis.eval(_RELEASE_IF_OURS, 1, coalesce_key(ctx.provider_name, job.account_id),
+        ctx.redis.eval(_RELEASE_IF_OURS, 1, coalesce_key(ctx.worker_name, job.account_id),
                        str(job.job_id or "") or "anonymous")
     except Exception as exc:  # noqa: BLE001 - the TTL ends the claim anyway
         log.warning("reconcile coalesce release failed: %s", type(exc).__name__)

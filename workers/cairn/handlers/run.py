@@ -35,6 +35,22 @@ from workers.lease import LeaseKeeper, Leases
 log = logging.getLogger(__name__)
 
 
+def wrong_pool(ctx: JobContext, meta: dict[str, Any]) -> Disposition | None:
+    """A NAK (no failure) for a job another pool's bridge sent, else None (C6).
+
+    Each pool's tasks travel on its own queue, so this only happens when two pools'
+    workers consume one queue (a misconfiguration the worker's start check refuses).
+    The job is handed back untouched: no lease taken, nothing recorded, so the
+    owner pool's task (or the next delivery) runs it with the right provider.
+    """
+    pool = meta.get("pool")
+    if pool is None or pool == ctx.worker_name:
+        return None  # ``None``: a bridge from before pools named themselves
+    log.error("cairn job of pool %s reached a worker of pool %s: not run; check -Q (provider.<pool>)",
+              pool, ctx.worker_name)
+    return nak(HANDOVER_NAK_DELAY_S, reason=f"job of pool {pool} reached pool {ctx.worker_name}", failure=False)
+
+
 def run_job(ctx: JobContext, leases: Leases, ledger: OutcomeLedger, lease_ttl_s: float, kind: str,
             job: dict[str, Any], meta: dict[str, Any]) -> Disposition:
     """Run the admitted ``job`` (the bridge's ``model_dump``) of the message named in ``meta``.
