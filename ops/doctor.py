@@ -32,6 +32,7 @@ from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.config import load_settings
 from workers.errors import AuthError, ConfigError, RetryableJobError, StaleJobError
 from workers.logs import redact, setup_logging
+from workers.providers.registry import get_provider
 from workers.redisconn import sync_client
 from workers.transcribe.engine import create_engine
 from workers.voicy.client import VoicyClient
@@ -170,11 +171,23 @@ CAIRN_AFTER_NATS = ("provider credentials", "presign round trip")
 
 
 def cairn_checks() -> list[Check]:
+    """The pool this environment configures (``CAIRN_PROVIDER``, ``CAIRN_WORKER_NAME``): a fleet with
+    several pools runs the doctor once per pool, with that pool's variables (docs/operations.md 2.5)."""
     try:
         settings = load_cairn_settings()
     except ConfigError as exc:
         return [Check("cairn settings", FAIL, str(exc))]
-    return asyncio.run(_cairn_async(settings))
+    return [_run("cairn pool", lambda: _pool(settings))] + asyncio.run(_cairn_async(settings))
+
+
+def _pool(settings: CairnSettings) -> str:
+    """The pool's provider builds from its own settings (``CAIRN_<PROVIDER>_*``), as the pool's bridge and
+    workers build it at start: found by name through the registry, so no provider's variable is named here."""
+    provider = get_provider(settings.provider, settings)  # ConfigError names the variable
+    rules = provider.webhook_rules()
+    webhooks = "on" if rules is not None and rules.enabled else "off"
+    return (f"pool {settings.worker_name}: provider {settings.provider} (parser {provider.parser_version}), "
+            f"package {settings.worker_package}, webhooks {webhooks}")
 
 
 async def _quiet(exc: Exception) -> None:

@@ -67,9 +67,10 @@ def line(text: str, name: str) -> str:
 def test_doctor_passes_against_the_devstack(stack) -> None:
     code, text = run_doctor()
     assert code == 0, text
-    for name in ("fleet settings", "redis", "voicy token", "telegram getMe", "model", "media store", "nats + core release",
-                 "provider credentials", "presign round trip"):
+    for name in ("fleet settings", "redis", "voicy token", "telegram getMe", "model", "media store", "cairn pool",
+                 "nats + core release", "provider credentials", "presign round trip"):
         assert line(text, name).startswith("ok"), text
+    assert "pool strava-fetcher: provider strava" in line(text, "cairn pool")
 
 
 def test_doctor_names_each_broken_piece(stack) -> None:
@@ -115,7 +116,8 @@ def test_doctor_ends_with_one_fail_line_per_unreachable_service() -> None:
     assert fails[1].startswith("FAIL nats + core release:") and "CAIRN_NATS_URL" in fails[1]
     assert line(out.stdout, "provider credentials").startswith("skip")
     assert line(out.stdout, "presign round trip").startswith("skip")
-    assert lines[-1] == "1 passed, 2 failed, 3 skipped"
+    assert line(out.stdout, "cairn pool").startswith("ok")  # built offline: NATS is not needed for it
+    assert lines[-1] == "2 passed, 2 failed, 3 skipped"
 
 
 def test_doctor_counts_skipped_checks_as_skipped(redis_url: str) -> None:
@@ -158,3 +160,18 @@ def test_doctor_names_a_bad_value_every_celery_process_would_stop_on(redis_url: 
     assert "VOICY_WORKER_HEARTBEAT_INTERVAL_MS" in line(out.stdout, "fleet settings")
     assert line(out.stdout, "redis").startswith("skip")
     assert "abc" not in out.stdout
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("CAIRN_PROVIDER", "no-such-provider"),  # not installed: no built-in, no entry point
+    ("CAIRN_STRAVA_WEBHOOK_COALESCE_S", "9999"),  # the provider's own setting, found through the provider
+])
+def test_doctor_names_a_pool_whose_provider_cannot_be_built(redis_url: str, variable: str, value: str) -> None:
+    """The pool check builds the configured provider as its bridge and workers would, by name through the
+    registry: a bad provider or provider setting is one FAIL line naming it, whatever the provider."""
+    out = doctor_process({"REDIS_URL": redis_url, "CAIRN_NATS_URL": f"nats://127.0.0.1:{free_port()}",
+                          variable: value})
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr, out.stderr
+    assert line(out.stdout, "cairn pool").startswith("FAIL") and variable in line(out.stdout, "cairn pool")
+
