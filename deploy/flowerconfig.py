@@ -21,6 +21,11 @@ Why each choice (reference/ecosystem.md §1.9):
   (or a gpu parent under load) misses it and is shown offline.
 * **purge_offline_workers**: dynos get a new hostname on every restart, so dead
   node names would pile up in the dashboard and in ``flower_worker_online``.
+* **Provider pools apart.** Each pool's workers are named after their Procfile
+  type (``provider.1@host``, ``garmin.1@host``) and consume only their pool's
+  queue, ``provider.<pool>``; a Cairn task's routing key is that queue, its id
+  starts ``cairn-<pool>-`` and a job's arguments name the pool
+  (``tasks.routes``, ``tests/test_pools.py`` reads them back from Flower's API).
 * **Task arguments are masked.** Ours carry only job ids, stream sequences and
   lease tokens (S1), and no column shows them by default; Voicy tasks are sent
   with an ``argsrepr`` that shows the job id and hides the token
