@@ -209,8 +209,8 @@ class Demo:
             "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4",
             "PATH": f"{Path(sys.executable).parent}:" + os.environ.get("PATH", ""),
         })
-        for pool in self.pools:  # the Procfile's lines name each pool's provider and name themselves
-            env.update(self.cairn.pool_env(pool))
+        for pool in self.pools:  # the Procfile's lines name each pool's provider and name; its login is its own
+            env.update(self.cairn.pool_env(pool, scoped=True))
         env.update(demo_webhook.fleet_env())  # the webhook leg (deploy/demo_webhook.py)
         return env
 

@@ -25,7 +25,7 @@ from tests.cairn_ctx import (PACKAGE, PROVIDER, Athlete, admit_and_run, assert_j
 from workers.cairn import sealed, wire
 from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.handlers import Delivery, JobContext, discover, exchange
-from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, window_start
+from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, coalesce_key, window_start
 from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
 
 
@@ -251,7 +251,7 @@ def test_reconcile_enqueues_caps_publishes_and_coalesces(core: DevCairnCore, ctx
     [rec2] = ingested_since(core, before)
     assert rec2.kind == "reconcile" and rec2.msg_id == f"result:{again['job_id']}"
     assert not strava.requests and not _drain_subjobs(ctx, pool)
-    assert 0 < ctx.redis.ttl(f"cairn:reconcile:coalesce:strava:{ath.account_id}") <= RECONCILE_COALESCE_S
+    assert 0 < ctx.redis.ttl(f"cairn:reconcile:coalesce:{ctx.worker_name}:{ath.account_id}") <= RECONCILE_COALESCE_S  # the pool's
 
 
 def test_reconcile_with_nothing_new_still_publishes(core: DevCairnCore, ctx: JobContext,
@@ -286,7 +286,7 @@ def test_reconcile_without_user_id_answers_without_listing(core: DevCairnCore, c
     assert rec.data["workerName"] == pool and "error" not in rec.data
     assert rec.result.new_watermark.ToDatetime(tzinfo=UTC) == watermark  # echoed, never advanced
     assert not strava.requests and not _drain_subjobs(ctx, pool)
-    assert ctx.redis.get(f"cairn:reconcile:coalesce:strava:{ath.account_id}") is None  # claims no window
+    assert ctx.redis.get(coalesce_key(ctx.worker_name, ath.account_id)) is None  # claims no window
 
 
 def test_reconcile_rate_limited_naks_and_releases_the_coalesce_claim(
@@ -296,7 +296,7 @@ def test_reconcile_rate_limited_naks_and_releases_the_coalesce_claim(
            "provider": PROVIDER}
     strava.force_429(1, "short")
     assert admit_and_run(ctx, "reconcile", job, 1).action == "nak"
-    assert ctx.redis.get(f"cairn:reconcile:coalesce:strava:{ath.account_id}") is None
+    assert ctx.redis.get(coalesce_key(ctx.worker_name, ath.account_id)) is None
     forget_budget(ctx.nats)  # the 429 really spent the shared window
     assert admit_and_run(ctx, "reconcile", job, 2).action == "ack"
 

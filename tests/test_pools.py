@@ -23,6 +23,7 @@ Garmin joins with its own Procfile lines (``garmin_bridge``, ``garmin``) as one 
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import uuid
@@ -46,7 +47,9 @@ from tests.conftest import wait_until
 from tests.filedrop import DISTRIBUTION, FileDropKit, install_distribution
 from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.run import wrong_pool
-from workers.cairn.settings import CairnSettings
+from workers.cairn.settings import CairnSettings, load_cairn_settings, pool_variable
+from workers.errors import ConfigError
+from workers.logs import redact
 from workers.providers.kinds import FETCH_SOURCE, IMPORT_GEAR, PARSE_BLOB, RECONCILE
 
 START_TIMEOUT_S = 90.0  # a loaded box: a prefork worker and a bridge each import the whole fleet
@@ -100,6 +103,30 @@ def test_a_job_of_another_pool_is_handed_back_untouched() -> None:
     assert wrong_pool(ctx, {}) is None  # a bridge from before pools named themselves
     handed = wrong_pool(ctx, {"pool": "garmin-fetcher"})
     assert handed is not None and handed.action == "nak" and not handed.counts_as_failure
+
+
+def test_a_pool_reads_its_own_credentials_before_the_fleet_wide_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pools that share one environment (an app's config vars) each log in as themselves: an enrollment
+    (and a dev NATS user) is one pool's. ``CAIRN_POOL_<NAME>_*`` wins over ``CAIRN_*``, for that pool only."""
+    for key in [k for k in os.environ if k.startswith("CAIRN_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("CAIRN_NATS_USER", "fleet-user")
+    monkeypatch.setenv("CAIRN_NATS_PASSWORD", "fleet-SECRET-pw")
+    assert pool_variable("garmin-fetcher", "nats_user") == "CAIRN_POOL_GARMIN_FETCHER_NATS_USER"
+    monkeypatch.setenv("CAIRN_POOL_GARMIN_FETCHER_NATS_USER", "garmin-user")
+    monkeypatch.setenv("CAIRN_POOL_GARMIN_FETCHER_NATS_PASSWORD", "garmin-SECRET-pw")
+    monkeypatch.setenv("CAIRN_POOL_GARMIN_FETCHER_WORKER_ENROLLMENT_TOKEN", "garmin-SECRET-token")
+    garmin = load_cairn_settings(worker_name="garmin-fetcher", provider="garmin")
+    assert garmin.nats_user == "garmin-user" and garmin.nats_password is not None
+    assert garmin.nats_password.get_secret_value() == "garmin-SECRET-pw"
+    assert garmin.worker_enrollment_token is not None
+    assert "garmin-SECRET-token" not in redact("token garmin-SECRET-token")  # registered as a secret, as the fleet-wide ones
+    strava = load_cairn_settings(worker_name="strava-fetcher")
+    assert strava.nats_user == "fleet-user" and strava.worker_enrollment_token is None
+    monkeypatch.delenv("CAIRN_NATS_USER")
+    monkeypatch.delenv("CAIRN_POOL_GARMIN_FETCHER_NATS_USER")
+    with pytest.raises(ConfigError, match="CAIRN_NATS_PASSWORD needs CAIRN_NATS_USER"):
+        load_cairn_settings(worker_name="garmin-fetcher")  # its own password still needs a user
 
 
 # --------------------------------------------------------------------------- the fleet

@@ -44,6 +44,7 @@ from deploy.devstack.procs import Proc
 from deploy.devstack.provider_fake import Connected, Pool, ProviderFake
 from deploy.devstack.strava.kit import StravaKit
 from workers.cairn import subjects
+from workers.cairn.settings import pool_variable
 
 __all__ = ["CairnStack", "Connected", "Pool", "ProviderFake", "clean_env"]
 
@@ -131,15 +132,23 @@ class CairnStack:
             raise KeyError(f"no {provider} fake on this stack (fakes: {', '.join(self._providers)})")
         return Pool(provider, worker_name or f"{self.name}-{provider}")
 
-    def pool_env(self, pool: Pool) -> dict[str, str]:
+    def pool_env(self, pool: Pool, *, scoped: bool = False) -> dict[str, str]:
         """The variables that make a process one of ``pool``'s: NATS and its login as the pool's worker
         user (core's template for this pool), its identity, its provider fake (what a fleet environment
-        of the caller's, the demo's or the chaos harness's, adds)."""
+        of the caller's, the demo's or the chaos harness's, adds).
+
+        ``scoped``: for an environment several pools share (the demo's Procfile fleet): the login under
+        the pool's own names (``CAIRN_POOL_<NAME>_NATS_USER`` …, ``workers.cairn.settings.pool_variable``)
+        and no identity, which each pool's Procfile lines set themselves.
+        """
         assert self.nats is not None, "start() first"
         login = services.nats_login(self.nats, pool.provider, pool.worker_name)  # granted if new
         fake = self._providers.get(pool.provider)  # None: a provider whose fake the caller runs itself
-        return {"CAIRN_NATS_URL": self.nats.url, "CAIRN_PROVIDER": pool.provider,
-                "CAIRN_WORKER_NAME": pool.worker_name, **login.env(), **(fake.pool_env() if fake else {})}
+        env = {"CAIRN_NATS_URL": self.nats.url, **(fake.pool_env() if fake else {})}
+        if scoped:
+            return {**env, pool_variable(pool.worker_name, "nats_user"): login.user,
+                    pool_variable(pool.worker_name, "nats_password"): login.password}
+        return {**env, "CAIRN_PROVIDER": pool.provider, "CAIRN_WORKER_NAME": pool.worker_name, **login.env()}
 
     def env(self, pool: Pool, **overrides: str) -> dict[str, str]:
         """The whole environment of one pool's processes (bridge and workers): the caller's minus

@@ -60,6 +60,17 @@ DEFAULT_DISCOVER_DEADLINE_S = 30.0
 DEFAULT_EXCHANGE_DEADLINE_S = 15.0
 MAX_EXCHANGE_DEADLINE_S = 20.0  # contract §9b: core waits 20 s for the exchange reply
 NAME_PATTERN = r"^[a-z0-9_-]{1,48}$"
+# A pool's own credentials, for a fleet whose pools share one environment (an app's config vars):
+# ``CAIRN_POOL_<WORKER_NAME>_<FIELD>`` (the name upper-cased, ``-`` as ``_``) wins over ``CAIRN_<FIELD>``.
+# Under core's auth callout an enrollment is one pool's, so every pool needs its own.
+POOL_VARIABLE_PREFIX = "CAIRN_POOL_"
+POOL_CREDENTIALS = ("worker_enrollment_token", "nats_creds", "nats_user", "nats_password")
+SECRET_CREDENTIALS = frozenset({"worker_enrollment_token", "nats_password"})
+
+
+def pool_variable(worker_name: str, field: str) -> str:
+    """``CAIRN_POOL_<WORKER_NAME>_<FIELD>``: the pool's own value of a credential (``POOL_CREDENTIALS``)."""
+    return f"{POOL_VARIABLE_PREFIX}{worker_name.upper().replace('-', '_')}_{field.upper()}"
 
 
 def is_dev_build(release: str) -> bool:
@@ -132,6 +143,16 @@ class CairnSettings(CairnTimings):
             raise ValueError(f"must be {UNLIMITED_MAX_DELIVER} (unlimited) or greater than "
                              f"CAIRN_TERM_AFTER_DELIVERIES ({term_after})")
         return value
+
+    @model_validator(mode="after")
+    def _pool_credentials(self) -> CairnSettings:
+        """The pool's own credentials (``pool_variable``), where set, over the fleet-wide ones. Read
+        here because their names depend on ``worker_name``; before ``_auth_modes`` checks them."""
+        for name in POOL_CREDENTIALS:
+            value = os.environ.get(pool_variable(self.worker_name, name), "").strip()
+            if value:
+                setattr(self, name, SecretStr(value) if name in SECRET_CREDENTIALS else value)
+        return self
 
     @model_validator(mode="after")
     def _package_of_the_provider(self) -> CairnSettings:
