@@ -45,6 +45,7 @@ from deploy.devstack.strava.kit import StravaKit
 from tasks.routes import UnroutedPoolTask, provider_queue, route_cairn
 from tests.conftest import wait_until
 from tests.filedrop import DISTRIBUTION, FileDropKit, install_distribution
+from workers.cairn import subjects
 from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.run import wrong_pool
 from workers.cairn.settings import CairnSettings, load_cairn_settings, pool_variable
@@ -245,6 +246,7 @@ def test_pools_share_one_redis_and_one_nats_yet_each_job_runs_on_its_own_pool(fl
         _assert_ran_on_its_own_pool(fleet, rp)
         _assert_records_are_its_own(fleet, rp)
     _assert_flower_shows_the_pools_apart(fleet)
+    assert fleet.stack.nats_auth.violations() == []  # no pool strayed outside its own template
     r.close()
 
 
@@ -275,12 +277,16 @@ def _assert_records_are_its_own(fleet: Fleet, rp: RunningPool) -> None:
     assert len(presence) == 1, presence  # its one worker instance, nobody else's
     ((key, record),) = presence.items()
     assert key.startswith(f"{name}.") and record["worker_name"] == name and record["provider"] == provider
-    assert record["worker_key"] == rp.pool.worker_key and record["package"] == rp.spec.package
+    assert record["worker_key"] == rp.pool.key and record["package"] == rp.spec.package
     manifest = core.manifests()[name]
     assert (manifest["worker_name"], manifest["provider"], manifest["package"]) == (name, provider, rp.spec.package)
     mine = {c["durable_name"]: c["filter_subject"] for c in core.consumers()
             if c["durable_name"].startswith(f"{name}_")}
-    assert mine == {f"{name}_{kind}": rp.pool.job_subject(kind) for kind in rp.spec.kinds}, mine
+    assert mine == {f"{name}_{kind}": subjects.job_subject(kind, provider, name) for kind in rp.spec.kinds}, mine
+    # Each pool's bridge and workers hold its own NATS identity, core's template for that pool alone.
+    auth = fleet.stack.nats_auth
+    users = {c.get("authorized_user") for c in auth.connections() if c.get("name") == name}
+    assert users == {auth.login(rp.pool).user}, users
     probe = Celery(broker=fleet.stack.redis_url)
     try:
         queues = probe.control.inspect(destination=[rp.node], timeout=HTTP_TIMEOUT_S).active_queues() or {}
