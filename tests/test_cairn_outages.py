@@ -1,7 +1,7 @@
 """R1 and C4 on the Cairn side: Redis and NATS restart under a running bridge and provider pool.
 
 Real processes only (``tests.cairn_stack``): ``python -m bridges cairn``, a
-``celery -A tasks worker -Q provider`` pool, nats-server with JetStream on disk,
+``celery -A tasks worker -Q provider.<pool>`` pool, nats-server with JetStream on disk,
 the dev Cairn core, the fake Strava behind a gate, and a Redis of this module's
 own with an append-only file (the session Redis cannot be restarted under the
 other tests). Redis or NATS is SIGKILLed and started again on the same port
