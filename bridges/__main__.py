@@ -49,7 +49,8 @@ def _run_cairn() -> None:
     provider = get_provider(settings.provider, settings)  # one provider: the bridge's and its webhook rules
     pool = PoolSenders(settings.worker_name)  # every task on provider.<pool>: pools never share a queue (C6)
     cairn_main(settings, provider, TaskSenders(job=pool.job, discover=pool.discover, exchange=pool.exchange),
-               app.backend, extra=webhooks.consumptions(settings, provider), replies=webhooks.replies(settings, provider))
+               app.backend, extra=webhooks.consumptions(settings, provider),
+               replies=webhooks.replies(settings, provider))
 
 
 def main(argv: list[str] | None = None) -> int:

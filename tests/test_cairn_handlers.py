@@ -251,7 +251,8 @@ def test_reconcile_enqueues_caps_publishes_and_coalesces(core: DevCairnCore, ctx
     [rec2] = ingested_since(core, before)
     assert rec2.kind == "reconcile" and rec2.msg_id == f"result:{again['job_id']}"
     assert not strava.requests and not _drain_subjobs(ctx, pool)
-    assert 0 < ctx.redis.ttl(f"cairn:reconcile:coalesce:{ctx.worker_name}:{ath.account_id}") <= RECONCILE_COALESCE_S  # the pool's
+    claim = f"cairn:reconcile:coalesce:{ctx.worker_name}:{ath.account_id}"  # the pool's claim on the account
+    assert 0 < ctx.redis.ttl(claim) <= RECONCILE_COALESCE_S
 
 
 def test_reconcile_with_nothing_new_still_publishes(core: DevCairnCore, ctx: JobContext,

@@ -121,7 +121,7 @@ def test_a_pool_reads_its_own_credentials_before_the_fleet_wide_ones(monkeypatch
     assert garmin.nats_user == "garmin-user" and garmin.nats_password is not None
     assert garmin.nats_password.get_secret_value() == "garmin-SECRET-pw"
     assert garmin.worker_enrollment_token is not None
-    assert "garmin-SECRET-token" not in redact("token garmin-SECRET-token")  # registered as a secret, as the fleet-wide ones
+    assert "garmin-SECRET-token" not in redact("token garmin-SECRET-token")  # a secret, as the fleet-wide ones
     strava = load_cairn_settings(worker_name="strava-fetcher")
     assert strava.nats_user == "fleet-user" and strava.worker_enrollment_token is None
     monkeypatch.delenv("CAIRN_NATS_USER")

@@ -368,7 +368,8 @@ def test_cairn_job_running_past_the_shutdown_grace_is_still_ingested_once(cairn)
         stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), 30, "a result")
         wait_until(lambda: stack.consumer("fetch_source")["num_ack_pending"] == 0, 30, "the message settled")
         worker_log = lambda: "\n".join(w.log() for w in stack.workers)  # noqa: E731
-        wait_until(lambda: len(set(re.findall(r"cairn\.job\[(cairn-[\w-]+?-\d+-d1-[0-9a-f]+)\] succeeded", worker_log()))),
+        first_done = r"cairn\.job\[(cairn-[\w-]+?-\d+-d1-[0-9a-f]+)\] succeeded"
+        wait_until(lambda: len(set(re.findall(first_done, worker_log()))),
                    30, "the first, slow task to end")
     finally:
         stack.gate.open()
