@@ -247,9 +247,11 @@ def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
         held = rt.fleet.get(job_id) or HeldJob(job_id=job_id)
         held.media_key, held.stage = key, Stage.DOWNLOADED
         rt.fleet.update(held)
+        # On the gpu set *before* Voicy calls the job ready: a bridge pass in between would find a free
+        # slot and claim-ready the job's own ready state back from Voicy (tests/test_voicy_gpu_slot.py).
+        rt.fleet.enter_gpu(job_id)
         rt.client.downloaded(job_id, rt.store.describe(key))
         next_token = new_token()
-        rt.fleet.enter_gpu(job_id)
         if not rt.leases.hand_over(job_id, lease_value, next_token, rt.pending_grant_ttl_s):
             raise LeaseLost(job_id)
         log.info("job %s downloaded in %.2fs (attempt %s)", job_id,
