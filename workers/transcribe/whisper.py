@@ -14,6 +14,16 @@ model, and that would be reported retryable and fail the same way three times
 (``workers.transcribe.languages``). VAD is on (bundled Silero model, no
 download) so silence is skipped.
 
+Each 30 s window is decoded *without* the previous window's text as a prompt
+(``condition_on_previous_text=False``; faster-whisper's default is on). With
+the prompt, a window that begins with words the prompt already holds (speech
+that repeats itself, like the demo's long message of a story told three times)
+can make the decoder continue from where the prompt's text goes on and skip
+everything in between: 39 words of one window lost, reproduced at will on a
+slightly perturbed copy of that message and gone with the prompt off
+(docs/BENCHMARKS.md "Words"). Without it each window stands alone, as in the
+batched engine, which faster-whisper never prompts.
+
 Empty transcripts (silence, music) are a *normal result* with ``text: ""``:
 Voicy's client has uploaded them so since commit 8920982, the server accepts
 ``""`` and answers "no text detected" (reference/voicy.md §8.1); a retry
@@ -30,10 +40,10 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 from faster_whisper import WhisperModel
 from faster_whisper.transcribe import Segment as WhisperSegment
-from faster_whisper.transcribe import TranscriptionInfo
 
 from workers.errors import ConfigError
 from workers.transcribe.device import (default_compute_type, pick_device, resolve_cpu_threads, threads_reason,
@@ -51,6 +61,23 @@ log = logging.getLogger(__name__)
 DURATION_DIGITS = 3  # seconds are reported to the millisecond
 OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 TRUE_ENV_VALUES = ("1", "true", "yes")
+# Whisper's previous-text prompt off (faster-whisper's default is on): with it, a window that
+# starts on words the prompt already holds can skip ahead to where the prompt's text goes on
+# (docs/BENCHMARKS.md "Words": 39 words lost in one window of the demo's long message).
+CONDITION_ON_PREVIOUS_TEXT = False
+
+
+class DecodeInfo(Protocol):
+    """What the streaming loop reads from a decode's info (faster-whisper's ``TranscriptionInfo`` has it)."""
+
+    language: str
+    duration: float
+
+
+def decode_options(beam_size: int) -> dict[str, object]:
+    """The sequential engine's faster-whisper ``transcribe`` options, set here only (the bench's direct
+    baseline passes the same). No previous-text prompt: see the module docstring."""
+    return {"vad_filter": True, "beam_size": beam_size, "condition_on_previous_text": CONDITION_ON_PREVIOUS_TEXT}
 
 
 def _offline() -> bool:
@@ -118,9 +145,9 @@ class WhisperEngine:
                     on_segment(transcript)
         return transcript
 
-    def _segments(self, path: Path, language: str | None) -> tuple[Iterable[WhisperSegment], TranscriptionInfo]:
+    def _segments(self, path: Path, language: str | None) -> tuple[Iterable[WhisperSegment], DecodeInfo]:
         """faster-whisper's lazy segment generator and its info, for one file."""
-        return self._model.transcribe(str(path), language=language, vad_filter=True, beam_size=self.beam_size)
+        return self._model.transcribe(str(path), language=language, **decode_options(self.beam_size))
 
     def language_for(self, hint: str | None) -> str | None:
         """The job's hint if this model knows it, else ``VOICY_WORKER_LANGUAGE``, else ``None`` (detect)."""
