@@ -77,7 +77,7 @@ def engines(cpu_threads: int = 0, batch_size: int = BENCH_BATCH_SIZE) -> dict[st
     from deploy.devstack.stack import TINY_MODEL_DIR
 
     base = {"model": TINY_MODEL_DIR, "device": "cpu", "cpu_threads": cpu_threads}
-    return {SEQUENTIAL_ENGINE: create_engine(EngineSettings(**base)),  # type: ignore[arg-type]
+    return {SEQUENTIAL_ENGINE: create_engine(EngineSettings(**base, batch_size=0)),  # type: ignore[arg-type]
             BATCHED_ENGINE: create_engine(EngineSettings(**base, batch_size=batch_size))}  # type: ignore[arg-type]
 
 

@@ -130,6 +130,6 @@ def test_both_engines_report_the_same_metadata(sequential: WhisperEngine, batche
 
 
 def test_the_batched_engine_refuses_a_batch_size_of_zero() -> None:
-    """Settings forbid naming the batched engine without a batch size; code building it directly is told too."""
+    """Settings forbid naming the batched engine with a batch of nothing; code building it directly is told too."""
     with pytest.raises(ConfigError, match="VOICY_WORKER_BATCH_SIZE"):
-        BatchedWhisperEngine(_settings())
+        BatchedWhisperEngine(_settings(batch_size=0))

@@ -21,7 +21,7 @@ from workers.transcribe import registry
 from workers.transcribe.engine import create_engine, engine_class, get_engine, reset_engine
 from workers.transcribe.protocol import OnSegment, TranscriptionEngine
 from workers.transcribe.results import EngineInfo, Segment, Transcript
-from workers.transcribe.settings import EngineSettings, load_engine_settings
+from workers.transcribe.settings import DEFAULT_BATCH_SIZE, EngineSettings, load_engine_settings
 from workers.voicy.bodies import transcript_body
 from workers.voicy.settings import load_voicy_settings
 
@@ -201,19 +201,22 @@ def test_engine_settings_read_the_voicy_worker_names(clean_env: pytest.MonkeyPat
 
 
 def test_the_batch_size_selects_the_engine_and_engine_stays_a_label(clean_env: pytest.MonkeyPatch) -> None:
-    assert load_engine_settings().engine_name == registry.SEQUENTIAL_ENGINE
-    clean_env.setenv("VOICY_WORKER_ENGINE", registry.BATCHED_ENGINE)  # a label: it selects nothing
-    assert load_voicy_settings().engine_name == registry.SEQUENTIAL_ENGINE
-    assert load_voicy_settings().engine == registry.BATCHED_ENGINE
+    default = load_engine_settings()  # unset: the batched engine, in batches of the default size
+    assert default.engine_name == registry.BATCHED_ENGINE and default.windows_per_pass == DEFAULT_BATCH_SIZE
+    clean_env.setenv("VOICY_WORKER_ENGINE", registry.SEQUENTIAL_ENGINE)  # a label: it selects nothing
+    assert load_voicy_settings().engine_name == registry.BATCHED_ENGINE
+    assert load_voicy_settings().engine == registry.SEQUENTIAL_ENGINE
     clean_env.setenv("VOICY_WORKER_ENGINE", "")
-    clean_env.setenv("VOICY_WORKER_BATCH_SIZE", "8")
+    clean_env.setenv("VOICY_WORKER_BATCH_SIZE", "0")
     voicy = load_voicy_settings()
-    assert voicy.engine_name == registry.BATCHED_ENGINE and voicy.engine == "faster-whisper"  # what Voicy sees
+    assert voicy.engine_name == registry.SEQUENTIAL_ENGINE and voicy.engine == "faster-whisper"  # what Voicy sees
+    clean_env.setenv("VOICY_WORKER_BATCH_SIZE", "16")
+    assert load_engine_settings().windows_per_pass == 16
+    clean_env.delenv("VOICY_WORKER_BATCH_SIZE")
+    clean_env.setenv("VOICY_WORKER_TRANSCRIBER", registry.SEQUENTIAL_ENGINE)  # naming it needs no batch size
+    assert load_engine_settings().engine_name == registry.SEQUENTIAL_ENGINE
     clean_env.setenv("VOICY_WORKER_TRANSCRIBER", registry.BATCHED_ENGINE)
     assert load_engine_settings().engine_name == registry.BATCHED_ENGINE
-    clean_env.setenv("VOICY_WORKER_BATCH_SIZE", "0")
-    clean_env.setenv("VOICY_WORKER_TRANSCRIBER", registry.SEQUENTIAL_ENGINE)
-    assert load_engine_settings().engine_name == registry.SEQUENTIAL_ENGINE
 
 
 @pytest.mark.parametrize(("transcriber", "batch", "variable"), [
@@ -245,7 +248,7 @@ def test_a_bad_engine_variable_stops_the_bridge_naming_it() -> None:
 
 
 def test_create_engine_builds_the_selected_engine_with_the_tiny_model() -> None:
-    sequential = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu"))
+    sequential = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", batch_size=0))
     batched = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", batch_size=4), pool_processes=2)
     assert (sequential.name, batched.name) == (registry.SEQUENTIAL_ENGINE, registry.BATCHED_ENGINE)
     assert isinstance(sequential, TranscriptionEngine) and isinstance(batched, TranscriptionEngine)

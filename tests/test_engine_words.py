@@ -50,7 +50,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Recording:
 
 @pytest.fixture(scope="module")
 def sequential() -> WhisperEngine:
-    return WhisperEngine(EngineSettings(model=TINY_MODEL_DIR, device="cpu"))
+    return WhisperEngine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", batch_size=0))
 
 
 @pytest.fixture(scope="module")

@@ -16,15 +16,17 @@ field name under the ``VOICY_WORKER_`` prefix (``DEVICE``, ``COMPUTE_TYPE``,
 has an explicit alias list, for its fallback. Never a bare field name such as
 ``MODEL``. Which engine runs:
 
-* ``VOICY_WORKER_BATCH_SIZE`` 0 (default): ``faster-whisper``, the sequential
-  engine; N > 0: ``faster-whisper-batched``, faster-whisper's
-  ``BatchedInferencePipeline`` decoding N VAD chunks of up to 30 s at once (a
-  GPU gains several-fold on long recordings; a CPU little, and words are lost at
-  chunk boundaries: docs/BENCHMARKS.md).
+* ``VOICY_WORKER_BATCH_SIZE`` unset (default): ``faster-whisper-batched`` with
+  batches of ``DEFAULT_BATCH_SIZE`` (8); N > 0: the same with batches of N;
+  0: ``faster-whisper``, the sequential engine. The batched engine decodes a
+  recording of one window (most voice messages) exactly as the sequential one
+  does, and a longer one in batches of VAD windows (``workers.transcribe.seek``):
+  with the same words, in fewer CPU seconds on this project's CPU and several
+  times faster on a GPU (docs/BENCHMARKS.md "Transcription engines").
 * ``VOICY_WORKER_TRANSCRIBER`` names the engine explicitly (a key of
   ``workers.transcribe.registry.ENGINES``); unset, the batch size chooses as
-  above. A name that contradicts the batch size is a ``ConfigError`` naming
-  ``VOICY_WORKER_BATCH_SIZE`` rather than one of them silently winning.
+  above. A name that contradicts a batch size that is set is a ``ConfigError``
+  naming ``VOICY_WORKER_BATCH_SIZE`` rather than one of them silently winning.
 * ``VOICY_WORKER_ENGINE`` is *not* read here: it is the label Voicy stores as
   ``workerEngine`` (``VoicySettings.engine``), free text as in Voicy's client.
 
@@ -47,6 +49,7 @@ DEFAULT_DEVICE = "auto"
 DEFAULT_BEAM_SIZE = 5
 AUTO_CPU_THREADS = 0  # CPU_THREADS=0: the engine sizes its threads to the host (workers.transcribe.device)
 SEQUENTIAL_BATCH_SIZE = 0  # BATCH_SIZE=0: no batching, the sequential engine
+DEFAULT_BATCH_SIZE = 8  # BATCH_SIZE unset: the batched engine, 8 windows per pass (faster-whisper's default)
 
 ENGINE_ENV_PREFIX = "VOICY_WORKER_"
 ENGINE_SETTINGS_CONFIG = SettingsConfigDict(env_prefix=ENGINE_ENV_PREFIX, extra="ignore", populate_by_name=True,
@@ -67,7 +70,7 @@ class EngineSettings(BaseSettings):
     beam_size: int = Field(default=DEFAULT_BEAM_SIZE, ge=1)
     language: str | None = None  # the fallback recognition language (after the job's hint)
     transcriber: str | None = None  # a registry name; unset: chosen by batch_size
-    batch_size: int = Field(default=SEQUENTIAL_BATCH_SIZE, ge=0)  # windows decoded at once; 0: sequential
+    batch_size: int | None = Field(default=None, ge=0)  # windows decoded at once; 0: sequential; unset: default
 
     @field_validator("language")
     @classmethod
@@ -91,8 +94,10 @@ class EngineSettings(BaseSettings):
 
     @field_validator("batch_size")
     @classmethod
-    def _batch_matches_engine(cls, value: int, info: ValidationInfo) -> int:
+    def _batch_matches_engine(cls, value: int | None, info: ValidationInfo) -> int | None:
         named = info.data.get("transcriber")
+        if value is None:
+            return None
         if named == SEQUENTIAL_ENGINE and value > SEQUENTIAL_BATCH_SIZE:
             raise ValueError(f"must be 0 with VOICY_WORKER_TRANSCRIBER={SEQUENTIAL_ENGINE}, which does not batch")
         if named == BATCHED_ENGINE and value == SEQUENTIAL_BATCH_SIZE:
@@ -104,7 +109,12 @@ class EngineSettings(BaseSettings):
         """The registry name of the engine to run: the one named, else chosen by the batch size."""
         if self.transcriber:
             return self.transcriber
-        return BATCHED_ENGINE if self.batch_size > SEQUENTIAL_BATCH_SIZE else SEQUENTIAL_ENGINE
+        return SEQUENTIAL_ENGINE if self.batch_size == SEQUENTIAL_BATCH_SIZE else BATCHED_ENGINE
+
+    @property
+    def windows_per_pass(self) -> int:
+        """The batched engine's batch: ``VOICY_WORKER_BATCH_SIZE``, or ``DEFAULT_BATCH_SIZE`` when unset."""
+        return DEFAULT_BATCH_SIZE if self.batch_size is None else self.batch_size
 
 
 def load_engine_settings(**overrides: object) -> EngineSettings:
