@@ -1,5 +1,7 @@
-"""``python -m bench voicy|cairn [--jobs N]`` or ``engine [--minutes M --repeats N --batch-sizes 8,16]``:
-run one benchmark and print its figures as JSON."""
+"""Run one benchmark and print its figures as JSON (docs/BENCHMARKS.md has the command of each table).
+
+``voicy [--jobs N --repeats R]``, ``voicy-costs [--repeats R]``, ``voicy-rss [--jobs N]``,
+``words``, ``engine [--minutes M --repeats N --batch-sizes 8,16]``, ``cairn [--jobs N]``, ``chaos ...``."""
 
 from __future__ import annotations
 
@@ -17,19 +19,26 @@ def main(argv: list[str] | None = None) -> int:
         from bench.chaos import main as chaos_main, targets_met
         return 0 if targets_met(chaos_main(argv[1:])) else 1
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("suite", choices=["voicy", "voicy-rss", "cairn", "engine"])
+    parser.add_argument("suite", choices=["voicy", "voicy-costs", "voicy-rss", "words", "cairn", "engine"])
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--minutes", type=float, default=5.0, help="engine: length of the recording (minutes)")
-    parser.add_argument("--repeats", type=int, default=5, help="engine: runs per engine, interleaved")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="voicy: interleaved repeats (3); voicy-costs: rounds (5); engine: runs per engine (5)")
     parser.add_argument("--batch-sizes", default="8", help="engine: batched engines to run, e.g. 8,16")
     parser.add_argument("--cpu-threads", type=int, default=0, help="engine: CPU threads per model (0 = auto)")
     args = parser.parse_args(argv)
     if args.suite == "voicy":
         from bench.voicy_bench import run
-        figures = run(jobs=args.jobs or 20)
+        figures = run(jobs=args.jobs or 20, repeats=args.repeats or 3)
+    elif args.suite == "voicy-costs":
+        from bench.voicy_costs import run as run_costs
+        figures = run_costs(repeats=args.repeats or 5)
+    elif args.suite == "words":
+        from bench.words import run as run_words
+        figures = run_words(cpu_threads=args.cpu_threads)
     elif args.suite == "engine":
         from bench.engine_bench import run as run_engine
-        figures = run_engine(minutes=args.minutes, repeats=args.repeats,
+        figures = run_engine(minutes=args.minutes, repeats=args.repeats or 5,
                              batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
                              cpu_threads=args.cpu_threads)
     elif args.suite == "voicy-rss":
