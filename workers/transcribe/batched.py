@@ -10,9 +10,10 @@ in one forward pass of faster-whisper's ``BatchedInferencePipeline``; a window
 whose decode stops before its end is resumed from there in the next pass
 (``workers.transcribe.seek``: without that, faster-whisper's batched mode drops
 the last sentence of many windows). On this project's 2-core CPU with tiny.en
-that costs fewer CPU seconds than the sequential engine for the same words
-(docs/BENCHMARKS.md "Transcription engines"); on a GPU faster-whisper documents
-a several-fold speed-up (3.7× for large-v2). No code here is GPU-only.
+that costs the sequential engine's CPU seconds for the same words, and larger
+batched operations keep both threads busier (docs/BENCHMARKS.md "Transcription
+engines"); on a GPU faster-whisper documents a several-fold speed-up (3.7× for
+large-v2). No code here is GPU-only.
 
 What differs from the sequential engine on a long recording: window
 boundaries (the sequential engine's follow its own timestamps; these are

@@ -21,8 +21,9 @@ has an explicit alias list, for its fallback. Never a bare field name such as
   0: ``faster-whisper``, the sequential engine. The batched engine decodes a
   recording of one window (most voice messages) exactly as the sequential one
   does, and a longer one in batches of VAD windows (``workers.transcribe.seek``):
-  with the same words, in fewer CPU seconds on this project's CPU and several
-  times faster on a GPU (docs/BENCHMARKS.md "Transcription engines").
+  with the same words, for the same CPU seconds on this project's CPU (and a
+  faster wall clock on a quiet box, where two threads are used more fully) and
+  several times faster on a GPU (docs/BENCHMARKS.md "Transcription engines").
 * ``VOICY_WORKER_TRANSCRIBER`` names the engine explicitly (a key of
   ``workers.transcribe.registry.ENGINES``); unset, the batch size chooses as
   above. A name that contradicts a batch size that is set is a ``ConfigError``
