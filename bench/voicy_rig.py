@@ -39,6 +39,8 @@ FLEET_TYPES = ("voicy_bridge", "io", "gpu", "beat")  # the Procfile lines a Voic
 TEST_INTERVALS = ("VOICY_WORKER_POLL_INTERVAL_MS", "VOICY_WORKER_PROGRESS_INTERVAL_MS",
                   "VOICY_WORKER_LEASE_TTL_MS", "VOICY_WORKER_HEARTBEAT_INTERVAL_MS")
 GPU_SLOTS = 1  # the Procfile's gpu line: prefork -c 1
+POOLED_TYPES = ("io", "gpu")  # Celery workers whose main process and pool are counted apart
+RIG = "rig (this process: dev Voicy, fake Telegram)"
 JOB_TIMEOUT_S = 1800.0
 ENDING_CALLS = {"result", "failure"}  # a job's last call to Voicy
 DIRECT_START_TIMEOUT_S = 300.0
@@ -129,11 +131,16 @@ class FleetRig:
         for name, proc in self.fleet.procs.items():
             try:
                 top = psutil.Process(proc.proc.pid)
-                found[name] = [top, *top.children(recursive=True)]
+                children = top.children(recursive=True)
             except psutil.NoSuchProcess:
                 found[name] = []
+                continue
+            if name in POOLED_TYPES:  # a Celery worker: its main process and its pool apart
+                found[f"{name} main"], found[f"{name} pool"] = [top], children
+            else:
+                found[name] = [top, *children]
         found["redis"] = [psutil.Process(self.redis.proc.pid)] if self.redis.proc is not None else []
-        found["rig (this process: dev Voicy, fake Telegram)"] = [psutil.Process()]
+        found[RIG] = [psutil.Process()]
         return found
 
     def gpu_child_rss(self) -> int:
