@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 import threading
 import time
-from urllib.parse import parse_qs
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 
 from celery import Celery
 
