@@ -1,0 +1,145 @@
+"""Liveness records: each long-running fleet process says, in Redis, that it runs and what it serves.
+
+Why: ``switchyard health`` (``ops.health``) gives one verdict on a running fleet
+from what the fleet records, without asking any process anything (a Celery
+``inspect`` broadcast waits out its whole timeout, and a busy parent may miss
+it). Cairn core gets this for the provider pool from presence; our own
+processes recorded nothing of the kind, so a stopped Voicy bridge, a queue no
+worker consumes, or a durable no bridge pulls stayed invisible until work
+piled up.
+
+Each record is one Redis key with a TTL, ``sy:health:proc:<role>:<name>``,
+written by the process itself on its normal cadence (at least every
+``RENEW_INTERVAL_S``; the TTL, ``RECORD_TTL_S``, outlives two missed renewals)
+and deleted on a clean stop, so a stopped process disappears at once and a
+killed one when its TTL runs out. A record says more than "alive": ``state``
+is ``ok`` or why the process cannot work (Voicy refusing the token, say), and
+each role adds what the verdict needs (the queues a worker consumes, the
+durables a Cairn bridge pulls, whether its NATS connection is up).
+
+Roles: ``worker`` (every Celery worker, ``tasks.registration``), ``voicy_bridge``
+(``bridges.voicy``), ``cairn_bridge`` (``bridges.cairn.bridge``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "sy:health:proc:"
+WORKER, VOICY_BRIDGE, CAIRN_BRIDGE = "worker", "voicy_bridge", "cairn_bridge"
+OK = "ok"
+RENEW_INTERVAL_S = 5.0
+RECORD_TTL_S = 3 * RENEW_INTERVAL_S  # two renewals may be missed (a busy moment) before the record goes
+REDIS_TIMEOUT_S = 3.0  # a renewal never blocks its process longer than this (Redis away)
+SCAN_BATCH = 200
+
+
+def process_name() -> str:
+    """``<host>-<pid>``: unique across hosts and restarts, readable in the verdict."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class ProcessRecord(BaseModel):
+    """What one process says about itself; fields beyond ``state`` are each role's own."""
+
+    role: str
+    name: str
+    host: str = Field(default_factory=socket.gethostname)
+    pid: int = Field(default_factory=os.getpid)
+    at: float = Field(default_factory=time.time)  # epoch seconds of this renewal
+    state: str = OK  # "ok", or why this process cannot do its work now
+    queues: list[str] = Field(default_factory=list)  # worker: the Celery queues it consumes
+    cairn_instance: str | None = None  # worker: its presence instance id (a provider worker)
+    pool: str | None = None  # cairn_bridge: the pool (CAIRN_WORKER_NAME) it serves
+    pulling: list[str] = Field(default_factory=list)  # cairn_bridge: durables whose last fetch answered
+    nats_connected: bool | None = None  # cairn_bridge: its NATS connection is up
+
+    @property
+    def ok(self) -> bool:
+        return self.state == OK
+
+
+def record_key(role: str, name: str) -> str:
+    return f"{PREFIX}{role}:{name}"
+
+
+def _ttl_ms(ttl_s: float) -> int:
+    return max(1, int(ttl_s * 1000))
+
+
+def renew(client: Any, record: ProcessRecord, ttl_s: float = RECORD_TTL_S) -> None:
+    """Write ``record`` for ``ttl_s`` (a blocking client); Redis errors are the caller's to handle."""
+    client.set(record_key(record.role, record.name), record.model_dump_json(), px=_ttl_ms(ttl_s))
+
+
+async def arenew(client: Any, record: ProcessRecord, ttl_s: float = RECORD_TTL_S) -> None:
+    """:func:`renew` with an asyncio client."""
+    await client.set(record_key(record.role, record.name), record.model_dump_json(), px=_ttl_ms(ttl_s))
+
+
+def forget(client: Any, role: str, name: str) -> None:
+    client.delete(record_key(role, name))
+
+
+async def aforget(client: Any, role: str, name: str) -> None:
+    await client.delete(record_key(role, name))
+
+
+def read(client: Any, role: str) -> list[ProcessRecord]:
+    """Every live record of ``role`` (a record that expires between the scan and the read is gone)."""
+    keys = sorted(client.scan_iter(match=f"{PREFIX}{role}:*", count=SCAN_BATCH))
+    records = []
+    for raw in client.mget(keys) if keys else []:
+        if raw is None:
+            continue
+        try:
+            records.append(ProcessRecord.model_validate_json(raw))
+        except ValidationError:
+            log.debug("skipping a malformed liveness record")
+    return records
+
+
+class Renewer:
+    """Calls ``write`` now and then every ``interval_s`` from a daemon thread, until :meth:`stop`.
+
+    For a process whose own loop is not ours (a Celery worker's main process).
+    A write that fails is logged at DEBUG only: the process's own connection
+    handling already reports a Redis outage, and the record's TTL tells the
+    verdict the rest.
+    """
+
+    def __init__(self, write: Callable[[], object], interval_s: float = RENEW_INTERVAL_S) -> None:
+        self._write = write
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="liveness", daemon=True)
+
+    def start(self) -> Renewer:
+        self._thread.start()
+        return self
+
+    def _once(self) -> None:
+        try:
+            self._write()
+        except Exception as exc:  # noqa: BLE001 - Redis away: the TTL says so; try again next interval
+            log.debug("liveness record not renewed (%s: %s)", type(exc).__name__, exc)
+
+    def _loop(self) -> None:
+        self._once()
+        while not self._stop.wait(self.interval_s):
+            self._once()
+
+    def stop(self, timeout_s: float = REDIS_TIMEOUT_S) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
