@@ -23,12 +23,14 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
 import redis
 from kombu.exceptions import OperationalError
 
+from workers import liveness
 from workers.errors import AuthError, JobError, StaleJobError
 from workers.logs import redact
 from workers.outage import Outage
@@ -75,6 +77,9 @@ class VoicyBridge:
         self._stop = threading.Event()
         self._outage = Outage.redis_loop("the voicy bridge", log)  # Redis gone: logged once, backoff, resumed (R1)
         self.authorized = True
+        self.instance = liveness.process_name()
+        self._record_state: str | None = None  # what the liveness record says now, and when it is due again
+        self._record_due = 0.0
         s = rt.settings
         self.backlog_limit = s.ready_queue_limit
         self.gpu_capacity = s.transcription_concurrency
@@ -171,6 +176,7 @@ class VoicyBridge:
                     log.error("Voicy rejected VOICY_WORKER_TOKEN (invalid or disabled): claiming "
                               "stopped; checking again every %.0fs", AUTH_RECHECK_INTERVAL_S)
                 self.authorized = False
+                self._renew_record("Voicy rejects VOICY_WORKER_TOKEN; claiming stopped", AUTH_RECHECK_INTERVAL_S)
                 self._stop.wait(AUTH_RECHECK_INTERVAL_S)
                 continue
             except REDIS_ERRORS as exc:
@@ -179,6 +185,7 @@ class VoicyBridge:
             except JobError as exc:
                 log.warning("Voicy API unavailable (%s); retrying in %.1fs",
                             redact(str(exc)), backoff_s)
+                self._renew_record(f"Voicy API unavailable ({redact(str(exc))})", backoff_s)
                 self._stop.wait(backoff_s)
                 backoff_s = min(backoff_s * 2, ERROR_BACKOFF_MAX_S)
                 continue
@@ -187,9 +194,36 @@ class VoicyBridge:
                 self.authorized = True
             self._outage.ok()
             backoff_s = ERROR_BACKOFF_INITIAL_S
+            self._renew_record(liveness.OK, self.poll_interval_s * (1 + POLL_JITTER_FRACTION))
             if taken == 0:
                 self._idle()
+        self._forget_record()
         log.info("voicy bridge stopped")
+
+    # --- the liveness record (``switchyard health``: "the Voicy bridge is polling") -------------
+    def _renew_record(self, state: str, wait_s: float) -> None:
+        """Say what this bridge does, for as long as its next wait plus the record's TTL.
+
+        Written when the state changes, else at most every ``RENEW_INTERVAL_S``.
+        A Redis error is left to the loop's own outage report: the record then
+        expires, which is what the verdict should see."""
+        now = time.monotonic()
+        if state == self._record_state and now < self._record_due:
+            return
+        record = liveness.ProcessRecord(role=liveness.VOICY_BRIDGE, name=self.instance, state=state)
+        try:
+            liveness.renew(self.rt.redis, record, wait_s + liveness.RECORD_TTL_S)
+        except REDIS_ERRORS:
+            self._record_state = None
+            return
+        self._record_state, self._record_due = state, now + liveness.RENEW_INTERVAL_S
+
+    def _forget_record(self) -> None:
+        """A stopped bridge polls nothing: its record goes at once, not when its TTL runs out."""
+        try:
+            liveness.forget(self.rt.redis, liveness.VOICY_BRIDGE, self.instance)
+        except REDIS_ERRORS:
+            pass  # Redis away at stop: the record expires by itself
 
     def _idle(self) -> None:
         """Wait for the poll interval, or less if the fleet frees capacity.

@@ -57,6 +57,7 @@ try:
     from tasks import voicy as _voicy  # noqa: E402,F401
     from tasks import cairn as _cairn  # noqa: E402,F401
     from tasks import presence as _presence  # noqa: E402,F401
+    from tasks import registration as _registration  # noqa: E402,F401  (after presence: its instance id)
     from tasks import beat as _beat  # noqa: E402,F401
 except ConfigError as exc:
     _stop_celery_command(exc)

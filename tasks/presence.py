@@ -53,6 +53,7 @@ _INSTANCE_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_=-]+")  # KV keys: no '@', and '.
 _settings: CairnSettings | None = None  # validated at start, in the worker's main process
 _timer: PresenceTimer | None = None
 _context: PresenceContext | None = None
+_instance: str | None = None  # this worker's presence instance id, once its timer runs
 
 
 def instance_id(hostname: str | None) -> str:
@@ -86,6 +87,11 @@ def check_pool_queues(queues: set[str], worker_name: str | None) -> str | None:
 def serves_a_pool(queues: set[str]) -> bool:
     """Whether this worker is a provider pool's (its pool's queue, or no ``-Q``: every queue)."""
     return not queues or any(q.startswith(PROVIDER_QUEUE_PREFIX) for q in queues)
+
+
+def current_instance_id() -> str | None:
+    """The instance id this worker renews presence under, None when it writes none (``tasks.registration``)."""
+    return _instance
 
 
 def broadcast_presence() -> None:
@@ -124,12 +130,13 @@ def _check_cairn_settings_at_start(instance: Any, **_: object) -> None:
 @worker_ready.connect
 def _start_presence(sender: Any = None, **_: object) -> None:
     """Contract §1/§2 at start: this instance's presence timer, which renews the pool's manifest too."""
-    global _timer, _context
+    global _timer, _context, _instance
     if _settings is None or _timer is not None:
         return
     _clear_refusal_fault(_settings)
     ctx = PresenceContext.from_settings(_settings)
     iid = instance_id(getattr(sender, "hostname", None))
+    _instance = iid
     _context, _timer = ctx, PresenceTimer(lambda: write_presence(ctx, iid), float(_settings.presence_interval_s),
                                           manifest=lambda: write_manifest(ctx))
     _timer.start()
@@ -149,12 +156,12 @@ def _clear_refusal_fault(settings: CairnSettings) -> None:
 
 @worker_shutdown.connect
 def _stop_presence(**_: object) -> None:
-    global _timer, _context
+    global _timer, _context, _instance
     if _timer is not None:
         _timer.stop()
     if _context is not None:
         _context.close()
-    _timer, _context = None, None
+    _timer, _context, _instance = None, None, None
 
 
 @control_command(name=PRESENCE_CONTROL)

@@ -55,6 +55,7 @@ from workers.outage import REDIS_UNAVAILABLE, Outage
 from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import FailureCounts, Held, settle
+from workers import liveness
 from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
 from workers.cairn.disposition import (ENVELOPE_FAILED_NAK_DELAY_S, HANDOVER_NAK_DELAY_S, REDIS_DOWN_NAK_DELAY_S,
@@ -137,6 +138,7 @@ class CairnBridge:
         self.nc: nats.NATS | None = None
         self.failed = False
         self.pulls: PullLoops | None = None
+        self.instance = f"{settings.worker_name}.{liveness.process_name()}"
         # R1: each outage is logged once, when it starts and when it ends (bridges.cairn.outage).
         self.redis_outage = Outage("Redis")
         self.nats_outage = Outage("NATS")
@@ -209,12 +211,15 @@ class CairnBridge:
             await asyncio.to_thread(clear_fault, self._sync_redis, self.refusals.component)
             self.pulls = PullLoops(self.consumers, self._slots, self.shutdown, self.nats_outage, self._take)
             self.pulls.start(self.js, self._loop_ended)
+            record = asyncio.create_task(self._renew_record(), name="liveness")
             log.info("cairn bridge started: pool %s, %d job subjects, in-flight limit %d, AckWait %.1fs",
                      self.settings.worker_name, len(self.consumers),
                      self.settings.max_in_flight, self.ack_wait_s)
             await self.shutdown.event.wait()
             log.info("cairn bridge stopping: no more pulls; %d messages held", len(self._held))
             await self.pulls.stop()
+            record.cancel()
+            await self._forget_record()
             await self._stop_replies()
             await self.responders.stop()
             await self._drain_held()
@@ -289,6 +294,32 @@ class CairnBridge:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    # ------------------------------------------------------------------ the liveness record
+    async def _renew_record(self) -> None:
+        """Every ``RENEW_INTERVAL_S``: this bridge's pool, the durables it pulls and its NATS state
+        (``switchyard health``: "every durable the pool needs is bound", "NATS is up")."""
+        while not self.shutdown.stopping:
+            connected = self.nc is not None and self.nc.is_connected and not self.nats_outage.down
+            pulling = sorted(self.pulls.pulling) if self.pulls is not None else []
+            record = liveness.ProcessRecord(role=liveness.CAIRN_BRIDGE, name=self.instance,
+                                            pool=self.settings.worker_name, pulling=pulling,
+                                            nats_connected=connected)
+            try:
+                await asyncio.wait_for(liveness.arenew(self._aredis, record), liveness.REDIS_TIMEOUT_S)
+                self.redis_outage.ok()
+            except REDIS_UNAVAILABLE as exc:  # asyncio's TimeoutError included
+                self.redis_outage.failed("liveness record", exc)
+            except Exception as exc:  # noqa: BLE001 - not an outage: say so, keep renewing
+                log.warning("liveness record not written: %s", redact(f"{type(exc).__name__}: {exc}"))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.shutdown.event.wait(), liveness.RENEW_INTERVAL_S)
+
+    async def _forget_record(self) -> None:
+        """A stopping bridge pulls nothing more: its record goes now, not when its TTL runs out."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(liveness.aforget(self._aredis, liveness.CAIRN_BRIDGE, self.instance),
+                                   liveness.REDIS_TIMEOUT_S)
 
     # ------------------------------------------------------------------ one message
     def _take(self, consumer: JobConsumer, msg: Msg) -> None:

@@ -52,6 +52,7 @@ class PullLoops:
         self._resubscribe = False
         self._js: Any = None
         self.tasks: list[asyncio.Task[None]] = []
+        self.pulling: set[str] = set()  # durables whose last fetch ended without error: the liveness record
 
     def start(self, js: Any, on_end: Callable[[asyncio.Task[Any]], None]) -> list[asyncio.Task[None]]:
         """One task per consumer; ``on_end`` is told when one ends (a loop that dies leaves its
@@ -92,19 +93,23 @@ class PullLoops:
                     msgs = await sub.fetch(1, timeout=FETCH_WAIT_S)
                 except (NatsTimeoutError, asyncio.TimeoutError):
                     self._slots.release()
+                    self.pulling.add(consumer.durable)  # nothing to pull now
                     continue
                 except Exception as exc:  # noqa: BLE001 - log (once per outage), back off, bind again
                     self._slots.release()
+                    self.pulling.discard(consumer.durable)
                     self._outage.failed(f"fetch on {consumer.subject}", exc)
                     await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
                     sub = await self._rebind(consumer, sub)
                     continue
                 self._outage.ok()  # a fetch answered: whatever failed before works again
+                self.pulling.add(consumer.durable)
                 for i, msg in enumerate(msgs):
                     if i:  # fetch(1) returns one; stay correct if it ever returns more
                         await self._slots.acquire()
                     self._take(consumer, msg)
         finally:
+            self.pulling.discard(consumer.durable)
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()

@@ -1,0 +1,71 @@
+"""Every Celery worker registers itself while it runs: its node, its queues, its Cairn instance (H1).
+
+``switchyard health`` decides from these records whether the ``gpu``, ``io``
+and ``provider`` pools have a worker (``workers.liveness``), and which
+presence record each provider worker must keep live (its ``cairn_instance``).
+The record is renewed from a daemon thread of the worker's *main* process,
+started at ``worker_ready`` and stopped, with the record deleted, as soon as
+the worker starts shutting down (``worker_shutting_down``, sent on a warm and a
+cold shutdown alike: the Procfile's ``REMAP_SIGTERM=SIGQUIT`` makes every stop
+cold, and a cold stop never sends ``worker_shutdown``): the main process
+exists exactly as long as the worker consumes its queues, and is never busy
+with a task. A SIGKILLed worker's record expires after
+``workers.liveness.RECORD_TTL_S``.
+
+Why not ``celery inspect active_queues``: a broadcast waits out its whole
+timeout for replies that may never come, and answers only for the workers
+that are up at that moment; a record answers at once and says when it was
+last renewed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
+
+from tasks import presence
+from workers import liveness
+from workers.redisconn import sync_client
+
+_renewer: liveness.Renewer | None = None
+_client: Any = None
+_node: str | None = None
+
+
+def consumed_queues(consumer_app: Any) -> list[str]:
+    """The queues this worker consumes (``-Q``), or every declared queue when it names none."""
+    consume_from = consumer_app.amqp.queues.consume_from
+    return sorted(consume_from or consumer_app.amqp.queues)
+
+
+@worker_ready.connect
+def _register(sender: Any = None, **_: object) -> None:
+    global _renewer, _client, _node
+    if _renewer is not None or sender is None:
+        return
+    node, queues = str(sender.hostname), consumed_queues(sender.app)
+    client = sync_client(socket_timeout=liveness.REDIS_TIMEOUT_S,
+                         socket_connect_timeout=liveness.REDIS_TIMEOUT_S)
+
+    def write() -> None:
+        liveness.renew(client, liveness.ProcessRecord(role=liveness.WORKER, name=node, queues=queues,
+                                                      cairn_instance=presence.current_instance_id()))
+
+    _client, _node, _renewer = client, node, liveness.Renewer(write).start()
+
+
+@worker_shutting_down.connect
+@worker_shutdown.connect
+def _unregister(**_: object) -> None:
+    """Stop renewing, then delete the record (the renewer first, or it could write it back)."""
+    global _renewer, _client, _node
+    if _renewer is None:
+        return
+    _renewer.stop()
+    try:
+        liveness.forget(_client, liveness.WORKER, str(_node))
+    except Exception:  # noqa: BLE001 - Redis away at shutdown: the record expires by itself
+        pass
+    _client.close()
+    _renewer, _client, _node = None, None, None
