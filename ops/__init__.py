@@ -6,7 +6,8 @@ the live path (bridges, tasks, workers) imports them, so a check can grow
 (new verbs, new probes) without touching a process that serves jobs.
 
 - ``ops.cli``: the entry point; it knows no verb by name.
-- ``ops.commands``: one module per top-level verb (``doctor``, ``check``).
+- ``ops.commands``: one module per top-level verb (``doctor``, ``health``, ``check``).
 - ``ops.doctor``: what ``switchyard doctor`` checks.
+- ``ops.health``: what ``switchyard health`` checks (a running fleet).
 - ``ops.cairn_check``: the Cairn contract §10 conformance checks.
 """

@@ -235,6 +235,7 @@ FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("bridges.__main__", "workers.providers.registry"): "the Cairn bridge's side only (the pool's provider)",
     ("bridges.__main__", "bridges.cairn"): "the Cairn bridge's side only (nats-py, the contract code)",
     ("ops.doctor", "tasks"): "importing tasks reads the fleet's settings; a bad value must be the check's FAIL line",
+    ("ops.health", "tasks"): "importing tasks reads the fleet's settings; a bad value must be the verdict's FAIL line",
     ("workers.cairn.proto_build", "grpc_tools"): "grpcio-tools is a dev dependency, needed only to rebuild pb/",
     ("workers.transcribe.languages", "faster_whisper"): "faster-whisper (~240 ms) only where a language is checked",
     ("workers.voicy.media_store", "boto3"): "boto3 (~120 ms) only where S3 is configured",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Protocol
 
-from ops.commands import check, doctor, strava
+from ops.commands import check, doctor, health, strava
 
 
 class Command(Protocol):
@@ -24,4 +24,4 @@ class Command(Protocol):
     def register(self, verbs: argparse._SubParsersAction) -> None: ...  # type: ignore[type-arg]
 
 
-COMMANDS: tuple[Command, ...] = (doctor, check, strava)  # type: ignore[assignment]
+COMMANDS: tuple[Command, ...] = (doctor, health, check, strava)  # type: ignore[assignment]
