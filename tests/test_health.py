@@ -1,0 +1,297 @@
+"""``switchyard health`` against a running Procfile fleet (H1): healthy, and each part's FAIL when provoked.
+
+The fleet is the Procfile's own command lines (every process type but Flower),
+with every feature the demo runs switched on (webhooks with a verify token),
+against the dev stack: Redis and nats-server of this module, the dev Cairn core
+and Voicy API, fake Strava and Telegram. Each provocation test breaks one thing
+(stops beat, stops the Voicy bridge or the io worker, SIGKILLs the provider
+worker, deletes a durable, records a permanent fault), sees the verdict name
+that part, puts it back and waits for a healthy verdict again.
+
+Presence is renewed every ``PRESENCE_INTERVAL_S`` here and the verdict counts a
+record live for ``PRESENCE_LIVE_S`` (core's 45 s, shortened through
+``CAIRN_PRESENCE_LIVE_S``), so a killed provider worker fails presence within
+seconds. The module ends with the log budget: every process's log, read after
+the fleet stopped, holds no WARNING, ERROR or traceback but the ones the
+provocations below explain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+import pytest
+import redis
+
+from bridges.cairn.consumers import ensure_consumers
+from deploy.devstack import log_budget, services
+from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.procfile import SHELL
+from deploy.devstack.procfile import entries as procfile_entries
+from deploy.devstack.procs import Proc, spawn
+from deploy.devstack.stack import BOT_TOKEN, ROOT, TINY_MODEL_DIR
+from deploy.devstack.strava import FakeStrava
+from deploy.devstack.telegram import FakeTelegram
+from deploy.devstack.voicy_api import DevVoicyServer
+from ops import health
+from ops.doctor import Check
+from workers import faults
+from workers.cairn.settings import DEFAULT_ACK_WAIT_S, DEFAULT_MAX_DELIVER, load_cairn_settings
+from workers.cairn.webhooks import reset_rules
+
+pytestmark = pytest.mark.slow
+
+FLEET = ("voicy_bridge", "cairn_bridge", "gpu", "io", "provider", "beat")  # the Procfile but Flower
+PARTS = {"redis", "beat lock", "pool gpu", "pool io", "pool provider", "voicy bridge", "faults", "nats",
+         "cairn presence", "cairn manifest", "cairn consumers"}
+PRESENCE_INTERVAL_S = 1.0
+PRESENCE_LIVE_S = 3.0
+CHECK_TIMEOUT_S = 5.0
+READY_S = 120.0
+POLL_S = 0.5
+VERB_TIMEOUT_S = 120.0
+PROC_STOP_S = 30.0
+CLEAN_ENV_PREFIXES = ("VOICY_", "CAIRN_", "AWS_", "REDIS_", "DYNO", "HONCHO_")
+
+ALLOW = log_budget.baseline()  # each provocation below is clean: a stop, a kill, a deleted durable log nothing
+
+
+@dataclass
+class Fleet:
+    """The running fleet: one dyno per Procfile type, its environment, and the services it uses."""
+
+    tmp: Path
+    env: dict[str, str]
+    redis_url: str
+    nats_url: str
+    pool: str
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    def start(self, kind: str) -> Proc:
+        command = procfile_entries()[kind]
+        self.procs[kind] = spawn([SHELL, "-c", command], {**self.env, "DYNO": f"{kind}.1"},
+                                 self.tmp / f"{kind}.log", stop_timeout_s=PROC_STOP_S)
+        return self.procs[kind]
+
+    def stop(self, kind: str) -> None:
+        self.procs[kind].stop()
+
+    def kill(self, kind: str) -> None:
+        proc = self.procs[kind].proc
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(PROC_STOP_S)
+
+    def health_env(self, **overrides: str) -> dict[str, str]:
+        return {**self.env, "CAIRN_PRESENCE_LIVE_S": str(PRESENCE_LIVE_S), **overrides}
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {k}\n{p.log()[-2500:]}" for k, p in self.procs.items())
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(CLEAN_ENV_PREFIXES) and k != "TOKEN"}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str) -> Iterator[Fleet]:
+    tmp = tmp_path_factory.mktemp("health")
+    pool = f"health-{uuid.uuid4().hex[:6]}"
+    redis_svc = services.start_redis(tmp / "redis")
+    nats_svc = services.start_nats(tmp / "nats")
+    core = DevCairnCore(nats_svc.url, s3_endpoint, bucket=f"cairn-{pool}").start()
+    strava, voicy, telegram = FakeStrava().start(), DevVoicyServer().start(), FakeTelegram(BOT_TOKEN).start()
+    env = clean_env() | {
+        "REDIS_URL": redis_svc.url, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        "VOICY_WORKER_API_URL": voicy.url, "VOICY_WORKER_TOKEN": voicy.create_client(f"switchyard-{pool}"),
+        "VOICY_WORKER_TELEGRAM_API_URL": telegram.url, "VOICY_WORKER_TELEGRAM_BOT_TOKEN": BOT_TOKEN,
+        "VOICY_WORKER_MODEL": TINY_MODEL_DIR, "VOICY_WORKER_DEVICE": "cpu",
+        "VOICY_WORKER_WORK_DIR": str(tmp / "media"), "VOICY_WORKER_POLL_INTERVAL_MS": "500",
+        "CAIRN_NATS_URL": nats_svc.url, "CAIRN_PROVIDER": "strava", "CAIRN_WORKER_NAME": pool,
+        "CAIRN_STRAVA_BASE_URL": strava.base_url, "CAIRN_PRESENCE_INTERVAL_S": str(PRESENCE_INTERVAL_S),
+        "CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN": f"verify-{uuid.uuid4().hex}",
+        "IO_CONCURRENCY": "1", "PROVIDER_CONCURRENCY": "1",
+    }
+    running = Fleet(tmp, env, redis_svc.url, nats_svc.url, pool)
+    try:
+        for kind in FLEET:
+            running.start(kind)
+        yield running
+    finally:
+        for proc in running.procs.values():
+            proc.stop()
+        for svc in (telegram, voicy, strava, core):
+            svc.stop()
+        nats_svc.stop()
+        redis_svc.stop()
+    log_budget.check([tmp], ALLOW)
+
+
+# --- asking for the verdict ---------------------------------------------------------------------------
+def verdict(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Check]:
+    """The verdict in this process, under the fleet's environment (what the verb prints, as data)."""
+    with monkeypatch.context() as patched:
+        for key in [k for k in os.environ if k.startswith(CLEAN_ENV_PREFIXES)]:
+            patched.delenv(key)
+        for key, value in env.items():
+            if key.startswith(CLEAN_ENV_PREFIXES):
+                patched.setenv(key, value)
+        reset_rules()  # the provider's webhook rules read the environment once per process
+        try:
+            return {check.name: check for check in health.verdict(CHECK_TIMEOUT_S)}
+        finally:
+            reset_rules()
+
+
+def failing(checks: dict[str, Check]) -> dict[str, str]:
+    return {name: check.detail for name, check in checks.items() if check.failed}
+
+
+def wait_for(fleet: Fleet, monkeypatch: pytest.MonkeyPatch, want: str, timeout_s: float = READY_S,
+             **env: str) -> dict[str, Check]:
+    """Ask until the verdict is healthy (``want=""``) or fails ``want``: the fleet's records change
+    in other processes, so there is no event to await here."""
+    deadline = time.monotonic() + timeout_s
+    checks: dict[str, Check] = {}
+    while time.monotonic() < deadline:
+        checks = verdict(fleet.health_env(**env), monkeypatch)
+        bad = failing(checks)
+        if (want and want in bad) or (not want and not bad):
+            return checks
+        time.sleep(POLL_S)
+    raise AssertionError(f"no verdict {'failing ' + want if want else 'healthy'} within {timeout_s}s: "
+                         f"{failing(checks)}\n{fleet.logs()}")
+
+
+def run_verb(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ops", "health", "--timeout", str(CHECK_TIMEOUT_S), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=VERB_TIMEOUT_S)
+
+
+# --- healthy --------------------------------------------------------------------------------------------
+def test_the_verb_reports_the_procfile_fleet_healthy(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    wait_for(fleet, monkeypatch, "")
+    run = run_verb(fleet.health_env())
+    lines = run.stdout.splitlines()
+    assert run.returncode == 0, run.stdout + run.stderr
+    parts = {line.split(":", 1)[0].split(None, 1)[1] for line in lines[:-1]}
+    assert parts == PARTS, lines
+    assert all(line.startswith("ok ") for line in lines[:-1]), lines
+    assert lines[-1] == f"HEALTHY: {len(PARTS)} parts checked"
+    presence = next(line for line in lines if "cairn presence" in line)
+    assert "1 live instance(s), webhooks=true" in presence  # the verify token is set: webhooks on
+
+
+# --- each part, provoked ------------------------------------------------------------------------------
+def test_a_recorded_fault_is_named_until_it_is_cleared(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    wait_for(fleet, monkeypatch, "")
+    client = redis.Redis.from_url(fleet.redis_url)
+    detail = "NATS refused publish to cairn.events.source.deleted_upstream (Permissions Violation)"
+    faults.record_fault(client, "cairn_bridge", detail)
+    try:
+        run = run_verb(fleet.health_env())
+        assert run.returncode == 1, run.stdout
+        assert run.stdout.splitlines()[-1] == "UNHEALTHY: faults"
+        assert f"FAIL faults: cairn_bridge: {detail} (since " in run.stdout
+        cleared = run_verb(fleet.health_env(), "--clear-faults")
+        assert cleared.returncode == 0, cleared.stdout
+        assert faults.read_faults(client) == []
+    finally:
+        faults.clear_faults(client)
+        client.close()
+
+
+def test_a_stopped_beat_fails_the_lock(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    wait_for(fleet, monkeypatch, "")
+    fleet.stop("beat")
+    try:
+        checks = verdict(fleet.health_env(), monkeypatch)  # a clean stop releases the lock at once
+        assert failing(checks).keys() == {"beat lock"}, failing(checks)
+        assert "no beat holds the RedBeat lock redbeat::lock" in checks["beat lock"].detail
+    finally:
+        fleet.start("beat")
+    wait_for(fleet, monkeypatch, "")
+
+
+def test_a_stopped_voicy_bridge_fails_polling(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    wait_for(fleet, monkeypatch, "")
+    fleet.stop("voicy_bridge")
+    try:
+        checks = verdict(fleet.health_env(), monkeypatch)  # a stopping bridge deletes its record
+        assert failing(checks).keys() == {"voicy bridge"}, failing(checks)
+        assert "no Voicy bridge is polling" in checks["voicy bridge"].detail
+    finally:
+        fleet.start("voicy_bridge")
+    wait_for(fleet, monkeypatch, "")
+
+
+def test_a_stopped_io_worker_fails_its_pool(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    wait_for(fleet, monkeypatch, "")
+    fleet.stop("io")
+    try:
+        checks = verdict(fleet.health_env(), monkeypatch)
+        assert failing(checks).keys() == {"pool io"}, failing(checks)
+        assert "no Celery worker consumes queue io" in checks["pool io"].detail
+    finally:
+        fleet.start("io")
+    wait_for(fleet, monkeypatch, "")
+
+
+def test_a_killed_provider_worker_fails_presence_after_the_cutoff(fleet: Fleet,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    wait_for(fleet, monkeypatch, "")
+    fleet.kill("provider")
+    killed = time.monotonic()
+    try:
+        checks = wait_for(fleet, monkeypatch, "cairn presence", timeout_s=PRESENCE_LIVE_S * 4)
+        assert time.monotonic() - killed >= PRESENCE_LIVE_S - PRESENCE_INTERVAL_S  # live until its cutoff
+        assert f"no live presence record for pool {fleet.pool}" in checks["cairn presence"].detail
+    finally:
+        fleet.start("provider")
+    wait_for(fleet, monkeypatch, "")
+
+
+def test_presence_with_the_wrong_webhooks_flag_fails(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool runs with webhooks on; a verdict for a pool with webhooks off sees every instance's flag wrong."""
+    checks = wait_for(fleet, monkeypatch, "cairn presence", CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN="")
+    assert "report webhooks=true but webhooks are off" in checks["cairn presence"].detail
+
+
+def test_a_deleted_consumer_fails_until_the_bridge_binds_it_again(fleet: Fleet,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    wait_for(fleet, monkeypatch, "")
+    with monkeypatch.context() as patched:
+        patched.setenv("CAIRN_WORKER_NAME", fleet.pool)
+        settings = load_cairn_settings()
+    reset_rules()
+    (consumer,) = [c for c in health.needed_consumers(settings) if c.kind == "fetch_source"]
+
+    async def on_jetstream(delete: bool) -> None:
+        nc = await nats.connect(fleet.nats_url)
+        try:
+            js = nc.jetstream()
+            if delete:
+                await js.delete_consumer(consumer.stream, consumer.durable)
+            else:  # as the bridge makes it at start
+                await ensure_consumers(js, [consumer], DEFAULT_ACK_WAIT_S, DEFAULT_MAX_DELIVER)
+        finally:
+            await nc.close()
+
+    asyncio.run(on_jetstream(delete=True))
+    try:
+        checks = verdict(fleet.health_env(), monkeypatch)
+        assert failing(checks).keys() == {"cairn consumers"}, failing(checks)
+        assert f"missing: {consumer.durable}" in checks["cairn consumers"].detail
+    finally:
+        asyncio.run(on_jetstream(delete=False))
+    wait_for(fleet, monkeypatch, "")
