@@ -10,8 +10,10 @@
    from them) and connects a fake Strava athlete.
 4. Draws a bar per transcription from the segments the worker streams (the
    parts of its progress posts), and labelled Cairn counters; then prints the
-   transcripts and the imported activities in date order, and exits with a
-   summary. ``--serve`` keeps it all up.
+   transcripts and the imported activities in date order, and a summary.
+5. Asks ``switchyard health`` for the running fleet's verdict, and after the
+   stop reads every process's log against the log budget: the ``HEALTH`` line
+   (``deploy/demo_health.py``). ``--serve`` keeps it all up before the stop.
 
 Stopping (the end of the run, Ctrl-C or SIGTERM) goes in dependency order:
 the fleet first (SIGTERM to every process, SIGKILL only after 30 s, as on
@@ -42,7 +44,7 @@ from typing import Any
 import numpy as np
 from faster_whisper.audio import decode_audio
 
-from deploy import demo_webhook
+from deploy import demo_health, demo_webhook
 from deploy.devstack import procfile, services
 from deploy.devstack.cairn_stack import CairnStack, Pool
 from deploy.devstack.strava import FakeStrava
@@ -77,13 +79,16 @@ core and fake Telegram and Strava APIs on 127.0.0.1, then the Procfile fleet,
 one process per type (Flower on http://127.0.0.1:5555). Enqueues voice messages and
 connects a fake Strava athlete, draws a bar per transcription from the
 segments the worker streams, counts what Cairn core published and received,
-and prints the transcripts and the imported activities.
+and prints the transcripts and the imported activities; then the fleet's
+health verdict and its log budget (the HEALTH line).
 
 Ctrl-C stops the fleet first, then the fake services, NATS and Redis."""
 EPILOG = """\
 make demo runs it with no option; pass options with make demo ARGS="--short --serve".
-exit status: 0 when every job completed, 1 when the run timed out or a job
-failed, 130 when interrupted before the summary.
+exit status: 0 when every job completed and the fleet is healthy (switchyard
+health, and no WARNING, ERROR or traceback in its logs beyond the allow-list),
+1 when the run timed out, a job failed or the fleet is unhealthy, 130 when
+interrupted before the summary.
 The fleet's logs (one file per process) are kept after the demo exits."""
 
 
@@ -165,6 +170,7 @@ class Demo:
     def __init__(self, short: bool, tmp: Path, log_dir: Path) -> None:
         self.short, self.tmp, self.log_dir = short, tmp, log_dir
         self.fleet: procfile.Fleet | None = None
+        self.env: dict[str, str] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.account_id = ""
         self.expected_activities = SHORT_ACTIVITIES if short else FULL_ACTIVITIES
@@ -218,7 +224,8 @@ class Demo:
         say(f"starting the Procfile fleet; its logs, one per process: {self.log_dir} (kept after the demo exits)")
         for name, provider in procfile.runnable(procfile.entries())[1].items():
             say(f"  {name}: not started, provider {provider} is not installed")
-        self.fleet = procfile.start(self.fleet_env(), self.log_dir, FLOWER_PORT)
+        self.env = self.fleet_env()
+        self.fleet = procfile.start(self.env, self.log_dir, FLOWER_PORT)
         self._started_as("the fleet", self._stop_fleet)
         say(f"Flower: http://127.0.0.1:{FLOWER_PORT}  (user demo, password {self.flower_password})")
 
@@ -349,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="switchyard-demo-logs-"))
     demo = Demo(args.short, tmp, log_dir)
     code = EXIT_INTERRUPTED
+    verdict: demo_health.Verdict | None = None
     try:
         demo.start_stack()
         demo.start_fleet()
@@ -356,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         demo.watch(args.timeout)
         code = demo.summary()
         code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, STRAVA_POOL))
+        verdict = demo_health.check_fleet(demo.env)
         if args.serve:
             say("serving; press Ctrl-C to stop")
             signal.pause()
@@ -365,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         with signals_ignored():
             demo.close()
             shutil.rmtree(tmp, ignore_errors=True)
+    if verdict is not None:  # the log budget reads the logs of the stopped fleet: its stop is in them
+        code = max(code, demo_health.report(verdict, log_dir))
     if any(log_dir.iterdir()):
         say(f"the fleet's logs are kept in {log_dir}")
     else:

@@ -90,7 +90,8 @@ def beat_lock(client: Any, app: Any) -> Check:
     if ttl_ms == -2:
         return Check("beat lock", FAIL, f"no beat holds the RedBeat lock {key}: beat is not running "
                                         "(start the beat process, one per deployment)")
-    return Check("beat lock", OK, f"{key} held" + (f", renewed within {ttl_ms / 1000:.0f}s" if ttl_ms > 0 else ""))
+    expiry = f" (expires in {ttl_ms / 1000:.0f}s unless renewed)" if ttl_ms > 0 else ""
+    return Check("beat lock", OK, f"{key} held{expiry}")
 
 
 def pools(workers: list[liveness.ProcessRecord], queues: tuple[str, ...]) -> list[Check]:
@@ -203,7 +204,9 @@ async def consumers(js: Any, settings: CairnSettings, bridges: list[liveness.Pro
             await asyncio.wait_for(js.consumer_info(consumer.stream, consumer.durable), timeout_s)
         except NotFoundError:
             missing.append(consumer.durable)
-    problems = [f"missing: {', '.join(missing)} (the cairn bridge creates them at start: restart it)"] if missing else []
+    problems = []
+    if missing:
+        problems.append(f"missing: {', '.join(missing)} (the cairn bridge creates them at start: restart it)")
     if bridges is None:
         return _part("cairn consumers", problems, f"{len(needed)} exist (whether a bridge pulls them needs Redis)")
     if not bridges:

@@ -36,6 +36,10 @@ def test_demo_short_mode_completes_both_sides() -> None:
     assert proc.returncode == 0, out[-4000:]
     summary = [line for line in out.splitlines() if line.startswith("SUMMARY ")]
     assert summary == ["SUMMARY voicy_completed=3/3 cairn_activities=5/5 cairn_rejected=0 status=ok"], out[-4000:]
+    # H1: the running fleet's verdict, then every process's log read after the stop (a plain demo expects
+    # nothing beyond the fleet's own stop; the presence bug of issue 14 made this line unhealthy)
+    health = [line for line in out.splitlines() if line.startswith("HEALTH ")]
+    assert health == ["HEALTH status=ok failing=[] log_budget=empty"], out[-4000:]
     assert "Flower: http://127.0.0.1:5555" in out
     assert "== transcripts ==" in out and "market" in out.lower()
     assert "ACTIVITY_TYPE_" in out

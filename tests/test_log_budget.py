@@ -34,6 +34,7 @@ TORNADO_INFO = "[I 261203 14:05:07 command:177] Visit me at http://127.0.0.1:555
 TORNADO_SHUTDOWN = "[I 261203 14:05:15 command:26] 15 detected, shutting down"
 TORNADO_INSPECT = "[W 261203 14:05:17 inspector:98] Inspect method stats failed"
 EVERY_PROCESS_STOPS = "the fleet's stop (a test of this module)"
+REQUEUE = "[2026-12-03 14:21:39,928: WARNING/MainProcess] Requeuing undeliverable message for queue 'io': No consumers."
 
 
 def write(tmp_path: Path, name: str, *lines: str) -> Path:
@@ -114,10 +115,21 @@ def test_an_entry_explains_its_lines_only_where_it_applies(tmp_path: Path) -> No
 
 
 def test_an_after_entry_allows_a_line_only_after_its_marker(tmp_path: Path) -> None:
-    write(tmp_path, "web.log", TORNADO_INFO, TORNADO_INSPECT, TORNADO_SHUTDOWN, TORNADO_INSPECT)
-    budget = log_budget.scan([tmp_path], [log_budget.FLOWER_SHUTDOWN])
-    assert [f.line_no for f in budget.unexplained] == [2]  # before Flower's own shutdown: a real failure
+    write(tmp_path, "io.log", CELERY_INFO, REQUEUE, "worker: Cold shutdown (MainProcess)", REQUEUE)
+    budget = log_budget.scan([tmp_path], [log_budget.WORKER_SHUTDOWN_REQUEUE])
+    assert [f.line_no for f in budget.unexplained] == [2]  # before the worker's own shutdown: a real problem
     assert sum(budget.allowed.values()) == 1
+
+
+def test_flowers_inspect_without_a_reply_is_allowed_but_not_with_an_error(tmp_path: Path) -> None:
+    write(tmp_path, "web.log", TORNADO_INFO, TORNADO_INSPECT, TORNADO_SHUTDOWN,
+          "[W 261203 14:05:17 inspector:95] Inspect method stats failed: Error 111 connecting to 127.0.0.1:6379.")
+    budget = log_budget.scan([tmp_path], log_budget.baseline())
+    assert [f.line_no for f in budget.unexplained] == [4]
+    write(tmp_path, "web.log", TORNADO_INSPECT)
+    write(tmp_path, "voicy_bridge.log", "[W 261203 14:05:17 inspector:98] Inspect method stats failed")
+    assert [f.path.name for f in log_budget.scan([tmp_path], log_budget.baseline()).unexplained] == \
+        ["voicy_bridge.log"]  # only Flower's own log
 
 
 def test_an_entry_needs_its_reason_and_the_test_that_provokes_it() -> None:
@@ -141,9 +153,9 @@ def test_every_log_under_a_directory_is_read(tmp_path: Path) -> None:
 def test_a_stray_warning_under_a_logged_warning_is_its_own_finding(tmp_path: Path) -> None:
     """Found in a real io worker's log: kombu's requeue warning, then Celery's root warning on stderr.
     Read as one record, the root warning's allowance would have explained the requeue too."""
-    requeue = "[2026-12-03 14:21:39,928: WARNING/MainProcess] Requeuing undeliverable message for queue 'io': No consumers."
-    write(tmp_path, "io.log", requeue,
-          "/venv/celery/platforms.py:893: SecurityWarning: You're running the worker with superuser privileges: this is",
+    write(tmp_path, "io.log", REQUEUE,
+          "/venv/celery/platforms.py:893: SecurityWarning: You're running the worker with superuser privileges: "
+          "this is",
           "absolutely not recommended!")
     budget = log_budget.scan([tmp_path], [log_budget.RUN_AS_ROOT])
     assert [f.line_no for f in budget.unexplained] == [1]  # no "worker: Cold shutdown" before it: not allowed
