@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.devstack import log_budget as budget
 from deploy.devstack import services
 from deploy.devstack.procs import spawn, stop_group
 
@@ -74,6 +75,21 @@ def http_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     for name in ("httpx", "httpcore"):
         caplog.set_level(logging.DEBUG, logger=name)
     return caplog
+
+
+@pytest.fixture()
+def log_budget(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[budget.Allow]]:
+    """H1's log budget for a test that starts fleet processes logging under ``tmp_path``.
+
+    After the test (and, used through ``pytest.mark.usefixtures`` or as the first
+    argument, after the fixtures that stop its processes), every ``*.log`` under
+    ``tmp_path`` is read: any WARNING, ERROR or traceback that neither the
+    baseline nor the module's ``LOG_BUDGET_ALLOW`` nor an entry the test appended
+    to the yielded list explains fails the test, naming the line.
+    """
+    allow = [*budget.baseline(), *getattr(request.module, "LOG_BUDGET_ALLOW", ())]
+    yield allow
+    budget.check([tmp_path], allow)
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, what: str,
