@@ -28,16 +28,31 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deploy.devstack import log_budget
 from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.log_budget import Allow
 from tests.cairn_stack import (ACK_WAIT_S, ATHLETE_BASE, LEASE_TTL_S, PROVIDER, ROOT, WAIT_S, CairnStack,
                                running_stack)
 from tests.conftest import wait_until
 
 
+# H1: what the provocations below make the bridge and the workers log, each by the test that provokes it.
+LOG_BUDGET_ALLOW = (
+    Allow(r"refusing to start: core release v0\.9\.0 is incompatible", logs=("bridge-refused",),
+          reason="a second bridge meets a core whose release this worker may not serve (contract §1)",
+          provoked_by="test_incompatible_core_is_refused_and_missing_info_only_warns"),
+    Allow(r"core publishes no release \(no cairn_core/info\)", logs=("bridge-no-info",),
+          reason="a second bridge meets a core that wrote no cairn_core/info: it says so and runs unchecked",
+          provoked_by="test_incompatible_core_is_refused_and_missing_info_only_warns"),
+)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
-    with running_stack(tmp_path_factory.mktemp("cairn-e2e"), redis_url, s3_endpoint) as s:
+    tmp = tmp_path_factory.mktemp("cairn-e2e")
+    with running_stack(tmp, redis_url, s3_endpoint) as s:
         yield s
+    log_budget.check([tmp], [*log_budget.baseline(), *LOG_BUDGET_ALLOW])  # read after every process stopped
 
 
 def _failures(core: DevCairnCore) -> list[Any]:
