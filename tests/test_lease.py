@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
+import pytest
 import redis
 
 from workers.lease import LeaseKeeper, Leases, new_token
@@ -85,6 +87,27 @@ def test_keeper_reports_a_lost_lease(fresh_redis: str) -> None:
     with LeaseKeeper(leases, "job5", running, 0.3) as keeper:
         leases.grant("job5", "someone-else", 30)  # the reaper re-granted it
         assert keeper.lost.wait(2.0)
+
+
+@pytest.mark.parametrize("end", ["release", "hand_over"])
+def test_a_lease_the_body_ended_itself_is_not_reported_lost(fresh_redis: str, end: str,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """A transcription releases its lease when it is done, a download hands it over, both while the
+    keeper still runs: its next renewal finds the lease gone, and that is no loss (the log budget
+    found "lease lost" after every such race in a plain run)."""
+    leases = _leases(fresh_redis)
+    token = new_token()
+    leases.grant("job7", token, 0.3)
+    running = leases.take("job7", token, 0.3)
+    assert running
+    with caplog.at_level(logging.WARNING, logger="workers.lease"):
+        with LeaseKeeper(leases, "job7", running, 0.3) as keeper:
+            if end == "release":
+                assert leases.release("job7", running)
+            else:
+                assert leases.hand_over("job7", running, "next-token", 30)
+            assert not keeper.lost.wait(1.0)  # three renewal intervals and more
+    assert "lease lost" not in caplog.text
 
 
 def test_confirm_extends_only_a_matching_grant(fresh_redis: str) -> None:

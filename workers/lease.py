@@ -28,6 +28,7 @@ import enum
 import logging
 import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 LEASE_PREFIX = "sy:lease:"
 RENEWALS_PER_TTL = 3  # renew three times per TTL so one late renewal never loses the lease
+ENDED_REMEMBERED = 1024  # leases a process remembers ending itself (one per job it ran, the latest)
 
 _TAKE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -119,6 +121,10 @@ class Leases:
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self._r = client
         self._ns = namespace
+        # Leases this process ended itself (released, handed over), so that a keeper still
+        # renewing one does not mistake its absence for a loss. Bounded: only the latest matter.
+        self._ended: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._ended_lock = threading.Lock()
         self._take = client.register_script(_TAKE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
@@ -149,7 +155,8 @@ class Leases:
 
     def hand_over(self, job_id: str, running: str, token: str, ttl_s: float) -> bool:
         """Atomically pass a running lease to the next queued task (download → transcribe)."""
-        return bool(self._take(keys=[self.key(job_id)], args=[running, granted(token), _ms(ttl_s)]))
+        return self._ending(job_id, running,
+                            bool(self._take(keys=[self.key(job_id)], args=[running, granted(token), _ms(ttl_s)])))
 
     def confirm(self, job_id: str, token: str, ttl_s: float) -> bool:
         """Phase two of a grant: extend it to ``ttl_s`` once the task carrying ``token`` is sent.
@@ -166,7 +173,20 @@ class Leases:
         return bool(self._renew(keys=[self.key(job_id)], args=[value, _ms(ttl_s)]))
 
     def release(self, job_id: str, value: str) -> bool:
-        return bool(self._release(keys=[self.key(job_id)], args=[value]))
+        return self._ending(job_id, value, bool(self._release(keys=[self.key(job_id)], args=[value])))
+
+    def _ending(self, job_id: str, value: str, ended: bool) -> bool:
+        if ended:
+            with self._ended_lock:
+                self._ended[(job_id, value)] = None
+                while len(self._ended) > ENDED_REMEMBERED:
+                    self._ended.popitem(last=False)
+        return ended
+
+    def ended_here(self, job_id: str, value: str) -> bool:
+        """Whether this process released or handed over the lease ``value`` of ``job_id`` itself."""
+        with self._ended_lock:
+            return (job_id, value) in self._ended
 
     def reclaim(self, job_id: str, value: str, ttl_s: float) -> bool:
         """Set the lease back to ``value`` only if nobody holds it (``SET NX``): never steals."""
@@ -187,7 +207,10 @@ class LeaseKeeper:
     """Renews a running lease from a daemon thread while the task body runs.
 
     ``lost`` is set when a renewal finds the lease gone or changed: the task must
-    stop without reporting, because someone else now owns the job.
+    stop without reporting, because someone else now owns the job. Not when the
+    body ended it itself (released once the job is done, handed over to the next
+    task, both inside the keeper's block): :meth:`Leases.ended_here` tells the two
+    apart, and the keeper just stops.
 
     A renewal that fails because Redis is unreachable is "unknown", not lost (R1).
     With ``reclaim_after_outage`` a lease found *absent* by the first renewal after
@@ -223,6 +246,8 @@ class LeaseKeeper:
                 if self._leases.renew(self._job_id, self.value, self._ttl_s):
                     self._unsure = False
                     return True
+                if self._leases.ended_here(self._job_id, self.value):
+                    return False  # the body released or handed it over while we still ran: done, not lost
                 if self._reclaim and self._unsure and self._leases.reclaim(self._job_id, self.value, self._ttl_s):
                     log.warning("lease of job %s re-taken after a Redis outage", self._job_id)
                     self._unsure = False
