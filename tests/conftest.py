@@ -84,10 +84,14 @@ def log_budget(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[
     After the test (and, used through ``pytest.mark.usefixtures`` or as the first
     argument, after the fixtures that stop its processes), every ``*.log`` under
     ``tmp_path`` is read: any WARNING, ERROR or traceback that neither the
-    baseline nor the module's ``LOG_BUDGET_ALLOW`` nor an entry the test appended
-    to the yielded list explains fails the test, naming the line.
+    baseline, nor an entry of the module's ``LOG_BUDGET_ALLOW`` whose
+    ``provoked_by`` names this test, nor an entry the test appended to the
+    yielded list explains fails the test, naming the line. An entry applies only
+    to the test that provokes it: the same line in another test is a finding.
     """
-    allow = [*budget.baseline(), *getattr(request.module, "LOG_BUDGET_ALLOW", ())]
+    test = request.node.originalname
+    allow = [*budget.baseline(),
+             *(e for e in getattr(request.module, "LOG_BUDGET_ALLOW", ()) if test in e.provoked_by.split())]
     yield allow
     budget.check([tmp_path], allow)
 

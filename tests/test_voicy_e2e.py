@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from deploy.devstack.log_budget import Allow
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge
 from deploy.devstack.synth_media import write_video_only_mp4
 from tests.conftest import wait_until
@@ -26,7 +27,24 @@ from tests.voicy_stack import voicy_dev_stack
 from workers.transcribe.device import usable_cores
 from workers.voicy.client import VoicyClient
 
-pytestmark = pytest.mark.slow
+# H1: each test ends with the log budget of its processes (tests/conftest.py ``log_budget``).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("log_budget")]
+_FAILURES = "test_failures_are_reported_with_the_right_retryable_flag"
+LOG_BUDGET_ALLOW = (  # each applies to the test it names only (tests/conftest.py ``log_budget``)
+    Allow(r"failed \(retryable=True\): Telegram getFile failed: HTTP 400", logs=("io",),
+          reason="a job whose file Telegram does not have: a retryable failure, and Voicy requeues it",
+          provoked_by=f"{_FAILURES} test_secrets_never_reach_logs_task_messages_or_results"),
+    Allow(r"failed \(retryable=False\): media (has no audio stream|could not be decoded)", logs=("gpu",),
+          reason="a video with no audio track and an undecodable file: permanent failures", provoked_by=_FAILURES),
+    Allow(r"Voicy rejected VOICY_WORKER_TOKEN \(invalid or disabled\)", logs=("bridge",),
+          reason="the bridge runs with a token Voicy refuses", provoked_by="test_401_stops_claiming_and_says_why"),
+    Allow(r"failed \(retryable=True\): media not available to this fleet after a restart", logs=("bridge",),
+          reason="a ready job whose media the restarted fleet does not hold goes back to Voicy for a new download",
+          provoked_by="test_restart_recovers_ready_and_stale_jobs_through_claim_ready"),
+    Allow(r"job \w+: worker lost; redispatching transcription", logs=("io",),
+          reason="the reaper (on the io worker) redispatches the job whose gpu worker was SIGKILLed",
+          provoked_by="test_sigkill_mid_transcription_recovers_and_completes_once"),
+)
 
 JOB_DONE_TIMEOUT_S = 180.0
 STALE_HEARTBEAT_AGE = timedelta(minutes=30)  # the server's default stale cutoff is 15 minutes
