@@ -19,7 +19,12 @@ This subclass, without forking RedBeat:
   was down at start) tries to take it again without blocking, and re-installs
   the static schedule (a Redis that lost its data lost the entries too, and
   beat would otherwise run on, sending nothing); while another beat holds the
-  lock, this one schedules nothing and just retries, as a standby beat does.
+  lock, this one schedules nothing and just retries, as a standby beat does;
+* wraps RedBeat's start-up hook (``acquire_distributed_beat_lock`` on
+  ``beat_init``, which blocks while another beat holds the lock): a Redis
+  outage during that wait is reported once through the scheduler's outage,
+  instead of escaping as Celery's ERROR with a traceback, and ``tick`` takes
+  the lock once Redis is back.
 
 What a lost lock costs: while Redis is down nothing can be sent anyway; entries
 due during the outage run once when it is back (RedBeat keeps ``last_run_at``
@@ -33,8 +38,9 @@ import time
 from typing import Any
 
 import redis
+from celery.signals import beat_init
 from redbeat import RedBeatScheduler
-from redbeat.schedulers import LUA_EXTEND_TO_SCRIPT, get_redis
+from redbeat.schedulers import LUA_EXTEND_TO_SCRIPT, acquire_distributed_beat_lock, get_redis
 from redis.exceptions import LockError
 
 from workers.outage import Outage
@@ -119,3 +125,20 @@ class ResilientRedBeatScheduler(RedBeatScheduler):
             log.warning("beat: could not release the RedBeat lock (%s); it expires by itself",
                         type(exc).__name__)
             self.lock = None
+
+
+beat_init.disconnect(acquire_distributed_beat_lock)
+
+
+@beat_init.connect
+def _acquire_lock_at_start(sender: Any = None, **kwargs: Any) -> None:
+    """RedBeat's start-up lock, waiting while another beat holds it; Redis going away meanwhile is an
+    outage of this beat (logged once, ``tick`` takes the lock when Redis is back), not an error."""
+    try:
+        acquire_distributed_beat_lock(sender, **kwargs)
+    except redis.RedisError as exc:
+        outage = getattr(getattr(sender, "scheduler", None), "_outage", None)
+        if outage is None:  # a scheduler other than ours: say it the way Celery's handler would, minus the traceback
+            log.warning("beat: could not take the RedBeat lock at start (%s)", type(exc).__name__)
+        else:
+            outage.failed("lock at start", exc)
