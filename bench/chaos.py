@@ -11,6 +11,9 @@
    consumers hold nothing (then ``SETTLE_S`` more, so a late duplicate is seen).
 4. Count from the dev servers' records (``bench.chaos_count``), check that
    every dyno runs, print one summary line and write docs/RELIABILITY.md.
+5. Read every dyno's log against the log budget (``bench.chaos_budget``): the
+   outage and recovery lines the faults provoke are allowed by name, anything
+   else is a finding and misses the targets like a lost job.
 
 Everything runs on loopback and stops by itself: every wait has a bound.
 """
@@ -35,7 +38,7 @@ from typing import Any
 
 import psutil
 
-from bench import chaos_count, chaos_report
+from bench import chaos_budget, chaos_count, chaos_report
 from bench.chaos_rig import FEED_SPAN_FRACTION, RESTART_CHECK_S, ChaosRig, is_celery_worker
 from deploy.devstack.supervisor import Dyno, Supervisor
 
@@ -203,6 +206,8 @@ def run(*, seed: int, window_s: float, voicy_jobs: int, cairn_jobs: int, kill_ev
         raise
     finally:
         rig.stop()
+        budget = chaos_budget.scan(d.log_path for d in (rig.supervisor.dynos if rig.supervisor else []))
+        keep = keep or not budget.empty  # a finding keeps the logs it names
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
     figures = {
@@ -219,8 +224,10 @@ def run(*, seed: int, window_s: float, voicy_jobs: int, cairn_jobs: int, kill_ev
         "quiet": quiet, "setup_s": round(setup_s, 1), "warmup_s": round(warm_s, 1),
         "quiescence_s": round(quiet_s, 1), "total_s": round(time.monotonic() - started, 1),
         "kept_workdir": str(workdir) if keep else None, "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "log_budget": chaos_budget.figures(budget),
     }
     print(chaos_report.summary_line(figures), flush=True)
+    print(budget.report(), flush=True)
     if keep:
         print(f"fleet logs kept for a post-mortem in {workdir}", flush=True)
     if write_doc:
@@ -268,6 +275,6 @@ def quiet_libraries() -> None:
 
 
 def targets_met(figures: dict[str, Any]) -> bool:
-    """0 lost, 0 duplicate executions, 0 stuck, 0 crashed-and-not-restarted."""
+    """0 lost, 0 duplicate executions, 0 stuck, 0 crashed-and-not-restarted, 0 unexplained log lines."""
     return not (figures["lost"] or figures["duplicate_executions"] or figures["stuck"]
-                or figures["crashed_not_restarted"])
+                or figures["crashed_not_restarted"] or figures.get("log_budget", {}).get("unexplained"))

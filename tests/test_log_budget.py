@@ -160,3 +160,24 @@ def test_a_stray_warning_under_a_logged_warning_is_its_own_finding(tmp_path: Pat
     budget = log_budget.scan([tmp_path], [log_budget.RUN_AS_ROOT])
     assert [f.line_no for f in budget.unexplained] == [1]  # no "worker: Cold shutdown" before it: not allowed
     assert budget.allowed == {log_budget.RUN_AS_ROOT.pattern: 1}
+
+
+def test_a_chaos_run_allows_its_outage_lines_but_not_a_bug(tmp_path: Path) -> None:
+    """``python -m bench chaos`` restarts Redis and NATS and SIGKILLs processes: those lines are explained by
+    its faults; the presence write failing with AttributeError is not a NATS outage, and misses the targets."""
+    from bench import chaos_budget
+    from bench.chaos import targets_met
+
+    write(tmp_path, "provider.1.log",
+          "[2026-12-03 14:42:37,667: WARNING/MainProcess] NATS unavailable (connection: UnexpectedEOF); retrying "
+          "with backoff until it is back",
+          "[2026-12-03 14:42:38,000: WARNING/MainProcess] presence write failed (TimeoutError); retrying every 20s",
+          PRESENCE_BUG.replace("14:05:08", "14:43:00"),
+          "[2026-12-03 14:42:46,228: ERROR/MainProcess] Process 'ForkPoolWorker-1' pid:18830 exited with "
+          "'signal 9 (SIGKILL)'")
+    budget = chaos_budget.scan([tmp_path / "provider.1.log"])
+    assert [f.line_no for f in budget.unexplained] == [3]
+    figures = {"lost": 0, "duplicate_executions": 0, "stuck": 0, "crashed_not_restarted": 0,
+               "log_budget": chaos_budget.figures(budget)}
+    assert figures["log_budget"]["unexplained"] == 1 and not targets_met(figures)
+    assert "presence write failed (AttributeError)" in figures["log_budget"]["lines"][0]

@@ -1,0 +1,80 @@
+"""The chaos run's log budget (H1): what a run of SIGKILLs and service restarts is *expected* to log.
+
+``python -m bench chaos`` ends, like every run that starts the fleet, by reading
+every dyno's log (``deploy.devstack.log_budget``). A chaos run provokes faults
+on purpose, so the outage and recovery lines they cause are allowed here, each
+with its reason and the fault that provokes it; anything else (a traceback, a
+process complaining about something no fault explains) is a finding, counted in
+the figures and failing the run's targets, like a lost job. A line that shows up
+here without a fault to explain it belongs in a fix, not in this list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from deploy.devstack import log_budget
+from deploy.devstack.log_budget import Allow, Budget
+
+SHOWN_FINDINGS = 20  # the figures keep this many unexplained lines (the report prints them all)
+REDIS_RESTART = "python -m bench chaos: the Redis restart of the window"
+NATS_RESTART = "python -m bench chaos: the NATS restart of the window"
+KILLS = "python -m bench chaos: the SIGKILLs of the window"
+
+# The exceptions a NATS restart raises, as the fleet names them in a warning (never AttributeError & co:
+# those are bugs, like the presence write of issue 14).
+_NATS_AWAY = r"(?:TimeoutError|NatsUnavailableError|ConnectionClosedError|NoServersError|UnexpectedEOF" \
+             r"|ConnectionRefusedError|OutboundBufferLimitError|StaleConnectionError)\b"
+
+ALLOW: tuple[Allow, ...] = (
+    # --- Redis restarted (R1: each long-running process logs the outage once, and its end)
+    Allow(r"Redis unavailable( at REDIS_URL)? \(", reason="Redis is away: the outage, logged once per process "
+          "(bridges, beat; workers.outage)", provoked_by=REDIS_RESTART),
+    Allow(r"Redis available again after", reason="the end of that outage", provoked_by=REDIS_RESTART),
+    Allow(r"consumer: Connection to broker lost\. Trying to re-establish the connection",
+          reason="a Celery worker's broker connection dropped with Redis", provoked_by=REDIS_RESTART),
+    Allow(r"consumer: Cannot connect to \S+: Error 111 connecting to",
+          reason="Celery logs each reconnect attempt at ERROR while Redis is down (docs/operations.md §7)",
+          provoked_by=REDIS_RESTART),
+    Allow(r"Connection to Redis lost: Retry \(\d+/\d+\)", reason="Celery's result backend reconnecting",
+          provoked_by=REDIS_RESTART),
+    Allow(r"lease renewal for job \S+ failed \(\w+\); retrying|lease of job \S+ re-taken after a Redis outage",
+          reason="a running job's lease could not be renewed while Redis was away, then is set back",
+          provoked_by=REDIS_RESTART),
+    Allow(r"Redis unavailable: recording the outcome of|outcome of \S+ recorded after Redis came back",
+          reason="a job finished during the outage: its outcome is recorded once Redis answers",
+          provoked_by=REDIS_RESTART),
+    Allow(r"could not record the claim; handed it back to Voicy",
+          reason="Redis failed as the bridge recorded a claim: the job went back to Voicy", provoked_by=REDIS_RESTART),
+    # --- NATS restarted
+    Allow(r"NATS unavailable \(", reason="NATS is away: the outage, logged once per process", provoked_by=NATS_RESTART),
+    Allow(r"NATS available again after", reason="the end of that outage", provoked_by=NATS_RESTART),
+    Allow(r"presence write failed \(" + _NATS_AWAY, reason="a provider worker's presence write met the restart; "
+          "the next interval writes it", provoked_by=NATS_RESTART),
+    Allow(r"for seq \d+ not sent \(NotSentError\); its redelivery applies the recorded outcome",
+          reason="an ack while NATS was away: the redelivery is settled from the ledger", provoked_by=NATS_RESTART),
+    # --- processes SIGKILLed
+    Allow(r"Process 'ForkPoolWorker-\d+' pid:\d+ exited with 'signal 9 \(SIGKILL\)'",
+          reason="a pool child was SIGKILLed; Celery's parent reports it", provoked_by=KILLS),
+    Allow(r"WorkerLostError\('Worker exited prematurely: signal 9 \(SIGKILL\)",
+          reason="the task the SIGKILLed child ran: the job's lease takes it from there", provoked_by=KILLS),
+    Allow(r"job \w+: worker lost; redispatching transcription",
+          reason="the reaper recovers the job of a killed gpu process", provoked_by=KILLS),
+    Allow(r"job \w+: Voicy never recorded /downloaded; completing the handshake",
+          reason="an io process killed between storing the media and POST /downloaded", provoked_by=KILLS),
+)
+
+
+def scan(logs: Iterable[Path]) -> Budget:
+    """Every dyno's log against the baseline and the chaos entries."""
+    return log_budget.scan(logs, [*log_budget.baseline(), *ALLOW])
+
+
+def figures(budget: Budget) -> dict[str, Any]:
+    """The budget as figures: how many lines no entry explains (a target: 0), the first of them,
+    and how often each entry was used."""
+    return {"unexplained": len(budget.unexplained),
+            "lines": [f.line() for f in budget.unexplained[:SHOWN_FINDINGS]],
+            "allowed": dict(budget.allowed)}
