@@ -292,6 +292,8 @@ def verdict(timeout_s: float = DEFAULT_TIMEOUT_S, clear: bool = False) -> list[C
         if clear:
             faults.clear_faults(client)
         workers = liveness.read(client, liveness.WORKER)
+        if cairn is not None:  # several Cairn pools may share this Redis: only this pool's provider workers
+            workers = [w for w in workers if QUEUES_CAIRN[0] not in w.queues or w.pool in (None, cairn.worker_name)]
         checks = [Check("redis", OK, "reachable"), beat_lock(client, app), *pools(workers, queues)]
         if voicy_on:
             checks.append(voicy_bridge(liveness.read(client, liveness.VOICY_BRIDGE)))

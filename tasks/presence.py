@@ -94,6 +94,11 @@ def current_instance_id() -> str | None:
     return _instance
 
 
+def current_pool() -> str | None:
+    """The Cairn pool (``CAIRN_WORKER_NAME``) this worker serves, None when it serves none."""
+    return _settings.worker_name if _settings is not None else None
+
+
 def broadcast_presence() -> None:
     """Ask every live provider-worker instance to write its presence record now (no reply awaited)."""
     app.control.broadcast(PRESENCE_CONTROL)

@@ -1,8 +1,9 @@
-"""Every Celery worker registers itself while it runs: its node, its queues, its Cairn instance (H1).
+"""Every Celery worker registers itself while it runs: its node, its queues, its Cairn pool and instance (H1).
 
 ``switchyard health`` decides from these records whether the ``gpu``, ``io``
 and ``provider`` pools have a worker (``workers.liveness``), and which
-presence record each provider worker must keep live (its ``cairn_instance``).
+presence record each provider worker must keep live (its ``pool`` and
+``cairn_instance``: several Cairn pools may share one Redis).
 The record is renewed from a daemon thread of the worker's *main* process,
 started at ``worker_ready`` and stopped, with the record deleted, as soon as
 the worker starts shutting down (``worker_shutting_down``, sent on a warm and a
@@ -50,7 +51,8 @@ def _register(sender: Any = None, **_: object) -> None:
 
     def write() -> None:
         liveness.renew(client, liveness.ProcessRecord(role=liveness.WORKER, name=node, queues=queues,
-                                                      cairn_instance=presence.current_instance_id()))
+                                                      cairn_instance=presence.current_instance_id(),
+                                                      pool=presence.current_pool()))
 
     _client, _node, _renewer = client, node, liveness.Renewer(write).start()
 

@@ -45,7 +45,7 @@ from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
 from ops import health
 from ops.doctor import Check
-from workers import faults
+from workers import faults, liveness
 from workers.cairn.settings import DEFAULT_ACK_WAIT_S, DEFAULT_MAX_DELIVER, load_cairn_settings
 from workers.cairn.webhooks import reset_rules
 
@@ -265,6 +265,24 @@ def test_presence_with_the_wrong_webhooks_flag_fails(fleet: Fleet, monkeypatch: 
     """The pool runs with webhooks on; a verdict for a pool with webhooks off sees every instance's flag wrong."""
     checks = wait_for(fleet, monkeypatch, "cairn presence", CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN="")
     assert "report webhooks=true but webhooks are off" in checks["cairn presence"].detail
+
+
+def test_another_pools_provider_worker_is_not_this_pools_instance(fleet: Fleet,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several Cairn pools may share one Redis: a provider worker of another pool (its own presence under
+    its own pool's keys) is neither counted nor expected to be present here."""
+    wait_for(fleet, monkeypatch, "")
+    client = redis.Redis.from_url(fleet.redis_url)
+    other = liveness.ProcessRecord(role=liveness.WORKER, name="provider.1@elsewhere", queues=["provider"],
+                                   pool="another-pool", cairn_instance="provider-1-elsewhere")
+    liveness.renew(client, other)
+    try:
+        checks = verdict(fleet.health_env(), monkeypatch)
+        assert not failing(checks), failing(checks)
+        assert "elsewhere" not in checks["pool provider"].detail + checks["cairn presence"].detail
+    finally:
+        liveness.forget(client, liveness.WORKER, other.name)
+        client.close()
 
 
 def test_a_deleted_consumer_fails_until_the_bridge_binds_it_again(fleet: Fleet,

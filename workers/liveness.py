@@ -60,7 +60,7 @@ class ProcessRecord(BaseModel):
     state: str = OK  # "ok", or why this process cannot do its work now
     queues: list[str] = Field(default_factory=list)  # worker: the Celery queues it consumes
     cairn_instance: str | None = None  # worker: its presence instance id (a provider worker)
-    pool: str | None = None  # cairn_bridge: the pool (CAIRN_WORKER_NAME) it serves
+    pool: str | None = None  # worker, cairn_bridge: the Cairn pool (CAIRN_WORKER_NAME) it serves
     pulling: list[str] = Field(default_factory=list)  # cairn_bridge: durables whose last fetch answered
     nats_connected: bool | None = None  # cairn_bridge: its NATS connection is up
 
