@@ -27,6 +27,9 @@ from tests.conftest import wait_until
 from tests.test_procfile import ProcfileProcess, fleet_env, launch  # noqa: F401 - the fixture
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
 
+# H1: each test's processes end with an empty log budget (tests/conftest.py ``log_budget``).
+pytestmark = pytest.mark.usefixtures("log_budget")
+
 OBSERVE_S = 65.0  # > 60 s: at least three presence intervals of the default 20 s
 SAMPLE_INTERVAL_S = 1.0  # how often the test reads core's presence bucket
 START_TIMEOUT_S = 60.0
