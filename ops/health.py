@@ -11,10 +11,10 @@ processes keep themselves, never by asking them:
   the configured sides need (``workers.liveness`` records, ``tasks.registration``);
 * ``beat lock``: a beat holds the RedBeat lock (``tasks.scheduler``);
 * ``voicy bridge``: a Voicy bridge is polling (its liveness record says ``ok``);
-* ``cairn presence``: every provider worker's presence record is live for core
-  (``last_seen`` within ``CAIRN_PRESENCE_LIVE_S``, core's 45 s), at least one is,
-  and each has the ``webhooks`` flag the pool's configuration implies;
-* ``cairn manifest``: the pool's manifest is younger than ``CAIRN_MANIFEST_MAX_AGE_S`` (15 min);
+* ``cairn presence``: every provider worker of the pool last wrote its presence
+  record within ``CAIRN_PRESENCE_LIVE_S`` (core's 45 s), at least one did, and
+  each wrote the ``webhooks`` flag the pool's configuration implies;
+* ``cairn manifest``: the pool's manifest was written within ``CAIRN_MANIFEST_MAX_AGE_S`` (15 min);
 * ``cairn consumers``: every durable the pool needs (``bridges.cairn.consumers``,
   plus the webhook consumer when webhooks are on) exists and a live bridge pulls it;
 * ``faults``: no permanent fault is recorded (``workers.faults``).
@@ -23,19 +23,26 @@ Which parts apply comes from the same configuration the fleet runs with: the
 Voicy parts when ``VOICY_WORKER_API_URL`` is set, the Cairn parts when
 ``CAIRN_NATS_URL`` is. A part whose service is unreachable is skipped, naming
 it, so one outage is one FAIL line. Every network call has a timeout.
+
+It runs with the pool's own NATS login, under core's worker template (contract
+§1), which lets a pool write its presence and manifest but not read them back:
+so presence and the manifest are judged from what the processes noted in Redis
+when each write was acknowledged (``tasks.registration``, ``tasks.presence``),
+and NATS is asked only what the template grants (the presence bucket's stream
+info, the pool's own consumers' info). ``switchyard check cairn``, run with
+core's access, reads the buckets themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import nats
-from nats.js.errors import NoKeysError, NotFoundError
+from nats.js.errors import NotFoundError
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -46,7 +53,7 @@ from workers import faults, liveness
 from workers.cairn import subjects
 from workers.cairn.nats_conn import connect_options
 from workers.cairn.settings import CairnSettings, load_cairn_settings
-from workers.cairn.webhooks import webhooks_enabled
+from workers.cairn.webhooks import enabled as webhooks_enabled
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import redact, setup_logging
@@ -58,7 +65,7 @@ PRESENCE_LIVE_S = 45.0  # core counts a presence record live this long (referenc
 MANIFEST_MAX_AGE_S = 900.0  # the manifest bucket's TTL (contract §1): older is gone for core
 REDBEAT_KEY_PREFIX = "redbeat:"  # RedBeat's default; its lock is ``<prefix>:lock``
 QUEUES_VOICY = ("gpu", "io")
-QUEUES_CAIRN = ("provider",)
+PROVIDER_QUEUE_PREFIX = "provider."  # a pool's queue is provider.<worker_name> (tasks.routes)
 DETAIL_MAX_CHARS = 400
 NATS_RETRY_WAIT_S = 0.1
 
@@ -114,83 +121,62 @@ def voicy_bridge(records: list[liveness.ProcessRecord]) -> Check:
 
 
 def recorded_faults(client: Any) -> Check:
-    found = faults.read_faults(client)
-    problems = [f"{f.component}: {f.detail} (since {datetime.fromtimestamp(f.at, UTC):%Y-%m-%d %H:%M:%S} UTC)"
-                for f in found]
+    problems = [f"{f.component}: {f.detail} (since {f.at:%Y-%m-%d %H:%M:%S} UTC)" for f in faults.read_faults(client)]
     return _part("faults", problems, "none recorded")
 
 
-# --- NATS: the pool as core sees it -----------------------------------------------------------------
-def _age_s(stamp: Any, now: float) -> float | None:
-    try:
-        return now - datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+def clear_faults(client: Any) -> None:
+    """``--clear-faults``: the operator fixed the causes; a fault that persists is recorded again."""
+    for fault in faults.read_faults(client):
+        faults.clear_fault(client, fault.component)
 
 
-async def _kv_records(js: Any, bucket: str, prefix: str, timeout_s: float) -> dict[str, dict[str, Any]]:
-    kv = await asyncio.wait_for(js.key_value(bucket), timeout_s)
-    try:
-        keys = await asyncio.wait_for(kv.keys(), timeout_s)
-    except NoKeysError:  # an empty bucket
-        keys = []
-    found: dict[str, dict[str, Any]] = {}
-    for key in keys:
-        if key == prefix or key.startswith(prefix + "."):
-            entry = await asyncio.wait_for(kv.get(key), timeout_s)
-            try:
-                found[key] = json.loads(entry.value or b"{}")
-            except ValueError:
-                found[key] = {}
-    return found
-
-
-async def presence(js: Any, settings: CairnSettings, live_s: float, provider_workers: list[liveness.ProcessRecord],
-                   webhooks: bool, timeout_s: float) -> Check:
-    now, pool = time.time(), settings.worker_name
-    records = await _kv_records(js, subjects.PRESENCE_BUCKET, pool, timeout_s)
-    ages = {key.removeprefix(pool + "."): _age_s(r.get("last_seen"), now) for key, r in records.items()}
-    live = {iid: records[subjects.presence_key(pool, iid)] for iid, age in ages.items()
-            if age is not None and age <= live_s}
+def presence(pool: str, provider_workers: list[liveness.ProcessRecord], live_s: float, webhooks: bool) -> Check:
+    """Each provider worker notes when its presence write was acknowledged, and the flag it wrote."""
+    now = time.time()
+    live = [w for w in provider_workers if w.presence_at is not None and now - w.presence_at <= live_s]
     problems = []
     if not live:
-        seen = [f"{iid} {age:.0f}s ago" for iid, age in ages.items() if age is not None]
-        problems.append(f"no live presence record for pool {pool} (core counts {live_s:.0f}s)"
-                        + (f"; last seen: {', '.join(seen)}" if seen else ""))
+        seen = [f"{w.name} {now - w.presence_at:.0f}s ago" for w in provider_workers if w.presence_at is not None]
+        problems.append(f"no live presence for pool {pool} (core counts {live_s:.0f}s)"
+                        + (f"; last written: {', '.join(seen)}" if seen else ""))
     silent = [w.name for w in provider_workers if w.cairn_instance is None]
     if silent:
         problems.append(f"provider worker(s) {', '.join(silent)} write no presence (is CAIRN_NATS_URL set there?)")
-    missing = [w.cairn_instance for w in provider_workers if w.cairn_instance and w.cairn_instance not in live]
-    if missing:
-        problems.append(f"provider instance(s) {', '.join(missing)} run but their presence is not live: "
-                        "see that worker's log (presence write failed ...)")
-    wrong = sorted(iid for iid, record in live.items() if bool(record.get("webhooks")) != webhooks)
+    stale = [w.name for w in provider_workers if w.cairn_instance is not None and w not in live]
+    if stale and live:
+        problems.append(f"{', '.join(stale)} run but their presence is not live: see that worker's log "
+                        "(presence write failed ...)")
+    wrong = [w.name for w in live if w.presence_webhooks is not webhooks]
     if wrong:
         why = "webhooks are on (a verify token is set)" if webhooks else "webhooks are off"
         problems.append(f"{', '.join(wrong)} report webhooks={str(not webhooks).lower()} but {why}"
                         + ("; is the webhook consumer there?" if webhooks else ""))
-    return _part("cairn presence", problems,
-                 f"{len(live)} live instance(s), webhooks={str(webhooks).lower()}: {', '.join(sorted(live))}")
+    flag = str(webhooks).lower()
+    return _part(f"cairn presence {pool}", problems,
+                 f"{len(live)} live instance(s), webhooks={flag}: " + ", ".join(str(w.cairn_instance) for w in live))
 
 
-async def manifest(js: Any, settings: CairnSettings, max_age_s: float, timeout_s: float) -> Check:
-    records = await _kv_records(js, subjects.MANIFEST_BUCKET, settings.worker_name, timeout_s)
-    record = records.get(settings.worker_name)
-    if record is None:
-        return Check("cairn manifest", FAIL, f"no manifest for pool {settings.worker_name}: a provider worker "
-                                             "writes it at start and beat every 10 min")
-    age = _age_s(record.get("updated_at"), time.time())
-    if age is None or age > max_age_s:
-        return Check("cairn manifest", FAIL, f"manifest of {settings.worker_name} is stale "
-                     f"({'unreadable updated_at' if age is None else f'{age:.0f}s old'}, limit {max_age_s:.0f}s): "
-                     "is beat running?")
-    return Check("cairn manifest", OK, f"updated {age:.0f}s ago")
+def manifest(pool: str, provider_workers: list[liveness.ProcessRecord], max_age_s: float) -> Check:
+    """Any provider worker of the pool writes the manifest (at its start, then every 10 min): the latest counts."""
+    written = max((w.manifest_at for w in provider_workers if w.manifest_at is not None), default=None)
+    if written is None:
+        return Check(f"cairn manifest {pool}", FAIL, f"no provider worker of pool {pool} has written its manifest: "
+                                             "each writes it at start, then every 10 min (see their logs)")
+    age = time.time() - written
+    if age > max_age_s:
+        return Check(f"cairn manifest {pool}", FAIL, f"manifest of {pool} written {age:.0f}s ago "
+                                                     f"(limit {max_age_s:.0f}s): see the provider workers' logs "
+                                                     "(manifest write failed ...)")
+    return Check(f"cairn manifest {pool}", OK, f"written {age:.0f}s ago")
 
 
+# --- NATS: what the pool's own login may ask ------------------------------------------------------
 def needed_consumers(settings: CairnSettings) -> list[JobConsumer]:
     """The pool's job durables, and its webhook durable when webhooks are on (as the bridge makes them)."""
-    needed = pool_consumers(settings, get_provider(settings.provider, settings))
-    if webhooks_enabled(settings.provider):
+    provider = get_provider(settings.provider, settings)
+    needed = pool_consumers(settings, provider)
+    if webhooks_enabled(provider.webhook_rules()):
         needed.append(webhook_consumer(settings))
     return needed
 
@@ -208,7 +194,8 @@ async def consumers(js: Any, settings: CairnSettings, bridges: list[liveness.Pro
     if missing:
         problems.append(f"missing: {', '.join(missing)} (the cairn bridge creates them at start: restart it)")
     if bridges is None:
-        return _part("cairn consumers", problems, f"{len(needed)} exist (whether a bridge pulls them needs Redis)")
+        return _part(f"cairn consumers {settings.worker_name}", problems,
+                     f"{len(needed)} exist (whether a bridge pulls them needs Redis)")
     if not bridges:
         problems.append(f"no cairn bridge of pool {settings.worker_name} is running: start python -m bridges cairn")
     else:
@@ -216,16 +203,19 @@ async def consumers(js: Any, settings: CairnSettings, bridges: list[liveness.Pro
         unpulled = [c.durable for c in needed if c.durable not in pulled and c.durable not in missing]
         if unpulled:
             problems.append(f"not pulled by any bridge: {', '.join(unpulled)} (see the cairn bridge's log)")
-    return _part("cairn consumers", problems, f"{len(needed)} bound, pulled by {_names(bridges or [])}")
+    return _part(f"cairn consumers {settings.worker_name}", problems,
+                 f"{len(needed)} bound, pulled by {_names(bridges or [])}")
 
 
 async def _quiet(exc: Exception) -> None:
     """nats-py's default error callback logs a traceback per failed attempt; the part's line says enough."""
 
 
-async def cairn_parts(settings: CairnSettings, windows: HealthSettings, workers: list[liveness.ProcessRecord] | None,
-                      bridges: list[liveness.ProcessRecord] | None, timeout_s: float) -> list[Check]:
-    after = ("cairn presence", "cairn manifest", "cairn consumers")
+async def nats_parts(settings: CairnSettings, bridges: list[liveness.ProcessRecord] | None,
+                     timeout_s: float) -> list[Check]:
+    """``nats <pool>`` (this host connects as the pool, JetStream answers, no bridge of the pool reports
+    NATS down) and ``cairn consumers <pool>``."""
+    pool = settings.worker_name
     # nats-py counts max_reconnect_attempts=0 as unlimited: one retry, then NoServersError.
     options = {**connect_options(settings), "allow_reconnect": False, "max_reconnect_attempts": 1,
                "reconnect_time_wait": NATS_RETRY_WAIT_S, "connect_timeout": timeout_s, "error_cb": _quiet}
@@ -233,25 +223,22 @@ async def cairn_parts(settings: CairnSettings, windows: HealthSettings, workers:
         nc = await asyncio.wait_for(nats.connect(**options), timeout_s)
     except Exception as exc:  # noqa: BLE001 - any connect failure is this part's answer
         reason = "timed out" if isinstance(exc, asyncio.TimeoutError) else type(exc).__name__
-        return [Check("nats", FAIL, f"cannot connect to CAIRN_NATS_URL ({reason}); check the URL and "
-                                    "CAIRN_WORKER_ENROLLMENT_TOKEN / CAIRN_NATS_*")] + \
-            [Check(name, SKIP, "needs NATS") for name in after]
+        return [Check(f"nats {pool}", FAIL, f"cannot connect to CAIRN_NATS_URL as pool {pool} ({reason}); check "
+                                            "the URL and the pool's CAIRN_WORKER_ENROLLMENT_TOKEN / CAIRN_NATS_*"),
+                Check(f"cairn consumers {pool}", SKIP, "needs NATS")]
     try:
         js = nc.jetstream(timeout=timeout_s)
-        try:
-            await asyncio.wait_for(js.account_info(), timeout_s)
-        except Exception as exc:  # noqa: BLE001 - JetStream off or not answering
-            return [Check("nats", FAIL, f"connected, but JetStream does not answer ({type(exc).__name__})")] + \
-                [Check(name, SKIP, "needs JetStream") for name in after]
+        try:  # the presence bucket's stream info: what core's worker template grants
+            await asyncio.wait_for(js.key_value(subjects.PRESENCE_BUCKET), timeout_s)
+        except Exception as exc:  # noqa: BLE001 - JetStream off, core's buckets missing, not answering
+            return [Check(f"nats {pool}", FAIL, f"connected, but JetStream does not show core's "
+                                                f"{subjects.PRESENCE_BUCKET} bucket ({type(exc).__name__}): "
+                                                "is core running on this NATS?"),
+                    Check(f"cairn consumers {pool}", SKIP, "needs JetStream")]
         down = [b.name for b in bridges or [] if b.nats_connected is False]
-        nats_part = _part("nats", [f"cairn bridge {', '.join(down)} reports its NATS connection down"] if down
-                          else [], "reachable, JetStream answers")
-        provider_workers = [w for w in workers or [] if QUEUES_CAIRN[0] in w.queues]
-        return [nats_part] + [await _guarded(name, coro) for name, coro in (
-            ("cairn presence", presence(js, settings, windows.presence_live_s, provider_workers,
-                                        webhooks_enabled(settings.provider), timeout_s)),
-            ("cairn manifest", manifest(js, settings, windows.manifest_max_age_s, timeout_s)),
-            ("cairn consumers", consumers(js, settings, bridges, timeout_s)))]
+        nats_part = _part(f"nats {pool}", [f"cairn bridge {', '.join(down)} reports its NATS connection down"]
+                          if down else [], "reachable, JetStream answers")
+        return [nats_part, await _guarded(f"cairn consumers {pool}", consumers(js, settings, bridges, timeout_s))]
     finally:
         await nc.close()
 
@@ -278,33 +265,70 @@ def verdict(timeout_s: float = DEFAULT_TIMEOUT_S, clear: bool = False) -> list[C
     except ConfigError as exc:
         return [Check("settings", FAIL, str(exc))]
     voicy_on = bool(os.environ.get("VOICY_WORKER_API_URL"))
-    queues = (QUEUES_VOICY if voicy_on else ()) + (QUEUES_CAIRN if cairn is not None else ())
     client = sync_client(fleet.redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-    workers = bridges = None
     try:
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - any Redis failure is this part's answer
-        checks = [Check("redis", FAIL, f"cannot reach REDIS_URL ({type(exc).__name__}); nothing of the fleet "
-                                       "works without it")]
-        names = ["beat lock", *(f"pool {q}" for q in queues), *(["voicy bridge"] if voicy_on else []), "faults"]
-        checks += [Check(name, SKIP, "needs Redis") for name in names]
-    else:
-        if clear:
-            faults.clear_faults(client)
-        workers = liveness.read(client, liveness.WORKER)
-        if cairn is not None:  # several Cairn pools may share this Redis: only this pool's provider workers
-            workers = [w for w in workers if QUEUES_CAIRN[0] not in w.queues or w.pool in (None, cairn.worker_name)]
-        checks = [Check("redis", OK, "reachable"), beat_lock(client, app), *pools(workers, queues)]
-        if voicy_on:
-            checks.append(voicy_bridge(liveness.read(client, liveness.VOICY_BRIDGE)))
-        if cairn is not None:
-            bridges = [b for b in liveness.read(client, liveness.CAIRN_BRIDGE) if b.pool == cairn.worker_name]
-        checks.append(recorded_faults(client))
+        try:
+            client.ping()
+        except Exception as exc:  # noqa: BLE001 - any Redis failure is this part's answer
+            names = ["beat lock", *(f"pool {q}" for q in QUEUES_VOICY if voicy_on),
+                     *(["voicy bridge"] if voicy_on else []), "faults"]
+            checks = [Check("redis", FAIL, f"cannot reach REDIS_URL ({type(exc).__name__}); nothing of the fleet "
+                                           "works without it"), *(Check(name, SKIP, "needs Redis") for name in names)]
+            pools_seen: dict[str, PoolView] = {}
+        else:
+            if clear:
+                clear_faults(client)
+            checks, pools_seen = _redis_parts(client, app, windows, cairn, voicy_on)
     finally:
         client.close()
-    if cairn is not None:
-        checks += asyncio.run(cairn_parts(cairn, windows, workers, bridges, timeout_s))
+    for part in pools_seen.values() if cairn is not None else ():
+        checks += asyncio.run(nats_parts(part.settings, part.bridges, timeout_s))
+    if cairn is not None and not pools_seen:
+        checks += asyncio.run(nats_parts(cairn, None, timeout_s))
     return checks
+
+
+@dataclass
+class PoolView:
+    """One Cairn pool as the records show it: its settings, provider workers and bridges."""
+
+    settings: CairnSettings
+    workers: list[liveness.ProcessRecord]
+    bridges: list[liveness.ProcessRecord]
+
+
+def cairn_pools(cairn: CairnSettings, workers: list[liveness.ProcessRecord],
+                bridges: list[liveness.ProcessRecord]) -> dict[str, PoolView]:
+    """The configured pool (``CAIRN_WORKER_NAME``), and every other pool a worker or bridge record names
+    (a Procfile may run several, each line naming its own): each with its own settings and login."""
+    providers = {r.pool: r.provider for r in [*workers, *bridges] if r.pool and r.provider}
+    providers.setdefault(cairn.worker_name, cairn.provider)
+    found = {}
+    for pool, provider in sorted(providers.items()):
+        settings = cairn if pool == cairn.worker_name else load_cairn_settings(worker_name=pool, provider=provider)
+        queue = PROVIDER_QUEUE_PREFIX + pool
+        found[pool] = PoolView(settings, [w for w in workers if queue in w.queues],
+                            [b for b in bridges if b.pool == pool])
+    return found
+
+
+def _redis_parts(client: Any, app: Any, windows: HealthSettings, cairn: CairnSettings | None,
+                 voicy_on: bool) -> tuple[list[Check], dict[str, PoolView]]:
+    """Every part read from Redis (Redis answered), and the Cairn pools found there."""
+    workers = liveness.read(client, liveness.WORKER)
+    checks = [Check("redis", OK, "reachable"), beat_lock(client, app)]
+    if voicy_on:
+        checks += [*pools(workers, QUEUES_VOICY), voicy_bridge(liveness.read(client, liveness.VOICY_BRIDGE))]
+    found: dict[str, PoolView] = {}
+    if cairn is not None:
+        found = cairn_pools(cairn, workers, liveness.read(client, liveness.CAIRN_BRIDGE))
+        for pool, part in found.items():
+            webhooks = webhooks_enabled(get_provider(part.settings.provider, part.settings).webhook_rules())
+            checks += [*pools(part.workers, (PROVIDER_QUEUE_PREFIX + pool,)),
+                       presence(pool, part.workers, windows.presence_live_s, webhooks),
+                       manifest(pool, part.workers, windows.manifest_max_age_s)]
+    checks.append(recorded_faults(client))
+    return checks, found
 
 
 def run(out: TextIO, timeout_s: float = DEFAULT_TIMEOUT_S, clear: bool = False) -> int:

@@ -94,9 +94,22 @@ def current_instance_id() -> str | None:
     return _instance
 
 
-def current_pool() -> str | None:
-    """The Cairn pool (``CAIRN_WORKER_NAME``) this worker serves, None when it serves none."""
-    return _settings.worker_name if _settings is not None else None
+def current_pool() -> tuple[str, str] | None:
+    """The Cairn pool (``CAIRN_WORKER_NAME``) this worker serves and its provider, None when it serves none."""
+    return (_settings.worker_name, _settings.provider) if _settings is not None else None
+
+
+def last_presence() -> tuple[float, bool] | None:
+    """When this worker last wrote its presence record (epoch s) and the ``webhooks`` flag it wrote,
+    None before the first write (``tasks.registration`` reports it to ``switchyard health``)."""
+    if _timer is None or _timer.last_written_at is None or _timer.last_record is None:
+        return None
+    return _timer.last_written_at, bool(_timer.last_record.get("webhooks"))
+
+
+def last_manifest() -> float | None:
+    """When this worker last wrote its pool's manifest (epoch s), None before the first write."""
+    return _timer.last_manifest_at if _timer is not None else None
 
 
 def broadcast_presence() -> None:

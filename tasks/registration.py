@@ -1,9 +1,12 @@
 """Every Celery worker registers itself while it runs: its node, its queues, its Cairn pool and instance (H1).
 
 ``switchyard health`` decides from these records whether the ``gpu``, ``io``
-and ``provider`` pools have a worker (``workers.liveness``), and which
-presence record each provider worker must keep live (its ``pool`` and
-``cairn_instance``: several Cairn pools may share one Redis).
+and ``provider`` pools have a worker (``workers.liveness``), and whether each
+provider worker's presence is live for core and its pool's manifest fresh:
+the record carries when its presence timer last wrote the presence record
+(with the ``webhooks`` flag it wrote) and the manifest (the pool's NATS
+permissions, core's worker template, let it write both buckets but not read
+them back), with its ``pool`` (several Cairn pools may share one Redis).
 The record is renewed from a daemon thread of the worker's *main* process,
 started at ``worker_ready`` and stopped, with the record deleted, as soon as
 the worker starts shutting down (``worker_shutting_down``, sent on a warm and a
@@ -50,9 +53,12 @@ def _register(sender: Any = None, **_: object) -> None:
                          socket_connect_timeout=liveness.REDIS_TIMEOUT_S)
 
     def write() -> None:
-        liveness.renew(client, liveness.ProcessRecord(role=liveness.WORKER, name=node, queues=queues,
-                                                      cairn_instance=presence.current_instance_id(),
-                                                      pool=presence.current_pool()))
+        written, pool = presence.last_presence(), presence.current_pool()
+        liveness.renew(client, liveness.ProcessRecord(
+            role=liveness.WORKER, name=node, queues=queues, pool=pool[0] if pool else None,
+            provider=pool[1] if pool else None,
+            cairn_instance=presence.current_instance_id(), presence_at=written[0] if written else None,
+            presence_webhooks=written[1] if written else None, manifest_at=presence.last_manifest()))
 
     _client, _node, _renewer = client, node, liveness.Renewer(write).start()
 

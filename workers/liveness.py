@@ -60,7 +60,11 @@ class ProcessRecord(BaseModel):
     state: str = OK  # "ok", or why this process cannot do its work now
     queues: list[str] = Field(default_factory=list)  # worker: the Celery queues it consumes
     cairn_instance: str | None = None  # worker: its presence instance id (a provider worker)
+    presence_at: float | None = None  # worker: when its presence record was last written (epoch s)
+    presence_webhooks: bool | None = None  # worker: the ``webhooks`` flag that record carries
+    manifest_at: float | None = None  # worker: when it last wrote its pool's manifest (epoch s)
     pool: str | None = None  # worker, cairn_bridge: the Cairn pool (CAIRN_WORKER_NAME) it serves
+    provider: str | None = None  # worker, cairn_bridge: that pool's provider (CAIRN_PROVIDER)
     pulling: list[str] = Field(default_factory=list)  # cairn_bridge: durables whose last fetch answered
     nats_connected: bool | None = None  # cairn_bridge: its NATS connection is up
 

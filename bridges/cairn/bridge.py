@@ -303,7 +303,8 @@ class CairnBridge:
             connected = self.nc is not None and self.nc.is_connected and not self.nats_outage.down
             pulling = sorted(self.pulls.pulling) if self.pulls is not None else []
             record = liveness.ProcessRecord(role=liveness.CAIRN_BRIDGE, name=self.instance,
-                                            pool=self.settings.worker_name, pulling=pulling,
+                                            pool=self.settings.worker_name, provider=self.settings.provider,
+                                            pulling=pulling,
                                             nats_connected=connected)
             try:
                 await asyncio.wait_for(liveness.arenew(self._aredis, record), liveness.REDIS_TIMEOUT_S)

@@ -174,6 +174,11 @@ class PresenceTimer:
         self._thread: threading.Thread | None = None
         self._failing = False
         self.writes = 0
+        # The last record written and when (epoch s): what this instance tells ``switchyard health``
+        # (``tasks.registration``), since a pool's NATS permissions may write presence but not read it.
+        self.last_record: dict[str, Any] | None = None
+        self.last_written_at: float | None = None
+        self.last_manifest_at: float | None = None  # the same, for the manifest
 
     def start(self) -> None:
         """Write now, then every interval, from a daemon thread."""
@@ -185,7 +190,7 @@ class PresenceTimer:
         """Write the record once; True when written. Failures are logged (once per outage), never raised."""
         with self._lock:
             try:
-                written = self._write() is not None
+                record = self._write()
             except Exception as exc:  # noqa: BLE001 - NATS away: the next interval tries again
                 if not self._failing:
                     # NATS away, or a refusal (reported at ERROR by the connection), is expected: its
@@ -201,6 +206,9 @@ class PresenceTimer:
             if self._failing:
                 log.info("presence written again")
                 self._failing = False
+            written = record is not None
+            if isinstance(record, dict):
+                self.last_record, self.last_written_at = record, time.time()
             self.writes += int(written)
             return written
 
@@ -220,6 +228,7 @@ class PresenceTimer:
                 log.info("manifest written again")
             self._manifest_failing = False
             self.manifests += 1
+            self.last_manifest_at = time.time()
             self._manifest_due = time.monotonic() + self.manifest_interval_s
         return written
 
