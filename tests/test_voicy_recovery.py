@@ -23,6 +23,7 @@ pipeline and beat task code where a test must control each step.
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ import pytest
 import redis
 
 from bridges.voicy import VoicyBridge
+from deploy.devstack import services
 from deploy.devstack.stack import start_beat, start_bridge
 from tests.conftest import wait_until
 from tests.gate import Gate
@@ -236,3 +238,50 @@ def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expire
     assert (server.get_job(live)["heartbeatAt"] - claimed_at[live]).total_seconds() >= SERVER_CLOCK_SKIP_S
     assert server.get_job(expired)["heartbeatAt"] == claimed_at[expired]
     assert sorted(rt.fleet.held_ids()) == sorted([live, expired])  # the reaper, not the heartbeat, ends jobs
+
+
+# --------------------------------- 5. Redis goes away right after the result landed at Voicy
+@pytest.fixture()
+def voicy_result_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, Any]]:
+    """A Redis of its own (with an AOF, so a crash keeps its data), the dev Voicy API with a gate on
+    ``/result``, fake Telegram, and this process as a fleet member on them."""
+    from deploy.devstack.voicy_api import server as server_module
+
+    gate = Gate.path_suffix("/result", once=True)
+    build_app = server_module.build_app
+    monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
+    own = services.start_redis(tmp_path / "redis", appendonly=True, appendfsync="always")
+    try:
+        with voicy_dev_stack(tmp_path, own.url, "result-gate",
+                             VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as (server, telegram, env):
+            try:
+                with fleet_runtime(env, monkeypatch) as rt:
+                    yield server, telegram, gate, (own, rt)
+            finally:
+                gate.open()
+    finally:
+        own.stop()
+
+
+def test_redis_lost_after_the_result_landed_fails_neither_the_job_nor_the_task(voicy_result_gate) -> None:
+    """The transcription's result is accepted, then Redis is gone for its cleanup: the job is done (no
+    ``failure`` after the result), the task ends normally, and the records wait for the reaper. It used
+    to post a failure and end in an ERROR with a traceback (found by the chaos run's log budget)."""
+    server, telegram, gate, (own, rt) = voicy_result_gate
+    job_id = enqueue_fixture(server, telegram, short_item())
+    claimed_id, token = claim_without_sending(rt)
+    next_token = pipeline.run_download(rt, claimed_id, token)
+    assert claimed_id == job_id and next_token and pipeline.confirm_grant(rt, job_id, next_token)
+    gate.arm()
+    outcome: list[object] = []
+    task = threading.Thread(target=lambda: outcome.append(pipeline.run_transcription(rt, job_id, next_token)))
+    task.start()
+    assert gate.arrived.wait(JOB_DONE_TIMEOUT_S), "the transcription never posted its result"
+    services.kill(own)  # Redis crashes while the result is on its way to Voicy
+    gate.open()
+    task.join(JOB_DONE_TIMEOUT_S)
+    assert outcome == [True]  # the task returned: no exception escaped it
+    assert server.get_job(job_id)["status"] == "completed"
+    assert not requests_for(server, job_id, "failure")
+    services.start_again(own)
+    assert rt.fleet.held_ids() == [job_id]  # left for the reaper, which ends it (the job is gone at Voicy)
