@@ -46,6 +46,9 @@ ALLOW: tuple[Allow, ...] = (
     Allow(r"Redis unavailable: recording the outcome of|outcome of \S+ recorded after Redis came back",
           reason="a job finished during the outage: its outcome is recorded once Redis answers",
           provoked_by=REDIS_RESTART),
+    Allow(r"job \w+: result posted; its records wait for Redis",
+          reason="a transcription's result landed just before the outage: its cleanup is left to the reaper",
+          provoked_by=REDIS_RESTART),
     Allow(r"could not record the claim; handed it back to Voicy",
           reason="Redis failed as the bridge recorded a claim: the job went back to Voicy", provoked_by=REDIS_RESTART),
     # --- NATS restarted
@@ -61,7 +64,8 @@ ALLOW: tuple[Allow, ...] = (
     Allow(r"WorkerLostError\('Worker exited prematurely: signal 9 \(SIGKILL\)",
           reason="the task the SIGKILLed child ran: the job's lease takes it from there", provoked_by=KILLS),
     Allow(r"job \w+: worker lost; redispatching transcription",
-          reason="the reaper recovers the job of a killed gpu process", provoked_by=KILLS),
+          reason="the reaper recovers the job of a killed gpu process (or one whose records waited for Redis)",
+          provoked_by=KILLS),
     Allow(r"job \w+: Voicy never recorded /downloaded; completing the handshake",
           reason="an io process killed between storing the media and POST /downloaded", provoked_by=KILLS),
 )
