@@ -52,7 +52,7 @@ from ops.doctor import FAIL, OK, SKIP, Check
 from workers import faults, liveness
 from workers.cairn import subjects
 from workers.cairn.nats_conn import connect_options
-from workers.cairn.settings import CairnSettings, load_cairn_settings
+from workers.cairn.settings import POOL_CREDENTIALS, CairnSettings, load_cairn_settings, pool_variable
 from workers.cairn.webhooks import enabled as webhooks_enabled
 from workers.config import load_settings
 from workers.errors import ConfigError
@@ -281,11 +281,22 @@ def verdict(timeout_s: float = DEFAULT_TIMEOUT_S, clear: bool = False) -> list[C
             checks, pools_seen = _redis_parts(client, app, windows, cairn, voicy_on)
     finally:
         client.close()
-    for part in pools_seen.values() if cairn is not None else ():
+    for pool, part in pools_seen.items() if cairn is not None else ():
+        if pool != cairn.worker_name and not has_own_login(pool):  # type: ignore[union-attr]
+            checks += [Check(f"{name} {pool}", SKIP, f"no NATS login of pool {pool} here "
+                             f"({pool_variable(pool, 'nats_user')} …): its parts need it")
+                       for name in ("nats", "cairn consumers")]
+            continue
         checks += asyncio.run(nats_parts(part.settings, part.bridges, timeout_s))
     if cairn is not None and not pools_seen:
         checks += asyncio.run(nats_parts(cairn, None, timeout_s))
     return checks
+
+
+def has_own_login(pool: str) -> bool:
+    """Whether this environment holds ``pool``'s own NATS login (``CAIRN_POOL_<NAME>_*``). Another pool's
+    JetStream API is outside a pool's template: asked with the configured pool's login it would be refused."""
+    return any(os.environ.get(pool_variable(pool, field), "").strip() for field in POOL_CREDENTIALS)
 
 
 @dataclass
