@@ -228,39 +228,21 @@ def test_a_recorded_fault_is_named_until_it_is_cleared(fleet: Fleet, monkeypatch
         client.close()
 
 
-def test_a_stopped_beat_fails_the_lock(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("kind", "part", "why"), [
+    ("beat", "beat lock", "no beat holds the RedBeat lock redbeat::lock"),  # a clean stop releases the lock
+    ("voicy_bridge", "voicy bridge", "no Voicy bridge is polling"),  # a stopping bridge deletes its record
+    ("io", "pool io", "no Celery worker consumes queue io"),  # a worker deletes its record as it stops
+], ids=["beat", "voicy-bridge", "io-worker"])
+def test_a_stopped_process_fails_its_part_at_once(fleet: Fleet, monkeypatch: pytest.MonkeyPatch, kind: str,
+                                                  part: str, why: str) -> None:
     wait_for(fleet, monkeypatch, "")
-    fleet.stop("beat")
-    try:
-        checks = verdict(fleet.health_env(), monkeypatch)  # a clean stop releases the lock at once
-        assert failing(checks).keys() == {"beat lock"}, failing(checks)
-        assert "no beat holds the RedBeat lock redbeat::lock" in checks["beat lock"].detail
-    finally:
-        fleet.start("beat")
-    wait_for(fleet, monkeypatch, "")
-
-
-def test_a_stopped_voicy_bridge_fails_polling(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    wait_for(fleet, monkeypatch, "")
-    fleet.stop("voicy_bridge")
-    try:
-        checks = verdict(fleet.health_env(), monkeypatch)  # a stopping bridge deletes its record
-        assert failing(checks).keys() == {"voicy bridge"}, failing(checks)
-        assert "no Voicy bridge is polling" in checks["voicy bridge"].detail
-    finally:
-        fleet.start("voicy_bridge")
-    wait_for(fleet, monkeypatch, "")
-
-
-def test_a_stopped_io_worker_fails_its_pool(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    wait_for(fleet, monkeypatch, "")
-    fleet.stop("io")
+    fleet.stop(kind)
     try:
         checks = verdict(fleet.health_env(), monkeypatch)
-        assert failing(checks).keys() == {"pool io"}, failing(checks)
-        assert "no Celery worker consumes queue io" in checks["pool io"].detail
+        assert failing(checks).keys() == {part}, failing(checks)
+        assert why in checks[part].detail
     finally:
-        fleet.start("io")
+        fleet.start(kind)
     wait_for(fleet, monkeypatch, "")
 
 
