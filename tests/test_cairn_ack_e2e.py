@@ -30,8 +30,9 @@ import pytest
 import redis
 
 from deploy.devstack.cairn_core import DevCairnCore
-from tests.cairn_stack import LEASE_TTL_S, PROVIDER, WAIT_S, CairnStack
-from tests.conftest import CeleryWorker, wait_until
+from tests.kit.cairn_stack import LEASE_TTL_S, PROVIDER, WAIT_S, CairnStack
+from tests.kit.celery_worker import CeleryWorker
+from tests.kit.waiting import wait_until
 from workers.cairn import subjects
 from workers.cairn.outcomes import FAILURES_PREFIX
 from workers.cairn.ratelimit import WindowState

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cairn_stack import WAIT_S, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import WAIT_S, CairnStack
+from tests.kit.waiting import wait_until
 from workers.cairn.presence import PresenceTimer
 
 INTERVAL_S = 1.0

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import nats
 import pytest
 
-from tests.conftest import wait_until
-from tests.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack, running_stack
+from tests.kit.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack, running_stack
+from tests.kit.waiting import wait_until
 
 CHECK_TIMEOUT_S = 20.0
 

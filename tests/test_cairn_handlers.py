@@ -20,8 +20,7 @@ import redis
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from tests.cairn_ctx import (PACKAGE, PROVIDER, Athlete, admit_and_run, assert_json_and_secret_free, athlete, core,  # noqa: F401
-                             ctx, forget_budget, ingested_since, pool, strava)
+from tests.kit.cairn_ctx import PACKAGE, PROVIDER, Athlete, admit_and_run, assert_json_and_secret_free, forget_budget, ingested_since
 from workers.cairn import sealed, wire
 from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.handlers import Delivery, JobContext, discover, exchange

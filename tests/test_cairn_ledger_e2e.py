@@ -31,8 +31,8 @@ import pytest
 import redis
 
 from deploy.devstack.procs import Proc
-from tests.cairn_stack import PROVIDER, WAIT_S, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import PROVIDER, WAIT_S, CairnStack
+from tests.kit.waiting import wait_until
 from workers.cairn import subjects
 from workers.cairn.outcomes import OUTCOME_PREFIX
 

@@ -35,8 +35,8 @@ from typing import Any
 import pytest
 
 from deploy.devstack import services
-from tests.cairn_stack import WAIT_S, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import WAIT_S, CairnStack
+from tests.kit.waiting import wait_until
 from workers.lease import LeaseKeeper, Leases
 from workers.redisconn import sync_client
 

@@ -261,14 +261,17 @@ def test_cpu_threads_setting_defaults_to_auto_and_a_bad_value_names_the_variable
 
 _THREADS_PROBE = """
 import json, os, sys
-from tests.test_engine import AUDIO_DIR, _settings
+from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR
 from workers.transcribe.whisper import WhisperEngine
+from workers.voicy.settings import VoicySettings
 
 def threads():
     return len(os.listdir("/proc/self/task"))
 
 before = threads()
-engine = WhisperEngine(_settings(device="cpu", cpu_threads=int(sys.argv[1])), pool_processes=2)
+settings = VoicySettings(api_url="http://127.0.0.1:9/worker/v1", token="unused-token", model=TINY_MODEL_DIR,
+                         device="cpu", cpu_threads=int(sys.argv[1]))
+engine = WhisperEngine(settings, pool_processes=2)
 text = engine.transcribe(AUDIO_DIR / sys.argv[2], language="en").text
 grown = threads() - before  # after a transcription: CTranslate2 starts its intra-op pool lazily
 print(json.dumps({"cpu_threads": engine.cpu_threads, "grown": grown, "text": text}))

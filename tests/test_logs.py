@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import CeleryWorker, wait_until
+from tests.kit.celery_worker import CeleryWorker
+from tests.kit.waiting import wait_until
 
 WORKER_LOG_TIMEOUT_S = 30.0
 

@@ -28,8 +28,8 @@ import redis
 
 from deploy.devstack import services
 from deploy.devstack.cairn_core.accounts import utcnow
-from tests.cairn_stack import ATHLETE_BASE, PROVIDER, WAIT_S, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import ATHLETE_BASE, PROVIDER, WAIT_S, CairnStack
+from tests.kit.waiting import wait_until
 from workers.cairn import subjects
 from workers.faults import read_faults
 

@@ -43,8 +43,8 @@ from deploy.devstack.procs import Proc
 from deploy.devstack.services import free_port
 from deploy.devstack.strava.kit import StravaKit
 from tasks.routes import UnroutedPoolTask, provider_queue, route_cairn
-from tests.conftest import wait_until
-from tests.filedrop import DISTRIBUTION, FileDropKit, install_distribution
+from tests.kit.waiting import wait_until
+from tests.kit.filedrop import DISTRIBUTION, FileDropKit, install_distribution
 from workers.cairn import subjects
 from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.run import wrong_pool

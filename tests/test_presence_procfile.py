@@ -22,9 +22,9 @@ import pytest
 import redis
 
 from deploy.devstack.cairn_core.scheduler import PRESENCE_LIVE_S
-from tests.cairn_stack import CairnStack
-from tests.conftest import wait_until
-from tests.test_procfile import ProcfileProcess, fleet_env, launch  # noqa: F401 - the fixture
+from tests.kit.cairn_stack import CairnStack
+from tests.kit.procfile import ProcfileProcess, fleet_env
+from tests.kit.waiting import wait_until
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
 
 OBSERVE_S = 65.0  # > 60 s: at least three presence intervals of the default 20 s

@@ -22,11 +22,12 @@ import pytest
 
 from deploy.devstack import services
 from deploy.devstack.procs import Proc, spawn
-from tests.cairn_stack import WAIT_S, CairnStack
-from tests.conftest import CeleryWorker, wait_until
-from tests.test_procfile import procfile_entries
 from deploy.devstack.stack import audio_manifest, start_bridge
-from tests.voicy_stack import voicy_dev_stack
+from tests.kit.cairn_stack import WAIT_S, CairnStack
+from tests.kit.celery_worker import CeleryWorker
+from tests.kit.procfile import procfile_entries
+from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.cairn_stack import WAIT_S, CairnStack
-from tests.filedrop import APP_CLIENT_ID, DISTRIBUTION, MODULE, PROVIDER, TOKEN_LIFETIME, FileDrop, install_distribution
+from tests.kit.cairn_stack import WAIT_S, CairnStack
+from tests.kit.filedrop import APP_CLIENT_ID, DISTRIBUTION, MODULE, PROVIDER, TOKEN_LIFETIME, FileDrop, install_distribution
 from workers.providers.registry import get_provider, provider_names
 
 

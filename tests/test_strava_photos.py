@@ -21,8 +21,8 @@ from google.protobuf import json_format
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.strava.media import image_bytes
-from tests.cairn_ctx import Athlete, admit_and_run, core, ctx, ingested_since, pool, strava  # noqa: F401
-from tests.test_provider_strava import RecordingHook
+from tests.kit.cairn_ctx import Athlete, admit_and_run, ingested_since
+from tests.kit.cairn_ctx import RecordingHook
 from workers.cairn import wire
 from workers.cairn.claimcheck import UserBlobSink
 from workers.cairn.handlers import JobContext

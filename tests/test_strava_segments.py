@@ -20,9 +20,8 @@ import pytest
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from tests.cairn_ctx import (Athlete, admit_and_run, core, ctx, forget_budget, ingested_since, pool,  # noqa: F401
-                             segments_since, strava)
-from tests.test_provider_strava import RecordingHook
+from tests.kit.cairn_ctx import Athlete, admit_and_run, forget_budget, ingested_since, segments_since
+from tests.kit.cairn_ctx import RecordingHook
 from workers.cairn import wire
 from workers.cairn.handlers import Delivery, JobContext
 from workers.cairn.presence import manifest_record, presence_record

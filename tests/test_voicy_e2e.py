@@ -21,16 +21,14 @@ import redis
 
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge
 from deploy.devstack.synth_media import write_video_only_mp4
-from tests.conftest import wait_until
-from tests.voicy_stack import voicy_dev_stack
+from tests.kit.voicy_stack import FINAL, JOB_DONE_TIMEOUT_S, enqueue_fixture, requests_for, voicy_dev_stack, wait_final
+from tests.kit.waiting import wait_until
 from workers.transcribe.device import usable_cores
 from workers.voicy.client import VoicyClient
 
 pytestmark = pytest.mark.slow
 
-JOB_DONE_TIMEOUT_S = 180.0
 STALE_HEARTBEAT_AGE = timedelta(minutes=30)  # the server's default stale cutoff is 15 minutes
-FINAL = ("completed", "failed")
 
 
 @pytest.fixture()
@@ -38,24 +36,6 @@ def voicy(tmp_path: Path, fresh_redis: str):
     """A dev Voicy API with a distinctive token, a fake Telegram, and the fleet environment."""
     with voicy_dev_stack(tmp_path, fresh_redis, "test") as stack:
         yield stack
-
-
-def enqueue_fixture(server, telegram, item: dict, file_id: str | None = None) -> str:
-    data = (AUDIO_DIR / item["file"]).read_bytes()
-    file_id = file_id or f"fid-{item['name']}"
-    telegram.add_file(file_id, data)
-    return server.enqueue_job(file_id, file_size=len(data), mime_type="audio/ogg")
-
-
-def requests_for(server, job_id: str, endpoint: str) -> list[dict]:
-    return [r for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/{endpoint}")]
-
-
-def wait_final(server, job_ids: list[str], timeout_s: float = JOB_DONE_TIMEOUT_S) -> dict[str, dict]:
-    def done():
-        jobs = {j: server.get_job(j) for j in job_ids}
-        return jobs if all(job["status"] in FINAL for job in jobs.values()) else None
-    return wait_until(done, timeout_s, "jobs to reach a final state", interval_s=0.2)  # type: ignore[return-value]
 
 
 def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_workers, tmp_path):

@@ -30,9 +30,9 @@ from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.cairn_core.accounts import utcnow
 from ops.cairn_check import CheckOptions, run_checks
 from ops.cli import main
-from tests.cairn_ctx import job_context
-from tests.cairn_stack import PROVIDER, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_ctx import job_context
+from tests.kit.cairn_stack import PROVIDER, CairnStack
+from tests.kit.waiting import wait_until
 from workers.cairn import presence, subjects
 from workers.cairn import webhooks as wh
 
