@@ -21,7 +21,7 @@ import pytest
 
 from deploy.devstack import services
 
-pytest_plugins = ["tests.kit.celery_worker", "tests.kit.cairn_ctx", "tests.kit.procfile"]
+pytest_plugins = ["tests.kit.celery_worker", "tests.kit.cairn_ctx", "tests.kit.procfile", "tests.kit.fleet_guard"]
 
 
 @pytest.fixture(scope="session")

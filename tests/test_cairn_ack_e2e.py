@@ -37,6 +37,8 @@ from workers.cairn import subjects
 from workers.cairn.outcomes import FAILURES_PREFIX
 from workers.cairn.ratelimit import WindowState
 
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+
 TERM_AFTER_DELIVERIES = 2  # terms on arrival after one failed delivery
 MAX_DELIVER = 8  # finite, above the term: its last delivery is termed by the bridge with an envelope
 DEADLINE_S = 2.0  # CAIRN_DISCOVER_DEADLINE_S and CAIRN_EXCHANGE_DEADLINE_S

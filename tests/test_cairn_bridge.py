@@ -100,6 +100,7 @@ def test_max_deliver_is_unlimited_by_default_and_a_finite_one_must_exceed_the_te
         load_cairn_settings()
 
 
+@pytest.mark.slow
 def test_a_bad_max_deliver_stops_the_bridge_at_start_naming_the_variable() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env |= {"CAIRN_MAX_DELIVER": "4", "CAIRN_NATS_URL": "nats://127.0.0.1:1"}  # 4 <= the default 5

@@ -20,6 +20,8 @@ from tests.kit.cairn_stack import WAIT_S, CairnStack
 from tests.kit.waiting import wait_until
 from workers.cairn.presence import PresenceTimer
 
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+
 INTERVAL_S = 1.0
 HELD_WRITES = 2  # fresh records to see while the job is held
 

@@ -18,6 +18,8 @@ import pytest
 from tests.kit.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack, running_stack
 from tests.kit.waiting import wait_until
 
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+
 CHECK_TIMEOUT_S = 20.0
 
 

@@ -42,6 +42,8 @@ from tests.kit.cairn_stack import (
 from tests.kit.task_events import TaskEvents
 from tests.kit.waiting import wait_until
 
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:

@@ -36,6 +36,8 @@ from tests.kit.waiting import wait_until
 from workers.cairn import subjects
 from workers.cairn.outcomes import OUTCOME_PREFIX
 
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+
 DEEP = 100_000
 POISON_FLOOD = 16  # four times CAIRN_MAX_IN_FLIGHT (4 in the stack)
 REPLY_WITHIN_S = 5.0  # the responders answer a malformed request at once; this bounds "at once" generously

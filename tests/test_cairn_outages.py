@@ -40,6 +40,8 @@ from tests.kit.waiting import wait_until
 from workers.lease import LeaseKeeper, Leases
 from workers.redisconn import sync_client
 
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+
 OUTAGE_S = float(os.environ.get("BENCH_CAIRN_OUTAGE_S", "4"))
 JOBS_PER_PHASE = 2
 MAX_IN_FLIGHT = 4  # CAIRN_MAX_IN_FLIGHT of tests.cairn_stack

@@ -174,6 +174,7 @@ def test_an_unknown_language_hint_falls_back_in_voicys_order(engine: WhisperEngi
     assert "sunny" in engine.transcribe(AUDIO_DIR / weather["file"], language="english").text.lower()
 
 
+@pytest.mark.slow
 def test_a_bad_fallback_language_stops_start_up_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:9/worker/v1")
     monkeypatch.setenv("VOICY_WORKER_TOKEN", "unused-token")

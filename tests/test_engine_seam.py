@@ -236,6 +236,7 @@ def test_a_bad_batch_size_names_the_variable(clean_env: pytest.MonkeyPatch, tran
         load_voicy_settings()
 
 
+@pytest.mark.slow
 def test_a_bad_engine_variable_stops_the_bridge_naming_it() -> None:
     """The process that starts claiming refuses to start (bridges/__main__: exit 2), as for every VOICY_WORKER_*."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_"))}

@@ -27,6 +27,8 @@ from tests.kit.procfile import ProcfileProcess, fleet_env
 from tests.kit.waiting import wait_until
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
 
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+
 OBSERVE_S = 65.0  # > 60 s: at least three presence intervals of the default 20 s
 SAMPLE_INTERVAL_S = 1.0  # how often the test reads core's presence bucket
 START_TIMEOUT_S = 60.0

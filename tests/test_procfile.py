@@ -129,6 +129,7 @@ def test_every_setting_is_documented_and_declared() -> None:
 
 
 # ---------------------------------------------------------------------------- web (Flower)
+@pytest.mark.slow
 def test_web_serves_flower_with_auth_metrics_and_healthcheck(
         redis_url: str, launch: Callable[..., ProcfileProcess]) -> None:
     port, password = free_port(), f"pw-{uuid.uuid4().hex}"
@@ -148,6 +149,7 @@ def test_web_serves_flower_with_auth_metrics_and_healthcheck(
     assert password not in web.output()
 
 
+@pytest.mark.slow
 def test_web_refuses_to_start_without_authentication(
         redis_url: str, launch: Callable[..., ProcfileProcess]) -> None:
     web = launch("web", fleet_env(redis_url, PORT=str(free_port()), FLOWER_ADDRESS="127.0.0.1"))
@@ -156,6 +158,7 @@ def test_web_refuses_to_start_without_authentication(
 
 
 # ---------------------------------------------------------------------------- celery pools
+@pytest.mark.slow
 def test_each_pool_starts_consumes_its_queue_and_shuts_down_cold(
         redis_url: str, launch: Callable[..., ProcfileProcess]) -> None:
     from celery import Celery
@@ -193,6 +196,7 @@ def test_each_pool_starts_consumes_its_queue_and_shuts_down_cold(
 
 
 # ---------------------------------------------------------------------------- beat
+@pytest.mark.slow
 def test_beat_is_kept_single_by_the_redbeat_lock(redis_url: str,
                                                  launch: Callable[..., ProcfileProcess]) -> None:
     import redis
@@ -212,6 +216,7 @@ def test_beat_is_kept_single_by_the_redbeat_lock(redis_url: str,
 
 
 # ---------------------------------------------------------------------------- bridges
+@pytest.mark.slow
 def test_voicy_bridge_names_a_missing_variable(redis_url: str,
                                                launch: Callable[..., ProcfileProcess]) -> None:
     bridge = launch("voicy_bridge", fleet_env(redis_url))
@@ -219,6 +224,7 @@ def test_voicy_bridge_names_a_missing_variable(redis_url: str,
     assert "VOICY_WORKER_API_URL" in bridge.output()
 
 
+@pytest.mark.slow
 def test_voicy_bridge_starts_with_a_valid_config(redis_url: str, tmp_path: Path,
                                                  launch: Callable[..., ProcfileProcess]) -> None:
     token = f"vw_{uuid.uuid4().hex}"
@@ -231,6 +237,7 @@ def test_voicy_bridge_starts_with_a_valid_config(redis_url: str, tmp_path: Path,
     assert token not in bridge.output()
 
 
+@pytest.mark.slow
 def test_cairn_bridge_names_an_invalid_variable(redis_url: str,
                                                 launch: Callable[..., ProcfileProcess]) -> None:
     """Every CAIRN_* variable has a default, so the config error to prove is an invalid one."""
@@ -261,6 +268,7 @@ def _create_jobs_stream(nats_url: str) -> None:
     asyncio.run(create())
 
 
+@pytest.mark.slow
 def test_cairn_bridge_starts_with_a_valid_config(redis_url: str, nats_service: Service,
                                                  launch: Callable[..., ProcfileProcess]) -> None:
     _create_jobs_stream(nats_service.url)
@@ -274,6 +282,7 @@ def test_cairn_bridge_starts_with_a_valid_config(redis_url: str, nats_service: S
     assert "cairn bridge stopped" in bridge.output()
 
 
+@pytest.mark.slow
 def test_a_sigterm_stops_the_cairn_bridge_without_a_warning(tmp_path: Path, redis_url: str, s3_endpoint: str,
                                                           launch: Callable[..., ProcfileProcess]) -> None:
     """Issue 14: a clean stop logged ``NATS unavailable (disconnected; reconnecting)``: the bridge's

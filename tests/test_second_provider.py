@@ -75,6 +75,7 @@ def test_registry_finds_the_provider_by_its_entry_point(site: Path, monkeypatch:
         sys.modules.pop(MODULE, None)
 
 
+@pytest.mark.slow
 def test_fetch_source_is_ingested_and_spends_its_own_windows(stack: CairnStack, drop: FileDrop) -> None:
     core = stack.core
     assert core is not None

@@ -19,6 +19,8 @@ import pytest
 
 from deploy.devstack.services import free_port
 
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
 SHELL = shutil.which("bash") or "/bin/sh"

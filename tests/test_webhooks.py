@@ -36,6 +36,8 @@ from tests.kit.waiting import wait_until
 from workers.cairn import presence, subjects
 from workers.cairn import webhooks as wh
 
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+
 VERIFY_TOKEN = "wh-verify-" + uuid.uuid4().hex
 COALESCE_S = 2.0
 WAIT_S = 30.0
