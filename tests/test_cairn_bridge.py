@@ -31,10 +31,9 @@ from bridges.cairn.settle import FAILURE_COUNT_TTL_S, FailureCounts, Held, settl
 from ops.cairn_check import subject_matches
 from tasks.result_backend import result_backend_url
 from workers.cairn.compat import IncompatibleCoreError, check_core_release, compatible, decode_info, is_dev_build
-from workers.cairn.disposition import MIN_NAK_DELAY_S
-from workers.cairn.outcomes import FAILURES_PREFIX
-from workers.cairn.disposition import ack, nak
+from workers.cairn.disposition import MIN_NAK_DELAY_S, ack, nak
 from workers.cairn.handlers.discover import valid_discover_reply
+from workers.cairn.outcomes import FAILURES_PREFIX
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
 

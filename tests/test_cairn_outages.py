@@ -60,7 +60,8 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("cairn-outages")
-    redis_svc = services.start_redis(tmp / "redis", appendonly=True, appendfsync="always")  # every write on disk before the crash
+    # every write on disk before the crash
+    redis_svc = services.start_redis(tmp / "redis", appendonly=True, appendfsync="always")
     stack = CairnStack(tmp, redis_svc.url, s3_endpoint).start()
     try:
         stack.start_worker(concurrency=POOL_PROCESSES)
@@ -196,7 +197,8 @@ def answers(client: Any) -> Callable[[], bool]:
 
 @pytest.fixture()
 def lone_redis(tmp_path: Any) -> Iterator[services.Service]:
-    svc = services.start_redis(tmp_path / "redis", appendonly=True, appendfsync="always")  # every write on disk before the crash
+    # every write on disk before the crash
+    svc = services.start_redis(tmp_path / "redis", appendonly=True, appendfsync="always")
     try:
         yield svc
     finally:

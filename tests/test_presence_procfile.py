@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ def test_an_idle_pool_renews_presence_on_every_interval_from_the_procfile_lines(
             seen.append(_seen(record))
         time.sleep(SAMPLE_INTERVAL_S)  # sampling a KV bucket: no event to await
 
-    gaps = [(b - a).total_seconds() for a, b in zip(seen, seen[1:])]
+    gaps = [(b - a).total_seconds() for a, b in pairwise(seen)]
     assert len(gaps) >= MIN_ADVANCES, f"last_seen advanced {len(gaps)} times in {OBSERVE_S}s: {seen}"
     assert seen == sorted(seen) and max(gaps) <= MAX_GAP_S, gaps
     assert "Task cairn.job[" not in provider.output()  # idle: no job kept it present

@@ -135,7 +135,7 @@ def test_web_serves_flower_with_auth_metrics_and_healthcheck(
     port, password = free_port(), f"pw-{uuid.uuid4().hex}"
     web = launch("web", fleet_env(redis_url, PORT=str(port), FLOWER_PASSWORD=password,
                                   FLOWER_ADDRESS="127.0.0.1"))
-    web.wait_for_output(r"Visit me at http://127\.0\.0\.1:%d" % port)
+    web.wait_for_output(rf"Visit me at http://127\.0\.0\.1:{port}")
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base, timeout=HTTP_TIMEOUT_S) as http:
         health = http.get("/healthcheck")

@@ -109,7 +109,7 @@ def test_voicy_bridge_workers_and_beat_ride_out_redis_restarts(tmp_path: Path, o
                 # beat schedules again (its entries re-installed after a data loss), and the io pool
                 # consumes what it sends: counted from after a job that needed the restarted Redis
                 reaps_before = io.log().count("voicy.reap[")
-                wait_until(lambda: io.log().count("voicy.reap[") > reaps_before + 1, RESUME_TIMEOUT_S,
+                wait_until(lambda n=reaps_before: io.log().count("voicy.reap[") > n + 1, RESUME_TIMEOUT_S,
                            "voicy.reap sent by beat after the restart")
                 assert_alive(procs, logs)
         finally:

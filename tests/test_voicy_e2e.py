@@ -79,8 +79,8 @@ def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_
     bridges = [start_bridge(env, tmp_path / "a.log"), start_bridge(env_b, tmp_path / "b.log")]
     try:
         for client in ("switchyard-test", "second"):
-            wait_until(lambda: sum(1 for r in server.requests if r["path"].endswith("claim-ready")
-                                   and r["client"] == client) >= 5, 30, f"bridge {client} to keep polling")
+            wait_until(lambda c=client: sum(1 for r in server.requests if r["path"].endswith("claim-ready")
+                                            and r["client"] == c) >= 5, 30, f"bridge {client} to keep polling")
     finally:
         for b in bridges:
             b.stop()
@@ -173,7 +173,7 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery
     work.mkdir(parents=True, exist_ok=True)
     # createdAt and downloadedAt ascend in this order, so "oldest" and "newest" are unambiguous
     names = ("ready_stored", "stale_stored", "ready_missing", "fresh_transcribing")
-    items = dict(zip(names, sorted(audio_manifest(), key=lambda m: m["duration_s"])))
+    items = dict(zip(names, sorted(audio_manifest(), key=lambda m: m["duration_s"])[:len(names)], strict=True))
     ids = {name: enqueue_fixture(server, telegram, items[name], file_id=f"fid-{name}") for name in names}
     by_id = {job_id: name for name, job_id in ids.items()}
 
@@ -219,7 +219,7 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery
         assert [r["status"] for r in after if r.get("job_id") == job_id and r["endpoint"] == "result"] == [200]
         for word in items[name]["keywords"]:
             assert word.lower() in jobs[job_id]["resultText"].lower(), (name, word)
-        wait_until(lambda: not (work / f"{job_id}.ogg").exists(), 30, "the media deleted after the result")
+        wait_until(lambda j=job_id: not (work / f"{j}.ogg").exists(), 30, "the media deleted after the result")
 
     missing = ids["ready_missing"]  # no media: handed back retryable, requeued, downloaded again
     failures = [r["json"] for r in after if r.get("job_id") == missing and r["endpoint"] == "failure"]

@@ -203,7 +203,7 @@ def test_sent_tasks_hide_the_token_from_flower_and_their_grants_are_confirmed(
         for queue, task, starts in (("io", "voicy.download", None), ("gpu", "voicy.transcribe", "io")):
             if starts:
                 celery_workers(starts, env)  # runs the download, which sends the transcription
-            wait_until(lambda: r.llen(queue) == 1, JOB_SEND_TIMEOUT_S, f"the {task} message")
+            wait_until(lambda q=queue: r.llen(q) == 1, JOB_SEND_TIMEOUT_S, f"the {task} message")
             argsrepr, args, name = _queued(r, queue)
             assert name == task and args[0] == job_id
             token = args[1]

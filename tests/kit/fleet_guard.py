@@ -23,8 +23,8 @@ import pytest
 POLL_INTERVAL_S = 0.25
 PROC = Path("/proc")
 # What a fleet process's command line looks like (the Procfile's lines, the test kit's spawns, the demo).
-FLEET_COMMAND = re.compile(r"(?:^|\s|/)(?:celery\s.*\s(?:worker|beat|flower)\b|-m\s+(?:celery\s|bridges\b|deploy\.demo\b)"
-                           r"|honcho\s+start\b)")
+FLEET_COMMAND = re.compile(r"(?:^|\s|/)(?:celery\s.*\s(?:worker|beat|flower)\b"
+                           r"|-m\s+(?:celery\s|bridges\b|deploy\.demo\b)|honcho\s+start\b)")
 
 
 def _ppid(pid: str) -> int | None:
