@@ -74,3 +74,14 @@ def http_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     for name in ("httpx", "httpcore"):
         caplog.set_level(logging.DEBUG, logger=name)
     return caplog
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first, then model tests, then the rest (a stable sort: each module keeps its order).
+
+    pytest-xdist hands tests out in collection order, a few at a time to whichever worker is about
+    to run out: the long tests start early and the short ones fill the gaps at the end (longest
+    first), instead of one worker picking up test_sentinel while the others have finished. Without
+    xdist only the order changes; no test may depend on it.
+    """
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.get_closest_marker("model") is None))

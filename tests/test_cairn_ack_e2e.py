@@ -37,7 +37,9 @@ from workers.cairn import subjects
 from workers.cairn.outcomes import FAILURES_PREFIX
 from workers.cairn.ratelimit import WindowState
 
-pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_ack_e2e")]
 
 TERM_AFTER_DELIVERIES = 2  # terms on arrival after one failed delivery
 MAX_DELIVER = 8  # finite, above the term: its last delivery is termed by the bridge with an envelope

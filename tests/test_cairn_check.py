@@ -18,7 +18,9 @@ import pytest
 from tests.kit.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack, running_stack
 from tests.kit.waiting import wait_until
 
-pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_check")]
 
 CHECK_TIMEOUT_S = 20.0
 

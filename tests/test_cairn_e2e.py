@@ -42,7 +42,9 @@ from tests.kit.cairn_stack import (
 from tests.kit.task_events import TaskEvents
 from tests.kit.waiting import wait_until
 
-pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_e2e")]
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,9 @@ from tests.kit.waiting import wait_until
 from workers.cairn import subjects
 from workers.cairn.outcomes import OUTCOME_PREFIX
 
-pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_ledger_e2e")]
 
 DEEP = 100_000
 POISON_FLOOD = 16  # four times CAIRN_MAX_IN_FLIGHT (4 in the stack)

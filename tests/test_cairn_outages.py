@@ -40,7 +40,9 @@ from tests.kit.waiting import wait_until
 from workers.lease import LeaseKeeper, Leases
 from workers.redisconn import sync_client
 
-pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_outages")]
 
 OUTAGE_S = float(os.environ.get("BENCH_CAIRN_OUTAGE_S", "4"))
 JOBS_PER_PHASE = 2

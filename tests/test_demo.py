@@ -19,7 +19,8 @@ from deploy.devstack import procfile
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_TIMEOUT_S = 420
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the demos: each binds Flower to the fixed demo port 5555.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
 
 
 def _port_free(port: int) -> bool:

@@ -28,6 +28,8 @@ from tests.kit.cairn_stack import WAIT_S, CairnStack
 from tests.kit.filedrop import APP_CLIENT_ID, DISTRIBUTION, MODULE, PROVIDER, TOKEN_LIFETIME, FileDrop, install_distribution
 from workers.providers.registry import get_provider, provider_names
 
+pytestmark = pytest.mark.xdist_group("second_provider")  # one xdist worker: its module-scoped stack starts once
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -36,7 +36,9 @@ from tests.kit.waiting import wait_until
 from workers.cairn import presence, subjects
 from workers.cairn import webhooks as wh
 
-pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("webhooks")]
 
 VERIFY_TOKEN = "wh-verify-" + uuid.uuid4().hex
 COALESCE_S = 2.0
