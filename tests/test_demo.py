@@ -42,9 +42,18 @@ def test_demo_short_mode_completes_both_sides() -> None:
     assert "ACTIVITY_TYPE_" in out
 
 
-STATE_IN_FLIGHT = re.compile(r"\] \d\d:\d\d/\d\d:\d\d (downloading|ready|transcribing|completed)")
+# A job neither queued nor final: Ctrl-C then interrupts real work (a "completed" row may be the last one).
+STATE_IN_FLIGHT = re.compile(r"\] \d\d:\d\d/\d\d:\d\d (downloading|ready|transcribing)\b")
 STOP_ORDER = ["stopping the fleet", "stopping the Cairn stack (the fakes, the dev Cairn core, NATS)",
               "stopping fake Telegram", "stopping the dev Voicy API", "stopping S3", "stopping Redis"]
+FLEET_LOGS = re.compile(r"its logs, one per process: (\S+)")
+POOLS = ("gpu", "io", "provider")
+
+
+def _pools_ready(log_dir: Path) -> bool:
+    """Every Celery pool of the fleet logged Celery's ready line."""
+    logs = [log_dir / f"{pool}.log" for pool in POOLS]
+    return all(log.is_file() and " ready." in log.read_text(errors="replace") for log in logs)
 
 
 def _listening(url: str) -> bool:
@@ -63,13 +72,17 @@ def test_ctrl_c_stops_the_fleet_first_then_nats_and_redis_without_a_traceback() 
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     seen: list[str] = []
+    fleet_logs: Path | None = None
     assert proc.stdout is not None
     for row in proc.stdout:
         seen.append(row)
         if row.startswith("SUMMARY"):
             proc.communicate(timeout=DEMO_TIMEOUT_S)
             pytest.fail("the run ended before the test saw a job in flight:\n" + "".join(seen))
-        if STATE_IN_FLIGHT.search(row):
+        if (logs := FLEET_LOGS.search(row)) is not None:
+            fleet_logs = Path(logs[1])
+        # In flight, and every Celery pool up: a worker still starting when Ctrl-C comes is another test.
+        if STATE_IN_FLIGHT.search(row) and fleet_logs is not None and _pools_ready(fleet_logs):
             break
     os.killpg(proc.pid, signal.SIGINT)
     rest, _ = proc.communicate(timeout=DEMO_TIMEOUT_S)
