@@ -33,6 +33,10 @@ from tests.kit.waiting import wait_until
 from workers.cairn import subjects
 from workers.faults import read_faults
 
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nats_permissions")]
+
 VERIFY_TOKEN = "perm-verify-" + uuid.uuid4().hex
 COALESCE_S = 1.0
 PRESENCE_INTERVAL_S = 2.0  # the flag turns true on the first write after the bridge made its consumer

@@ -44,7 +44,7 @@ START_TIMEOUT_S = 60.0
 MIN_ADVANCES = 3  # of the four due: one renewal may slip past the end of the window on a loaded box
 # A renewal may come up to one interval late plus the write itself; the record must stay inside core's window.
 MAX_GAP_S = PRESENCE_INTERVAL_S + 5.0
-WEBHOOK_PRESENCE_INTERVAL_S = 2.0  # the default cadence is the test above's; here renewal is the point
+WEBHOOK_PRESENCE_INTERVAL_S = 2.0  # the flag and one renewal are the point here, not the cadence
 
 
 @pytest.fixture()
