@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-POLL_INTERVAL_S = 0.25
+POLL_INTERVAL_S = 0.5
 PROC = Path("/proc")
 # What a fleet process's command line looks like (the Procfile's lines, the test kit's spawns, the demo).
 FLEET_COMMAND = re.compile(r"(?:^|\s|/)(?:celery\s.*\s(?:worker|beat|flower)\b"
