@@ -50,6 +50,10 @@ FLEET_LOGS = re.compile(r"its logs, one per process: (\S+)")
 POOLS = ("gpu", "io", "provider")
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _pools_ready(log_dir: Path) -> bool:
     """Every Celery pool of the fleet logged Celery's ready line."""
     logs = [log_dir / f"{pool}.log" for pool in POOLS]
@@ -68,9 +72,11 @@ def test_ctrl_c_stops_the_fleet_first_then_nats_and_redis_without_a_traceback() 
     every fleet process exits on its SIGTERM, then the Cairn stack (fakes, core, NATS), the Voicy fakes, then S3
     and Redis last."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
+    # SIGINT back to its default in the demo: a run started in the background (nohup, `cmd &` in a
+    # script) inherits it ignored, and Python then installs no KeyboardInterrupt handler at all.
     proc = subprocess.Popen([sys.executable, "-m", "deploy.demo", "--short", "--timeout", "300"], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_sigint_default)
     seen: list[str] = []
     fleet_logs: Path | None = None
     assert proc.stdout is not None
