@@ -28,7 +28,8 @@ from workers.transcribe.results import Transcript
 from workers.transcribe.settings import EngineSettings
 from workers.transcribe.whisper import WhisperEngine
 
-pytestmark = pytest.mark.xdist_group("engine_batched")  # one xdist worker: the module's two models are then loaded once
+# model: loads tiny.en (left out of make check); one xdist worker: the two models are loaded once
+pytestmark = [pytest.mark.model, pytest.mark.xdist_group("engine_batched")]
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"

@@ -25,7 +25,15 @@ from typing import Any
 import pytest
 
 from tests.kit.cairn_stack import WAIT_S, CairnStack
-from tests.kit.filedrop import APP_CLIENT_ID, DISTRIBUTION, MODULE, PROVIDER, TOKEN_LIFETIME, FileDrop, install_distribution
+from tests.kit.filedrop import (
+    APP_CLIENT_ID,
+    DISTRIBUTION,
+    MODULE,
+    PROVIDER,
+    TOKEN_LIFETIME,
+    FileDrop,
+    install_distribution,
+)
 from workers.providers.registry import get_provider, provider_names
 
 pytestmark = pytest.mark.xdist_group("second_provider")  # one xdist worker: its module-scoped stack starts once

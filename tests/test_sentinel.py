@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from deploy.devstack import services
+from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_bridge
 from tasks.routes import provider_queue
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.celery_worker import CeleryWorker
-from tests.kit.waiting import wait_until
 from tests.kit.procfile import assert_alive, start_procfile_beat
-from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_bridge
 from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.waiting import wait_until
 from workers.redisconn import sync_client
 
 pytestmark = pytest.mark.slow

@@ -29,9 +29,9 @@ import nats
 import pytest
 import redis
 
-from deploy.devstack import services
 from bridges.cairn.admission import DeliveryMeta, Dispatch, History, Rules, Settle, admit, job_kind
 from bridges.cairn.consumers import pool_consumers
+from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
 from workers.cairn import subjects
@@ -41,8 +41,8 @@ from workers.cairn.handlers.failure import publish_failure
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.ratelimit import RateLimiter
 from workers.cairn.settings import CairnSettings
-from workers.providers.errors import ProviderRateLimited
 from workers.cairn.subjects import RATE_LIMIT_BUCKET
+from workers.providers.errors import ProviderRateLimited
 from workers.providers.strava.provider import StravaProvider
 from workers.providers.strava.settings import StravaSettings
 from workers.providers.strava.usage import next_short_reset
