@@ -90,7 +90,7 @@ class PullLoops:
                     break
                 try:
                     msgs = await sub.fetch(1, timeout=FETCH_WAIT_S)
-                except (NatsTimeoutError, asyncio.TimeoutError):
+                except (TimeoutError, NatsTimeoutError):
                     self._slots.release()
                     continue
                 except Exception as exc:  # noqa: BLE001 - log (once per outage), back off, bind again
