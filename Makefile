@@ -4,8 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
+# pytest-xdist workers. Most slow tests wait on fleet processes, so more workers than the
+# 2 cores of the reference box pay off; measured in README "Tests".
+TEST_WORKERS  ?= 4
+CHECK_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 
-.PHONY: setup test demo bench proto clean
+.PHONY: setup lint check test demo bench proto clean
 
 setup: $(STAMP)
 
@@ -15,8 +20,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-test: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+lint: setup
+	$(BIN)/ruff check .
+
+# The edit loop's tier: lint, then every test that starts no fleet process and loads no model.
+check: lint
+	$(PYTEST) -m "not slow and not model" -n $(CHECK_WORKERS) $(ARGS)
+
+# Everything, as CI runs it (.ci/run): lint, then the whole suite.
+test: lint
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 demo: setup
 	$(BIN)/python -m deploy.demo $(ARGS)

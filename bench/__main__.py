@@ -16,7 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     # targets are met.
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["chaos"]:
-        from bench.chaos import main as chaos_main, targets_met
+        from bench.chaos import main as chaos_main
+        from bench.chaos import targets_met
         return 0 if targets_met(chaos_main(argv[1:])) else 1
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("suite", choices=["voicy", "voicy-costs", "voicy-rss", "words", "cairn", "engine"])

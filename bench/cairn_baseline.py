@@ -101,7 +101,7 @@ class BaselineWorker:
                     free += 1
                 try:
                     msgs = await sub.fetch(free, timeout=FETCH_WAIT_S)
-                except (NatsTimeoutError, asyncio.TimeoutError):
+                except (TimeoutError, NatsTimeoutError):
                     msgs = []
                 for _ in range(free - len(msgs)):
                     slots.release()

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-
 from pathlib import Path
 
 from deploy.devstack.stack import TINY_MODEL_DIR

@@ -20,11 +20,10 @@ EXIT_CONFIG_ERROR = 2
 # ``tasks`` is imported is a ConfigError that main() turns into one line.
 def _run_voicy() -> None:
     # Function-level on purpose: only the Voicy side, and inside main()'s ConfigError handler.
+    from bridges.voicy import VoicyBridge
     from tasks.settings import FleetSettings
     from tasks.voicy import dispatch_download, dispatch_transcription
     from workers.voicy.pipeline import VoicyRuntime
-
-    from bridges.voicy import VoicyBridge
 
     rt = VoicyRuntime.from_env(load_settings(FleetSettings).redis_url)
     bridge = VoicyBridge(rt, dispatch_download, dispatch_transcription)
@@ -35,15 +34,13 @@ def _run_voicy() -> None:
 
 def _run_cairn() -> None:
     # Function-level on purpose: only the Cairn side, and inside main()'s ConfigError handler.
-    from tasks import app
-    from tasks.cairn import PoolSenders
-
-    from workers.cairn.settings import load_cairn_settings
-    from workers.providers.registry import get_provider
-
     from bridges.cairn import webhooks
     from bridges.cairn.bridge import TaskSenders
     from bridges.cairn.bridge import main as cairn_main
+    from tasks import app
+    from tasks.cairn import PoolSenders
+    from workers.cairn.settings import load_cairn_settings
+    from workers.providers.registry import get_provider
 
     settings = load_cairn_settings()
     provider = get_provider(settings.provider, settings)  # one provider: the bridge's and its webhook rules

@@ -47,11 +47,11 @@ from faster_whisper.audio import decode_audio
 from deploy import demo_health, demo_webhook
 from deploy.devstack import procfile, services
 from deploy.devstack.cairn_stack import CairnStack, Pool
+from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.strava.kit import StravaKit
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
-from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
 
 FLOWER_PORT = 5555
 DEMO_TIMEOUT_S = 600.0

@@ -132,7 +132,7 @@ async def _manifest(js: Any, o: CheckOptions) -> dict[str, Any] | None:
     try:
         entry = await (await js.key_value(MANIFEST_BUCKET)).get(o.worker_name)
         record = json.loads(entry.value or b"")
-    except (BucketNotFoundError, NotFoundError, KeyNotFoundError, ValueError, asyncio.TimeoutError):
+    except (TimeoutError, BucketNotFoundError, NotFoundError, KeyNotFoundError, ValueError):
         return None
     return record if isinstance(record, dict) else None
 
@@ -238,7 +238,7 @@ async def check_presence(probe: Probe, report: Report) -> None:
     try:
         probe.presence = await asyncio.wait_for(_presence(probe.js, probe.options), probe.options.timeout_s)
         report.record("presence heartbeat", None)
-    except (CheckFailed, asyncio.TimeoutError) as exc:
+    except (TimeoutError, CheckFailed) as exc:
         report.record("presence heartbeat", str(exc) or "timed out")
 
 

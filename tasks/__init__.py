@@ -54,11 +54,11 @@ def _redact_celery_logs(logger: object, **_: object) -> None:
 try:
     app.conf.update(celery_config())
     # Importing registers the tasks and signal handlers with ``app``; beat reads its periods.
-    from tasks import voicy as _voicy  # noqa: E402,F401
+    from tasks import beat as _beat  # noqa: E402,F401
     from tasks import cairn as _cairn  # noqa: E402,F401
     from tasks import presence as _presence  # noqa: E402,F401
     from tasks import registration as _registration  # noqa: E402,F401  (after presence: its instance id)
-    from tasks import beat as _beat  # noqa: E402,F401
+    from tasks import voicy as _voicy  # noqa: E402,F401
 except ConfigError as exc:
     _stop_celery_command(exc)
     raise

@@ -45,8 +45,8 @@ from workers.cairn.handlers.run import run_job, wrong_pool
 from workers.cairn.outcomes import LEASE_NAMESPACE, OutcomeLedger
 from workers.cairn.sealed import park, unpark
 from workers.lease import Leases
-from workers.redisconn import redis_settings
 from workers.logs import setup_logging
+from workers.redisconn import redis_settings
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,8 @@ from celery import Task, shared_task
 from celery.concurrency.prefork import TaskPool
 from celery.signals import celeryd_after_setup, worker_process_init
 
+from tasks.routes import QUEUE_GPU, QUEUE_IO
+from tasks.settings import FleetSettings
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import setup_logging
@@ -29,9 +31,6 @@ from workers.transcribe import engine
 from workers.voicy import pipeline
 from workers.voicy.pipeline import VoicyRuntime
 from workers.voicy.settings import load_voicy_settings
-
-from tasks.routes import QUEUE_GPU, QUEUE_IO
-from tasks.settings import FleetSettings
 
 log = logging.getLogger(__name__)
 

@@ -2,27 +2,28 @@
 
 Nothing here mocks a component we own. Redis, nats-server and moto S3 run as
 real servers on free ports (``deploy.devstack.services``); Celery workers run
-as real ``celery -A tasks worker`` processes so SIGKILL tests kill something real.
+as real ``celery -A tasks worker`` processes so SIGKILL tests kill something real
+(``tests.kit.celery_worker``).
+
+Under pytest-xdist every worker is its own pytest session, so each gets its own
+Redis, nats-server and moto S3 from these session fixtures: ``fresh_redis``
+flushes only the calling worker's server. The shared fixtures and helpers live
+in ``tests/kit/`` (see its ``__init__``); the kit modules that define fixtures
+are registered here, once, as plugins.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from deploy.devstack import log_budget as budget
 from deploy.devstack import services
-from deploy.devstack.procs import spawn, stop_group
 
-WORKER_READY_TIMEOUT_S = 60.0
-WORKER_STOP_TIMEOUT_S = 15.0
+pytest_plugins = ["tests.kit.celery_worker", "tests.kit.cairn_ctx", "tests.kit.procfile", "tests.kit.fleet_guard"]
 
 
 @pytest.fixture(scope="session")
@@ -96,72 +97,12 @@ def log_budget(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[
     budget.check([tmp_path], allow)
 
 
-def wait_until(predicate: Callable[[], object], timeout_s: float, what: str,
-               interval_s: float = 0.05) -> object:
-    """Poll ``predicate`` until truthy. Only for state that has no event to await."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first, then model tests, then the rest (a stable sort: each module keeps its order).
 
-
-class CeleryWorker:
-    """A real ``celery -A tasks worker`` process with its own log file."""
-
-    def __init__(self, queues: str, env: dict[str, str], log_path: Path, *,
-                 pool: str = "prefork", concurrency: int = 1, name: str | None = None) -> None:
-        self.queues, self.log_path = queues, log_path
-        self.name = name or f"{queues.replace(',', '-')}-{os.getpid()}-{time.monotonic_ns()}@test"
-        cmd = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", queues,
-               "-P", pool, "-c", str(concurrency), "-n", self.name, "-l", "INFO",
-               "--without-mingle", "--without-gossip"]
-        self.proc = spawn(cmd, env, log_path).proc  # stopped by stop() / kill() below
-
-    def wait_ready(self, app_redis_url: str) -> None:
-        """Wait until the worker answers a ping over the broker (its own readiness event)."""
-        from celery import Celery
-
-        probe = Celery(broker=app_redis_url, backend=app_redis_url)
-        deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
-        try:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"worker exited early:\n{self.log_path.read_text()[-3000:]}")
-                replies = probe.control.ping(destination=[self.name], timeout=0.5)
-                if replies:
-                    return
-            raise AssertionError(f"worker {self.name} not ready:\n{self.log_path.read_text()[-3000:]}")
-        finally:
-            probe.close()
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Signal the whole process group (the main process and its pool children)."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-        self.proc.wait(WORKER_STOP_TIMEOUT_S)
-
-    def stop(self) -> None:
-        stop_group(self.proc, signal.SIGTERM, WORKER_STOP_TIMEOUT_S)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-@pytest.fixture()
-def celery_workers(tmp_path: Path) -> Iterator[Callable[..., CeleryWorker]]:
-    """Factory: ``start(queues, env)`` returns a ready worker; all are stopped at teardown."""
-    started: list[CeleryWorker] = []
-
-    def start(queues: str, env: dict[str, str], **kw: object) -> CeleryWorker:
-        log_path = tmp_path / f"worker-{len(started)}-{queues.replace(',', '_')}.log"
-        worker = CeleryWorker(queues, env, log_path, **kw)  # type: ignore[arg-type]
-        started.append(worker)
-        worker.wait_ready(env["REDIS_URL"])
-        return worker
-
-    yield start
-    for worker in started:
-        worker.stop()
+    pytest-xdist hands tests out in collection order, a few at a time to whichever worker is about
+    to run out: the long tests start early and the short ones fill the gaps at the end (longest
+    first), instead of one worker picking up test_sentinel while the others have finished. Without
+    xdist only the order changes; no test may depend on it.
+    """
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.get_closest_marker("model") is None))

@@ -71,6 +71,7 @@ def _celery_env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_a_bad_period_stops_a_celery_process_at_start_naming_the_variable() -> None:
     bad = _celery_env(VOICY_WORKER_API_URL=API_URL, **{HEARTBEAT: "30s"})
     out = subprocess.run([sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "io", "-P", "solo"],
@@ -83,6 +84,7 @@ def test_a_bad_period_stops_a_celery_process_at_start_naming_the_variable() -> N
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cairn_only, check=True, timeout=START_TIMEOUT_S)
 
 
+@pytest.mark.slow
 def test_a_bad_voicy_variable_stops_a_voicy_worker_at_start_naming_it() -> None:
     """Not only beat's periods: any bad ``VOICY_WORKER_*`` stops an io/gpu worker before it takes a job."""
     bad = _celery_env(VOICY_WORKER_API_URL=API_URL, VOICY_WORKER_TOKEN="t", VOICY_WORKER_LANGUAGE="klingon")

@@ -30,11 +30,16 @@ import pytest
 import redis
 
 from deploy.devstack.cairn_core import DevCairnCore
-from tests.cairn_stack import LEASE_TTL_S, PROVIDER, WAIT_S, CairnStack
-from tests.conftest import CeleryWorker, wait_until
+from tests.kit.cairn_stack import LEASE_TTL_S, PROVIDER, WAIT_S, CairnStack
+from tests.kit.celery_worker import CeleryWorker
+from tests.kit.waiting import wait_until
 from workers.cairn import subjects
 from workers.cairn.outcomes import FAILURES_PREFIX
 from workers.cairn.ratelimit import WindowState
+
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_ack_e2e")]
 
 TERM_AFTER_DELIVERIES = 2  # terms on arrival after one failed delivery
 MAX_DELIVER = 8  # finite, above the term: its last delivery is termed by the bridge with an envelope

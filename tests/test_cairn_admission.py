@@ -24,8 +24,7 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridges.cairn.admission import (Adopt, DeliveryMeta, Dispatch, RedisRecall, Rules, Settle, admit, gives_up,
-                                     job_kind)
+from bridges.cairn.admission import Adopt, DeliveryMeta, Dispatch, RedisRecall, Rules, Settle, admit, gives_up, job_kind
 from workers.cairn.disposition import ack, nak, term
 from workers.cairn.jobs import parse_job
 from workers.cairn.outcomes import LEASE_NAMESPACE, MessageKey, OutcomeLedger, failures_key

@@ -31,10 +31,9 @@ from bridges.cairn.settle import FAILURE_COUNT_TTL_S, FailureCounts, Held, settl
 from ops.cairn_check import subject_matches
 from tasks.result_backend import result_backend_url
 from workers.cairn.compat import IncompatibleCoreError, check_core_release, compatible, decode_info, is_dev_build
-from workers.cairn.disposition import MIN_NAK_DELAY_S
-from workers.cairn.outcomes import FAILURES_PREFIX
-from workers.cairn.disposition import ack, nak
+from workers.cairn.disposition import MIN_NAK_DELAY_S, ack, nak
 from workers.cairn.handlers.discover import valid_discover_reply
+from workers.cairn.outcomes import FAILURES_PREFIX
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
 
@@ -100,6 +99,7 @@ def test_max_deliver_is_unlimited_by_default_and_a_finite_one_must_exceed_the_te
         load_cairn_settings()
 
 
+@pytest.mark.slow
 def test_a_bad_max_deliver_stops_the_bridge_at_start_naming_the_variable() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env |= {"CAIRN_MAX_DELIVER": "4", "CAIRN_NATS_URL": "nats://127.0.0.1:1"}  # 4 <= the default 5

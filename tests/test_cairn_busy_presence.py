@@ -16,9 +16,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cairn_stack import WAIT_S, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import WAIT_S, CairnStack
+from tests.kit.waiting import wait_until
 from workers.cairn.presence import PresenceTimer
+
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_busy_presence")]
 
 INTERVAL_S = 1.0
 HELD_WRITES = 2  # fresh records to see while the job is held

@@ -15,8 +15,12 @@ from collections.abc import Iterator
 import nats
 import pytest
 
-from tests.conftest import wait_until
-from tests.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack, running_stack
+from tests.kit.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack, running_stack
+from tests.kit.waiting import wait_until
+
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_check")]
 
 CHECK_TIMEOUT_S = 20.0
 

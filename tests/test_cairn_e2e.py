@@ -31,9 +31,22 @@ from hypothesis import strategies as st
 from deploy.devstack import log_budget
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.log_budget import Allow
-from tests.cairn_stack import (ACK_WAIT_S, ATHLETE_BASE, LEASE_TTL_S, PROVIDER, ROOT, WAIT_S, CairnStack,
-                               running_stack)
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import (
+    ACK_WAIT_S,
+    ATHLETE_BASE,
+    LEASE_TTL_S,
+    PROVIDER,
+    ROOT,
+    WAIT_S,
+    CairnStack,
+    running_stack,
+)
+from tests.kit.task_events import TaskEvents
+from tests.kit.waiting import wait_until
+
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_e2e")]
 
 
 # H1: what the provocations below make the bridge and the workers log, each by the test that provokes it.
@@ -339,42 +352,6 @@ def test_reconcile_result_and_sub_job_msg_ids_follow_the_contract(stack: CairnSt
     assert rec.data["workerName"] == stack.pool and rec.data["workerPackage"] and rec.data["workerVersion"]
     for msg_id, ext_id in seen:
         assert msg_id == f"reconcile:{PROVIDER}:{acct.account_id}:{ext_id}"
-
-
-class TaskEvents:
-    """What Flower sees: the task events (``task-sent`` carries args, ``task-succeeded`` the result)."""
-
-    def __init__(self, redis_url: str) -> None:
-        from celery import Celery
-
-        self.app = Celery("flower-probe", broker=redis_url)
-        self.events: list[dict[str, Any]] = []
-        self.subscribed = threading.Event()
-        self._receiver: Any = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _on(self, event: dict[str, Any]) -> None:
-        if event.get("type") == "worker-heartbeat":
-            self.subscribed.set()
-        self.events.append(event)
-
-    def _run(self) -> None:
-        with self.app.connection() as conn:
-            self._receiver = self.app.events.Receiver(conn, handlers={"*": self._on})
-            self._receiver.capture(limit=None, timeout=None, wakeup=True)
-
-    def __enter__(self) -> TaskEvents:
-        self._thread.start()
-        assert self.subscribed.wait(WAIT_S), "no worker heartbeat: event capture not subscribed"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._receiver is not None:
-            self._receiver.should_stop = True
-        self._thread.join(10)
-
-    def text(self) -> str:
-        return "\n".join(json.dumps(e, default=str) for e in self.events)
 
 
 def test_exchange_secrets_never_reach_task_events(stack: CairnStack) -> None:

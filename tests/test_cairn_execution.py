@@ -31,7 +31,7 @@ from tasks.result_backend import result_backend_url
 from workers.cairn.disposition import ack, term
 from workers.cairn.outcomes import LEASE_NAMESPACE, MessageKey, OutcomeLedger
 from workers.cairn.subjects import JOBS_STREAM
-from workers.lease import LeaseKeeper, LeaseState, Leases
+from workers.lease import LeaseKeeper, Leases, LeaseState
 from workers.redisconn import async_client
 
 HEARD_WITHIN_S = 5.0

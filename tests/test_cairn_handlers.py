@@ -20,14 +20,20 @@ import redis
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from tests.cairn_ctx import (PACKAGE, PROVIDER, Athlete, admit_and_run, assert_json_and_secret_free, athlete, core,  # noqa: F401
-                             ctx, forget_budget, ingested_since, pool, strava)
+from tests.kit.cairn_ctx import (
+    PACKAGE,
+    PROVIDER,
+    Athlete,
+    admit_and_run,
+    assert_json_and_secret_free,
+    forget_budget,
+    ingested_since,
+)
 from workers.cairn import sealed, wire
 from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.handlers import Delivery, JobContext, discover, exchange
 from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, coalesce_key, window_start
 from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
-
 
 # --------------------------------------------------------------------------- unit pieces
 

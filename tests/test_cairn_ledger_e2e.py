@@ -31,10 +31,14 @@ import pytest
 import redis
 
 from deploy.devstack.procs import Proc
-from tests.cairn_stack import PROVIDER, WAIT_S, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import PROVIDER, WAIT_S, CairnStack
+from tests.kit.waiting import wait_until
 from workers.cairn import subjects
 from workers.cairn.outcomes import OUTCOME_PREFIX
+
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_ledger_e2e")]
 
 DEEP = 100_000
 POISON_FLOOD = 16  # four times CAIRN_MAX_IN_FLIGHT (4 in the stack)

@@ -13,8 +13,8 @@ import pytest
 
 from deploy.devstack import services
 from workers.cairn import presence, subjects
-from workers.cairn.routing import PublishRouter
 from workers.cairn.nats_conn import NatsThread, connect_options
+from workers.cairn.routing import PublishRouter
 from workers.cairn.settings import CairnSettings
 from workers.providers.registry import get_provider
 

@@ -35,10 +35,14 @@ from typing import Any
 import pytest
 
 from deploy.devstack import services
-from tests.cairn_stack import WAIT_S, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import WAIT_S, CairnStack
+from tests.kit.waiting import wait_until
 from workers.lease import LeaseKeeper, Leases
 from workers.redisconn import sync_client
+
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_outages")]
 
 OUTAGE_S = float(os.environ.get("BENCH_CAIRN_OUTAGE_S", "4"))
 JOBS_PER_PHASE = 2
@@ -58,7 +62,8 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("cairn-outages")
-    redis_svc = services.start_redis(tmp / "redis", appendonly=True, appendfsync="always")  # every write on disk before the crash
+    # every write on disk before the crash
+    redis_svc = services.start_redis(tmp / "redis", appendonly=True, appendfsync="always")
     stack = CairnStack(tmp, redis_svc.url, s3_endpoint).start()
     try:
         stack.start_worker(concurrency=POOL_PROCESSES)
@@ -194,7 +199,8 @@ def answers(client: Any) -> Callable[[], bool]:
 
 @pytest.fixture()
 def lone_redis(tmp_path: Any) -> Iterator[services.Service]:
-    svc = services.start_redis(tmp_path / "redis", appendonly=True, appendfsync="always")  # every write on disk before the crash
+    # every write on disk before the crash
+    svc = services.start_redis(tmp_path / "redis", appendonly=True, appendfsync="always")
     try:
         yield svc
     finally:

@@ -23,7 +23,7 @@ import pytest
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from tests.cairn_ctx import PROVIDER, Athlete, core, ctx, job_context, pool, strava  # noqa: F401
+from tests.kit.cairn_ctx import PROVIDER, Athlete, job_context
 from workers.cairn import presence
 from workers.cairn.compat import CORE_CHECK_TTL_S, CoreGate
 from workers.cairn.handlers import JobContext

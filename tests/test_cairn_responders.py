@@ -23,8 +23,14 @@ from celery import Celery
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridges.cairn.responders import (BadRequest, PoolCalls, ResponderConfig, Responders, discover_request,
-                                      exchange_request)
+from bridges.cairn.responders import (
+    BadRequest,
+    PoolCalls,
+    ResponderConfig,
+    Responders,
+    discover_request,
+    exchange_request,
+)
 from bridges.cairn.results import TaskResults
 
 DEADLINE_S = 0.3  # nobody serves the pool here: a well-formed request ends in its deadline error

@@ -23,9 +23,9 @@ import pytest
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from tests.cairn_ctx import PROVIDER, Athlete, admit_and_run, core, ctx, ingested_since, job_context, pool  # noqa: F401
-from tests.conftest import wait_until
-from tests.gate import Gate, GateMiddleware
+from tests.kit.cairn_ctx import PROVIDER, Athlete, admit_and_run, ingested_since, job_context
+from tests.kit.gate import Gate, GateMiddleware
+from tests.kit.waiting import wait_until
 from workers.cairn.disposition import Disposition
 from workers.cairn.handlers import Delivery, JobContext
 

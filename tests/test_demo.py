@@ -19,7 +19,8 @@ from deploy.devstack import procfile
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_TIMEOUT_S = 420
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the demos: each binds Flower to the fixed demo port 5555.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
 
 
 def _port_free(port: int) -> bool:
@@ -45,9 +46,22 @@ def test_demo_short_mode_completes_both_sides() -> None:
     assert "ACTIVITY_TYPE_" in out
 
 
-STATE_IN_FLIGHT = re.compile(r"\] \d\d:\d\d/\d\d:\d\d (downloading|ready|transcribing|completed)")
+# A job neither queued nor final: Ctrl-C then interrupts real work (a "completed" row may be the last one).
+STATE_IN_FLIGHT = re.compile(r"\] \d\d:\d\d/\d\d:\d\d (downloading|ready|transcribing)\b")
 STOP_ORDER = ["stopping the fleet", "stopping the Cairn stack (the fakes, the dev Cairn core, NATS)",
               "stopping fake Telegram", "stopping the dev Voicy API", "stopping S3", "stopping Redis"]
+FLEET_LOGS = re.compile(r"its logs, one per process: (\S+)")
+POOLS = ("gpu", "io", "provider")
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _pools_ready(log_dir: Path) -> bool:
+    """Every Celery pool of the fleet logged Celery's ready line."""
+    logs = [log_dir / f"{pool}.log" for pool in POOLS]
+    return all(log.is_file() and " ready." in log.read_text(errors="replace") for log in logs)
 
 
 def _listening(url: str) -> bool:
@@ -62,17 +76,23 @@ def test_ctrl_c_stops_the_fleet_first_then_nats_and_redis_without_a_traceback() 
     every fleet process exits on its SIGTERM, then the Cairn stack (fakes, core, NATS), the Voicy fakes, then S3
     and Redis last."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
+    # SIGINT back to its default in the demo: a run started in the background (nohup, `cmd &` in a
+    # script) inherits it ignored, and Python then installs no KeyboardInterrupt handler at all.
     proc = subprocess.Popen([sys.executable, "-m", "deploy.demo", "--short", "--timeout", "300"], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_sigint_default)
     seen: list[str] = []
+    fleet_logs: Path | None = None
     assert proc.stdout is not None
     for row in proc.stdout:
         seen.append(row)
         if row.startswith("SUMMARY"):
             proc.communicate(timeout=DEMO_TIMEOUT_S)
             pytest.fail("the run ended before the test saw a job in flight:\n" + "".join(seen))
-        if STATE_IN_FLIGHT.search(row):
+        if (logs := FLEET_LOGS.search(row)) is not None:
+            fleet_logs = Path(logs[1])
+        # In flight, and every Celery pool up: a worker still starting when Ctrl-C comes is another test.
+        if STATE_IN_FLIGHT.search(row) and fleet_logs is not None and _pools_ready(fleet_logs):
             break
     os.killpg(proc.pid, signal.SIGINT)
     rest, _ = proc.communicate(timeout=DEMO_TIMEOUT_S)

@@ -17,7 +17,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.test_imports import PRODUCT_PACKAGES, ROOT
+from tests.kit.layout import PRODUCT_PACKAGES, ROOT
 
 DESIGN = ROOT / "docs" / "DESIGN.md"
 MAP_HEADING = "## Module map"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
 
 import httpx
 import pytest
@@ -65,7 +66,7 @@ def test_detail_streams_gear_and_athlete(api: httpx.Client, strava: FakeStrava) 
     n = streams["time"]["original_size"]
     assert all(len(s["data"]) == n and s["resolution"] == "high" for s in streams.values())
     times = streams["time"]["data"]
-    assert times[0] == 0 and all(b > a for a, b in zip(times, times[1:]))
+    assert times[0] == 0 and all(b > a for a, b in pairwise(times))
     as_list = api.get(f"/activities/{ride_id}/streams", params={"keys": "time"}).json()
     assert {s["type"] for s in as_list} == {"time", "distance"}
     gear = api.get(f"/gear/{detail['gear_id']}").json()
@@ -109,8 +110,9 @@ def test_auth_and_oauth_grants(strava: FakeStrava) -> None:
         "grant_type": "refresh_token", "refresh_token": granted["refresh_token"]}).json()
     assert refreshed["access_token"] != granted["access_token"] and "athlete" not in refreshed
     assert httpx.get(url, headers={"Authorization": f"Bearer {refreshed['access_token']}"}).status_code == 200
-    stale = httpx.post(strava.token_url, data={"client_id": strava.client_id, "client_secret": strava.client_secret,
-                                               "grant_type": "refresh_token", "refresh_token": granted["refresh_token"]})
+    stale = httpx.post(strava.token_url, data={
+        "client_id": strava.client_id, "client_secret": strava.client_secret,
+        "grant_type": "refresh_token", "refresh_token": granted["refresh_token"]})
     assert stale.status_code == 400 and "invalid" in stale.text  # rotated away
     wrong_client = httpx.post(strava.token_url, data={"client_id": strava.client_id, "client_secret": "x",
                                                       "grant_type": "refresh_token",

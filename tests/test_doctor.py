@@ -16,10 +16,10 @@ import pytest
 
 from deploy.devstack import services
 from deploy.devstack.services import free_port
-from deploy.devstack.telegram import FakeTelegram
-from ops import doctor
-from deploy.devstack.voicy_api import DevVoicyServer
 from deploy.devstack.stack import BOT_TOKEN, TINY_MODEL_DIR
+from deploy.devstack.telegram import FakeTelegram
+from deploy.devstack.voicy_api import DevVoicyServer
+from ops import doctor
 
 pytestmark = pytest.mark.slow
 

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import wave
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,7 @@ def test_model_is_not_loaded_at_import() -> None:
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
+@pytest.mark.model
 def test_auto_device_and_compute_type(engine: WhisperEngine) -> None:
     import ctranslate2
 
@@ -76,13 +78,14 @@ def test_auto_device_and_compute_type(engine: WhisperEngine) -> None:
                                       "computeType": engine.compute_type}  # a name, never the path
 
 
+@pytest.mark.model
 def test_streams_a_growing_transcript(engine: WhisperEngine) -> None:
     story = _fixture("story")
     seen: list[tuple[int, str]] = []
     transcript = engine.transcribe(AUDIO_DIR / story["file"],
                                    on_segment=lambda t: seen.append((len(t.parts), t.text)))
     assert len(seen) >= 2 and [n for n, _ in seen] == list(range(1, len(seen) + 1))
-    assert all(later.startswith(earlier) for (_, earlier), (_, later) in zip(seen, seen[1:]))
+    assert all(later.startswith(earlier) for (_, earlier), (_, later) in pairwise(seen))
     assert seen[-1][1] == transcript.text
     assert transcript.language == "en"
     assert transcript.duration == pytest.approx(story["duration_s"], abs=0.2)
@@ -92,6 +95,7 @@ def test_streams_a_growing_transcript(engine: WhisperEngine) -> None:
     assert len(hits) >= len(story["keywords"]) // 2, (text, story["keywords"])
 
 
+@pytest.mark.model
 def test_result_body_has_no_nulls_and_the_contract_shape(engine: WhisperEngine) -> None:
     weather = _fixture("weather")
     transcript = engine.transcribe(AUDIO_DIR / weather["file"], language="en")
@@ -105,6 +109,7 @@ def test_result_body_has_no_nulls_and_the_contract_shape(engine: WhisperEngine) 
     assert partial == {"text": "", "parts": [], "engine": "faster-whisper", "metadata": body["metadata"]}
 
 
+@pytest.mark.model
 def test_the_configured_engine_name_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     """§6.7: ``engine`` is VOICY_WORKER_ENGINE (Voicy stores it as ``workerEngine``), default faster-whisper."""
     monkeypatch.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:9/worker/v1")
@@ -120,6 +125,7 @@ def test_the_configured_engine_name_is_reported(monkeypatch: pytest.MonkeyPatch)
     assert _body(named, Transcript(), settings.engine)["engine"] == "switchyard-whisper-fleet-b"
 
 
+@pytest.mark.model
 def test_silence_is_an_empty_normal_result(engine: WhisperEngine, tmp_path: Path) -> None:
     path = tmp_path / "silence.wav"
     with wave.open(str(path), "wb") as out:
@@ -131,6 +137,7 @@ def test_silence_is_an_empty_normal_result(engine: WhisperEngine, tmp_path: Path
     assert _body(engine, transcript)["text"] == ""
 
 
+@pytest.mark.model
 def test_undecodable_media_is_permanent_and_a_missing_file_retryable(engine: WhisperEngine, tmp_path: Path) -> None:
     with pytest.raises(PermanentJobError) as bad:
         engine.transcribe(AUDIO_DIR / "undecodable.ogg")
@@ -143,6 +150,7 @@ def test_undecodable_media_is_permanent_and_a_missing_file_retryable(engine: Whi
         engine.transcribe(tmp_path / "gone.ogg")
 
 
+@pytest.mark.model
 def test_media_without_an_audio_stream_is_permanent(engine: WhisperEngine, tmp_path: Path) -> None:
     """A video-only MP4 (a ``video``/``document`` job): retrying would fail identically, so not retryable."""
     video = write_video_only_mp4(tmp_path / "screen-recording.mp4")
@@ -151,6 +159,7 @@ def test_media_without_an_audio_stream_is_permanent(engine: WhisperEngine, tmp_p
     assert "screen-recording" not in str(info.value)
 
 
+@pytest.mark.model
 def test_an_unknown_language_hint_falls_back_in_voicys_order(engine: WhisperEngine) -> None:
     """Job hint, else VOICY_WORKER_LANGUAGE, else detection (§6.7); never a code the model rejects."""
     from faster_whisper.tokenizer import Tokenizer
@@ -174,6 +183,7 @@ def test_an_unknown_language_hint_falls_back_in_voicys_order(engine: WhisperEngi
     assert "sunny" in engine.transcribe(AUDIO_DIR / weather["file"], language="english").text.lower()
 
 
+@pytest.mark.slow
 def test_a_bad_fallback_language_stops_start_up_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:9/worker/v1")
     monkeypatch.setenv("VOICY_WORKER_TOKEN", "unused-token")
@@ -195,6 +205,7 @@ def test_a_bad_fallback_language_stops_start_up_naming_the_variable(monkeypatch:
     assert "VOICY_WORKER_LANGUAGE" in out.stderr
 
 
+@pytest.mark.model
 def test_callback_errors_propagate_unchanged(engine: WhisperEngine) -> None:
     class Stop(Exception):
         pass
@@ -206,6 +217,7 @@ def test_callback_errors_propagate_unchanged(engine: WhisperEngine) -> None:
         engine.transcribe(AUDIO_DIR / _fixture("coffee")["file"], on_segment=stop)
 
 
+@pytest.mark.model
 def test_one_engine_per_process(monkeypatch: pytest.MonkeyPatch, engine: WhisperEngine) -> None:
     monkeypatch.setattr(engine_mod, "_engine", engine)
     assert get_engine(_settings(model="some-other-model")) is engine  # never reloaded
@@ -261,14 +273,17 @@ def test_cpu_threads_setting_defaults_to_auto_and_a_bad_value_names_the_variable
 
 _THREADS_PROBE = """
 import json, os, sys
-from tests.test_engine import AUDIO_DIR, _settings
+from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR
 from workers.transcribe.whisper import WhisperEngine
+from workers.voicy.settings import VoicySettings
 
 def threads():
     return len(os.listdir("/proc/self/task"))
 
 before = threads()
-engine = WhisperEngine(_settings(device="cpu", cpu_threads=int(sys.argv[1])), pool_processes=2)
+settings = VoicySettings(api_url="http://127.0.0.1:9/worker/v1", token="unused-token", model=TINY_MODEL_DIR,
+                         device="cpu", cpu_threads=int(sys.argv[1]))
+engine = WhisperEngine(settings, pool_processes=2)
 text = engine.transcribe(AUDIO_DIR / sys.argv[2], language="en").text
 grown = threads() - before  # after a transcription: CTranslate2 starts its intra-op pool lazily
 print(json.dumps({"cpu_threads": engine.cpu_threads, "grown": grown, "text": text}))
@@ -282,6 +297,7 @@ def _load_with_threads(cpu_threads: int, fixture: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.model
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads through /proc")
 def test_explicit_cpu_threads_reach_ctranslate2_and_transcribe() -> None:
     """An explicit value is passed through: two more threads asked for give at least two more OS threads.

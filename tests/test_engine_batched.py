@@ -28,6 +28,9 @@ from workers.transcribe.results import Transcript
 from workers.transcribe.settings import EngineSettings
 from workers.transcribe.whisper import WhisperEngine
 
+# model: loads tiny.en (left out of make check); one xdist worker: the two models are loaded once
+pytestmark = [pytest.mark.model, pytest.mark.xdist_group("engine_batched")]
+
 ROOT = Path(__file__).resolve().parents[1]
 AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
 MANIFEST = json.loads((AUDIO_DIR / "manifest.json").read_text())

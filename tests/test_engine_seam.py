@@ -138,7 +138,7 @@ def test_every_registered_engine_is_a_transcription_engine_named_by_its_key() ->
     for name in registry.ENGINES:
         cls = engine_class(name)
         assert cls.name == name
-        assert callable(getattr(cls, "transcribe")) and isinstance(getattr(cls, "metadata"), property)
+        assert callable(cls.transcribe) and isinstance(cls.metadata, property)
     with pytest.raises(KeyError):
         engine_class("no-such-engine")
 
@@ -236,6 +236,7 @@ def test_a_bad_batch_size_names_the_variable(clean_env: pytest.MonkeyPatch, tran
         load_voicy_settings()
 
 
+@pytest.mark.slow
 def test_a_bad_engine_variable_stops_the_bridge_naming_it() -> None:
     """The process that starts claiming refuses to start (bridges/__main__: exit 2), as for every VOICY_WORKER_*."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_"))}
@@ -247,6 +248,7 @@ def test_a_bad_engine_variable_stops_the_bridge_naming_it() -> None:
     assert "VOICY_WORKER_BATCH_SIZE" in out.stderr and "lots" not in out.stderr
 
 
+@pytest.mark.model
 def test_create_engine_builds_the_selected_engine_with_the_tiny_model() -> None:
     sequential = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", batch_size=0))
     batched = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", batch_size=4), pool_processes=2)

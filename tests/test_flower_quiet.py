@@ -13,12 +13,16 @@ import re
 import uuid
 from pathlib import Path
 
+import pytest
 from celery import Celery
 
-from tests.conftest import CeleryWorker, wait_until
-from tests.test_cairn_e2e import TaskEvents
-from tests.test_redis_restart import start_procfile_beat
-from tests.voicy_stack import voicy_dev_stack
+from tests.kit.celery_worker import CeleryWorker
+from tests.kit.procfile import start_procfile_beat
+from tests.kit.task_events import TaskEvents
+from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.waiting import wait_until
+
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
 
 REAPS_TO_SEE = 3
 WAIT_S = 60.0

@@ -1,4 +1,5 @@
-"""Import guards: no import cycle in the product packages, and the transcription engine stays Voicy-free.
+"""Import guards: no import cycle in the product packages, the transcription engine stays Voicy-free, and
+no test module imports another (shared test code lives in ``tests/kit/``).
 
 Read from the source (the AST of every module), not from ``sys.modules`` after
 an import: an import inside a function or under ``if TYPE_CHECKING:`` never
@@ -14,14 +15,13 @@ exception is Celery's usual ``from tasks import app`` in a task module.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from tests.kit.layout import PRODUCT_PACKAGES, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-PRODUCT_PACKAGES = ("tasks", "bridges", "workers", "ops", "deploy")
 CELERY_APP_PACKAGE = "tasks"
 
 
@@ -310,3 +310,58 @@ def test_no_imports_inside_functions_outside_the_allow_list() -> None:
         "\n".join(offending)
     stale = sorted(set(FUNCTION_LEVEL_IMPORTS_ALLOWED) - used)
     assert not stale, f"allow-list entries no import uses any more (remove them): {stale}"
+
+
+# ------------------------------------------------------------------ the test suite
+# A test module is a list of tests: what two of them share lives in tests/kit/, so moving, renaming or
+# deleting a test module never breaks another, and pytest never collects a module twice under xdist.
+TESTS = ROOT / "tests"
+TEST_SUPPORT = {"__init__.py", "conftest.py"}  # the only non-test modules at tests/'s top level
+_TEST_MODULE_NAME = re.compile(r"^tests\.(test_\w+|conftest)(\.|$)")
+# Code run in a subprocess (``python -c`` text) imports too; this finds it in the source text.
+_TEST_MODULE_IN_TEXT = re.compile(r"\b(?:from|import)\s+tests\.(?:test_\w+|conftest)\b")
+
+
+def imports_of_test_modules(root: Path) -> list[str]:
+    """Every import, in any module under ``root/tests``, of a test module or of ``tests/conftest.py``."""
+    offending: list[str] = []
+    for module, path in modules(root, ("tests",)).items():
+        statements: set[int] = set()
+        for imp in imports_of(module, path):
+            statements.add(imp.line)
+            for name in [imp.target, *(f"{imp.target}.{n}" for n in imp.names)]:
+                if _TEST_MODULE_NAME.match(name):
+                    offending.append(f"{path.relative_to(root)}:{imp.line} imports {name}")
+        text = path.read_text(encoding="utf-8")
+        for match in _TEST_MODULE_IN_TEXT.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            if line not in statements:
+                offending.append(f"{path.relative_to(root)}:{line} imports {match[0].split()[-1]} (in code text)")
+    return sorted(set(offending))
+
+
+def test_the_test_module_finder_sees_every_form(tmp_path: Path) -> None:
+    kit = tmp_path / "tests" / "kit"
+    kit.mkdir(parents=True)
+    for init in (tmp_path / "tests" / "__init__.py", kit / "__init__.py"):
+        init.write_text("")
+    t = "tests"  # spelled apart, or this very file would be flagged
+    (tmp_path / "tests" / "test_a.py").write_text(
+        f"from {t}.kit import helpers\nfrom {t}.test_b import fixture\nfrom {t} import test_c\n"
+        f"from . import conftest\nPROBE = 'from {t}.test_d import x'\n")
+    (kit / "helpers.py").write_text(f"import {t}.test_e\n")
+    found = [o.split(" imports ")[1] for o in imports_of_test_modules(tmp_path)]
+    assert sorted(found) == ["tests.conftest", "tests.test_b", "tests.test_b.fixture", "tests.test_c",
+                             "tests.test_d (in code text)", "tests.test_e"]
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    """Move what two test modules share into tests/kit/ (a fixture there is registered in conftest.py)."""
+    offending = imports_of_test_modules(ROOT)
+    assert not offending, "test modules import test modules (move the shared code to tests/kit/):\n" + \
+        "\n".join(offending)
+
+
+def test_shared_test_code_lives_in_the_kit() -> None:
+    stray = sorted(p.name for p in TESTS.glob("*.py") if p.name not in TEST_SUPPORT and not p.name.startswith("test_"))
+    assert not stray, f"helper modules at tests/'s top level (move them to tests/kit/): {stray}"

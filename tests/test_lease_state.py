@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import redis
 
-from workers.lease import LeaseState, Leases, granted, new_token, view
+from workers.lease import Leases, LeaseState, granted, new_token, view
 
 
 def test_states_through_their_whole_life(fresh_redis: str) -> None:

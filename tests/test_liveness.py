@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.conftest import wait_until
+from tests.kit.waiting import wait_until
 from workers import liveness
 
 SHORT_TTL_S = 0.3

@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import CeleryWorker, wait_until
+from tests.kit.celery_worker import CeleryWorker
+from tests.kit.waiting import wait_until
 
 WORKER_LOG_TIMEOUT_S = 30.0
 
@@ -59,6 +60,7 @@ def test_human_format_is_redacted_too() -> None:
         assert secret not in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log_format", ["human", "json"])
 def test_a_celery_worker_prints_each_record_once_in_the_chosen_format(
         log_format: str, fresh_redis: str, celery_workers: Callable[..., CeleryWorker]) -> None:

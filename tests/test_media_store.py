@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from workers.errors import PermanentJobError, RetryableJobError
-from workers.voicy.media_store import (LocalMediaStore, MediaTooLarge, S3MediaStore, media_store_from_url,
-                                       s3_client)
+from workers.voicy.media_store import LocalMediaStore, MediaTooLarge, S3MediaStore, media_store_from_url, s3_client
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                "AWS_DEFAULT_REGION": "us-east-1"}

@@ -28,10 +28,14 @@ import redis
 
 from deploy.devstack import services
 from deploy.devstack.cairn_core.accounts import utcnow
-from tests.cairn_stack import ATHLETE_BASE, PROVIDER, WAIT_S, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import ATHLETE_BASE, PROVIDER, WAIT_S, CairnStack
+from tests.kit.waiting import wait_until
 from workers.cairn import subjects
 from workers.faults import read_faults
+
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nats_permissions")]
 
 VERIFY_TOKEN = "perm-verify-" + uuid.uuid4().hex
 COALESCE_S = 1.0

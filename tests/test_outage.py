@@ -26,10 +26,11 @@ def _records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 def test_the_warning_carries_the_message_and_each_outage_one_traceback(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     outage = Outage("Redis", logging.getLogger(LOGGER))
+    refused = "Error 111 connecting to 127.0.0.1:6390. Connection refused."
     for _ in range(3):
-        outage.failed("lease read", redis.ConnectionError("Error 111 connecting to 127.0.0.1:6390. Connection refused."))
+        outage.failed("lease read", redis.ConnectionError(refused))
     outage.ok()
-    outage.failed("lease read", redis.ConnectionError("Error 111 connecting to 127.0.0.1:6390. Connection refused."))
+    outage.failed("lease read", redis.ConnectionError(refused))
 
     warnings = [r for r in _records(caplog) if r.levelno == logging.WARNING and "unavailable" in r.getMessage()]
     assert len(warnings) == 2  # one per outage

@@ -43,8 +43,8 @@ from deploy.devstack.procs import Proc
 from deploy.devstack.services import free_port
 from deploy.devstack.strava.kit import StravaKit
 from tasks.routes import UnroutedPoolTask, provider_queue, route_cairn
-from tests.conftest import wait_until
-from tests.filedrop import DISTRIBUTION, FileDropKit, install_distribution
+from tests.kit.filedrop import DISTRIBUTION, FileDropKit, install_distribution
+from tests.kit.waiting import wait_until
 from workers.cairn import subjects
 from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.run import wrong_pool
@@ -52,6 +52,8 @@ from workers.cairn.settings import CairnSettings, load_cairn_settings, pool_vari
 from workers.errors import ConfigError
 from workers.logs import redact
 from workers.providers.kinds import FETCH_SOURCE, IMPORT_GEAR, PARSE_BLOB, RECONCILE
+
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
 
 START_TIMEOUT_S = 90.0  # a loaded box: a prefork worker and a bridge each import the whole fleet
 JOBS_TIMEOUT_S = 120.0

@@ -13,37 +13,28 @@ non-zero, and starts with a valid configuration.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import signal
 import socket
 import subprocess
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from deploy.devstack.log_budget import Allow
-from deploy.devstack.procs import stop_group
 from deploy.devstack.services import Service, free_port, nats_login
+from tests.kit.cairn_stack import CairnStack
+from tests.kit.procfile import READY_TIMEOUT_S, ROOT, VENV_BIN, ProcfileProcess, fleet_env, procfile_entries
 
 # H1: each test's processes end with an empty log budget (tests/conftest.py ``log_budget``).
 pytestmark = pytest.mark.usefixtures("log_budget")
 
-ROOT = Path(__file__).resolve().parents[1]
-VENV_BIN = ROOT / ".venv" / "bin"
-PROCFILE = ROOT / "Procfile"
 APP_JSON = ROOT / "app.json"
 OPERATIONS_MD = ROOT / "docs" / "operations.md"
 
-READY_TIMEOUT_S = 60.0
-EXIT_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 15.0
 HTTP_TIMEOUT_S = 5.0
 PING_TIMEOUT_S = 0.5
 EXIT_CONFIG_ERROR = 2
@@ -55,108 +46,7 @@ POOL_LINES = {"provider": "cairn_bridge", "garmin": "garmin_bridge"}  # each poo
 ADDON_VARS = {"REDIS_URL"}  # set by the heroku-redis add-on; app.json must not declare it
 # Variables the platform (Heroku, honcho) sets, not the operator.
 PLATFORM_VARS = {"PORT", "DYNO", "HONCHO_PROCESS_NAME"}
-# Heroku runs each command with bash, which execs a lone simple command, so the exit
-# status we see is the process's own (dash, honcho's /bin/sh, would report its own death).
-SHELL = shutil.which("bash") or "/bin/sh"
-_PROCFILE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")  # honcho's own pattern
 _ENV_REF = re.compile(r"\$\{?([A-Z_][A-Z0-9_]*)")
-
-
-def procfile_entries() -> dict[str, str]:
-    entries: dict[str, str] = {}
-    for line in PROCFILE.read_text().splitlines():
-        match = _PROCFILE_LINE.match(line)
-        if match:
-            assert match[1] not in entries, f"process type {match[1]} declared twice"
-            entries[match[1]] = match[2]
-    return entries
-
-
-def fleet_env(redis_url: str, **extra: str) -> dict[str, str]:
-    """A clean environment: no inherited Voicy/Cairn/Flower/platform variables."""
-    drop = ("VOICY_", "CAIRN_", "FLOWER_", "HONCHO_", "DYNO", "REMAP_SIGTERM", "PORT")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", REDIS_URL=redis_url,
-               PYTHONUNBUFFERED="1", LOG_LEVEL="INFO")
-    env.update(extra)
-    return env
-
-
-class ProcfileProcess:
-    """One Procfile command started like honcho does; its output is watched line by line."""
-
-    def __init__(self, ptype: str, env: dict[str, str], log_path: Path) -> None:
-        self.ptype, self.command = ptype, procfile_entries()[ptype]
-        self._lines: list[str] = []
-        self._cond = threading.Condition()
-        self._log = open(log_path, "w", encoding="utf-8")
-        self.proc = subprocess.Popen([SHELL, "-c", self.command], cwd=ROOT, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self._reader = threading.Thread(target=self._read, name=f"out-{ptype}", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in iter(self.proc.stdout.readline, b""):
-            line = raw.decode("utf-8", errors="replace")
-            self._log.write(line)
-            self._log.flush()
-            with self._cond:
-                self._lines.append(line)
-                self._cond.notify_all()
-        with self._cond:
-            self._cond.notify_all()
-
-    def output(self) -> str:
-        with self._cond:
-            return "".join(self._lines)
-
-    def wait_for_output(self, pattern: str, timeout_s: float = READY_TIMEOUT_S) -> str:
-        """Block until a line matches ``pattern`` (each new line is an event); fail if the process exits."""
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            seen = 0
-            while True:
-                for line in self._lines[seen:]:
-                    if regex.search(line):
-                        return line
-                seen = len(self._lines)
-                if not self._reader.is_alive():
-                    raise AssertionError(f"{self.ptype} exited ({self.proc.poll()}) before /{pattern}/:\n"
-                                         f"{''.join(self._lines)[-4000:]}")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(f"{self.ptype}: no /{pattern}/ within {timeout_s}s:\n"
-                                         f"{''.join(self._lines)[-4000:]}")
-                self._cond.wait(remaining)
-
-    def wait_exit(self, timeout_s: float = EXIT_TIMEOUT_S) -> int:
-        code = self.proc.wait(timeout_s)
-        self._reader.join(timeout_s)
-        return code
-
-    def stop(self, sig: int = signal.SIGTERM) -> int | None:
-        """Signal the whole process group, as honcho and the Heroku dyno manager do."""
-        stop_group(self.proc, sig, STOP_TIMEOUT_S)
-        self._reader.join(STOP_TIMEOUT_S)
-        self._log.close()
-        return self.proc.returncode
-
-
-@pytest.fixture()
-def launch(tmp_path: Path) -> Iterator[Callable[..., ProcfileProcess]]:
-    started: list[ProcfileProcess] = []
-
-    def start(ptype: str, env: dict[str, str]) -> ProcfileProcess:
-        proc = ProcfileProcess(ptype, env, tmp_path / f"{ptype}-{len(started)}.log")
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in reversed(started):
-        proc.stop()
 
 
 # ---------------------------------------------------------------------------- static checks
@@ -243,12 +133,13 @@ def test_every_setting_is_documented_and_declared() -> None:
 
 
 # ---------------------------------------------------------------------------- web (Flower)
+@pytest.mark.slow
 def test_web_serves_flower_with_auth_metrics_and_healthcheck(
         redis_url: str, launch: Callable[..., ProcfileProcess]) -> None:
     port, password = free_port(), f"pw-{uuid.uuid4().hex}"
     web = launch("web", fleet_env(redis_url, PORT=str(port), FLOWER_PASSWORD=password,
                                   FLOWER_ADDRESS="127.0.0.1"))
-    web.wait_for_output(r"Visit me at http://127\.0\.0\.1:%d" % port)
+    web.wait_for_output(rf"Visit me at http://127\.0\.0\.1:{port}")
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base, timeout=HTTP_TIMEOUT_S) as http:
         health = http.get("/healthcheck")
@@ -262,6 +153,7 @@ def test_web_serves_flower_with_auth_metrics_and_healthcheck(
     assert password not in web.output()
 
 
+@pytest.mark.slow
 def test_web_refuses_to_start_without_authentication(
         redis_url: str, launch: Callable[..., ProcfileProcess]) -> None:
     web = launch("web", fleet_env(redis_url, PORT=str(free_port()), FLOWER_ADDRESS="127.0.0.1"))
@@ -270,6 +162,7 @@ def test_web_refuses_to_start_without_authentication(
 
 
 # ---------------------------------------------------------------------------- celery pools
+@pytest.mark.slow
 def test_each_pool_starts_consumes_its_queue_and_shuts_down_cold(
         redis_url: str, launch: Callable[..., ProcfileProcess]) -> None:
     from celery import Celery
@@ -307,6 +200,7 @@ def test_each_pool_starts_consumes_its_queue_and_shuts_down_cold(
 
 
 # ---------------------------------------------------------------------------- beat
+@pytest.mark.slow
 def test_beat_is_kept_single_by_the_redbeat_lock(redis_url: str,
                                                  launch: Callable[..., ProcfileProcess]) -> None:
     import redis
@@ -326,6 +220,7 @@ def test_beat_is_kept_single_by_the_redbeat_lock(redis_url: str,
 
 
 # ---------------------------------------------------------------------------- bridges
+@pytest.mark.slow
 def test_voicy_bridge_names_a_missing_variable(redis_url: str,
                                                launch: Callable[..., ProcfileProcess]) -> None:
     bridge = launch("voicy_bridge", fleet_env(redis_url))
@@ -333,6 +228,7 @@ def test_voicy_bridge_names_a_missing_variable(redis_url: str,
     assert "VOICY_WORKER_API_URL" in bridge.output()
 
 
+@pytest.mark.slow
 def test_voicy_bridge_starts_with_a_valid_config(redis_url: str, tmp_path: Path,
                                                  launch: Callable[..., ProcfileProcess]) -> None:
     token = f"vw_{uuid.uuid4().hex}"
@@ -345,6 +241,7 @@ def test_voicy_bridge_starts_with_a_valid_config(redis_url: str, tmp_path: Path,
     assert token not in bridge.output()
 
 
+@pytest.mark.slow
 def test_cairn_bridge_names_an_invalid_variable(redis_url: str,
                                                 launch: Callable[..., ProcfileProcess]) -> None:
     """Every CAIRN_* variable has a default, so the config error to prove is an invalid one."""
@@ -375,6 +272,7 @@ def _create_jobs_stream(nats_url: str) -> None:
     asyncio.run(create())
 
 
+@pytest.mark.slow
 def test_cairn_bridge_starts_with_a_valid_config(redis_url: str, nats_service: Service, log_budget: list[Allow],
                                                  launch: Callable[..., ProcfileProcess]) -> None:
     """It starts, and a clean stop logs no warning (it used to log a false "NATS unavailable" for the
@@ -393,12 +291,11 @@ def test_cairn_bridge_starts_with_a_valid_config(redis_url: str, nats_service: S
     assert "cairn bridge stopped" in bridge.output()
 
 
+@pytest.mark.slow
 def test_a_sigterm_stops_the_cairn_bridge_without_a_warning(tmp_path: Path, redis_url: str, s3_endpoint: str,
                                                           launch: Callable[..., ProcfileProcess]) -> None:
     """Issue 14: a clean stop logged ``NATS unavailable (disconnected; reconnecting)``: the bridge's
     own drain closing the connection was reported as an outage."""
-    from tests.cairn_stack import CairnStack
-
     stack = CairnStack(tmp_path / "cairn", redis_url, s3_endpoint).start()
     try:
         bridge = launch("cairn_bridge", fleet_env(redis_url, **{k: v for k, v in stack.env.items()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from deploy.devstack.strava import FakeStrava
+from tests.kit.cairn_ctx import RecordingHook
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.providers.context import ProviderContext
 from workers.providers.errors import (
@@ -39,7 +40,6 @@ from workers.providers.strava.usage import (
     parse_usage,
     rate_limited_from_429,
 )
-from workers.providers.windows import WindowUsage
 
 ATHLETE = 4242
 USER_ID = "7d1d9a8e-7a57-4a53-9b1e-1f0c0d7a0001"
@@ -52,23 +52,6 @@ class Job:
     account_id: str = ACCOUNT_ID
     ext_id: str = ""
     fetch_streams: bool = True
-
-
-class RecordingHook:
-    """A RateLimitHook that records what the provider reserved and observed."""
-
-    def __init__(self, deny_after: int | None = None) -> None:
-        self.reserved: list[tuple[str, ...]] = []
-        self.observed: list[list[WindowUsage]] = []
-        self.deny_after = deny_after
-
-    def reserve(self, windows: Sequence[str]) -> None:
-        if self.deny_after is not None and len(self.reserved) >= self.deny_after:
-            raise ProviderRateLimited(next_short_reset(datetime.now(UTC)), "short")
-        self.reserved.append(tuple(windows))
-
-    def observe(self, usage: Sequence[WindowUsage], headers: Mapping[str, str]) -> None:
-        self.observed.append(list(usage))
 
 
 @pytest.fixture(scope="module")

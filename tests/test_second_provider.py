@@ -24,9 +24,19 @@ from typing import Any
 
 import pytest
 
-from tests.cairn_stack import WAIT_S, CairnStack
-from tests.filedrop import APP_CLIENT_ID, DISTRIBUTION, MODULE, PROVIDER, TOKEN_LIFETIME, FileDrop, install_distribution
+from tests.kit.cairn_stack import WAIT_S, CairnStack
+from tests.kit.filedrop import (
+    APP_CLIENT_ID,
+    DISTRIBUTION,
+    MODULE,
+    PROVIDER,
+    TOKEN_LIFETIME,
+    FileDrop,
+    install_distribution,
+)
 from workers.providers.registry import get_provider, provider_names
+
+pytestmark = pytest.mark.xdist_group("second_provider")  # one xdist worker: its module-scoped stack starts once
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +85,7 @@ def test_registry_finds_the_provider_by_its_entry_point(site: Path, monkeypatch:
         sys.modules.pop(MODULE, None)
 
 
+@pytest.mark.slow
 def test_fetch_source_is_ingested_and_spends_its_own_windows(stack: CairnStack, drop: FileDrop) -> None:
     core = stack.core
     assert core is not None

@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 
 from deploy.devstack import services
-from tasks.routes import provider_queue
-from tests.cairn_stack import CairnStack
-from tests.conftest import CeleryWorker, wait_until
-from tests.test_redis_restart import assert_alive, start_procfile_beat
 from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_bridge
-from tests.voicy_stack import voicy_dev_stack
+from tasks.routes import provider_queue
+from tests.kit.cairn_stack import CairnStack
+from tests.kit.celery_worker import CeleryWorker
+from tests.kit.procfile import assert_alive, start_procfile_beat
+from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.waiting import wait_until
 from workers.redisconn import sync_client
 
 pytestmark = pytest.mark.slow

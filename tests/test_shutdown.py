@@ -31,10 +31,10 @@ import redis
 from deploy.devstack.procs import signal_group
 from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge
 from tasks.routes import provider_queue
-from tests.cairn_stack import CairnStack
-from tests.conftest import wait_until
-from tests.gate import Gate
-from tests.voicy_stack import voicy_dev_stack
+from tests.kit.cairn_stack import CairnStack
+from tests.kit.gate import Gate
+from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

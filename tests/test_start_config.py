@@ -19,6 +19,8 @@ import pytest
 
 from deploy.devstack.services import free_port
 
+pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
 SHELL = shutil.which("bash") or "/bin/sh"
@@ -105,7 +107,8 @@ def test_a_provider_worker_on_another_queue_than_its_pools_stops_with_one_line(
     base = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_", "REDIS_"))}
     base.update({"PATH": f"{VENV_BIN}:{base.get('PATH', '')}", "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
                  "CAIRN_NATS_URL": f"nats://127.0.0.1:{free_port()}", "PROVIDER_CONCURRENCY": "1"})
-    out = subprocess.run([SHELL, "-c", provider_line_on(queue)], cwd=ROOT, env={k: v for k, v in {**base, **env}.items() if v},
+    merged = {k: v for k, v in {**base, **env}.items() if v}
+    out = subprocess.run([SHELL, "-c", provider_line_on(queue)], cwd=ROOT, env=merged,
                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     text = out.stdout + out.stderr
     assert out.returncode == EXIT_CONFIG_ERROR, text

@@ -21,16 +21,23 @@ from google.protobuf import json_format
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.strava.media import image_bytes
-from tests.cairn_ctx import Athlete, admit_and_run, core, ctx, ingested_since, pool, strava  # noqa: F401
-from tests.test_provider_strava import RecordingHook
+from tests.kit.cairn_ctx import Athlete, RecordingHook, admit_and_run, ingested_since
 from workers.cairn import wire
 from workers.cairn.claimcheck import UserBlobSink
 from workers.cairn.handlers import JobContext
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.providers.context import ProviderContext
 from workers.providers.strava.dataset import PARSER_VERSION
-from workers.providers.strava.photos import (MAX_PHOTO_BYTES, PhotoError, content_type_of, download, largest_size,
-                                             may_have_photos, sniff)
+from workers.providers.strava.photos import (
+    MAX_PHOTO_BYTES,
+    PhotoError,
+    content_type_of,
+    download,
+    largest_size,
+    may_have_photos,
+    sniff,
+)
+
 
 def photo_activity(strava: FakeStrava, ath: Athlete) -> tuple[int, int]:
     """(index, id) of an activity without segment efforts: photos alone decide its outcome."""

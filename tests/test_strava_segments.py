@@ -20,9 +20,7 @@ import pytest
 
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
-from tests.cairn_ctx import (Athlete, admit_and_run, core, ctx, forget_budget, ingested_since, pool,  # noqa: F401
-                             segments_since, strava)
-from tests.test_provider_strava import RecordingHook
+from tests.kit.cairn_ctx import Athlete, RecordingHook, admit_and_run, forget_budget, ingested_since, segments_since
 from workers.cairn import wire
 from workers.cairn.handlers import Delivery, JobContext
 from workers.cairn.presence import manifest_record, presence_record
@@ -31,8 +29,13 @@ from workers.providers.context import ProviderContext
 from workers.providers.strava.dataset import PARSER_VERSION, build_archive, parse_dataset
 from workers.providers.strava.models import StravaSegment, StravaSegmentEffort
 from workers.providers.strava.provider import StravaProvider
-from workers.providers.strava.segments import (SEGMENT_CACHE_MAX_ENTRIES, SEGMENT_CACHE_TTL_S, SegmentCache,
-                                               map_effort, map_segment)
+from workers.providers.strava.segments import (
+    SEGMENT_CACHE_MAX_ENTRIES,
+    SEGMENT_CACHE_TTL_S,
+    SegmentCache,
+    map_effort,
+    map_segment,
+)
 from workers.providers.strava.settings import StravaSettings
 from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
 

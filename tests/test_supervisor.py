@@ -17,7 +17,7 @@ import pytest
 
 from deploy.devstack.procfile import entries as read_procfile
 from deploy.devstack.supervisor import Supervisor
-from tests.conftest import wait_until
+from tests.kit.waiting import wait_until
 
 WAIT_S = 20.0
 PY = sys.executable

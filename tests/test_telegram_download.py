@@ -13,9 +13,17 @@ from workers.errors import PermanentJobError, RetryableJobError
 from workers.voicy.media_store import LocalMediaStore, MediaTooLarge
 from workers.voicy.models import Source
 from workers.voicy.settings import VoicySettings
-from workers.voicy.telegram import (NO_TOKEN_DOWNLOAD, NO_TOKEN_RESOLVE, NOT_ALLOWED, TOKEN_MARK,
-                                    TelegramFiles, download_to_store, extension_for, file_url,
-                                    is_token_bearing)
+from workers.voicy.telegram import (
+    NO_TOKEN_DOWNLOAD,
+    NO_TOKEN_RESOLVE,
+    NOT_ALLOWED,
+    TOKEN_MARK,
+    TelegramFiles,
+    download_to_store,
+    extension_for,
+    file_url,
+    is_token_bearing,
+)
 
 BOT_TOKEN = "987654321:AAH-telegram-SECRET_token-0123456789ab"
 BOT_SECRET_HALF = BOT_TOKEN.split(":", 1)[1]

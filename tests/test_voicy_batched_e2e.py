@@ -7,10 +7,14 @@ parity and progress streaming are in tests/test_engine_batched.py.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from tests.test_voicy_e2e import (audio_manifest, enqueue_fixture, requests_for, start_bridge,  # noqa: F401
-                                  voicy, wait_final)
+from deploy.devstack.stack import audio_manifest, start_bridge
+from tests.kit.voicy_stack import enqueue_fixture, requests_for, voicy_dev_stack, wait_final
 from workers.transcribe.registry import BATCHED_ENGINE
 
 pytestmark = pytest.mark.slow
@@ -18,7 +22,14 @@ pytestmark = pytest.mark.slow
 BATCH_SIZE = "8"
 
 
-def test_batch_size_selects_the_batched_engine_and_the_label_stays(voicy, celery_workers, tmp_path):  # noqa: F811
+@pytest.fixture()
+def voicy(tmp_path: Path, fresh_redis: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+    """A dev Voicy API, a fake Telegram, and the fleet environment."""
+    with voicy_dev_stack(tmp_path, fresh_redis, "batched") as stack:
+        yield stack
+
+
+def test_batch_size_selects_the_batched_engine_and_the_label_stays(voicy, celery_workers, tmp_path):
     server, telegram, env = voicy
     env = dict(env, VOICY_WORKER_BATCH_SIZE=BATCH_SIZE)
     items = sorted(audio_manifest(), key=lambda m: m["duration_s"])[-2:]  # the longest: the story, 35.6 s

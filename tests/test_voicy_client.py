@@ -12,8 +12,15 @@ from deploy.devstack.voicy_api import DevVoicyServer
 from workers.errors import AuthError, PermanentJobError, RetryableJobError, StaleJobError
 from workers.logs import register_secret
 from workers.voicy.client import AUTH_MESSAGE, VoicyApiError, VoicyClient
-from workers.voicy.models import (MAX_PARTS, MAX_TEXT_CHARS, EngineMetadata, FailureBody, Part,
-                                  TranscriptBody, redact_sensitive_text)
+from workers.voicy.models import (
+    MAX_PARTS,
+    MAX_TEXT_CHARS,
+    EngineMetadata,
+    FailureBody,
+    Part,
+    TranscriptBody,
+    redact_sensitive_text,
+)
 
 TOKEN = "voicy_worker_CLIENT-test-SECRET-d41d8cd98f00b204"
 FAST_RETRY = {"retry_attempts": 3, "retry_budget_s": 5.0}

@@ -22,8 +22,8 @@ import redis
 from deploy.devstack.log_budget import Allow
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge
 from deploy.devstack.synth_media import write_video_only_mp4
-from tests.conftest import wait_until
-from tests.voicy_stack import voicy_dev_stack
+from tests.kit.voicy_stack import FINAL, JOB_DONE_TIMEOUT_S, enqueue_fixture, requests_for, voicy_dev_stack, wait_final
+from tests.kit.waiting import wait_until
 from workers.transcribe.device import usable_cores
 from workers.voicy.client import VoicyClient
 
@@ -46,9 +46,7 @@ LOG_BUDGET_ALLOW = (  # each applies to the test it names only (tests/conftest.p
           provoked_by="test_sigkill_mid_transcription_recovers_and_completes_once"),
 )
 
-JOB_DONE_TIMEOUT_S = 180.0
 STALE_HEARTBEAT_AGE = timedelta(minutes=30)  # the server's default stale cutoff is 15 minutes
-FINAL = ("completed", "failed")
 
 
 @pytest.fixture()
@@ -56,24 +54,6 @@ def voicy(tmp_path: Path, fresh_redis: str):
     """A dev Voicy API with a distinctive token, a fake Telegram, and the fleet environment."""
     with voicy_dev_stack(tmp_path, fresh_redis, "test") as stack:
         yield stack
-
-
-def enqueue_fixture(server, telegram, item: dict, file_id: str | None = None) -> str:
-    data = (AUDIO_DIR / item["file"]).read_bytes()
-    file_id = file_id or f"fid-{item['name']}"
-    telegram.add_file(file_id, data)
-    return server.enqueue_job(file_id, file_size=len(data), mime_type="audio/ogg")
-
-
-def requests_for(server, job_id: str, endpoint: str) -> list[dict]:
-    return [r for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/{endpoint}")]
-
-
-def wait_final(server, job_ids: list[str], timeout_s: float = JOB_DONE_TIMEOUT_S) -> dict[str, dict]:
-    def done():
-        jobs = {j: server.get_job(j) for j in job_ids}
-        return jobs if all(job["status"] in FINAL for job in jobs.values()) else None
-    return wait_until(done, timeout_s, "jobs to reach a final state", interval_s=0.2)  # type: ignore[return-value]
 
 
 def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_workers, tmp_path):
@@ -117,8 +97,8 @@ def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_
     bridges = [start_bridge(env, tmp_path / "a.log"), start_bridge(env_b, tmp_path / "b.log")]
     try:
         for client in ("switchyard-test", "second"):
-            wait_until(lambda: sum(1 for r in server.requests if r["path"].endswith("claim-ready")
-                                   and r["client"] == client) >= 5, 30, f"bridge {client} to keep polling")
+            wait_until(lambda c=client: sum(1 for r in server.requests if r["path"].endswith("claim-ready")
+                                            and r["client"] == c) >= 5, 30, f"bridge {client} to keep polling")
     finally:
         for b in bridges:
             b.stop()
@@ -211,7 +191,7 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery
     work.mkdir(parents=True, exist_ok=True)
     # createdAt and downloadedAt ascend in this order, so "oldest" and "newest" are unambiguous
     names = ("ready_stored", "stale_stored", "ready_missing", "fresh_transcribing")
-    items = dict(zip(names, sorted(audio_manifest(), key=lambda m: m["duration_s"])))
+    items = dict(zip(names, sorted(audio_manifest(), key=lambda m: m["duration_s"])[:len(names)], strict=True))
     ids = {name: enqueue_fixture(server, telegram, items[name], file_id=f"fid-{name}") for name in names}
     by_id = {job_id: name for name, job_id in ids.items()}
 
@@ -257,7 +237,7 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery
         assert [r["status"] for r in after if r.get("job_id") == job_id and r["endpoint"] == "result"] == [200]
         for word in items[name]["keywords"]:
             assert word.lower() in jobs[job_id]["resultText"].lower(), (name, word)
-        wait_until(lambda: not (work / f"{job_id}.ogg").exists(), 30, "the media deleted after the result")
+        wait_until(lambda j=job_id: not (work / f"{j}.ogg").exists(), 30, "the media deleted after the result")
 
     missing = ids["ready_missing"]  # no media: handed back retryable, requeued, downloaded again
     failures = [r["json"] for r in after if r.get("job_id") == missing and r["endpoint"] == "failure"]

@@ -23,9 +23,7 @@ from deploy.devstack.stack import BOT_TOKEN, fleet_env
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
 from deploy.devstack.voicy_api.app import build_app
-from tests.test_voicy_e2e import enqueue_fixture, requests_for
-from tests.test_voicy_grants import claim_without_sending, short_item
-from tests.voicy_stack import fleet_runtime
+from tests.kit.voicy_stack import claim_without_sending, enqueue_fixture, fleet_runtime, requests_for, short_item
 from workers.voicy import pipeline
 from workers.voicy.fleet import GPU_KEY
 

@@ -31,11 +31,19 @@ from pathlib import Path
 import pytest
 import redis
 
-from bridges.voicy import VoicyBridge
-from deploy.devstack.stack import ROOT, audio_manifest, start_beat, start_bridge
-from tests.conftest import wait_until
-from tests.test_voicy_e2e import enqueue_fixture, requests_for, wait_final
-from tests.voicy_stack import fleet_runtime, voicy_dev_stack
+from deploy.devstack.stack import ROOT, start_beat, start_bridge
+from tests.kit.voicy_stack import (
+    assert_completed_once,
+    claim_without_sending,
+    enqueue_fixture,
+    fleet_runtime,
+    requests_for,
+    short_item,
+    voicy_dev_stack,
+    wait_final,
+    worker_logs,
+)
+from tests.kit.waiting import wait_until
 from workers.voicy import pipeline
 from workers.voicy.pipeline import QUEUED_LEASE_TTL_S, VoicyRuntime
 
@@ -64,19 +72,6 @@ def rt(voicy, monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
         yield runtime
 
 
-def never_sent(_rt: VoicyRuntime, _job_id: str, _token: str) -> None:
-    """The bridge process dies right after granting: the task is never sent, nothing is confirmed."""
-
-
-def claim_without_sending(rt: VoicyRuntime) -> tuple[str, str]:
-    """Run the real bridge pass up to its send; return the claimed job and its (unsent) token."""
-    assert VoicyBridge(rt, never_sent, never_sent).cycle() == 1
-    (job_id,) = rt.fleet.held_ids()
-    holder = rt.leases.holder(job_id) or ""
-    assert holder.startswith("granted:")
-    return job_id, holder.removeprefix("granted:")
-
-
 def assert_pending(rt: VoicyRuntime, job_id: str, token: str) -> None:
     """The grant names ``token`` and lives at most one lease TTL (it was never confirmed)."""
     assert rt.leases.holder(job_id) == f"granted:{token}"
@@ -91,23 +86,9 @@ def send_stale(env: dict[str, str], task: str, job_id: str, token: str) -> None:
                    check=True, timeout=STALE_TASK_TIMEOUT_S, capture_output=True)
 
 
-def worker_logs(tmp_path: Path) -> str:
-    return "".join(p.read_text(errors="replace") for p in tmp_path.glob("worker-*.log"))
-
-
 def wait_stale_skipped(tmp_path: Path, job_id: str, stage: str) -> None:
     line = f"job {job_id}: " + STALE_SKIP.format(stage=stage)
     wait_until(lambda: line in worker_logs(tmp_path), STALE_TASK_TIMEOUT_S, f"the stale {stage} task to skip")
-
-
-def assert_completed_once(server, job_id: str) -> None:
-    job = server.get_job(job_id)
-    assert job["status"] == "completed", job.get("lastError")
-    assert len([r for r in requests_for(server, job_id, "result") if r["status"] == 200]) == 1
-
-
-def short_item() -> dict:
-    return min(audio_manifest(), key=lambda m: m["duration_s"])
 
 
 # ------------------------------------------------------------------ site 1: the bridge's claim
@@ -222,7 +203,7 @@ def test_sent_tasks_hide_the_token_from_flower_and_their_grants_are_confirmed(
         for queue, task, starts in (("io", "voicy.download", None), ("gpu", "voicy.transcribe", "io")):
             if starts:
                 celery_workers(starts, env)  # runs the download, which sends the transcription
-            wait_until(lambda: r.llen(queue) == 1, JOB_SEND_TIMEOUT_S, f"the {task} message")
+            wait_until(lambda q=queue: r.llen(q) == 1, JOB_SEND_TIMEOUT_S, f"the {task} message")
             argsrepr, args, name = _queued(r, queue)
             assert name == task and args[0] == job_id
             token = args[1]

@@ -9,18 +9,43 @@ test_voicy_grants (the reaper).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from tests.conftest import wait_until
-from tests.test_voicy_e2e import enqueue_fixture, requests_for
-from tests.test_voicy_grants import LEASE_TTL_MS, claim_without_sending, rt, short_item, voicy  # noqa: F401
+from tests.kit.voicy_stack import (
+    claim_without_sending,
+    enqueue_fixture,
+    fleet_runtime,
+    requests_for,
+    short_item,
+    voicy_dev_stack,
+)
+from tests.kit.waiting import wait_until
 from workers.voicy import pipeline
 from workers.voicy.fleet import GPU_KEY, Stage
 from workers.voicy.pipeline import VoicyRuntime
 
 pytestmark = pytest.mark.slow
 
+LEASE_TTL_MS = 2000  # a claimed job's pending grant lives this long
 LEASE_EXPIRY_TIMEOUT_S = LEASE_TTL_MS / 1000 + 15.0
+
+
+@pytest.fixture()
+def voicy(tmp_path: Path, fresh_redis: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+    """A dev Voicy API, a fake Telegram, and the fleet environment (lease TTL 2 s)."""
+    with voicy_dev_stack(tmp_path, fresh_redis, "recover", VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as stack:
+        yield stack
+
+
+@pytest.fixture()
+def rt(voicy: tuple[Any, Any, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
+    """This test process as one more fleet process: same Redis, Voicy server, media store."""
+    with fleet_runtime(voicy[2], monkeypatch) as runtime:
+        yield runtime
 
 
 def _claimed_and_abandoned(rt: VoicyRuntime, server, telegram, *, download: bool) -> str:  # type: ignore[no-untyped-def]
@@ -33,7 +58,7 @@ def _claimed_and_abandoned(rt: VoicyRuntime, server, telegram, *, download: bool
     return job_id
 
 
-def test_media_in_the_store_is_returned_for_a_transcription(voicy, rt: VoicyRuntime) -> None:  # noqa: F811
+def test_media_in_the_store_is_returned_for_a_transcription(voicy, rt: VoicyRuntime) -> None:
     server, telegram, _env = voicy
     job_id = _claimed_and_abandoned(rt, server, telegram, download=True)
     rt.fleet.leave_gpu(job_id)  # as a transcription that died after taking its slot
@@ -46,7 +71,7 @@ def test_media_in_the_store_is_returned_for_a_transcription(voicy, rt: VoicyRunt
     assert not requests_for(server, job_id, "failure")
 
 
-def test_no_media_is_a_retryable_failure_and_the_job_is_forgotten(voicy, rt: VoicyRuntime) -> None:  # noqa: F811
+def test_no_media_is_a_retryable_failure_and_the_job_is_forgotten(voicy, rt: VoicyRuntime) -> None:
     server, telegram, _env = voicy
     job_id = _claimed_and_abandoned(rt, server, telegram, download=False)
     assert pipeline.reap(rt) == []
@@ -57,7 +82,7 @@ def test_no_media_is_a_retryable_failure_and_the_job_is_forgotten(voicy, rt: Voi
     assert server.get_job(job_id)["status"] == "queued_for_download"
 
 
-def test_recover_is_the_rule_for_a_job_the_caller_already_holds(voicy, rt: VoicyRuntime) -> None:  # noqa: F811
+def test_recover_is_the_rule_for_a_job_the_caller_already_holds(voicy, rt: VoicyRuntime) -> None:
     """Called directly, as the bridge does after adopting a claim-ready job: the message is the caller's."""
     server, telegram, _env = voicy
     job_id = _claimed_and_abandoned(rt, server, telegram, download=True)

@@ -34,12 +34,21 @@ import redis
 from bridges.voicy import VoicyBridge
 from deploy.devstack import services
 from deploy.devstack.stack import start_beat, start_bridge
-from tests.conftest import wait_until
-from tests.gate import Gate
-from tests.test_voicy_e2e import JOB_DONE_TIMEOUT_S, enqueue_fixture, requests_for, wait_final
-from tests.test_voicy_grants import (assert_completed_once, claim_without_sending, never_sent, short_item,
-                                     worker_logs)
-from tests.voicy_stack import fleet_runtime, voicy_dev_stack
+from tests.kit.gate import Gate
+from tests.kit.voicy_stack import (
+    JOB_DONE_TIMEOUT_S,
+    assert_completed_once,
+    claim_without_sending,
+    enqueue_fixture,
+    fleet_runtime,
+    never_sent,
+    requests_for,
+    short_item,
+    voicy_dev_stack,
+    wait_final,
+    worker_logs,
+)
+from tests.kit.waiting import wait_until
 from workers.errors import RetryableJobError
 from workers.voicy import pipeline
 from workers.voicy.client import RETRY_ATTEMPTS

@@ -201,6 +201,7 @@ def test_s3_store_round_trip_against_moto_server(s3_endpoint: str) -> None:
     assert not store.exists("j1.ogg")
 
 
+@pytest.mark.model
 def test_engine_auto_device_streams_segments_and_rejects_garbage(tmp_path: Path) -> None:
     assert pick_device("auto") == "cpu"  # no GPU on these machines
     settings = _settings("http://127.0.0.1:9", tmp_path, model=TINY_MODEL_DIR)

@@ -18,8 +18,8 @@ from faster_whisper import WhisperModel
 
 from bench.words import normalise
 from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR, audio_manifest, start_bridge
-from tests.conftest import wait_until
-from tests.voicy_stack import voicy_dev_stack
+from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.waiting import wait_until
 from workers.transcribe.batched import ONE_WINDOW_S
 from workers.transcribe.device import resolve_cpu_threads, usable_cores
 from workers.transcribe.engine import create_engine

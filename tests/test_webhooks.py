@@ -30,11 +30,15 @@ from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.cairn_core.accounts import utcnow
 from ops.cairn_check import CheckOptions, run_checks
 from ops.cli import main
-from tests.cairn_ctx import job_context
-from tests.cairn_stack import PROVIDER, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_ctx import job_context
+from tests.kit.cairn_stack import PROVIDER, CairnStack
+from tests.kit.waiting import wait_until
 from workers.cairn import presence, subjects
 from workers.cairn import webhooks as wh
+
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("webhooks")]
 
 VERIFY_TOKEN = "wh-verify-" + uuid.uuid4().hex
 COALESCE_S = 2.0

@@ -44,14 +44,19 @@ from typing import Any
 from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
 
-from workers.outage import REDIS_UNAVAILABLE, Outage
 from workers.cairn import outcomes
-from workers.cairn.disposition import (HISTORY_UNAVAILABLE_NAK_DELAY_S, PARSER_REFUSED_NAK_DELAY_S, Disposition, nak,
-                                       term)
+from workers.cairn.disposition import (
+    HISTORY_UNAVAILABLE_NAK_DELAY_S,
+    PARSER_REFUSED_NAK_DELAY_S,
+    Disposition,
+    nak,
+    term,
+)
 from workers.cairn.jobs import parse_job, parser_refusal
 from workers.cairn.outcomes import MessageKey
 from workers.cairn.subjects import PARSE_BLOB
 from workers.lease import LeaseState, LeaseView, view
+from workers.outage import REDIS_UNAVAILABLE, Outage
 
 log = logging.getLogger(__name__)
 

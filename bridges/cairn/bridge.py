@@ -45,21 +45,35 @@ from typing import Any
 import nats
 from nats.aio.msg import Msg
 
-from bridges.cairn.admission import (Adopt, DeliveryMeta, Dispatch, MessageKind, RedisRecall, Rules, Settle,
-                                     admit, job_kind)
+from bridges.cairn.admission import (
+    Adopt,
+    DeliveryMeta,
+    Dispatch,
+    MessageKind,
+    RedisRecall,
+    Rules,
+    Settle,
+    admit,
+    job_kind,
+)
 from bridges.cairn.consumers import JobConsumer, ensure_consumers, pool_consumers
 from bridges.cairn.envelopes import Envelopes, LoopNats
 from bridges.cairn.execution import Execution, SendJob, Shutdown
 from bridges.cairn.pull import PullLoops
-from workers.outage import REDIS_UNAVAILABLE, Outage
 from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import FailureCounts, Held, settle
 from workers import liveness
 from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
-from workers.cairn.disposition import (ENVELOPE_FAILED_NAK_DELAY_S, HANDOVER_NAK_DELAY_S, REDIS_DOWN_NAK_DELAY_S,
-                                       TASK_FAILURE_NAK_DELAY_S, Disposition, nak)
+from workers.cairn.disposition import (
+    ENVELOPE_FAILED_NAK_DELAY_S,
+    HANDOVER_NAK_DELAY_S,
+    REDIS_DOWN_NAK_DELAY_S,
+    TASK_FAILURE_NAK_DELAY_S,
+    Disposition,
+    nak,
+)
 from workers.cairn.nats_conn import NATS_UNAVAILABLE, connect_options, fault_recorder
 from workers.cairn.outcomes import LEASE_NAMESPACE, AsyncOutcomeLedger
 from workers.cairn.refusals import BRIDGE_ROLE, PermissionRefused, Refusals, fault_component
@@ -67,6 +81,7 @@ from workers.cairn.settings import CairnSettings
 from workers.faults import clear_fault
 from workers.lease import Leases
 from workers.logs import redact
+from workers.outage import REDIS_UNAVAILABLE, Outage
 from workers.providers.base import Provider
 from workers.providers.registry import get_provider
 from workers.redisconn import async_client, sync_client

@@ -46,14 +46,20 @@ from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
 from bridges.cairn.admission import DeliveryMeta
-from workers.outage import REDIS_UNAVAILABLE, Outage, backoff_s
 from bridges.cairn.results import TaskResults, TaskWatch
 from bridges.cairn.settle import Held
 from workers.cairn import outcomes
-from workers.cairn.disposition import (HANDOVER_NAK_DELAY_S, LOST_TASK_NAK_DELAY_S, REDIS_DOWN_NAK_DELAY_S,
-                                       TASK_FAILURE_NAK_DELAY_S, Disposition, nak)
+from workers.cairn.disposition import (
+    HANDOVER_NAK_DELAY_S,
+    LOST_TASK_NAK_DELAY_S,
+    REDIS_DOWN_NAK_DELAY_S,
+    TASK_FAILURE_NAK_DELAY_S,
+    Disposition,
+    nak,
+)
 from workers.cairn.outcomes import AsyncOutcomeLedger
-from workers.lease import LeaseState, Leases, granted, new_token, view
+from workers.lease import Leases, LeaseState, granted, new_token, view
+from workers.outage import REDIS_UNAVAILABLE, Outage, backoff_s
 
 log = logging.getLogger(__name__)
 

@@ -91,7 +91,7 @@ class PullLoops:
                     break
                 try:
                     msgs = await sub.fetch(1, timeout=FETCH_WAIT_S)
-                except (NatsTimeoutError, asyncio.TimeoutError):
+                except (TimeoutError, NatsTimeoutError):
                     self._slots.release()
                     self.pulling.add(consumer.durable)  # nothing to pull now
                     continue

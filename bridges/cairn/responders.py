@@ -141,7 +141,7 @@ class PoolCalls:
             await asyncio.to_thread(self._send[name], arg, task_id, deadline_s)
             try:
                 meta = await asyncio.wait_for(asyncio.shield(watch.done), timeout=deadline_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("%s missed its %.0fs deadline", name, deadline_s)
                 return None
         finally:

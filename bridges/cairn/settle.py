@@ -38,10 +38,10 @@ from typing import Any
 from nats.aio.msg import Msg
 
 from bridges.cairn.consumers import JobConsumer
-from workers.outage import REDIS_UNAVAILABLE, Outage
 from workers.cairn.disposition import MIN_NAK_DELAY_S, Disposition
 from workers.cairn.outcomes import MessageKey, failures_key, ledger_key
 from workers.logs import redact
+from workers.outage import REDIS_UNAVAILABLE, Outage
 
 log = logging.getLogger(__name__)
 

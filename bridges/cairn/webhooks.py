@@ -41,8 +41,8 @@ STREAM_WEBHOOKS = subjects.WEBHOOKS_STREAM
 
 def webhook_consumer(settings: Any) -> JobConsumer:
     key = subjects.worker_key(settings.worker_name, settings.provider)
-    return JobConsumer(wh.KIND, subjects.webhook_event_subject(key), subjects.webhook_durable_name(settings.worker_name),
-                       STREAM_WEBHOOKS)
+    return JobConsumer(wh.KIND, subjects.webhook_event_subject(key),
+                       subjects.webhook_durable_name(settings.worker_name), STREAM_WEBHOOKS)
 
 
 def consumptions(settings: Any, provider: Provider) -> list[Consumption]:

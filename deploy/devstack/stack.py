@@ -3,7 +3,7 @@
 The tests, ``make demo`` and the benchmarks all run the same Voicy fleet against
 the same dev servers; this is the one home of the pieces they share, so the demo
 and ``bench/`` never import the test kit (``tests/``). Test-only plumbing
-(pytest fixtures, monkeypatched runtimes) stays in ``tests/voicy_stack.py``.
+(pytest fixtures, monkeypatched runtimes) stays in ``tests/kit/voicy_stack.py``.
 
 Real processes everywhere: the bridge runs as ``python -m bridges voicy``,
 workers as ``celery -A tasks worker``, beat as ``celery -A tasks beat``.

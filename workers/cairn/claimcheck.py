@@ -43,8 +43,8 @@ from workers.cairn.messages import (
     PresignUploadReply,
     PresignUploadRequest,
 )
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.nats_conn import CoreRequestError, request_json
+from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.routing import PublishRouter
 from workers.errors import PermanentJobError, RetryableJobError
 

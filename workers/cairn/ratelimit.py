@@ -30,11 +30,11 @@ from google.protobuf import json_format
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from workers.cairn import subjects
+from workers.cairn.disposition import MIN_NAK_DELAY_S
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.refusals import PermissionRefused
 from workers.providers.errors import ProviderRateLimited, ProviderTransientError
 from workers.providers.windows import RateWindow, WindowUsage
-from workers.cairn.disposition import MIN_NAK_DELAY_S
 
 CAS_ATTEMPTS = 200
 CAS_BACKOFF_BASE_S = 0.0002  # jittered backoff after a lost CAS round: base × 2^attempt, capped

@@ -43,14 +43,12 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workers.cairn import subjects
-from workers.cairn.disposition import (COALESCE_MIN_NAK_DELAY_S, WEBHOOK_PUBLISH_NAK_DELAY_S, Disposition, ack, nak,
-                                       term)
+from workers.cairn.disposition import COALESCE_MIN_NAK_DELAY_S, WEBHOOK_PUBLISH_NAK_DELAY_S, Disposition, ack, nak, term
 from workers.cairn.pool import PoolContext
 from workers.cairn.refusals import PermissionRefused
 from workers.logs import describe
 from workers.providers.kinds import WEBHOOK_EVENT
-from workers.providers.webhooks import (DELETE, FETCH, IGNORE, WEBHOOK_REASON, VerifyReply, WebhookJob,
-                                        WebhookRules)
+from workers.providers.webhooks import DELETE, FETCH, IGNORE, WEBHOOK_REASON, VerifyReply, WebhookJob, WebhookRules
 
 log = logging.getLogger(__name__)
 

@@ -46,8 +46,13 @@ from faster_whisper import WhisperModel
 from faster_whisper.transcribe import Segment as WhisperSegment
 
 from workers.errors import ConfigError
-from workers.transcribe.device import (default_compute_type, pick_device, resolve_cpu_threads, threads_reason,
-                                       usable_cores)
+from workers.transcribe.device import (
+    default_compute_type,
+    pick_device,
+    resolve_cpu_threads,
+    threads_reason,
+    usable_cores,
+)
 from workers.transcribe.engine import SINGLE_PROCESS_POOL
 from workers.transcribe.failures import classify, require_audio_stream
 from workers.transcribe.languages import pick_language

@@ -23,12 +23,20 @@ import logging
 from typing import Any
 
 import httpx
-from tenacity import (Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay,
-                      wait_exponential_jitter)
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
 from workers.errors import AuthError, PermanentJobError, RetryableJobError, StaleJobError
-from workers.voicy.models import (Bucket, ClaimBody, DownloadedBody, FailureBody, Job, JobResponse,
-                                  Source, SourceResponse, TranscriptBody)
+from workers.voicy.models import (
+    Bucket,
+    ClaimBody,
+    DownloadedBody,
+    FailureBody,
+    Job,
+    JobResponse,
+    Source,
+    SourceResponse,
+    TranscriptBody,
+)
 from workers.voicy.settings import VoicySettings
 
 log = logging.getLogger(__name__)

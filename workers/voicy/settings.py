@@ -43,7 +43,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, AfterValidator, BeforeValidator, Field, SecretStr, field_validator, model_validator
+from pydantic import AfterValidator, AliasChoices, BeforeValidator, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
 from workers.config import load_settings

@@ -15,8 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from nats.js import JetStreamContext
-from nats.js.api import (AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy, KeyValueConfig,
-                         ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig)
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    KeyValueConfig,
+    ObjectStoreConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
 from nats.js.errors import BadRequestError, NotFoundError
 
 from workers.cairn import subjects

@@ -31,8 +31,15 @@ from deploy.devstack.cairn_core.accounts import Account, AccountRegistry, utcnow
 from deploy.devstack.cairn_core.blobs import BlobStore
 from deploy.devstack.cairn_core.responders import Responders, parse_rfc3339, rfc3339
 from deploy.devstack.cairn_core.router import DeadLetter, IngestedResult, Rejection, ResultRouter
-from deploy.devstack.cairn_core.scheduler import (POLLING_INTERVAL_S, PRESENCE_LIVE_S, SCHEDULER_TICK_S,
-                                                  JobPublisher, PublishedJob, is_live, read_bucket)
+from deploy.devstack.cairn_core.scheduler import (
+    POLLING_INTERVAL_S,
+    PRESENCE_LIVE_S,
+    SCHEDULER_TICK_S,
+    JobPublisher,
+    PublishedJob,
+    is_live,
+    read_bucket,
+)
 from deploy.devstack.cairn_core.webhooks import WebhookHttp, forward_event, relay_verify
 
 log = logging.getLogger(__name__)
@@ -166,7 +173,7 @@ class DevCairnCore:
         while True:
             try:
                 msgs = await sub.fetch(ROUTER_FETCH_BATCH, timeout=ROUTER_FETCH_TIMEOUT_S)
-            except (NatsTimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, NatsTimeoutError):
                 continue
             except Exception:  # noqa: BLE001 - e.g. a reconnect; back off, keep consuming
                 log.warning("fetch failed; retrying", exc_info=True)

@@ -19,8 +19,7 @@ from typing import Any
 
 from nats.aio.msg import Msg
 
-from deploy.devstack.cairn_core.accounts import (STATUS_ACTIVE, STATUS_NEEDS_REAUTH, Account,
-                                                 AccountRegistry, is_uuid)
+from deploy.devstack.cairn_core.accounts import STATUS_ACTIVE, STATUS_NEEDS_REAUTH, Account, AccountRegistry, is_uuid
 from deploy.devstack.cairn_core.blobs import BlobStore, PresignError, key_provider_ok
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Go zero time, sent as expires_at on token errors

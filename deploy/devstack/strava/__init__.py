@@ -10,10 +10,23 @@ CDN, extra segment efforts) and ``push`` (push subscriptions and events).
 
 from __future__ import annotations
 
-from deploy.devstack.strava.api import (ACCESS_TOKEN_TTL_S, API_PREFIX, DAY_S, DEFAULT_CLIENT_ID, DEFAULT_LIMITS,
-                                        DEFAULT_PER_PAGE, DEFAULT_READ_LIMITS, DEFAULT_SCOPE, ENDPOINTS, MAX_PER_PAGE,
-                                        REFRESH_REISSUE_WINDOW_S, SHORT_WINDOW_S, FakeAthlete, FakeStrava,
-                                        RequestRecord)
+from deploy.devstack.strava.api import (
+                                        ACCESS_TOKEN_TTL_S,
+                                        API_PREFIX,
+                                        DAY_S,
+                                        DEFAULT_CLIENT_ID,
+                                        DEFAULT_LIMITS,
+                                        DEFAULT_PER_PAGE,
+                                        DEFAULT_READ_LIMITS,
+                                        DEFAULT_SCOPE,
+                                        ENDPOINTS,
+                                        MAX_PER_PAGE,
+                                        REFRESH_REISSUE_WINDOW_S,
+                                        SHORT_WINDOW_S,
+                                        FakeAthlete,
+                                        FakeStrava,
+                                        RequestRecord,
+)
 
 __all__ = ["ACCESS_TOKEN_TTL_S", "API_PREFIX", "DAY_S", "DEFAULT_CLIENT_ID", "DEFAULT_LIMITS", "DEFAULT_PER_PAGE",
            "DEFAULT_READ_LIMITS", "DEFAULT_SCOPE", "ENDPOINTS", "MAX_PER_PAGE", "REFRESH_REISSUE_WINDOW_S",

@@ -31,13 +31,27 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from deploy.devstack.http_server import BackgroundServer
-from deploy.devstack.strava.data import (ACTIVITY_SPACING_S, FakeAthlete, gear_summary, generate_activity,
-                                         generate_gear, start_ts)
+from deploy.devstack.strava.data import (
+    ACTIVITY_SPACING_S,
+    FakeAthlete,
+    gear_summary,
+    generate_activity,
+    generate_gear,
+    start_ts,
+)
+
 # Re-exported: tests and the bench import the window lengths, budgets and OAuth defaults from here.
 from deploy.devstack.strava.limits import DAY_S, DEFAULT_LIMITS, DEFAULT_READ_LIMITS, SHORT_WINDOW_S, RateBudget
 from deploy.devstack.strava.media import CDN_PREFIX, MediaMixin
-from deploy.devstack.strava.oauth import (ACCESS_TOKEN_TTL_S, DEFAULT_CLIENT_ID, DEFAULT_SCOPE,
-                                          REFRESH_REISSUE_WINDOW_S, TOKEN_BYTES, OAuthState, Token)
+from deploy.devstack.strava.oauth import (
+    ACCESS_TOKEN_TTL_S,
+    DEFAULT_CLIENT_ID,
+    DEFAULT_SCOPE,
+    REFRESH_REISSUE_WINDOW_S,
+    TOKEN_BYTES,
+    OAuthState,
+    Token,
+)
 from deploy.devstack.strava.push import StravaPush
 
 __all__ = ["ACCESS_TOKEN_TTL_S", "API_PREFIX", "DAY_S", "DEFAULT_CLIENT_ID", "DEFAULT_LIMITS", "DEFAULT_PER_PAGE",

@@ -31,8 +31,16 @@ from deploy.devstack.voicy_api.admin import AdminApi
 from deploy.devstack.voicy_api.policy import Policy
 from deploy.devstack.voicy_api.publish import Publisher, PublishError
 from deploy.devstack.voicy_api.store import Store, now
-from deploy.devstack.voicy_api.validate import (MAX_ERROR_UNITS, ApiError, iso, js_slice, js_truthy, object_id,
-                                                progress_fields, result_fields)
+from deploy.devstack.voicy_api.validate import (
+    MAX_ERROR_UNITS,
+    ApiError,
+    iso,
+    js_slice,
+    js_truthy,
+    object_id,
+    progress_fields,
+    result_fields,
+)
 from workers.voicy.telegram import is_token_bearing
 
 log = logging.getLogger(__name__)

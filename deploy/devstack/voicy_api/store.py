@@ -15,7 +15,7 @@ import hashlib
 import os
 import secrets
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import mongomock
@@ -30,7 +30,7 @@ TOKEN_BYTES = 32
 
 def now() -> datetime:
     """Naive UTC with millisecond precision, as Mongo stores it, so reads and writes compare equal."""
-    t = datetime.now(timezone.utc)
+    t = datetime.now(UTC)
     return t.replace(microsecond=t.microsecond // 1000 * 1000, tzinfo=None)
 
 

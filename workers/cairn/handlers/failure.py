@@ -24,15 +24,20 @@ from typing import Any
 from workers.cairn import wire
 from workers.cairn.claimcheck import ClaimCheckError
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, report_needs_reauth
-from workers.cairn.disposition import (ENVELOPE_FAILED_NAK_DELAY_S, TRANSIENT_NAK_DELAY_S, UNEXPECTED_NAK_DELAY_S,
-                                       Disposition, nak, term)
+from workers.cairn.disposition import (
+    ENVELOPE_FAILED_NAK_DELAY_S,
+    TRANSIENT_NAK_DELAY_S,
+    UNEXPECTED_NAK_DELAY_S,
+    Disposition,
+    nak,
+    term,
+)
 from workers.cairn.handlers.context import Delivery, JobContext, reconcile_result_subject, result_subject
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.refusals import PermissionRefused
 from workers.cairn.subjects import failure_msg_id
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import redact
-from workers.providers.kinds import RECONCILE
 from workers.providers.errors import (
     ProviderAuthError,
     ProviderError,
@@ -40,6 +45,7 @@ from workers.providers.errors import (
     ProviderPermanentError,
     ProviderRateLimited,
 )
+from workers.providers.kinds import RECONCILE
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from workers.providers.errors import (
     ProviderPermanentError,
     ProviderTransientError,
 )
-from workers.providers.windows import NullRateLimitHook, RateLimitHook
 from workers.providers.strava.usage import DAILY_WINDOW, SHORT_WINDOW, parse_usage, rate_limited_from_429
+from workers.providers.windows import NullRateLimitHook, RateLimitHook
 
 log = logging.getLogger(__name__)
 

@@ -57,6 +57,7 @@ from workers.providers.models import (
 )
 from workers.providers.strava import client as api
 from workers.providers.strava import photos as strava_photos
+from workers.providers.strava.cache import BoundedCache
 from workers.providers.strava.dataset import (
     CONTENT_TYPE,
     DATASET_VERSION,
@@ -65,7 +66,6 @@ from workers.providers.strava.dataset import (
     build_archive,
     parse_dataset,
 )
-from workers.providers.strava.cache import BoundedCache
 from workers.providers.strava.mapping import ingest_problems, map_activity, map_gear, parse_time
 from workers.providers.strava.models import StravaActivity, StravaGear, StravaSummaryActivity
 from workers.providers.strava.segments import SegmentCache, fetch_segments

@@ -36,7 +36,7 @@ from workers.providers.registry import ENTRY_POINT_GROUP
 
 PROVIDER = "filedrop"
 MODULE = "switchyard_filedrop"
-PROVIDER_SOURCE = Path(__file__).parent / "fixtures" / "filedrop" / f"{MODULE}.py"
+PROVIDER_SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "filedrop" / f"{MODULE}.py"
 DISTRIBUTION = "switchyard-filedrop"
 DIST_VERSION = "0.1.0"
 APP_CLIENT_ID = "filedrop-app-1"

@@ -4,8 +4,8 @@ Nothing of ours is mocked: a ``JobContext`` here has a real NATS thread
 (nats-server with JetStream), the shared KV rate limiter, Redis, the
 claim-check (presign → moto S3 PUT → publish) and the Strava provider. Core
 and Strava are the dev doubles (deploy/devstack). Test modules import the
-fixtures they use (``from tests.cairn_ctx import core, ctx, ...``) and may
-define their own ``strava`` (e.g. one behind a gate) instead of this one.
+fixtures by name (``tests/conftest.py`` registers this module as a plugin) and
+may define their own ``strava`` (e.g. one behind a gate) instead of this one.
 
 A job runs through :func:`admit_and_run`: the bridge's own admission
 (``bridges.cairn.admission.admit``, the one decision point) judges the payload
@@ -21,16 +21,17 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import nats
 import pytest
 import redis
 
-from deploy.devstack import services
 from bridges.cairn.admission import DeliveryMeta, Dispatch, History, Rules, Settle, admit, job_kind
 from bridges.cairn.consumers import pool_consumers
+from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
 from workers.cairn import subjects
@@ -41,8 +42,11 @@ from workers.cairn.nats_conn import NatsThread
 from workers.cairn.ratelimit import RateLimiter
 from workers.cairn.settings import CairnSettings
 from workers.cairn.subjects import RATE_LIMIT_BUCKET
+from workers.providers.errors import ProviderRateLimited
 from workers.providers.strava.provider import StravaProvider
 from workers.providers.strava.settings import StravaSettings
+from workers.providers.strava.usage import next_short_reset
+from workers.providers.windows import WindowUsage
 
 PACKAGE = "switchyard.providers.strava"
 PROVIDER = "strava"
@@ -178,6 +182,23 @@ def assert_json_and_secret_free(value: Any, *secrets: str) -> None:
     text = json.dumps(value)
     for secret in secrets:
         assert secret not in text
+
+
+class RecordingHook:
+    """A RateLimitHook that records what the provider reserved and observed."""
+
+    def __init__(self, deny_after: int | None = None) -> None:
+        self.reserved: list[tuple[str, ...]] = []
+        self.observed: list[list[WindowUsage]] = []
+        self.deny_after = deny_after
+
+    def reserve(self, windows: Sequence[str]) -> None:
+        if self.deny_after is not None and len(self.reserved) >= self.deny_after:
+            raise ProviderRateLimited(next_short_reset(datetime.now(UTC)), "short")
+        self.reserved.append(tuple(windows))
+
+    def observe(self, usage: Sequence[WindowUsage], headers: Mapping[str, str]) -> None:
+        self.observed.append(list(usage))
 
 
 # --------------------------------------------------------------------------- fixtures

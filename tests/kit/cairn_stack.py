@@ -33,11 +33,12 @@ from deploy.devstack.procs import Proc, spawn
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.strava.kit import ATHLETE_ID_BASE as ATHLETE_BASE  # noqa: F401 - tests pick ids above it
 from deploy.devstack.strava.kit import StravaKit
-from tests.conftest import CeleryWorker, wait_until
 from tasks.routes import provider_queue
-from tests.gate import Gate, GateMiddleware
+from tests.kit.celery_worker import CeleryWorker
+from tests.kit.gate import Gate, GateMiddleware
+from tests.kit.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROVIDER = "strava"
 ACK_WAIT_S = 1.0
 LEASE_TTL_S = 3.0

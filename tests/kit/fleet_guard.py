@@ -1,0 +1,96 @@
+"""The ``slow`` marker, enforced: a test not marked ``slow`` may not start a fleet process.
+
+``make check`` runs ``-m "not slow"`` as the edit loop's fast tier, and promises
+that it starts no fleet process (a Celery worker, beat or Flower, a bridge, a
+Procfile line through honcho or bash, the demo). A marker that is only a
+convention drifts, so while an unmarked test runs this plugin watches the
+pytest process's descendants (through /proc, every ``POLL_INTERVAL_S`` and once
+more when the test body returns, before its fixtures stop anything) and fails
+the test naming the process it saw. Services (redis-server, nats-server, moto)
+and one-off ``python -c`` probes are not fleet processes and are allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+POLL_INTERVAL_S = 0.5
+PROC = Path("/proc")
+# What a fleet process's command line looks like (the Procfile's lines, the test kit's spawns, the demo).
+FLEET_COMMAND = re.compile(r"(?:^|\s|/)(?:celery\s.*\s(?:worker|beat|flower)\b"
+                           r"|-m\s+(?:celery\s|bridges\b|deploy\.demo\b)|honcho\s+start\b)")
+
+
+def _ppid(pid: str) -> int | None:
+    try:
+        stat = (PROC / pid / "stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[1])  # the field after the state; comm may hold spaces
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def fleet_descendants(root: int) -> list[str]:
+    """The command lines of ``root``'s live descendants that are fleet processes."""
+    children: dict[int, list[int]] = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit() and (ppid := _ppid(entry.name)) is not None:
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        if FLEET_COMMAND.search(cmd := _cmdline(pid)):
+            found.append(cmd)
+    return found
+
+
+class Watcher:
+    """Polls for fleet descendants of this process until stopped; ``seen`` holds the first found."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fleet-guard", daemon=True)
+
+    def _run(self) -> None:
+        while not self.seen and not self._stop.wait(POLL_INTERVAL_S):
+            self.check()
+
+    def check(self) -> None:
+        if not self.seen:
+            self.seen = fleet_descendants(os.getpid())
+
+    def __enter__(self) -> Watcher:
+        self.check()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.check()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    if item.get_closest_marker("slow") is not None or not PROC.is_dir():
+        return (yield)
+    with Watcher() as watcher:
+        result = yield  # a failing test raises here: its own failure is the one reported
+    if watcher.seen:
+        pytest.fail("this test started a fleet process, so it must be marked slow "
+                    f"(@pytest.mark.slow or a module's pytestmark): {watcher.seen[0][:200]}", pytrace=False)
+    return result

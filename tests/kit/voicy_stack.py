@@ -1,0 +1,115 @@
+"""A Voicy test stack: the dev Worker API and fake Telegram for one test, this process as a fleet member,
+and the helpers the Voicy end-to-end tests share (enqueue a fixture, read the server's request log, a grant
+taken by a process that died before sending its task).
+
+The pieces the demo and the benchmarks share with the tests (fixtures, tiny
+model, ``fleet_env``, ``start_bridge``, ``start_beat``) live in
+``deploy.devstack.stack``; only test plumbing is here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bridges.voicy import VoicyBridge
+from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env
+from tests.kit.waiting import wait_until
+from workers.voicy.pipeline import VoicyRuntime
+
+JOB_DONE_TIMEOUT_S = 180.0
+FINAL = ("completed", "failed")
+
+
+@contextmanager
+def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
+                    **env_overrides: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+    """A started dev Voicy API and fake Telegram, a worker client named ``client`` with a
+    distinctive token (``VOICY_TOKEN_MARK-<client>``), and the fleet environment for them."""
+    from deploy.devstack.telegram import FakeTelegram
+    from deploy.devstack.voicy_api import DevVoicyServer
+
+    server = DevVoicyServer().start()
+    telegram = FakeTelegram(BOT_TOKEN)
+    telegram.start()
+    try:
+        token = server.create_client(f"switchyard-{client}", token=f"{VOICY_TOKEN_MARK}-{client}")
+        env = fleet_env(redis_url=redis_url, api_url=server.url, token=token, telegram_url=telegram.url,
+                        work_dir=tmp_path / "work", **env_overrides)
+        yield server, telegram, env
+    finally:
+        telegram.clear_faults()
+        telegram.stop()
+        server.stop()
+
+
+@contextmanager
+def fleet_runtime(env: dict[str, str], monkeypatch: Any) -> Iterator[Any]:
+    """This test process as one more fleet process (same Redis, Voicy server, media store) under ``env``'s
+    ``VOICY_*`` settings; ``monkeypatch`` restores the process environment afterwards."""
+    for key in list(os.environ):
+        if key.startswith("VOICY_") or key == "TOKEN":
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        if key.startswith("VOICY_"):
+            monkeypatch.setenv(key, value)
+    runtime = VoicyRuntime.from_env(env["REDIS_URL"])
+    try:
+        yield runtime
+    finally:
+        runtime.client.close()
+        runtime.redis.close()
+
+
+def enqueue_fixture(server: Any, telegram: Any, item: dict, file_id: str | None = None) -> str:
+    """Serve the audio fixture ``item`` from fake Telegram and enqueue a job for it; return its id."""
+    data = (AUDIO_DIR / item["file"]).read_bytes()
+    file_id = file_id or f"fid-{item['name']}"
+    telegram.add_file(file_id, data)
+    return server.enqueue_job(file_id, file_size=len(data), mime_type="audio/ogg")
+
+
+def requests_for(server: Any, job_id: str, endpoint: str) -> list[dict]:
+    """The requests the dev Voicy API recorded for ``job_id``'s ``endpoint`` (``result``, ``progress`` ...)."""
+    return [r for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/{endpoint}")]
+
+
+def wait_final(server: Any, job_ids: list[str], timeout_s: float = JOB_DONE_TIMEOUT_S) -> dict[str, dict]:
+    """Every job of ``job_ids`` once all are final (completed or failed)."""
+    def done() -> dict[str, dict] | None:
+        jobs = {j: server.get_job(j) for j in job_ids}
+        return jobs if all(job["status"] in FINAL for job in jobs.values()) else None
+    return wait_until(done, timeout_s, "jobs to reach a final state", interval_s=0.2)  # type: ignore[return-value]
+
+
+def never_sent(_rt: VoicyRuntime, _job_id: str, _token: str) -> None:
+    """The bridge process dies right after granting: the task is never sent, nothing is confirmed."""
+
+
+def claim_without_sending(rt: VoicyRuntime) -> tuple[str, str]:
+    """Run the real bridge pass up to its send; return the claimed job and its (unsent) token."""
+    assert VoicyBridge(rt, never_sent, never_sent).cycle() == 1
+    (job_id,) = rt.fleet.held_ids()
+    holder = rt.leases.holder(job_id) or ""
+    assert holder.startswith("granted:")
+    return job_id, holder.removeprefix("granted:")
+
+
+def worker_logs(tmp_path: Path) -> str:
+    """Every ``celery_workers`` log of a test, joined."""
+    return "".join(p.read_text(errors="replace") for p in tmp_path.glob("worker-*.log"))
+
+
+def assert_completed_once(server: Any, job_id: str) -> None:
+    """The job completed, and Voicy accepted exactly one result for it."""
+    job = server.get_job(job_id)
+    assert job["status"] == "completed", job.get("lastError")
+    assert len([r for r in requests_for(server, job_id, "result") if r["status"] == 200]) == 1
+
+
+def short_item() -> dict:
+    """The shortest audio fixture (the quickest job)."""
+    return min(audio_manifest(), key=lambda m: m["duration_s"])
