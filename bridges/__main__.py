@@ -1,9 +1,20 @@
-"""``python -m bridges voicy|cairn``: run one bridge process until SIGTERM/SIGINT."""
+"""``python -m bridges voicy|cairn``: run one bridge process until SIGTERM/SIGINT.
+
+A bridge whose side is not configured at all (none of its ``SIDE_VARIABLES``
+set) has nothing to bridge: it prints one line saying so and exits 0 at once,
+instead of failing on a missing URL (Voicy) or dialling the default NATS for
+30 s (Cairn) and being restarted into a crash loop by the platform. Heroku
+restarts even a clean exit, so ``app.json`` leaves both bridges out of the
+formation (quantity 0) until the operator configures a side and scales it up.
+A side configured only in part (say a token without its URL) is still a
+misconfiguration: exit 2 naming the missing variable.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
@@ -13,6 +24,14 @@ from workers.logs import setup_logging
 
 log = logging.getLogger("bridges")
 EXIT_CONFIG_ERROR = 2
+EXIT_NOT_CONFIGURED = 0  # not an error: this deployment does not use the side
+# Any one of these set means the side is in use (as beat, the provider pool and the doctor decide).
+SIDE_VARIABLES = {"voicy": ("VOICY_WORKER_API_URL", "VOICY_WORKER_TOKEN"), "cairn": ("CAIRN_NATS_URL",)}
+
+
+def side_configured(bridge: str) -> bool:
+    """Whether any variable that turns ``bridge``'s side on is set (empty counts as unset)."""
+    return any(os.environ.get(name, "").strip() for name in SIDE_VARIABLES[bridge])
 
 
 # Each bridge imports its own side inside its runner: a Voicy bridge never loads nats-py and the
@@ -54,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bridges", description=__doc__)
     parser.add_argument("bridge", choices=["voicy", "cairn"])
     args = parser.parse_args(argv)
+    if not side_configured(args.bridge):
+        print(f"switchyard {args.bridge} bridge: the {args.bridge.capitalize()} side is not configured "
+              f"({' / '.join(SIDE_VARIABLES[args.bridge])} unset); nothing to bridge, exiting", file=sys.stderr)
+        return EXIT_NOT_CONFIGURED
     setup_logging()
     try:
         {"voicy": _run_voicy, "cairn": _run_cairn}[args.bridge]()

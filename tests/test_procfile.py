@@ -223,9 +223,27 @@ def test_beat_is_kept_single_by_the_redbeat_lock(redis_url: str,
 @pytest.mark.slow
 def test_voicy_bridge_names_a_missing_variable(redis_url: str,
                                                launch: Callable[..., ProcfileProcess]) -> None:
-    bridge = launch("voicy_bridge", fleet_env(redis_url))
+    """A side configured in part (a token, no URL) is a misconfiguration: exit 2 naming the variable."""
+    bridge = launch("voicy_bridge", fleet_env(redis_url, VOICY_WORKER_TOKEN=f"vw_{uuid.uuid4().hex}"))
     assert bridge.wait_exit() == EXIT_CONFIG_ERROR
     assert "VOICY_WORKER_API_URL" in bridge.output()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("ptype", "side", "variables"), [
+    ("voicy_bridge", "Voicy", "VOICY_WORKER_API_URL / VOICY_WORKER_TOKEN"),
+    ("cairn_bridge", "Cairn", "CAIRN_NATS_URL"),
+])
+def test_a_bridge_whose_side_is_not_configured_exits_cleanly_with_one_line(
+        redis_url: str, launch: Callable[..., ProcfileProcess], ptype: str, side: str, variables: str) -> None:
+    """A one-click deploy configures one side: the other bridge says so once and exits 0, at once
+    (no 30 s of dialling the default NATS, no exit 2 for the platform to restart into a loop)."""
+    bridge = launch(ptype, fleet_env(redis_url, VOICY_WORKER_API_URL="", CAIRN_NATS_URL=""))
+    assert bridge.wait_exit() == 0  # within EXIT_TIMEOUT_S, under the Cairn bridge's 30 s connect window
+    lines = [line for line in bridge.output().splitlines() if line.strip()]
+    name = ptype.replace("_", " ")
+    assert lines == [f"switchyard {name}: the {side} side is not configured ({variables} unset); "
+                     "nothing to bridge, exiting"], lines
 
 
 @pytest.mark.slow
@@ -239,6 +257,18 @@ def test_voicy_bridge_starts_with_a_valid_config(redis_url: str, tmp_path: Path,
     assert bridge.stop() == 0
     assert "voicy bridge stopped" in bridge.output()
     assert token not in bridge.output()
+
+
+@pytest.mark.slow
+def test_voicy_bridge_on_heroku_starts_with_an_s3_media_store(redis_url: str, tmp_path: Path,
+                                                             launch: Callable[..., ProcfileProcess]) -> None:
+    """The other half of the Heroku rule (tests/test_start_config.py): an s3:// store passes it."""
+    bridge = launch("voicy_bridge", fleet_env(
+        redis_url, DYNO="voicy_bridge.1", VOICY_WORKER_MEDIA_STORE="s3://media/voicy",
+        VOICY_WORKER_API_URL=f"http://127.0.0.1:{free_port()}/worker/v1", VOICY_WORKER_TOKEN=f"vw_{uuid.uuid4().hex}",
+        VOICY_WORKER_WORK_DIR=str(tmp_path / "work")))
+    bridge.wait_for_output(r"voicy bridge started")
+    assert bridge.stop() == 0
 
 
 @pytest.mark.slow

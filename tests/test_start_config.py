@@ -115,3 +115,16 @@ def test_a_provider_worker_on_another_queue_than_its_pools_stops_with_one_line(
     lines = [row for row in without_root_warning(text).splitlines() if row.strip()]
     assert lines == [f"switchyard celery worker: {expected}"], text
     assert " ready." not in text
+
+
+@pytest.mark.parametrize(("process_type", "who"), [("io", "voicy worker"), ("gpu", "voicy worker"),
+                                                   ("voicy_bridge", "voicy bridge")])
+def test_on_heroku_a_voicy_process_refuses_a_local_media_store(process_type: str, who: str) -> None:
+    """Heroku (``DYNO`` set) gives io and gpu separate disks: a local store would fail every transcription
+    with "downloaded media is missing", so each Voicy process stops at start naming the variable."""
+    out = start(process_type, {"DYNO": f"{process_type}.1", "VOICY_WORKER_MEDIA_STORE": ""})
+    text = out.stdout + out.stderr
+    assert out.returncode == EXIT_CONFIG_ERROR, text
+    lines = [row for row in without_root_warning(text).splitlines() if row.strip()]
+    assert lines == [f"switchyard {who}: invalid configuration: VOICY_WORKER_MEDIA_STORE: Value error, must be an "
+                     "s3://bucket/prefix URL on Heroku (DYNO is set): dynos share no disk"], text

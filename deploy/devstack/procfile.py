@@ -104,6 +104,9 @@ def start(env: dict[str, str], log_dir: Path, port: int, path: Path = PROCFILE) 
     """Start one process of every runnable type in ``path`` (:func:`runnable`); ``PORT`` is ``port``
     (only ``web`` listens)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    procs = {name: run(name, {**env, "PORT": str(port), "DYNO": f"{name}.1"}, log_dir / f"{name}.log", path)
+    # The node name comes from HONCHO_PROCESS_NAME, as on one box under honcho: DYNO would say "Heroku",
+    # where dynos share no disk and the Voicy side refuses the local media store this one-box fleet uses.
+    procs = {name: run(name, {**env, "PORT": str(port), "HONCHO_PROCESS_NAME": f"{name}.1"}, log_dir / f"{name}.log",
+                       path)
              for name in runnable(entries(path))[0]}
     return Fleet(procs, log_dir)

@@ -8,7 +8,8 @@ left in it; this does the same:
 
 * each dyno runs ``bash -c <Procfile line>`` (bash execs a lone simple command, so the dyno's
   process is the command itself) in a session of its own, with
-  ``DYNO=<name>.<index>`` (the Procfile names Celery nodes after it);
+  ``HONCHO_PROCESS_NAME=<name>.<index>`` (the Procfile names Celery nodes after it; not
+  ``DYNO``, which means Heroku, where a Voicy process refuses a local media store);
 * a monitor thread polls every ``MONITOR_INTERVAL_S``; when a dyno's top process
   has exited, the rest of its process group (orphaned prefork children) is
   SIGKILLed and the dyno starts again after ``RESTART_DELAY_S``, doubling up
@@ -123,7 +124,7 @@ class Supervisor:
         return self
 
     def _launch(self, dyno: Dyno) -> None:
-        env = self.env | {"DYNO": dyno.name}
+        env = self.env | {"HONCHO_PROCESS_NAME": dyno.name}
         dyno.proc = spawn([SHELL, "-c", dyno.command], env, dyno.log_path, stop_timeout_s=STOP_GRACE_S)
         dyno.started_at, dyno.restart_at, dyno.killed_at = time.monotonic(), None, None
         dyno.starts += 1

@@ -70,6 +70,10 @@ BYTES_PER_MB = 1024 * 1024
 SERVER_MAX_MEDIA_ENV = "VOICY_MAX_MEDIA_FILE_SIZE_MB"  # the server's variable, honoured as a fallback
 TRUE_FLAGS = frozenset({"1", "true"})  # Voicy's IDLE_EXIT rule: only these two strings
 NON_NEGATIVE_MESSAGE = "must be a non-negative number"
+# Heroku sets DYNO on every dyno, and dynos share no disk: a directory media store there would
+# fail every transcription ("downloaded media is missing from the media store"), so it is refused.
+HEROKU_DYNO_ENV = "DYNO"
+S3_STORE_PREFIX = "s3://"
 
 # What JavaScript's Number() accepts from a string, after trimming (ECMAScript StringNumericLiteral).
 _JS_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -176,7 +180,8 @@ class VoicySettings(VoicyTimings, EngineSettings):
     api_url: str
     token: SecretStr
     work_dir: Path = Field(default_factory=lambda: Path.cwd() / "tmp" / "voicy-worker")
-    media_store: str | None = None  # a directory or s3://bucket/prefix; default: work_dir
+    # a directory or s3://bucket/prefix; default: work_dir (checked even when unset: see _shared_on_heroku)
+    media_store: str | None = Field(default=None, validate_default=True)
     poll_interval_ms: NonNegative = DEFAULT_POLL_INTERVAL_MS
     download_timeout_ms: NonNegative = DEFAULT_DOWNLOAD_TIMEOUT_MS
     restart_delay_ms: NonNegative = DEFAULT_RESTART_DELAY_MS
@@ -198,6 +203,15 @@ class VoicySettings(VoicyTimings, EngineSettings):
         value = value.strip().rstrip("/")
         if not value.startswith(("http://", "https://")):
             raise ValueError("must be an http(s) URL")
+        return value
+
+    @field_validator("media_store")
+    @classmethod
+    def _shared_on_heroku(cls, value: str | None) -> str | None:
+        """On Heroku io and gpu are separate dynos with no shared disk: only S3 can carry the media."""
+        if os.environ.get(HEROKU_DYNO_ENV) and not (value or "").startswith(S3_STORE_PREFIX):
+            raise ValueError(f"must be an {S3_STORE_PREFIX}bucket/prefix URL on Heroku "
+                             f"({HEROKU_DYNO_ENV} is set): dynos share no disk")
         return value
 
     @field_validator("idle_exit", mode="before")
