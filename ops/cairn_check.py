@@ -22,13 +22,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 import nats
+import nats.errors
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
 
 from ops.cairn_check_webhooks import check_webhooks
 from workers.cairn import subjects
 from workers.cairn.handlers.discover import valid_discover_reply
+from workers.logs import redact
 from workers.providers.kinds import FETCH_SOURCE, IMPORT_GEAR, IMPORT_METRICS, PARSE_BLOB, RECONCILE
 
 STREAM_JOBS = subjects.JOBS_STREAM
@@ -41,6 +44,10 @@ METRIC_DATA_TYPES = frozenset({"Steps", "HRV", "RestingHR", "Sleep", "Weight", "
 DOCS_URL = "https://docs.opencairn.org/architecture/provider-contract"
 NAME_WIDTH = 40
 DEFAULT_CHECK_TIMEOUT_S = 10.0
+CONNECT_RETRY_WAIT_S = 0.1
+CHECK_CONNECTION_NAME = "switchyard-check"  # the enrollment-token mode names the pool instead (core requires it)
+AUTH_HINT = (" (NATS refused the credentials: set CAIRN_NATS_USER/CAIRN_NATS_PASSWORD, CAIRN_NATS_CREDS or "
+             "CAIRN_WORKER_ENROLLMENT_TOKEN as on the pool, or pass --user/--password, --creds, --enrollment-token)")
 EXIT_OK, EXIT_VIOLATIONS, EXIT_CONNECT = 0, 1, 2
 
 
@@ -58,6 +65,9 @@ class CheckOptions:
     timeout_s: float = DEFAULT_CHECK_TIMEOUT_S
     webhooks: bool = False  # ops/cairn_check_webhooks.py
     verify_token: str | None = None
+    # ``nats.connect`` options for the fleet's authentication (``workers.cairn.nats_conn.connect_options``:
+    # user/password, creds file or enrollment token); empty for an anonymous dev NATS.
+    connect: dict[str, Any] = field(default_factory=dict)
 
 
 class CheckFailed(Exception):
@@ -217,6 +227,11 @@ async def _reconcile_round_trip(nc: Any, js: Any, o: CheckOptions) -> None:
         raise CheckFailed(f"reconcile failed: {str(result['error'])[:160]}")
 
 
+def _refused(exc: BaseException) -> bool:
+    """An authentication refusal (nats-py raises its own class, or the server's -ERR text)."""
+    return isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower()
+
+
 async def _quiet(exc: Exception) -> None:
     """nats-py's default error callback logs a traceback per failed attempt; the result says enough."""
 
@@ -280,15 +295,24 @@ async def check_reconcile(probe: Probe, report: Report) -> None:
 CHECKS: tuple[Check, ...] = (check_presence, check_consumers, check_discover, check_webhooks, check_reconcile)
 
 
+def public_url(url: str) -> str:
+    """``url`` without its user-info: a ``nats://user:password@host`` URL is printed as ``nats://host``."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])) if "@" in parts.netloc else url
+
+
 async def run_checks(o: CheckOptions, out: TextIO) -> int:
+    # The fleet's own authentication first (``o.connect``), then this run's bounds: nats-py retries an
+    # unreachable server max_reconnect_attempts times even on the first connect, so the whole attempt
+    # is bounded by the check timeout instead.
+    options = {"servers": [o.nats_url], "name": CHECK_CONNECTION_NAME, **o.connect,
+               "connect_timeout": o.timeout_s, "allow_reconnect": False, "max_reconnect_attempts": 1,
+               "reconnect_time_wait": CONNECT_RETRY_WAIT_S, "error_cb": _quiet}
     try:
-        # nats-py retries an unreachable server max_reconnect_attempts times even on the first
-        # connect; bound the whole attempt by the check timeout instead.
-        nc = await asyncio.wait_for(nats.connect(o.nats_url, connect_timeout=o.timeout_s, allow_reconnect=False,
-                                                 max_reconnect_attempts=1, reconnect_time_wait=0.1,
-                                                 name="switchyard-check", error_cb=_quiet), o.timeout_s)
+        nc = await asyncio.wait_for(nats.connect(**options), o.timeout_s)
     except Exception as exc:  # noqa: BLE001
-        print(f"cannot connect to {o.nats_url}: {type(exc).__name__}: {exc}", file=out)
+        reason = redact(f"{type(exc).__name__}: {exc}")
+        print(f"cannot connect to {public_url(o.nats_url)}: {reason}{AUTH_HINT if _refused(exc) else ''}", file=out)
         return EXIT_CONNECT
     probe = Probe(nc, nc.jetstream(timeout=o.timeout_s), o)
     report = Report(out)

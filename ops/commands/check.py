@@ -3,25 +3,44 @@
 ``check cairn`` is our port of cairn-core's ``cmd/worker-conformance``
 (contract §10, reference §5) to the 0.7 pool-scoped subjects; see
 :mod:`ops.cairn_check`. A new target is one more sub-parser here.
+
+It connects as the pool does: the same ``CAIRN_*`` settings
+(``workers.cairn.settings``: URL, user/password, creds file, enrollment
+token, pool name and provider) and the same ``connect_options``, so run on a
+host of the fleet (``heroku run switchyard check cairn``) it needs no option at
+all. Each option overrides its variable; any credential option replaces every
+credential variable, so ``--user`` is never silently outranked by an
+enrollment token in the environment.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from ops import cairn_check_webhooks
-from ops.cairn_check import DEFAULT_CHECK_TIMEOUT_S, CheckOptions, run_checks
+from ops.cairn_check import DEFAULT_CHECK_TIMEOUT_S, EXIT_CONNECT, CheckOptions, run_checks
+from workers.cairn.nats_conn import connect_options
+from workers.cairn.settings import CairnSettings, load_cairn_settings
+from workers.errors import ConfigError
 
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 HELP = "conformance checks against a live pool"
 CAIRN_DESCRIPTION = """\
 The Cairn provider contract 0.7 §10 checks against a live pool: presence,
 a durable consumer for every job kind the pool must serve, discover
 request/reply, and with --active a reconcile round trip through core.
 
+It connects with the fleet's own CAIRN_* settings (CAIRN_NATS_URL,
+CAIRN_NATS_USER/CAIRN_NATS_PASSWORD, CAIRN_NATS_CREDS,
+CAIRN_WORKER_ENROLLMENT_TOKEN, CAIRN_PROVIDER, CAIRN_WORKER_NAME); each option
+below overrides its variable, and any credential option replaces all of them.
+
 Exit code: 0 compliant, 1 violations, 2 usage or connection error."""
+# Credential options -> the CairnSettings field each one sets.
+CREDENTIAL_OPTIONS = {"user": "nats_user", "password": "nats_password", "creds": "nats_creds",
+                      "enrollment_token": "worker_enrollment_token"}
 
 
 def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -30,10 +49,20 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     cairn = targets.add_parser("cairn", help="Cairn provider contract 0.7 §10 checks",
                                description=CAIRN_DESCRIPTION,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    cairn.add_argument("--nats", default=DEFAULT_NATS_URL,
-                       help="NATS URL of the dev/staging stack (default %(default)s)")
-    cairn.add_argument("--provider", required=True, help="provider type, e.g. strava")
-    cairn.add_argument("--worker-name", default=None, help="pool name (default <provider>-fetcher)")
+    cairn.add_argument("--nats", default=None, metavar="URL",
+                       help="core's NATS URL (default $CAIRN_NATS_URL, else nats://127.0.0.1:4222)")
+    cairn.add_argument("--user", default=None, help="NATS user (default $CAIRN_NATS_USER)")
+    cairn.add_argument("--password", default=None,
+                       help="NATS password (default $CAIRN_NATS_PASSWORD, which keeps it out of the process list)")
+    cairn.add_argument("--creds", default=None, metavar="FILE", help="NATS .creds file (default $CAIRN_NATS_CREDS)")
+    cairn.add_argument("--enrollment-token", default=None, metavar="TOKEN",
+                       help="enrollment token for core's auth callout (default $CAIRN_WORKER_ENROLLMENT_TOKEN); "
+                            "connects under the pool's name, as the pool does")
+    provider = os.environ.get("CAIRN_PROVIDER", "").strip() or None
+    cairn.add_argument("--provider", default=provider, required=provider is None,
+                       help="provider type, e.g. strava (default $CAIRN_PROVIDER)")
+    cairn.add_argument("--worker-name", default=None,
+                       help="pool name (default $CAIRN_WORKER_NAME, else <provider>-fetcher)")
     cairn.add_argument("--active", action="store_true", help="also round-trip a synthetic reconcile job")
     cairn.add_argument("--account-id", default="", help="connected account for --active")
     cairn.add_argument("--user-id", default="", help="owner of --account-id; optional as in the Go harness "
@@ -48,10 +77,26 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     cairn.set_defaults(run=run_cairn)
 
 
+def connection_settings(args: argparse.Namespace) -> CairnSettings:
+    """The pool's ``CAIRN_*`` settings with this command's options on top (``ConfigError`` names a bad one)."""
+    worker_name = args.worker_name or os.environ.get("CAIRN_WORKER_NAME", "").strip() or f"{args.provider}-fetcher"
+    overrides: dict[str, object] = {"provider": args.provider, "worker_name": worker_name}
+    if args.nats:
+        overrides["nats_url"] = args.nats
+    if any(getattr(args, option) for option in CREDENTIAL_OPTIONS):
+        overrides.update({name: getattr(args, option) for option, name in CREDENTIAL_OPTIONS.items()})
+    return load_cairn_settings(**overrides)
+
+
 def run_cairn(args: argparse.Namespace) -> int:
-    options = CheckOptions(nats_url=args.nats, provider=args.provider,
-                           worker_name=args.worker_name or f"{args.provider}-fetcher",
+    try:
+        settings = connection_settings(args)
+    except ConfigError as exc:
+        print(f"switchyard check cairn: {exc}", file=sys.stderr)
+        return EXIT_CONNECT
+    options = CheckOptions(nats_url=settings.nats_url, provider=settings.provider, worker_name=settings.worker_name,
                            active=args.active, account_id=args.account_id, user_id=args.user_id,
                            metrics=args.metrics, gear=args.gear, parse_blob=args.parse_blob,
-                           timeout_s=args.timeout, webhooks=args.webhooks, verify_token=args.verify_token)
+                           timeout_s=args.timeout, webhooks=args.webhooks, verify_token=args.verify_token,
+                           connect=connect_options(settings))
     return asyncio.run(run_checks(options, out=sys.stdout))
