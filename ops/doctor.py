@@ -8,22 +8,27 @@ unreachable service is one FAIL line, never a cascade and never a traceback.
 Every network call is bounded by a timeout below, so the doctor always ends.
 The presign probe uploads a few bytes through core's presigned URL (never our
 own S3 credentials); core's bucket lifecycle reaps the unreferenced object.
+The model check loads the model offline: a model name this host has not
+downloaded is reported as such, never fetched (large-v3 is ~3 GB).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
 import nats
 import redis
+from huggingface_hub.errors import LocalEntryNotFoundError
 
 from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
@@ -48,6 +53,7 @@ NATS_TIMEOUT_S = 5.0  # bounds the whole connect (both attempts) and each reques
 NATS_CONNECT_RETRIES = 1
 NATS_RETRY_WAIT_S = 0.1
 DETAIL_MAX_CHARS = 200
+HF_OFFLINE_ENV = "HF_HUB_OFFLINE"  # huggingface_hub's switch, which the engine honours as local_files_only
 
 OK, FAIL, SKIP = "ok", "FAIL", "skip"
 
@@ -144,12 +150,41 @@ def _telegram(settings: VoicySettings) -> str:
     return f"getMe ok (@{r.json()['result'].get('username', '?')})"
 
 
+@contextlib.contextmanager
+def _hub_offline() -> Iterator[None]:
+    """The doctor never downloads: with ``HF_HUB_OFFLINE`` set the engine loads a model *name* with
+    ``local_files_only`` (its own offline rule, ``workers.transcribe.whisper``), so a name this host
+    lacks fails at once instead of starting a multi-GB download from the Hugging Face Hub."""
+    before = os.environ.get(HF_OFFLINE_ENV)
+    os.environ[HF_OFFLINE_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(HF_OFFLINE_ENV, None)
+        else:
+            os.environ[HF_OFFLINE_ENV] = before
+
+
+def _model_problem(model: str, exc: BaseException) -> str:
+    """Why the model did not load, from the engine's underlying error (its ConfigError names only the class)."""
+    cause = exc.__cause__ or exc.__context__ or exc
+    if isinstance(cause, LocalEntryNotFoundError):
+        return (f"{model} is not downloaded on this host (the doctor never downloads; a gpu worker would fetch "
+                "it from the Hugging Face Hub at its first job): pre-download it and set VOICY_WORKER_MODEL "
+                "to its CTranslate2 directory")
+    if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
+        return f"no directory {model} on this host"
+    return redact(f"{type(cause).__name__}: {cause}")[:DETAIL_MAX_CHARS]
+
+
 def _model(settings: VoicySettings) -> str:
     try:
-        engine = create_engine(settings)
+        with _hub_offline():
+            engine = create_engine(settings)
     except Exception as exc:  # noqa: BLE001 - any load failure is this check's answer
         raise RuntimeError(f"VOICY_WORKER_MODEL={settings.model!s} does not load on "
-                           f"{settings.device}: {type(exc).__name__}") from None
+                           f"{settings.device}: {_model_problem(str(settings.model), exc)}") from None
     info = engine.metadata
     return f"{info.model} loads on {info.device} ({info.compute_type}), engine {engine.name}"
 

@@ -175,3 +175,61 @@ def test_doctor_names_a_pool_whose_provider_cannot_be_built(redis_url: str, vari
     assert "Traceback" not in out.stdout + out.stderr, out.stderr
     assert line(out.stdout, "cairn pool").startswith("FAIL") and variable in line(out.stdout, "cairn pool")
 
+
+# ------------------------------------------------------------------ the model check never downloads
+class RecordingHub:
+    """A stand-in Hugging Face Hub on loopback (``HF_ENDPOINT``): it records every request and has no repo.
+
+    faster-whisper resolves a model *name* through ``huggingface_hub.snapshot_download``; any request
+    reaching this server is the start of a download the doctor must never make.
+    """
+
+    def __init__(self) -> None:
+        from starlette.applications import Starlette
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        from deploy.devstack.http_server import BackgroundServer
+
+        self.requests: list[str] = []
+
+        async def anything(request):  # type: ignore[no-untyped-def]
+            self.requests.append(f"{request.method} {request.url.path}")
+            return JSONResponse({"error": "Repository not found"}, status_code=404)
+
+        app = Starlette(routes=[Route("/{path:path}", anything, methods=["GET", "HEAD", "POST"])])
+        self.server = BackgroundServer(app, "recording-hub").start()
+        self.url = f"http://127.0.0.1:{self.server.port}"
+
+
+def _voicy_env(redis_url: str, tmp_path: Path, model: str) -> dict[str, str]:
+    return {"REDIS_URL": redis_url, "VOICY_WORKER_API_URL": f"http://127.0.0.1:{free_port()}",
+            "VOICY_WORKER_TOKEN": "unused-token", "VOICY_WORKER_MODEL": model,
+            "VOICY_WORKER_TELEGRAM_BOT_TOKEN": BOT_TOKEN, "VOICY_WORKER_MEDIA_STORE": str(tmp_path),
+            "HF_HOME": str(tmp_path / "hf-home")}  # an empty cache: this host has downloaded nothing
+
+
+def test_a_model_name_the_host_lacks_is_named_and_never_downloaded(redis_url: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    for offline in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # as on an operator's online host
+        monkeypatch.delenv(offline, raising=False)
+    hub = RecordingHub()
+    try:
+        out = doctor_process(_voicy_env(redis_url, tmp_path, "small") | {"HF_ENDPOINT": hub.url})
+    finally:
+        hub.server.stop()
+    assert hub.requests == [], "the doctor started a model download"
+    model = line(out.stdout, "model")
+    assert model.startswith("FAIL model: VOICY_WORKER_MODEL=small does not load on auto: "), out.stdout
+    assert "small is not downloaded on this host (the doctor never downloads" in model, model
+    assert "ConfigError" not in model and "Traceback" not in out.stdout + out.stderr
+
+
+def test_the_model_line_shows_the_underlying_error(redis_url: str, tmp_path: Path) -> None:
+    """Not ``does not load on auto: ConfigError``: what CTranslate2 or the path said."""
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    out = doctor_process(_voicy_env(redis_url, tmp_path, str(empty)))
+    assert f"RuntimeError: Unable to open file 'model.bin' in model '{empty}'" in line(out.stdout, "model"), out.stdout
+    out = doctor_process(_voicy_env(redis_url, tmp_path, str(tmp_path / "missing")))
+    assert line(out.stdout, "model").endswith(f"no directory {tmp_path / 'missing'} on this host"), out.stdout
