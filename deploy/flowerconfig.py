@@ -26,11 +26,17 @@ Why each choice (reference/ecosystem.md §1.9):
   queue, ``provider.<pool>``; a Cairn task's routing key is that queue, its id
   starts ``cairn-<pool>-`` and a job's arguments name the pool
   (``tasks.routes``, ``tests/test_pools.py`` reads them back from Flower's API).
+* **A job can be found.** The ``args`` column is on by default: a Voicy task
+  shows ``('<job id>', '…')``, a Cairn ``cairn.job`` its kind and job id first
+  (``['fetch_source', {'job_id': ...}, ...]``), and Flower's search box finds
+  either by its id. Not a per-kind task name through Celery's ``shadow``: the
+  ``task-sent`` event keeps the real name, and when it reaches Flower after the
+  worker's ``task-received`` (two publishers, no order) the task is renamed back.
 * **Task arguments are masked.** Ours carry only job ids, stream sequences and
-  lease tokens (S1), and no column shows them by default; Voicy tasks are sent
-  with an ``argsrepr`` that shows the job id and hides the token
-  (``tasks.voicy.args_repr``), and the formatter still masks tokens and
-  parked-secret keys in the task pages, as defence in depth.
+  lease tokens (S1); Voicy tasks are sent with an ``argsrepr`` that shows the
+  job id and hides the token (``tasks.voicy.args_repr``), Cairn jobs with one
+  that hides the lease token (``tasks.cairn.job_argsrepr``), and the formatter
+  still masks tokens and parked-secret keys in the task pages, as defence in depth.
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ from workers.logs import redact as _redact  # underscored: a top-level name here
 INSPECT_TIMEOUT_MS = 10_000.0
 PURGE_OFFLINE_WORKERS_S = 3600
 MAX_TASKS_IN_MEMORY = 20_000  # Flower keeps task state in memory; a 512 MB web dyno
-TASKS_COLUMNS = "name,uuid,state,received,started,runtime,worker"
+# ``args`` second: a Voicy task shows its job id, a Cairn job its kind and job id (S1: no token).
+TASKS_COLUMNS = "name,args,uuid,state,received,started,runtime,worker"
 DEFAULT_FLOWER_USER = "admin"
 EXIT_CONFIG_ERROR = 2
 
