@@ -27,6 +27,7 @@ EXIT_CONFIG_ERROR = 2
 EXIT_NOT_CONFIGURED = 0  # not an error: this deployment does not use the side
 # Any one of these set means the side is in use (as beat, the provider pool and the doctor decide).
 SIDE_VARIABLES = {"voicy": ("VOICY_WORKER_API_URL", "VOICY_WORKER_TOKEN"), "cairn": ("CAIRN_NATS_URL",)}
+SIDE_NAMES = {"voicy": "Voicy", "cairn": "Cairn"}
 
 
 def side_configured(bridge: str) -> bool:
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("bridge", choices=["voicy", "cairn"])
     args = parser.parse_args(argv)
     if not side_configured(args.bridge):
-        print(f"switchyard {args.bridge} bridge: the {args.bridge.capitalize()} side is not configured "
+        print(f"switchyard {args.bridge} bridge: the {SIDE_NAMES[args.bridge]} side is not configured "
               f"({' / '.join(SIDE_VARIABLES[args.bridge])} unset); nothing to bridge, exiting", file=sys.stderr)
         return EXIT_NOT_CONFIGURED
     setup_logging()
