@@ -26,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import nats
 import nats.errors
+from nats.protocol.parser import PERMISSIONS_ERR
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
 
 from ops.cairn_check_webhooks import check_webhooks
@@ -48,6 +49,10 @@ CONNECT_RETRY_WAIT_S = 0.1
 CHECK_CONNECTION_NAME = "switchyard-check"  # the enrollment-token mode names the pool instead (core requires it)
 AUTH_HINT = (" (NATS refused the credentials: set CAIRN_NATS_USER/CAIRN_NATS_PASSWORD, CAIRN_NATS_CREDS or "
              "CAIRN_WORKER_ENROLLMENT_TOKEN as on the pool, or pass --user/--password, --creds, --enrollment-token)")
+# The §10 checks list consumers and presence keys and publish a job: core's access, which a pool's
+# own login (core's worker template, contract §1) does not have.
+REFUSED_HINT = ("NATS refused this login {count} subject(s) ({first}): the checks need core's NATS access, "
+                "not the pool's; pass core's (or an admin's) login with --user/--password or --creds")
 EXIT_OK, EXIT_VIOLATIONS, EXIT_CONNECT = 0, 1, 2
 
 
@@ -196,7 +201,10 @@ async def _reconcile_round_trip(nc: Any, js: Any, o: CheckOptions) -> None:
     if not o.account_id:
         raise CheckFailed("--active needs --account-id of a connected account")
     result_subject = subjects.reconcile_result_subject(o.provider, o.account_id)
-    sub = await js.subscribe(result_subject, ordered_consumer=True, deliver_policy="new")
+    try:
+        sub = await js.subscribe(result_subject, ordered_consumer=True, deliver_policy="new")
+    except Exception as exc:  # noqa: BLE001 - no stream, no permission: the round trip cannot be watched
+        raise CheckFailed(f"cannot watch {result_subject} ({type(exc).__name__})") from None
     try:
         job_id = f"conformance-{time.time_ns()}"
         body: dict[str, Any] = {"job_id": job_id, "account_id": o.account_id, "provider": o.provider,
@@ -230,10 +238,6 @@ async def _reconcile_round_trip(nc: Any, js: Any, o: CheckOptions) -> None:
 def _refused(exc: BaseException) -> bool:
     """An authentication refusal (nats-py raises its own class, or the server's -ERR text)."""
     return isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower()
-
-
-async def _quiet(exc: Exception) -> None:
-    """nats-py's default error callback logs a traceback per failed attempt; the result says enough."""
 
 
 @dataclass
@@ -305,9 +309,16 @@ async def run_checks(o: CheckOptions, out: TextIO) -> int:
     # The fleet's own authentication first (``o.connect``), then this run's bounds: nats-py retries an
     # unreachable server max_reconnect_attempts times even on the first connect, so the whole attempt
     # is bounded by the check timeout instead.
+    refused: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        """nats-py reports a permission refusal here, not to the call it broke (which then times out)."""
+        if PERMISSIONS_ERR in str(exc).lower():
+            refused.append(redact(str(exc)))
+
     options = {"servers": [o.nats_url], "name": CHECK_CONNECTION_NAME, **o.connect,
                "connect_timeout": o.timeout_s, "allow_reconnect": False, "max_reconnect_attempts": 1,
-               "reconnect_time_wait": CONNECT_RETRY_WAIT_S, "error_cb": _quiet}
+               "reconnect_time_wait": CONNECT_RETRY_WAIT_S, "error_cb": on_error}
     try:
         nc = await asyncio.wait_for(nats.connect(**options), o.timeout_s)
     except Exception as exc:  # noqa: BLE001
@@ -321,6 +332,9 @@ async def run_checks(o: CheckOptions, out: TextIO) -> int:
             await check(probe, report)
     finally:
         await nc.close()
+    if refused:  # not violations of the pool: this login could not look
+        print(REFUSED_HINT.format(count=len(set(refused)), first=refused[0]), file=out)
+        return EXIT_CONNECT
     if report.failures:
         print(f"{report.failures} violation(s) — see {DOCS_URL}", file=out)
         return EXIT_VIOLATIONS

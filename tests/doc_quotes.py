@@ -192,6 +192,10 @@ def _templates_of(path: Path) -> set[str]:
 
 def _library_dirs() -> Iterator[Path]:
     for name in LIBRARIES:
+        loaded = getattr(sys.modules.get(name), "__file__", None)  # kombu, once imported, has no __spec__
+        if loaded:
+            yield Path(loaded).parent
+            continue
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
             yield Path(next(iter(spec.submodule_search_locations)))

@@ -33,7 +33,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
 
 
 def run_check(stack: CairnStack, *extra: str, worker_name: str | None = None) -> subprocess.CompletedProcess[str]:
+    """As core's operators run the harness: core's NATS login, not the pool's (its env holds the pool's)."""
+    core = stack.nats_auth.core
     cmd = [sys.executable, "-m", "ops", "check", "cairn", "--nats", stack.nats.url,  # type: ignore[union-attr]
+           "--user", core.user, "--password", core.password,
            "--provider", PROVIDER, "--worker-name", worker_name or stack.pool, "--timeout", "15", *extra]
     return subprocess.run(cmd, cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=120)
 

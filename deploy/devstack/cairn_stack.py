@@ -71,6 +71,7 @@ class CairnStack:
     redis_appendonly: bool = False  # the started Redis keeps an AOF (the chaos harness restarts it)
     pools: Sequence[Pool] = ()  # granted NATS users at start (the first is ``worker``); others when first used
     nats_withheld: tuple[str, ...] = ()  # subjects left out of every pool's template (a refusal test)
+    nats_anonymous: bool = True  # False: NATS refuses a client without a login, as a production core does
     redis: services.Service | None = None
     nats: services.Service | None = None
     core: DevCairnCore | None = None
@@ -84,7 +85,8 @@ class CairnStack:
         if self.redis_url is None:
             self.redis = services.start_redis(self.workdir / "redis", appendonly=self.redis_appendonly)
             self.redis_url = self.redis.url
-        self.nats = services.start_nats(self.workdir / "nats", pools=self.pools, withheld=self.nats_withheld)
+        self.nats = services.start_nats(self.workdir / "nats", pools=self.pools, withheld=self.nats_withheld,
+                                        anonymous=self.nats_anonymous)
         if self.s3_endpoint is None:
             if self.moto_process:
                 self.s3_endpoint, self._moto = services.start_moto_process(self.workdir)

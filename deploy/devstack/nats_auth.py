@@ -158,11 +158,13 @@ def _allow_block(grants: list[Grant], indent: str) -> str:
 
 
 def render_config(*, port: int, http_port: int, store_dir: Path, log_file: Path, server_name: str,
-                  core: NatsLogin, workers: dict[Pool, NatsLogin], withheld: frozenset[str] = frozenset()) -> str:
+                  core: NatsLogin, workers: dict[Pool, NatsLogin], withheld: frozenset[str] = frozenset(),
+                  anonymous: bool = True) -> str:
     """The nats-server configuration: JetStream, the monitoring port, ``core`` and one user per pool.
 
     ``withheld`` subjects are left out of every worker template: how a test stands in for a core
-    whose template lacks a subject the pool uses.
+    whose template lacks a subject the pool uses. Without ``anonymous`` a client that does not log
+    in is refused, as by a production core.
     """
     users = [f"    {{user: {json.dumps(core.user)}, password: {json.dumps(core.password)}}}  # core: everything"]
     for pool, login in workers.items():
@@ -181,7 +183,8 @@ def render_config(*, port: int, http_port: int, store_dir: Path, log_file: Path,
         f"server_name: {json.dumps(server_name)}",
         f"log_file: {json.dumps(str(log_file))}",
         f"jetstream: {{store_dir: {json.dumps(str(store_dir))}}}",
-        f"no_auth_user: {json.dumps(core.user)}  # dev convenience: an anonymous probe is core, never the fleet",
+        (f"no_auth_user: {json.dumps(core.user)}  # dev convenience: an anonymous probe is core, never the fleet"
+         if anonymous else "# no no_auth_user: every client logs in, as on a production core"),
         "authorization {",
         "  users = [",
         "\n".join(users),
@@ -206,6 +209,7 @@ class NatsAuth:
     core: NatsLogin = field(default_factory=lambda: NatsLogin(CORE_USER, _password()))
     workers: dict[Pool, NatsLogin] = field(default_factory=dict)
     withheld: frozenset[str] = frozenset()  # left out of every worker template (tests of a refusal)
+    anonymous: bool = True  # a client without credentials acts as core; False: it is refused
 
     @property
     def config_path(self) -> Path:
@@ -229,7 +233,8 @@ class NatsAuth:
     def write(self) -> Path:
         self.config_path.write_text(render_config(
             port=self.port, http_port=self.http_port, store_dir=self.workdir / "js", log_file=self.log_path,
-            server_name=self.server_name, core=self.core, workers=self.workers, withheld=self.withheld))
+            server_name=self.server_name, core=self.core, workers=self.workers, withheld=self.withheld,
+            anonymous=self.anonymous))
         return self.config_path
 
     def grant(self, pool: Pool, pid: int) -> NatsLogin:

@@ -174,18 +174,20 @@ def restart(svc: Service, *, lose_data: bool = False, graceful: bool = False, do
 
 
 def start_nats(workdir: Path | None = None, port: int | None = None, *,
-               pools: Iterable[nats_auth.Pool] = (), withheld: Iterable[str] = ()) -> Service:
+               pools: Iterable[nats_auth.Pool] = (), withheld: Iterable[str] = (), anonymous: bool = True) -> Service:
     """Start nats-server with JetStream on loopback, its store in ``workdir``, under production permissions.
 
     Users (``deploy.devstack.nats_auth``): ``core`` may do everything; each of ``pools`` gets a
     user holding exactly core's worker template (the first is ``worker``); :func:`nats_login`
     adds one later; ``withheld`` subjects are left out of the template (a test of a refusal).
-    Anonymous connections act as core. The server logs to ``workdir/nats.log``.
+    Anonymous connections act as core, unless ``anonymous`` is False: then every client must log
+    in, as on a production core. The server logs to ``workdir/nats.log``.
     """
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-nats-"))
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    auth = nats_auth.NatsAuth(workdir, port, free_port(), f"switchyard-dev-{port}", withheld=frozenset(withheld))
+    auth = nats_auth.NatsAuth(workdir, port, free_port(), f"switchyard-dev-{port}", withheld=frozenset(withheld),
+                              anonymous=anonymous)
     for pool in pools:
         auth.add(pool)
     argv = [find_binary("nats-server"), "-c", str(auth.write())]

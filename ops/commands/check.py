@@ -4,13 +4,14 @@
 (contract §10, reference §5) to the 0.7 pool-scoped subjects; see
 :mod:`ops.cairn_check`. A new target is one more sub-parser here.
 
-It connects as the pool does: the same ``CAIRN_*`` settings
-(``workers.cairn.settings``: URL, user/password, creds file, enrollment
-token, pool name and provider) and the same ``connect_options``, so run on a
-host of the fleet (``heroku run switchyard check cairn``) it needs no option at
-all. Each option overrides its variable; any credential option replaces every
-credential variable, so ``--user`` is never silently outranked by an
-enrollment token in the environment.
+It reads the pool's own ``CAIRN_*`` settings (``workers.cairn.settings``: URL,
+user/password, creds file, enrollment token, pool name and provider) and
+connects with the same ``connect_options``, so on a host of the fleet it finds
+the pool by itself. Each option overrides its variable; any credential option
+replaces every credential variable, so ``--user`` is never silently outranked
+by an enrollment token in the environment. The checks themselves need core's
+(or an admin's) NATS access: with the pool's own login (core's worker template)
+NATS refuses them, and the report says so instead of listing violations.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ The Cairn provider contract 0.7 §10 checks against a live pool: presence,
 a durable consumer for every job kind the pool must serve, discover
 request/reply, and with --active a reconcile round trip through core.
 
-It connects with the fleet's own CAIRN_* settings (CAIRN_NATS_URL,
+It reads the pool's CAIRN_* settings (CAIRN_NATS_URL,
 CAIRN_NATS_USER/CAIRN_NATS_PASSWORD, CAIRN_NATS_CREDS,
 CAIRN_WORKER_ENROLLMENT_TOKEN, CAIRN_PROVIDER, CAIRN_WORKER_NAME); each option
 below overrides its variable, and any credential option replaces all of them.
+The checks need core's (or an admin's) NATS login, not the pool's.
 
-Exit code: 0 compliant, 1 violations, 2 usage or connection error."""
+Exit code: 0 compliant, 1 violations, 2 usage, connection error or a login
+NATS does not allow to check."""
 # Credential options -> the CairnSettings field each one sets.
 CREDENTIAL_OPTIONS = {"user": "nats_user", "password": "nats_password", "creds": "nats_creds",
                       "enrollment_token": "worker_enrollment_token"}

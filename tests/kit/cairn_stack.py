@@ -63,6 +63,7 @@ class CairnStack:
     bridge: Proc | None = None
     extra_env: dict[str, str] = field(default_factory=dict)  # CAIRN_* overrides of one stack (bridge, workers)
     nats_withheld: tuple[str, ...] = ()  # subjects left out of the pool's NATS permissions (a refusal test)
+    nats_anonymous: bool = True  # False: NATS refuses a client without a login, as a production core does
     kit: cairn_stack.CairnStack | None = None
 
     def start(self) -> CairnStack:
@@ -71,7 +72,7 @@ class CairnStack:
         fake.app.add_middleware(GateMiddleware, gate=self.gate)
         self.kit = cairn_stack.CairnStack(self.tmp, redis_url=self.redis_url, s3_endpoint=self.s3_endpoint,
                                           fakes=[StravaKit(fake)], name=self.pool, pools=[self.pool_ref],
-                                          nats_withheld=self.nats_withheld).start()
+                                          nats_withheld=self.nats_withheld, nats_anonymous=self.nats_anonymous).start()
         return self
 
     def _flush(self) -> None:
