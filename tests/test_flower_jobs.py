@@ -21,7 +21,7 @@ import redis
 from deploy.devstack.procfile import entries
 from deploy.devstack.procs import Proc, spawn
 from deploy.devstack.services import free_port
-from tests.cairn_stack import ROOT, WAIT_S, CairnStack
+from tests.cairn_stack import ROOT, WAIT_S, CairnStack, running_stack
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.slow
@@ -62,13 +62,8 @@ class Flower:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
-    s = CairnStack(tmp_path_factory.mktemp("flower-jobs"), redis_url, s3_endpoint).start()
-    try:
-        s.start_worker()
-        s.start_bridge()
+    with running_stack(tmp_path_factory.mktemp("flower-jobs"), redis_url, s3_endpoint) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

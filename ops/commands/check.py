@@ -97,9 +97,12 @@ def run_cairn(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"switchyard check cairn: {exc}", file=sys.stderr)
         return EXIT_CONNECT
+    connect = connect_options(settings)
+    if settings.worker_enrollment_token is None:  # only core's auth callout needs the pool's name on the connection
+        connect.pop("name", None)
     options = CheckOptions(nats_url=settings.nats_url, provider=settings.provider, worker_name=settings.worker_name,
                            active=args.active, account_id=args.account_id, user_id=args.user_id,
                            metrics=args.metrics, gear=args.gear, parse_blob=args.parse_blob,
                            timeout_s=args.timeout, webhooks=args.webhooks, verify_token=args.verify_token,
-                           connect=connect_options(settings))
+                           connect=connect)
     return asyncio.run(run_checks(options, out=sys.stdout))
