@@ -46,6 +46,12 @@ class Flower:
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", auth=(FLOWER_USER, self.password),
                                  timeout=HTTP_TIMEOUT_S)
 
+    def wait_capturing(self, node: str) -> None:
+        """Flower has received an event from ``node`` (a heartbeat: it counts the worker online), so it
+        captures events now; a task finished before that would be missing from its list for good."""
+        online = f'flower_worker_online{{worker="{node}"}} 1.0'
+        wait_until(lambda: online in self.http.get("/metrics").text, WAIT_S, f"Flower to see {node} online")
+
     def tasks(self) -> dict[str, dict[str, Any]]:
         return self.http.get("/api/tasks").json()  # type: ignore[no-any-return]
 
@@ -70,6 +76,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
 def flower(stack: CairnStack) -> Iterator[Flower]:
     f = Flower(stack)
     try:
+        f.wait_capturing(stack.workers[0].name)
         yield f
     finally:
         f.stop()
