@@ -86,7 +86,8 @@ def _settings_classes() -> Iterator[type]:
 def settings_variables() -> set[str]:
     from workers.config import env_name
 
-    return {env_name(cls, field) for cls in _settings_classes() for field in cls.model_fields}  # type: ignore[attr-defined]
+    return {env_name(cls, field)
+            for cls in _settings_classes() for field in cls.model_fields}  # type: ignore[attr-defined]
 
 
 def _fleet_files() -> Iterator[Path]:
@@ -131,14 +132,21 @@ def direct_reads() -> dict[str, str]:
 
 
 def read_by_others() -> set[str]:
-    """Variables the fleet passes on to what it runs: the Procfile's own lines, Flower's options
-    (``FLOWER_<OPTION>``) and boto3's credentials, each taken from the code that reads it."""
+    """Variables read beyond the settings fields and direct reads: the Procfile's own lines, each pool's
+    ``CAIRN_POOL_<pool>_*`` credentials, Flower's options (``FLOWER_<OPTION>``) and boto3's credentials,
+    each taken from the code that reads it."""
     import botocore.credentials
     import flower.options  # noqa: F401 - defines Flower's tornado options
     from tornado.options import options
 
+    from workers.cairn.settings import POOL_CREDENTIALS, CairnSettings, pool_variable
+
     procfile = (ROOT / "Procfile").read_text()
     names = set(re.findall(r"\$\{?([A-Z_][A-Z0-9_]*)", procfile))
+    # A pool's own credentials, CAIRN_POOL_<pool>_*, for each pool the Procfile runs (CairnSettings reads them).
+    pools = set(re.findall(r"CAIRN_WORKER_NAME=([\w-]+)", procfile))
+    pools.add(CairnSettings.model_fields["worker_name"].default)
+    names |= {pool_variable(pool, field) for pool in pools for field in POOL_CREDENTIALS}
     names |= {f"FLOWER_{option.replace('-', '_').upper()}" for option in options._options}
     names |= {botocore.credentials.EnvProvider.ACCESS_KEY, botocore.credentials.EnvProvider.SECRET_KEY}
     return names

@@ -66,7 +66,8 @@ def test_anonymous_clients_are_refused_here(stack: CairnStack) -> None:
     out = run_check(env)
     assert out.returncode == EXIT_CANNOT_CHECK, out.stdout + out.stderr
     [line] = out.stdout.splitlines()
-    assert line.startswith(f"cannot connect to {stack.nats.url}: Error: nats: 'Authorization Violation'"), line  # type: ignore[union-attr]
+    url = stack.nats.url  # type: ignore[union-attr]
+    assert line.startswith(f"cannot connect to {url}: Error: nats: 'Authorization Violation'"), line
     assert "(NATS refused the credentials: set CAIRN_NATS_USER/CAIRN_NATS_PASSWORD" in line
 
 

@@ -21,10 +21,12 @@ import asyncio
 import os
 import sys
 
+from pydantic import SecretStr
+
 from ops import cairn_check_webhooks
 from ops.cairn_check import DEFAULT_CHECK_TIMEOUT_S, EXIT_CONNECT, CheckOptions, run_checks
 from workers.cairn.nats_conn import connect_options
-from workers.cairn.settings import CairnSettings, load_cairn_settings
+from workers.cairn.settings import SECRET_CREDENTIALS, CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
 
 HELP = "conformance checks against a live pool"
@@ -86,9 +88,13 @@ def connection_settings(args: argparse.Namespace) -> CairnSettings:
     overrides: dict[str, object] = {"provider": args.provider, "worker_name": worker_name}
     if args.nats:
         overrides["nats_url"] = args.nats
-    if any(getattr(args, option) for option in CREDENTIAL_OPTIONS):
-        overrides.update({name: getattr(args, option) for option, name in CREDENTIAL_OPTIONS.items()})
-    return load_cairn_settings(**overrides)
+    if not any(getattr(args, option) for option in CREDENTIAL_OPTIONS):
+        return load_cairn_settings(**overrides)
+    login = {name: getattr(args, option) for option, name in CREDENTIAL_OPTIONS.items()}
+    settings = load_cairn_settings(**overrides, **login)  # validated like the variables (a password needs a user)
+    # Set again: the settings apply the pool's own CAIRN_POOL_<pool>_* credentials after the constructor's.
+    return settings.model_copy(update={name: SecretStr(value) if value is not None and name in SECRET_CREDENTIALS
+                                       else value for name, value in login.items()})
 
 
 def run_cairn(args: argparse.Namespace) -> int:
