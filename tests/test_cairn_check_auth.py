@@ -27,6 +27,7 @@ import pytest
 from deploy.devstack import services
 from tests.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack
 from tests.conftest import wait_until
+from workers.cairn.settings import pool_variable
 
 pytestmark = pytest.mark.slow
 
@@ -83,8 +84,11 @@ def test_with_the_pools_settings_alone_it_logs_in_as_the_pool_and_says_the_check
 
 
 def test_options_override_the_variables_and_core_s_login_passes(stack: CairnStack) -> None:
-    """The environment's dead URL and the pool's login lose to --nats and core's --user/--password."""
-    env = stack.env | {"CAIRN_NATS_URL": f"nats://127.0.0.1:{services.free_port()}"}
+    """The environment's dead URL and the pool's logins (its CAIRN_POOL_<pool>_* ones too, which the settings
+    apply over CAIRN_*) lose to --nats and core's --user/--password."""
+    env = stack.env | {"CAIRN_NATS_URL": f"nats://127.0.0.1:{services.free_port()}",
+                       pool_variable(stack.pool, "nats_user"): stack.env["CAIRN_NATS_USER"],
+                       pool_variable(stack.pool, "nats_password"): f"wrong-{uuid.uuid4().hex}"}
     out = run_check(env, "--nats", stack.nats.url, *core_login(stack))  # type: ignore[union-attr]
     assert out.returncode == EXIT_COMPLIANT, out.stdout + out.stderr
     lines = out.stdout.splitlines()
