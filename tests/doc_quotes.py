@@ -202,8 +202,9 @@ def _library_dirs() -> Iterator[Path]:
 
 
 def _message_like(template: str) -> bool:
-    """Two words or more (a lone word is a value: see values())."""
-    return len(re.findall(r"[A-Za-z]{2,}", template.replace(HOLE, " "))) >= 2
+    """Two words or more, or one word and a field (``pool {queue}``); a lone word is a value (values())."""
+    words = len(re.findall(r"[A-Za-z]{2,}", template.replace(HOLE, " ")))
+    return words >= 2 or (words == 1 and HOLE in template)
 
 
 @functools.cache
@@ -362,7 +363,7 @@ class Explainer:
 def _anchors(doc: str) -> dict[str, int]:
     """Word pairs of ``doc`` (weighing twice their length) and its longer words (their length)."""
     words = re.findall(r"[A-Za-z][\w/'.-]*[\w/]|[A-Za-z]", doc.replace(STAR, " "))
-    anchors = {w: len(w) for w in words if len(w) >= ANCHOR_CHARS - 1}
+    anchors = {w: len(w) for w in words if len(w) >= MIN_LITERAL_MATCH}
     anchors.update({f"{a} {b}": 2 * (len(a) + len(b)) for a, b in zip(words, words[1:])})
     return anchors
 
