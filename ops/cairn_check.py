@@ -26,8 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import nats
 import nats.errors
-from nats.protocol.parser import PERMISSIONS_ERR
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
+from nats.protocol.parser import PERMISSIONS_ERR
 
 from ops.cairn_check_webhooks import check_webhooks
 from workers.cairn import subjects

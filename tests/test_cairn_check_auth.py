@@ -25,11 +25,11 @@ from collections.abc import Iterator
 import pytest
 
 from deploy.devstack import services
-from tests.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack
+from tests.kit.waiting import wait_until
 from workers.cairn.settings import pool_variable
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cairn_check_auth")]  # one worker runs the module's stack
 
 CHECK_TIMEOUT_S = "10"
 CHECK_GUARD_S = 180

@@ -1,6 +1,6 @@
 """Every log or error line docs/operations.md and the README quote is one the code can print (issue 14 §5).
 
-How a quote is matched against the code's format strings: ``tests/doc_quotes.py``.
+How a quote is matched against the code's format strings: ``tests/kit/doc_quotes.py``.
 A failure names the quote and the words no format string accounts for; either the
 code's wording changed (fix the docs) or the docs quote a line nothing prints.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.doc_quotes import Explainer, Quote, matches_code, quoted_messages, templates, uncovered_words
+from tests.kit.doc_quotes import Explainer, Quote, matches_code, quoted_messages, templates, uncovered_words
 
 QUOTES = quoted_messages()
 

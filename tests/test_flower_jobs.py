@@ -21,10 +21,10 @@ import redis
 from deploy.devstack.procfile import entries
 from deploy.devstack.procs import Proc, spawn
 from deploy.devstack.services import free_port
-from tests.cairn_stack import ROOT, WAIT_S, CairnStack, running_stack
-from tests.conftest import wait_until
+from tests.kit.cairn_stack import ROOT, WAIT_S, CairnStack, running_stack
+from tests.kit.waiting import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("flower_jobs")]  # one worker runs the module's stack
 
 SHELL = shutil.which("bash") or "/bin/sh"
 HTTP_TIMEOUT_S = 5.0

@@ -1,6 +1,6 @@
 """What docs/operations.md and the README quote, and whether the code can print it (test kit).
 
-``tests/test_docs_messages.py`` runs it over every quote; ``python -m tests.doc_quotes``
+``tests/test_docs_messages.py`` runs it over every quote; ``python -m tests.kit.doc_quotes``
 lists the quotes that do not match, with the words nothing in the code accounts for.
 
 An operator searches the troubleshooting table for the line in front of them;
@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS_MD = ROOT / "docs" / "operations.md"
 README_MD = ROOT / "README.md"
 OUR_CODE = ("bridges", "tasks", "workers", "ops", "deploy")
@@ -83,7 +83,7 @@ _DOTTED_NAME = re.compile(r"\$?[A-Za-z_][\w-]*(?:\.[\w*>\x02-]+)+")
 _MESSAGE_WORDS = re.compile(r"(?:^|(?<=\s))[a-z]{2,}[,;:.]?(?=\s|$)")  # whole lowercase words between spaces
 # Spans outside the table that are commands, settings or expressions, not messages.
 _NOT_A_MESSAGE = re.compile(
-    r"^(?:make|celery|python|heroku|honcho|redis-cli|nats |openssl|\.venv|GET |POST |sentinel |"
+    r"^(?:make|celery|python|heroku|honcho|redis-cli|nats |openssl|ruff |pytest |\.venv|GET |POST |sentinel |"
     r"appendonly|min-replicas|-|sum\(|histogram_|flower_|async def|max\(|running <|import |reason:|"
     r"authorized:|\"webhooks\")"
     r"|^switchyard (?!\w+ \w+:)"  # a switchyard verb, unless "switchyard <process>: message"
