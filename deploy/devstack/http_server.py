@@ -25,17 +25,19 @@ from typing import Any
 
 import uvicorn
 
-LOOPBACK = "127.0.0.1"
+from deploy.devstack.services import listen_host
+
 SERVER_START_TIMEOUT_S = 10.0
 SERVER_STOP_TIMEOUT_S = 10.0
 
 
 def loopback_listener(port: int = 0) -> socket.socket:
-    """A TCP socket bound to ``127.0.0.1:port`` (0: a free port) whose connections skip Nagle."""
+    """A TCP socket bound to ``port`` (0: a free port) on the listen address (loopback unless this
+    process is a hosts rig's core host), whose connections skip Nagle."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((LOOPBACK, port))
+    sock.bind((listen_host(), port))
     return sock
 
 

@@ -158,7 +158,8 @@ def _allow_block(grants: list[Grant], indent: str) -> str:
 
 
 def render_config(*, port: int, http_port: int, store_dir: Path, log_file: Path, server_name: str,
-                  core: NatsLogin, workers: dict[Pool, NatsLogin], withheld: frozenset[str] = frozenset()) -> str:
+                  core: NatsLogin, workers: dict[Pool, NatsLogin], withheld: frozenset[str] = frozenset(),
+                  host: str = "127.0.0.1") -> str:
     """The nats-server configuration: JetStream, the monitoring port, ``core`` and one user per pool.
 
     ``withheld`` subjects are left out of every worker template: how a test stands in for a core
@@ -176,8 +177,8 @@ def render_config(*, port: int, http_port: int, store_dir: Path, log_file: Path,
             f"    }}}}")
     return "\n".join([
         "# Rendered by deploy/devstack/nats_auth.py: the dev stack under production permissions.",
-        "listen: 127.0.0.1:" + str(port),
-        "http: 127.0.0.1:" + str(http_port),
+        f"listen: {host}:{port}",
+        f"http: {host}:{http_port}",
         f"server_name: {json.dumps(server_name)}",
         f"log_file: {json.dumps(str(log_file))}",
         f"jetstream: {{store_dir: {json.dumps(str(store_dir))}}}",
@@ -206,6 +207,7 @@ class NatsAuth:
     core: NatsLogin = field(default_factory=lambda: NatsLogin(CORE_USER, _password()))
     workers: dict[Pool, NatsLogin] = field(default_factory=dict)
     withheld: frozenset[str] = frozenset()  # left out of every worker template (tests of a refusal)
+    host: str = "127.0.0.1"  # the address it listens on (a hosts rig's core host: services.listen_host())
 
     @property
     def config_path(self) -> Path:
@@ -217,7 +219,7 @@ class NatsAuth:
 
     @property
     def monitor_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     def add(self, pool: Pool) -> NatsLogin:
         """Register ``pool`` (before the server starts, or followed by a reload)."""
@@ -229,7 +231,8 @@ class NatsAuth:
     def write(self) -> Path:
         self.config_path.write_text(render_config(
             port=self.port, http_port=self.http_port, store_dir=self.workdir / "js", log_file=self.log_path,
-            server_name=self.server_name, core=self.core, workers=self.workers, withheld=self.withheld))
+            server_name=self.server_name, core=self.core, workers=self.workers, withheld=self.withheld,
+            host=self.host))
         return self.config_path
 
     def grant(self, pool: Pool, pid: int) -> NatsLogin:

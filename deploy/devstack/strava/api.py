@@ -31,6 +31,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from deploy.devstack.http_server import BackgroundServer
+from deploy.devstack.services import listen_host
 from deploy.devstack.strava.data import (
     ACTIVITY_SPACING_S,
     FakeAthlete,
@@ -154,7 +155,7 @@ class FakeStrava(MediaMixin):
     # ---- lifecycle -------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{listen_host()}:{self.port}"
 
     @property
     def api_url(self) -> str:
