@@ -129,6 +129,7 @@ class ChaosRig:
         """Redis, NATS, S3 and the dev servers and fakes (everything but the fleet)."""
         self.redis = services.start_redis(self.workdir / "redis", appendonly=True)  # ours: restarted in place
         strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET)
+        strava.tls = self._strava_tls()
         strava.app.add_middleware(LatencyMiddleware, delay_s=STRAVA_DELAY_S, prefix="/api/v3")
         self.strava_kit = StravaKit(strava, athlete_id_base=ATHLETE_ID_BASE)
         self.stack = CairnStack(self.workdir, redis_url=self.redis.url, fakes=[self.strava_kit], name=self.pool,
@@ -140,6 +141,10 @@ class ChaosRig:
         stale = {"VOICY_WORKER_STALE_ACTIVE_JOB_MS": str(VOICY_STALE_ACTIVE_JOB_MS)}
         self.voicy_api = DevVoicyServer(env=stale).start()
         self.telegram = FakeTelegram(BOT_TOKEN).start()
+
+    def _strava_tls(self) -> tuple[Path, Path] | None:
+        """The fake Strava's certificate and key when it must be https (a fleet on other hosts)."""
+        return None
 
     def start_fleet(self, place: Placement | None = None) -> None:
         """The Procfile's formation under a supervisor; ``place`` puts each dyno on a host."""

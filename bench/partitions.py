@@ -283,6 +283,7 @@ def run(names: tuple[str, ...], seed: int) -> dict[str, Any]:
         rig.start()
         warm_s = rig.wait_ready()
         setup_s = time.monotonic() - started
+        across = warmup_hosts(rig)
         for name in names:
             out = SCENARIOS[name](rig, rng)
             judge(rig, out, time.monotonic())
@@ -302,8 +303,24 @@ def run(names: tuple[str, ...], seed: int) -> dict[str, Any]:
     figures = {"seed": seed, "partitions": results, "setup_s": round(setup_s, 1), "warmup_s": round(warm_s, 1),
                "total_s": round(time.monotonic() - started, 1), "down_at_end": down, "self_exits": crashes,
                "health_checked": health_argv() is not None, "kept_workdir": str(workdir) if keep else None,
-               "met": all(met(r) for r in results) and not down and not crashes}
+               "met": all(met(r) for r in results) and not down and not crashes, **across}
     return figures
+
+
+def warmup_hosts(rig: HostsRig) -> dict[str, Any]:
+    """Where the warm-up jobs ran: each dyno's host, the host behind each Voicy call, the Cairn
+    results core ingested, and the hostname each Celery worker gave its node (``gpu.1@gpu1``)."""
+    assert rig.supervisor is not None
+    calls: dict[str, set[str]] = {}
+    for r in rig.voicy_api.requests:
+        if r.get("job_id") and r.get("status") == 200:
+            calls.setdefault(r["endpoint"], set()).add(rig.host_by_address(r["peer"]) or str(r["peer"]))
+    nodes = sorted({line.split("] ", 1)[1].split(" ")[0] for d in rig.supervisor.dynos
+                    for line in d.log_path.read_text(errors="replace").splitlines() if " ready." in line
+                    and "] " in line and "@" in line})
+    return {"placement": {d.name: rig.host_of(d.name).name for d in rig.supervisor.dynos},
+            "voicy_calls_by_host": {k: sorted(v) for k, v in calls.items()},
+            "cairn_results_ingested": len(rig.core.ingested), "celery_nodes": nodes}
 
 
 def summary(f: dict[str, Any]) -> str:
@@ -320,10 +337,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--only", default=",".join(PARTITIONS),
                         help=f"comma-separated partitions to run, in order (of {', '.join(PARTITIONS)})")
     parser.add_argument("--short", action="store_true", help=f"one partition per side: {', '.join(SHORT)}")
+    parser.add_argument("--smoke", action="store_true",
+                        help="no partition: build the hosts and run one job per side across them")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
-    names = SHORT if args.short else tuple(n.strip() for n in args.only.split(",") if n.strip())
+    names = () if args.smoke else SHORT if args.short else tuple(n.strip() for n in args.only.split(",") if n.strip())
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         parser.error(f"unknown partition(s): {', '.join(unknown)}")

@@ -25,13 +25,15 @@ credentials; the Cairn hosts have none (S2: they reach S3 by presigned URLs).
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
 
 from bench.chaos_rig import ChaosRig
-from deploy.devstack import services
+from deploy.devstack import services, tls
 from deploy.devstack.hosts import Host, Network, sweep_stale
 
 CORE = "core"
@@ -46,7 +48,9 @@ MEDIA_BUCKET = "sy-media"
 MEDIA_PREFIX = "voicy"
 S3_KEY_ID, S3_SECRET = "sy-hosts-key", "sy-hosts-secret"  # moto accepts any; real S3 would not
 HOST_WORK_DIR = "/tmp/work"  # on the host's own /tmp
-HOST_ENV = {"VOICY_WORKER_WORK_DIR": HOST_WORK_DIR, "HOME": "/tmp/home", "TMPDIR": "/tmp"}
+HOST_CA = Path("/tmp/ca.pem")  # each host's trust store for the dev stack's https fakes
+HOST_ENV = {"VOICY_WORKER_WORK_DIR": HOST_WORK_DIR, "HOME": "/tmp/home", "TMPDIR": "/tmp",
+            "SSL_CERT_FILE": str(HOST_CA)}
 S3_ENV_PREFIXES = ("AWS_", "VOICY_WORKER_S3_", "VOICY_WORKER_MEDIA_STORE")
 
 
@@ -92,6 +96,15 @@ class HostsRig(ChaosRig):
         if host.name not in VOICY_HOSTS:
             env = {k: v for k, v in env.items() if not k.startswith(S3_ENV_PREFIXES)}
         return host.argv(argv), env
+
+    def _strava_tls(self) -> tuple[Path, Path] | None:
+        """Strava is an https API on another machine: its fake gets a certificate for core's address,
+        and every host trusts the CA (``HOST_CA``, copied onto each host's own disk)."""
+        self.certs = tls.issue(self.workdir / "tls", [self.host(CORE).address])
+        assert self.net is not None
+        for host in self.net.hosts.values():
+            shutil.copyfile(self.certs.ca_bundle, host.disk / HOST_CA.name)
+        return self.certs.certfile, self.certs.keyfile
 
     def _fleet_env(self, token: str) -> dict[str, str]:
         env = super()._fleet_env(token)
