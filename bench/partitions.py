@@ -31,6 +31,7 @@ import argparse
 import copy
 import json
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import chaos_count
+from bench import chaos_count, chaos_report, partitions_report
 from bench.chaos import quiet_libraries
 from bench.chaos_rig import CAIRN_ACK_WAIT_S, VOICY_LEASE_TTL_MS, CairnJob, VoicyJob
 from bench.partitions_rig import CORE, PLACEMENT, HostsRig
@@ -341,13 +342,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="no partition: build the hosts and run one job per side across them")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
+    parser.add_argument("--no-doc", action="store_true", help="do not write docs/RELIABILITY.md")
     args = parser.parse_args(argv)
+    given = argv if argv is not None else sys.argv[2:]
+    command = " ".join(["python -m bench partitions", *(shlex.quote(a) for a in given)])
     names = () if args.smoke else SHORT if args.short else tuple(n.strip() for n in args.only.split(",") if n.strip())
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         parser.error(f"unknown partition(s): {', '.join(unknown)}")
     quiet_libraries()
+    run_commit = chaos_report.commit()  # before the run: the doc it writes dirties the tree
     figures = run(names, args.seed)
+    figures.update(command=command, commit=run_commit)
+    if not args.no_doc and names:  # a smoke run has no partition to report
+        partitions_report.write(figures)
     print(f"partitions: {'targets met' if figures['met'] else 'TARGETS MISSED'} "
           f"(setup {figures['setup_s']:g}s, total {figures['total_s']:g}s)", flush=True)
     if args.json is not None:

@@ -150,7 +150,7 @@ def harness(*args: str, tmp_path: Path) -> dict:
 
 @pytest.mark.slow
 def test_the_procfile_fleet_runs_one_job_per_side_across_hosts(tmp_path: Path) -> None:
-    f = harness("--smoke", tmp_path=tmp_path)
+    f = harness("--smoke", "--no-doc", tmp_path=tmp_path)
     assert f["placement"] == {"voicy_bridge.1": "vbridge", "cairn_bridge.1": "cbridge", "gpu.1": "gpu1",
                               "gpu.2": "gpu2", "io.1": "io", "provider.1": "provider", "beat.1": "beat"}
     calls = f["voicy_calls_by_host"]
@@ -165,7 +165,7 @@ def test_the_procfile_fleet_runs_one_job_per_side_across_hosts(tmp_path: Path) -
 @pytest.mark.skipif(os.environ.get(PARTITIONS_ENV) != "1",
                     reason=f"about 3 min, beyond the suite's budget: {PARTITIONS_ENV}=1 runs it")
 def test_one_partition_per_side_loses_and_duplicates_nothing(tmp_path: Path) -> None:
-    f = harness("--short", tmp_path=tmp_path)
+    f = harness("--short", "--no-doc", tmp_path=tmp_path)
     by_name = {p["name"]: p for p in f["partitions"]}
     assert by_name["gpu-link"]["late_result_ok"] and by_name["gpu-link"]["cut_host_late_posts"] == []
     for p in f["partitions"]:
