@@ -127,7 +127,7 @@ class ChaosRig:
 
     def start_services(self) -> None:
         """Redis, NATS, S3 and the dev servers and fakes (everything but the fleet)."""
-        self.redis = services.start_redis(self.workdir / "redis", appendonly=True)  # ours: restarted in place
+        self.redis = self._start_redis()  # ours: restarted in place
         strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET)
         strava.tls = self._strava_tls()
         strava.app.add_middleware(LatencyMiddleware, delay_s=STRAVA_DELAY_S, prefix="/api/v3")
@@ -142,16 +142,21 @@ class ChaosRig:
         self.voicy_api = DevVoicyServer(env=stale).start()
         self.telegram = FakeTelegram(BOT_TOKEN).start()
 
+    def _start_redis(self) -> services.Service:
+        """Redis with an AOF (a rig on Sentinel overrides it and names its Sentinels in the fleet's env)."""
+        return services.start_redis(self.workdir / "redis", appendonly=True)
+
     def _strava_tls(self) -> tuple[Path, Path] | None:
         """The fake Strava's certificate and key when it must be https (a fleet on other hosts)."""
         return None
 
-    def start_fleet(self, place: Placement | None = None) -> None:
-        """The Procfile's formation under a supervisor; ``place`` puts each dyno on a host."""
+    def start_fleet(self, place: Placement | None = None, dynos: dict[str, int] | None = None) -> None:
+        """The Procfile's formation (or ``dynos``) under a supervisor; ``place`` puts each dyno on a host."""
         token = self.voicy_api.create_client("switchyard-chaos")
         self.env = self._fleet_env(token)
         procfile = procfile_entries(ROOT / "Procfile")
-        self.supervisor = Supervisor(procfile, formation(procfile), self.env, self.workdir, place=place).start()
+        self.supervisor = Supervisor(procfile, dynos or formation(procfile), self.env, self.workdir,
+                                     place=place).start()
 
     def _fleet_env(self, token: str) -> dict[str, str]:
         env = fleet_env(redis_url=self.redis.url, api_url=self.voicy_api.url, token=token,
