@@ -163,7 +163,7 @@ def gpu_link_verdict(rig: HostsRig, out: Outcome) -> None:
     out.notes["late_result_ok"] = not any(p.endswith(" 200") for p in late) and len(others) == 1
 
 
-def drop(rig: HostsRig, name: str, host: str, service: str, down_s: float, out: Outcome) -> Outcome:
+def drop(rig: HostsRig, host: str, service: str, down_s: float, out: Outcome) -> Outcome:
     """Drop ``host``'s TCP to one core service (``redis``/``nats``) for ``down_s``, then heal."""
     port = rig.redis.port if service == "redis" else rig.nats.port
     rig.net.drop(host, rig.host(CORE).address, port)  # type: ignore[union-attr]
@@ -176,21 +176,21 @@ def provider_nats(rig: HostsRig, rng: random.Random) -> Outcome:
     down_s = CAIRN_ACK_WAIT_S + CUT_MARGIN_S
     out = Outcome("provider-nats", "provider: DROP to NATS", down_s, cairn=cairn_jobs(rig, "part-prov"))
     wait_for(lambda: cairn_in_flight(rig), MID_JOB_BOUND_S, "Cairn jobs in flight")
-    return drop(rig, out.name, "provider", "nats", down_s, out)
+    return drop(rig, "provider", "nats", down_s, out)
 
 
 def voicy_bridge_redis(rig: HostsRig, rng: random.Random) -> Outcome:
     jobs = [voice(rig, f"part-vb-{i}", VOICE_S, rng) for i in range(3)]
     out = Outcome("voicy-bridge-redis", "vbridge: DROP to Redis", OUTAGE_S, voicy=jobs)
     wait_for(lambda: any(status(rig, j) != "queued" for j in jobs), MID_JOB_BOUND_S, "a voice claimed")
-    return drop(rig, out.name, "vbridge", "redis", OUTAGE_S, out)
+    return drop(rig, "vbridge", "redis", OUTAGE_S, out)
 
 
 def cairn_bridge_nats(rig: HostsRig, rng: random.Random) -> Outcome:
     down_s = CAIRN_ACK_WAIT_S + CUT_MARGIN_S
     out = Outcome("cairn-bridge-nats", "cbridge: DROP to NATS", down_s, cairn=cairn_jobs(rig, "part-cb"))
     wait_for(lambda: cairn_in_flight(rig), MID_JOB_BOUND_S, "Cairn jobs in flight")
-    return drop(rig, out.name, "cbridge", "nats", down_s, out)
+    return drop(rig, "cbridge", "nats", down_s, out)
 
 
 def beat_redis(rig: HostsRig, rng: random.Random) -> Outcome:
@@ -198,7 +198,7 @@ def beat_redis(rig: HostsRig, rng: random.Random) -> Outcome:
     out = Outcome("beat-redis", "beat: DROP to Redis", OUTAGE_S, voicy=[job], cairn=cairn_jobs(rig, "part-beat"))
     wait_for(lambda: transcribing_host(rig, job, ("transcribe", "job", "progress")) is not None, MID_JOB_BOUND_S,
              "the voice transcribing")
-    return drop(rig, out.name, "beat", "redis", OUTAGE_S, out)
+    return drop(rig, "beat", "redis", OUTAGE_S, out)
 
 
 SCENARIOS: dict[str, Callable[[HostsRig, random.Random], Outcome]] = {
@@ -268,7 +268,7 @@ def judge(rig: HostsRig, out: Outcome, healed_at: float) -> None:
 
 def met(f: dict[str, Any]) -> bool:
     """A partition's targets: nothing lost, duplicated or stuck; healthy in time; the late result refused."""
-    healthy_ok = f["healthy_s"] is None and not f.get("unhealthy") or (f["healthy_s"] or 0) <= HEALTHY_BOUND_S
+    healthy_ok = not f.get("unhealthy") and (f["healthy_s"] is None or f["healthy_s"] <= HEALTHY_BOUND_S)
     return (not f["lost"] and not f["duplicate"] and not f["stuck"] and healthy_ok
             and f.get("late_result_ok", True) and f.get("settled", True))
 

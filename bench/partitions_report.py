@@ -72,7 +72,28 @@ def section(f: dict[str, Any]) -> str:
         healthy_after = "-" if p["healthy_s"] is None else f"{p['healthy_s']:g} s"
         lines.append(f"| {p['name']} | {p['how']}, {p['down_s']:g} s | {p['lost']} | {p['duplicate']} | "
                      f"{p['stuck']} | {p['failed']} | {healthy_after} | {p['settle_s']:g} s | {_note(p)} |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", FOUND])
+
+
+FOUND = """What the partitions found, each fixed with a test of its own:
+
+- **A cut gpu host reported a job it no longer owned** (gpu-link). Its lease keeper's renewals
+  failed (Redis unreachable: "unknown", not lost, R1); the lease expired and the reaper gave the job
+  to the other gpu host; on the heal the cut host posted `/result` before its next renewal could
+  learn the lease was gone, and Voicy accepted it (one worker token for the fleet). A Voicy
+  execution now fences its lease (`LeaseKeeper.fence`: renew now, yes only on Redis's answer) before
+  `/result` or `/failure` (`tests/test_lease_fence.py`).
+- **A provider host cut from NATS stored a job's result twice** (provider-nats). A publish with no
+  PubAck was given up and NAKed, but the message was on its way (buffered by nats-py, retransmitted
+  by TCP after the heal) and landed; the redelivery published `:d2` as well. Likewise an activity
+  result stored and its segment companion's presign unanswered. An unacknowledged publish is now
+  retried within the delivery under the same `Nats-Msg-Id` (JetStream's dedup keeps one), and an
+  unanswered presign asked again, for up to a minute (`tests/test_cairn_publish_retry.py`).
+- **A Strava origin on plain http away from loopback** (the fake Strava on core) let the provider
+  worker run with a manifest it could never publish (contract §1 allows http only on loopback): a
+  traceback every manifest period. The worker now refuses it at start, naming
+  `CAIRN_STRAVA_BASE_URL` (`tests/test_start_config.py`); the rig serves its fake Strava over https.
+"""
 
 
 def write(f: dict[str, Any], path: Path = DOC_PATH) -> Path:
