@@ -32,9 +32,11 @@ from typing import Any
 
 import boto3
 
-from bench.chaos_rig import ChaosRig
+from bench.chaos_rig import ChaosRig, formation
 from deploy.devstack import services, tls
 from deploy.devstack.hosts import Host, Network, sweep_stale
+from deploy.devstack.procfile import entries as procfile_entries
+from deploy.devstack.stack import ROOT
 
 CORE = "core"
 # Dyno kind -> its hosts, one dyno per host in order (``formation`` decides how many there are).
@@ -71,7 +73,9 @@ class HostsRig(ChaosRig):
         services.set_listen_host(self.host(CORE).address)
         self.start_services()
         self._make_bucket()
-        self.start_fleet(place=self.place)
+        procfile = procfile_entries(ROOT / "Procfile")
+        # The chaos rig's one pool (Strava): another pool's lines (garmin) have no host here.
+        self.start_fleet(place=self.place, dynos={k: n for k, n in formation(procfile).items() if k in PLACEMENT})
         return self
 
     def host(self, name: str) -> Host:
