@@ -172,11 +172,16 @@ def drop(rig: HostsRig, host: str, service: str, down_s: float, out: Outcome) ->
     return out
 
 
-def provider_nats(rig: HostsRig, rng: random.Random) -> Outcome:
+def cairn_from_nats(rig: HostsRig, name: str, host: str, tag: str) -> Outcome:
+    """``host`` DROPped from NATS while Cairn jobs are held, for longer than AckWait."""
     down_s = CAIRN_ACK_WAIT_S + CUT_MARGIN_S
-    out = Outcome("provider-nats", "provider: DROP to NATS", down_s, cairn=cairn_jobs(rig, "part-prov"))
+    out = Outcome(name, f"{host}: DROP to NATS", down_s, cairn=cairn_jobs(rig, tag))
     wait_for(lambda: cairn_in_flight(rig), MID_JOB_BOUND_S, "Cairn jobs in flight")
-    return drop(rig, "provider", "nats", down_s, out)
+    return drop(rig, host, "nats", down_s, out)
+
+
+def provider_nats(rig: HostsRig, rng: random.Random) -> Outcome:
+    return cairn_from_nats(rig, "provider-nats", "provider", "part-prov")
 
 
 def voicy_bridge_redis(rig: HostsRig, rng: random.Random) -> Outcome:
@@ -187,10 +192,7 @@ def voicy_bridge_redis(rig: HostsRig, rng: random.Random) -> Outcome:
 
 
 def cairn_bridge_nats(rig: HostsRig, rng: random.Random) -> Outcome:
-    down_s = CAIRN_ACK_WAIT_S + CUT_MARGIN_S
-    out = Outcome("cairn-bridge-nats", "cbridge: DROP to NATS", down_s, cairn=cairn_jobs(rig, "part-cb"))
-    wait_for(lambda: cairn_in_flight(rig), MID_JOB_BOUND_S, "Cairn jobs in flight")
-    return drop(rig, "cbridge", "nats", down_s, out)
+    return cairn_from_nats(rig, "cairn-bridge-nats", "cbridge", "part-cb")
 
 
 def beat_redis(rig: HostsRig, rng: random.Random) -> Outcome:
