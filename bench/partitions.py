@@ -59,6 +59,7 @@ SETTLE_S = 10.0  # then this much longer, so a late result or duplicate is seen
 HEALTHY_BOUND_S = 60.0  # target: every process healthy within this long of the heal
 HEALTH_POLL_S = 1.0
 POLL_S = 0.1
+GPU_CALLS = ("transcribe", "job", "progress")  # what a gpu host asks Voicy about a job it holds
 PARTITIONS = ("gpu-link", "provider-nats", "voicy-bridge-redis", "cairn-bridge-nats", "beat-redis")
 SHORT = ("gpu-link", "provider-nats")  # one per side: what `make test` runs
 
@@ -121,9 +122,10 @@ def cairn_in_flight(rig: HostsRig) -> bool:
     return sum(c["num_ack_pending"] for c in chaos_count.pool_consumers(rig)) > 0
 
 
-def transcribing_host(rig: HostsRig, job: VoicyJob, endpoints: tuple[str, ...] = ("progress",)) -> str | None:
-    """The gpu host that last sent Voicy one of ``endpoints`` about the job (a ``/progress``: its
-    transcription is under way, media fetched and model loaded); None before any."""
+def transcribing_host(rig: HostsRig, job: VoicyJob, endpoints: tuple[str, ...] = GPU_CALLS) -> str | None:
+    """The gpu host that last sent Voicy one of ``endpoints`` about the job (its ``/transcribe``, the
+    ``GET`` after a 404, a ``/progress``): the host holding the job's transcription; None before any.
+    The first of them, not a ``/progress``: the batched engine posts its progress late, with the result."""
     gpu = {rig.host(h).address: h for h in PLACEMENT["gpu"]}
     peers = [r["peer"] for r in rig.voicy_api.requests
              if r.get("job_id") == job.job_id and r.get("endpoint") in endpoints and r["peer"] in gpu]
@@ -161,6 +163,8 @@ def gpu_link_verdict(rig: HostsRig, out: Outcome) -> None:
     out.notes["cut_host_late_posts"] = late
     others = [h for h in out.notes["results_accepted_from"] if h != rig.host_by_address(host)]
     out.notes["late_result_ok"] = not any(p.endswith(" 200") for p in late) and len(others) == 1
+    if out.notes.get("status_at_cut") in chaos_count.FINAL_VOICY:
+        out.notes["missed"] = "the job was final before the cut landed: nothing was partitioned mid-job"
 
 
 def drop(rig: HostsRig, host: str, service: str, down_s: float, out: Outcome) -> Outcome:
@@ -198,8 +202,7 @@ def cairn_bridge_nats(rig: HostsRig, rng: random.Random) -> Outcome:
 def beat_redis(rig: HostsRig, rng: random.Random) -> Outcome:
     job = voice(rig, "part-beat", LONG_VOICE_S / 2, rng)
     out = Outcome("beat-redis", "beat: DROP to Redis", OUTAGE_S, voicy=[job], cairn=cairn_jobs(rig, "part-beat"))
-    wait_for(lambda: transcribing_host(rig, job, ("transcribe", "job", "progress")) is not None, MID_JOB_BOUND_S,
-             "the voice transcribing")
+    wait_for(lambda: transcribing_host(rig, job) is not None, MID_JOB_BOUND_S, "the voice transcribing")
     return drop(rig, "beat", "redis", OUTAGE_S, out)
 
 
@@ -272,7 +275,7 @@ def met(f: dict[str, Any]) -> bool:
     """A partition's targets: nothing lost, duplicated or stuck; healthy in time; the late result refused."""
     healthy_ok = not f.get("unhealthy") and (f["healthy_s"] is None or f["healthy_s"] <= HEALTHY_BOUND_S)
     return (not f["lost"] and not f["duplicate"] and not f["stuck"] and healthy_ok
-            and f.get("late_result_ok", True) and f.get("settled", True))
+            and f.get("late_result_ok", True) and f.get("settled", True) and not f.get("missed"))
 
 
 def run(names: tuple[str, ...], seed: int) -> dict[str, Any]:
