@@ -20,8 +20,8 @@ import pytest
 from nats.js.api import StreamConfig
 
 from deploy.devstack import services
-from workers.cairn.routing import PublishError, PublishRouter
 from workers.cairn.nats_conn import NatsThread
+from workers.cairn.routing import PublishError, PublishRouter
 from workers.cairn.settings import CairnSettings
 
 NATS_DOWN_S = 2.0  # the outage the publish must ride out

@@ -24,7 +24,7 @@ import redis
 
 from bridges.voicy import VoicyBridge
 from deploy.devstack.stack import AUDIO_DIR, audio_manifest
-from tests.voicy_stack import fleet_runtime, voicy_dev_stack
+from tests.kit.voicy_stack import fleet_runtime, voicy_dev_stack
 from workers.lease import LeaseKeeper, Leases, new_token
 from workers.voicy import pipeline
 
@@ -93,6 +93,7 @@ def stack(tmp_path: Path, fresh_redis: str, monkeypatch: pytest.MonkeyPatch) -> 
             yield server, telegram, rt
 
 
+@pytest.mark.model
 def test_a_transcription_whose_lease_was_taken_over_posts_no_result(stack: tuple[Any, Any, Any]) -> None:
     server, telegram, rt = stack
     item = max(audio_manifest(), key=lambda m: m["duration_s"])
