@@ -12,8 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from bench import chaos_rig
-from bench.chaos_report import (DOC_PATH, MAX_RUN_ROWS, PARTS_BEGIN, PARTS_END, RUNS_BEGIN, RUNS_END, TABLE_HEAD,
-                                _previous_rows)
+from bench.chaos_report import (
+    DOC_PATH,
+    MAX_RUN_ROWS,
+    PARTS_BEGIN,
+    PARTS_END,
+    RUNS_BEGIN,
+    RUNS_END,
+    TABLE_HEAD,
+    _previous_rows,
+)
 
 PART_HEAD = ("| partition | how, for how long | lost | duplicate | stuck | failed | healthy again after | "
              "jobs final after | notes |\n|---|---|---|---|---|---|---|---|---|")
