@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import chaos_count, chaos_report, partitions_report
+from bench import chaos_budget, chaos_count, chaos_report, partitions_budget, partitions_report
 from bench.chaos import quiet_libraries
 from bench.chaos_rig import CAIRN_ACK_WAIT_S, VOICY_LEASE_TTL_MS, CairnJob, VoicyJob
 from bench.partitions_rig import CORE, PLACEMENT, HostsRig
@@ -284,7 +284,6 @@ def run(names: tuple[str, ...], seed: int) -> dict[str, Any]:
     rig = HostsRig(workdir, seed, 0, 0)
     rng = random.Random(seed)
     results: list[dict[str, Any]] = []
-    keep = True
     try:
         rig.start()
         warm_s = rig.wait_ready()
@@ -298,18 +297,22 @@ def run(names: tuple[str, ...], seed: int) -> dict[str, Any]:
         down = [d.name for d in rig.supervisor.down()] if rig.supervisor else []
         crashes = [{"dyno": e.dyno, "rc": e.returncode} for e in rig.supervisor.crash_exits()] \
             if rig.supervisor else []
-        keep = not all(met(r) for r in results) or bool(down or crashes)
     except BaseException:
         print(f"partition run failed; fleet logs kept in {workdir}", file=sys.stderr, flush=True)
         raise
     finally:
-        rig.stop()
-        if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+        rig.stop()  # before the budget: it reads what the stop logged too
+    assert rig.supervisor is not None
+    budget = chaos_budget.figures(partitions_budget.scan(d.log_path for d in rig.supervisor.dynos))
+    keep = not all(met(r) for r in results) or bool(down or crashes or budget["unexplained"])
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
     figures = {"seed": seed, "partitions": results, "setup_s": round(setup_s, 1), "warmup_s": round(warm_s, 1),
                "total_s": round(time.monotonic() - started, 1), "down_at_end": down, "self_exits": crashes,
                "health_checked": health_argv() is not None, "kept_workdir": str(workdir) if keep else None,
-               "met": all(met(r) for r in results) and not down and not crashes, **across}
+               "log_budget": budget,
+               "met": all(met(r) for r in results) and not down and not crashes and not budget["unexplained"],
+               **across}
     return figures
 
 
