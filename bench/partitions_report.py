@@ -72,7 +72,8 @@ def section(f: dict[str, Any]) -> str:
         f"Latest run: `{f['command']}`, commit `{f['commit']}`; setup {f['setup_s']:g} s "
         f"(warm-up {f['warmup_s']:g} s), total {f['total_s']:g} s; dynos down at the end: "
         f"{', '.join(f['down_at_end']) or 'none'}; exits nobody caused: {len(f['self_exits'])}. "
-        f"\"Healthy again after\": {healthy}.",
+        f"\"Healthy again after\": {healthy}. Log budget (`bench/partitions_budget.py`): "
+        f"{f.get('log_budget', {}).get('unexplained', '-')} unexplained line(s).",
         "",
         PART_HEAD,
     ]
@@ -97,6 +98,10 @@ FOUND = """What the partitions found, each fixed with a test of its own:
   result stored and its segment companion's presign unanswered. An unacknowledged publish is now
   retried within the delivery under the same `Nats-Msg-Id` (JetStream's dedup keeps one), and an
   unanswered presign asked again, for up to a minute (`tests/test_cairn_publish_retry.py`).
+- **A rate-limit reservation NATS did not answer was taken for a bug** (provider-nats, by the log
+  budget): the KV call's bare `TimeoutError` made an "unexpected" failure, a 30 s NAK counted toward
+  the job's termination, so a long enough partition would have termed good jobs with an envelope. It
+  is now `BudgetUnavailable`, a transient NAK (`tests/test_cairn_publish_retry.py`).
 - **A Strava origin on plain http away from loopback** (the fake Strava on core) let the provider
   worker run with a manifest it could never publish (contract §1 allows http only on loopback): a
   traceback every manifest period. The worker now refuses it at start, naming
