@@ -31,6 +31,11 @@ ALLOW: tuple[Allow, ...] = (
     Allow(r"lease of job \S+ unconfirmed for \d+s \(\w+\): not ours to report", logs=("gpu",),
           reason="the cut gpu host's fence could not reach Redis within its bound: it posts nothing",
           provoked_by=GPU_LINK),
+    # --- the provider host cut from NATS: the shared rate budget (a NATS KV) cannot be read
+    Allow(r"strava (segment|gear) \S+ lookup skipped: BudgetUnavailable", logs=("provider",),
+          reason="optional detail whose budget cannot be reserved is skipped, as any failed segment or gear "
+          "lookup is (workers/providers/strava/segments.py): the activity is imported without it",
+          provoked_by=TO_NATS),
     # --- the Cairn bridge cut from NATS: its acks do not arrive; the ledger settles the redeliveries
     Allow(r"ack for seq \d+ not sent \(TimeoutError\); its redelivery applies the recorded outcome",
           logs=("cairn_bridge",), reason="the bridge cannot reach NATS to ack: JetStream redelivers after AckWait "
