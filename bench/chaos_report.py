@@ -20,6 +20,8 @@ from deploy.devstack.stack import ROOT
 DOC_PATH = ROOT / "docs" / "RELIABILITY.md"
 RUNS_BEGIN = "<!-- chaos-runs:begin -->"
 RUNS_END = "<!-- chaos-runs:end -->"
+PARTS_BEGIN = "<!-- partitions:begin -->"  # bench/partitions_report.py writes between these; chaos carries it over
+PARTS_END = "<!-- partitions:end -->"
 MAX_RUN_ROWS = 30
 TABLE_HEAD = ("| date (UTC) | commit | seed | window s | Voicy / Cairn jobs | kills | lost | duplicate | failed "
               "| stuck | crashed, not restarted | self-exits | quiet | total s | command |\n"
@@ -68,6 +70,14 @@ def _previous_rows(path: Path) -> list[str]:
     return [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| date")]
 
 
+def previous_block(path: Path, begin: str, end: str) -> str:
+    """The text between ``begin`` and ``end`` in the current document ("" when absent)."""
+    text = path.read_text() if path.exists() else ""
+    if begin not in text or end not in text:
+        return ""
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
 def _presence(f: dict[str, Any]) -> str:
     samples = [k["cairn_live_presence"] for k in f["kill_log"] if k.get("cairn_live_presence", -1) >= 0]
     if not samples:
@@ -102,7 +112,7 @@ def _detail(f: dict[str, Any]) -> str:
     ])
 
 
-def render(f: dict[str, Any], rows: list[str]) -> str:
+def render(f: dict[str, Any], rows: list[str], partitions: str = "") -> str:
     r = chaos_rig
     return f"""# Reliability: the chaos harness
 
@@ -174,6 +184,12 @@ its rate budget out of the way; IO_CONCURRENCY={r.IO_CONCURRENCY}, PROVIDER_CONC
 - A run that misses a target keeps its working directory (every dyno's log, Redis's AOF, the
   JetStream store) and prints its path.
 
+## Partitions: several hosts, and a network that fails
+
+{PARTS_BEGIN}
+{partitions}
+{PARTS_END}
+
 ## Runs
 
 {RUNS_BEGIN}
@@ -190,5 +206,5 @@ its rate budget out of the way; IO_CONCURRENCY={r.IO_CONCURRENCY}, PROVIDER_CONC
 def write_reliability(f: dict[str, Any], path: Path = DOC_PATH) -> Path:
     f.setdefault("commit", commit())
     rows = (_previous_rows(path) + [_row(f)])[-MAX_RUN_ROWS:]
-    path.write_text(render(f, rows))
+    path.write_text(render(f, rows, previous_block(path, PARTS_BEGIN, PARTS_END)))
     return path

@@ -37,7 +37,7 @@ from deploy.devstack.procs import Proc
 from deploy.devstack.stack import BOT_TOKEN, ROOT, fleet_env
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.strava.kit import StravaKit
-from deploy.devstack.supervisor import MAX_RESTART_DELAY_S, Supervisor
+from deploy.devstack.supervisor import MAX_RESTART_DELAY_S, Placement, Supervisor
 from deploy.devstack.synth_media import SpeechSynth
 from deploy.devstack.telegram import FakeTelegram
 from deploy.devstack.voicy_api import DevVoicyServer
@@ -121,23 +121,42 @@ class ChaosRig:
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> ChaosRig:
-        self.redis = services.start_redis(self.workdir / "redis", appendonly=True)  # ours: restarted in place
+        self.start_services()
+        self.start_fleet()
+        return self
+
+    def start_services(self) -> None:
+        """Redis, NATS, S3 and the dev servers and fakes (everything but the fleet)."""
+        self.redis = self._start_redis()  # ours: restarted in place
         strava = FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET)
+        strava.tls = self._strava_tls()
         strava.app.add_middleware(LatencyMiddleware, delay_s=STRAVA_DELAY_S, prefix="/api/v3")
         self.strava_kit = StravaKit(strava, athlete_id_base=ATHLETE_ID_BASE)
         self.stack = CairnStack(self.workdir, redis_url=self.redis.url, fakes=[self.strava_kit], name=self.pool,
                                 moto_process=True).start()
-        assert self.stack.nats is not None and self.stack.core is not None
+        assert self.stack.nats is not None and self.stack.core is not None and self.stack.s3_endpoint
         self.nats, self.core, self.strava = self.stack.nats, self.stack.core, strava
+        self.s3_endpoint = self.stack.s3_endpoint
         self._pool = self.stack.pool(PROVIDER, self.pool)
         stale = {"VOICY_WORKER_STALE_ACTIVE_JOB_MS": str(VOICY_STALE_ACTIVE_JOB_MS)}
         self.voicy_api = DevVoicyServer(env=stale).start()
         self.telegram = FakeTelegram(BOT_TOKEN).start()
+
+    def _start_redis(self) -> services.Service:
+        """Redis with an AOF (a rig on Sentinel overrides it and names its Sentinels in the fleet's env)."""
+        return services.start_redis(self.workdir / "redis", appendonly=True)
+
+    def _strava_tls(self) -> tuple[Path, Path] | None:
+        """The fake Strava's certificate and key when it must be https (a fleet on other hosts)."""
+        return None
+
+    def start_fleet(self, place: Placement | None = None, dynos: dict[str, int] | None = None) -> None:
+        """The Procfile's formation (or ``dynos``) under a supervisor; ``place`` puts each dyno on a host."""
         token = self.voicy_api.create_client("switchyard-chaos")
         self.env = self._fleet_env(token)
         procfile = procfile_entries(ROOT / "Procfile")
-        self.supervisor = Supervisor(procfile, formation(procfile), self.env, self.workdir).start()
-        return self
+        self.supervisor = Supervisor(procfile, dynos or formation(procfile), self.env, self.workdir,
+                                     place=place).start()
 
     def _fleet_env(self, token: str) -> dict[str, str]:
         env = fleet_env(redis_url=self.redis.url, api_url=self.voicy_api.url, token=token,

@@ -42,6 +42,7 @@ from workers.cairn.refusals import POOL_ROLE, fault_component
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
 from workers.faults import clear_fault
+from workers.providers.registry import get_provider
 from workers.redisconn import sync_client
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ def _check_cairn_settings_at_start(instance: Any, **_: object) -> None:
     if cairn_configured() and (serves_a_pool(queues) or LEGACY_PROVIDER_QUEUE in queues):
         try:
             settings = load_cairn_settings()
+            get_provider(settings.provider, settings)  # the provider's own variables (CAIRN_STRAVA_*) too
         except ConfigError as exc:
             _stop(str(exc))
     problem = check_pool_queues(queues, settings.worker_name if settings else None)

@@ -109,3 +109,28 @@ def test_voicy_jobs_are_counted_final_stuck_lost_or_inherent() -> None:
     assert sorted(out.lost) == sorted([f"{ids['dropped']}:transcribing", f"{ids['orphan']}:downloading"])
     assert out.inherent == [ids["orphan"]]
     assert out.duplicates == []
+
+
+def _partition_figures() -> dict[str, Any]:
+    part = {"name": "gpu-link", "how": "gpu2: link down", "down_s": 15.0, "settle_s": 70.0, "healthy_s": 12.0,
+            "lost": 0, "lost_of_which_inherent": 0, "duplicate": 0, "failed": 0, "stuck": 0,
+            "ids": {"lost": [], "duplicate": [], "stuck": []}, "cut_host": "gpu2",
+            "results_accepted_from": ["gpu1"], "cut_host_late_posts": [], "late_result_ok": True}
+    return {"seed": 1, "partitions": [part], "setup_s": 30.0, "warmup_s": 20.0, "total_s": 150.0,
+            "down_at_end": [], "self_exits": [], "health_checked": True, "met": True,
+            "placement": {"gpu.1": "gpu1", "gpu.2": "gpu2"}, "command": "python -m bench partitions --only gpu-link",
+            "commit": "main@def5678"}
+
+
+def test_partition_runs_share_the_chaos_table_and_a_chaos_run_keeps_their_section(tmp_path: Path) -> None:
+    from bench import partitions_report
+
+    doc = tmp_path / "RELIABILITY.md"
+    chaos_report.write_reliability(_figures(), doc)
+    partitions_report.write(_partition_figures(), doc)
+    chaos_report.write_reliability(_figures(seed=9), doc)
+    text = doc.read_text()
+    rows = chaos_report._previous_rows(doc)
+    assert len(rows) == 3 and "`python -m bench partitions --only gpu-link`" in rows[1]
+    assert "| gpu-link | gpu2: link down, 15 s | 0 | 0 | 0 | 0 | 12 s | 70 s | recovered by gpu1;" in text
+    assert text.count(chaos_report.PARTS_BEGIN) == 1

@@ -88,7 +88,7 @@ class Fleet:
 
     def start(self, kind: str) -> Proc:
         command = procfile_entries()[kind]
-        self.procs[kind] = spawn([SHELL, "-c", command], {**self.env, "DYNO": f"{kind}.1"},
+        self.procs[kind] = spawn([SHELL, "-c", command], {**self.env, "HONCHO_PROCESS_NAME": f"{kind}.1"},
                                  self.tmp / f"{kind}.log", stop_timeout_s=PROC_STOP_S)
         return self.procs[kind]
 

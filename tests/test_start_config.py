@@ -67,6 +67,11 @@ def without_root_warning(text: str) -> str:
     ("VOICY_WORKER_HEARTBEAT_INTERVAL_MS", "30s", "io", "worker"),
     ("VOICY_WORKER_HEARTBEAT_INTERVAL_MS", "30s", "beat", "beat"),
     ("CAIRN_PRESENCE_INTERVAL_S", "abc", "provider", "worker"),
+    # A Strava API on plain http away from loopback (a second host of the partition harness): the
+    # manifest's authorize URL would be http on a non-loopback host, which contract §1 forbids, so
+    # the pool could never publish its manifest (a traceback every manifest period, found by
+    # bench partitions). The pool refuses it at start instead.
+    ("CAIRN_STRAVA_BASE_URL", "http://10.77.0.10:4000", "provider", "worker"),
 ])
 def test_a_bad_value_stops_celery_with_one_line(variable: str, value: str, process_type: str, verb: str) -> None:
     out = start(process_type, {variable: value})

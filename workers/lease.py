@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 LEASE_PREFIX = "sy:lease:"
 RENEWALS_PER_TTL = 3  # renew three times per TTL so one late renewal never loses the lease
 ENDED_REMEMBERED = 1024  # leases a process remembers ending itself (one per job it ran, the latest)
+FENCE_TIMEOUT_S = 30.0  # how long a fence waits for an unreachable Redis before it says "not ours"
+FENCE_RETRY_S = 0.5
 
 _TAKE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -259,6 +262,40 @@ class LeaseKeeper:
                 return True
         log.warning("lease lost for job %s", self._job_id)
         self.lost.set()
+        return False
+
+    def fence(self, timeout_s: float = FENCE_TIMEOUT_S) -> bool:
+        """Before a step no one can undo (a result or a failure posted): is the lease ours *now*?
+
+        ``held()`` answers "yes" while Redis is unreachable (R1: an outage is not a loss), and
+        ``lost`` only reflects the last renewal. A host cut off the network for longer than the
+        TTL has had its lease expire and, likely, its job handed on; if it posted on the heal
+        before its next renewal, an execution that no longer owns the job would report it. So
+        the fence renews now and says yes only when Redis answers: the lease holds our value,
+        or is absent and is set back (``SET NX``: it expired with nobody after us, never over
+        another holder). Unreachable Redis is retried until ``timeout_s``, then it is no: the
+        lease has expired by then anyway, and the reaper, which sees Redis, recovers the job.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not self.lost.is_set():
+            with self._check_lock:
+                try:
+                    if self._leases.renew(self._job_id, self.value, self._ttl_s):
+                        self._unsure = False
+                        return True
+                    if self._leases.reclaim(self._job_id, self.value, self._ttl_s):
+                        log.warning("lease of job %s had expired with nobody after it; taken back", self._job_id)
+                        self._unsure = False
+                        return True
+                    log.warning("lease lost for job %s", self._job_id)
+                    self.lost.set()
+                    return False
+                except redis.RedisError as exc:
+                    if time.monotonic() >= deadline:
+                        log.warning("lease of job %s unconfirmed for %.0fs (%s): not ours to report",
+                                    self._job_id, timeout_s, type(exc).__name__)
+                        return False
+            time.sleep(FENCE_RETRY_S)  # Redis unreachable: nothing to await but its return
         return False
 
     def __enter__(self) -> LeaseKeeper:

@@ -25,17 +25,19 @@ from typing import Any
 
 import uvicorn
 
-LOOPBACK = "127.0.0.1"
+from deploy.devstack.services import listen_host
+
 SERVER_START_TIMEOUT_S = 10.0
 SERVER_STOP_TIMEOUT_S = 10.0
 
 
 def loopback_listener(port: int = 0) -> socket.socket:
-    """A TCP socket bound to ``127.0.0.1:port`` (0: a free port) whose connections skip Nagle."""
+    """A TCP socket bound to ``port`` (0: a free port) on the listen address (loopback unless this
+    process is a hosts rig's core host), whose connections skip Nagle."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((LOOPBACK, port))
+    sock.bind((listen_host(), port))
     return sock
 
 
@@ -56,8 +58,10 @@ class BackgroundServer:
 
     def __init__(self, app: Any, name: str, port: int = 0, *,
                  start_timeout_s: float = SERVER_START_TIMEOUT_S,
-                 stop_timeout_s: float = SERVER_STOP_TIMEOUT_S) -> None:
+                 stop_timeout_s: float = SERVER_STOP_TIMEOUT_S,
+                 uvicorn_options: dict[str, Any] | None = None) -> None:
         self.app, self.name, self.port = app, name, port
+        self.uvicorn_options = dict(uvicorn_options or {})  # e.g. ssl_certfile/ssl_keyfile (a fake on TLS)
         self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
         self._server: _ReadyServer | None = None
         self._thread: threading.Thread | None = None
@@ -67,7 +71,8 @@ class BackgroundServer:
         sock = loopback_listener(self.port)
         self.port = sock.getsockname()[1]
         ready = threading.Event()
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+                                **self.uvicorn_options)
         self._server = _ReadyServer(config, ready)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name=self.name, daemon=True)

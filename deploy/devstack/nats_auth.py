@@ -159,7 +159,7 @@ def _allow_block(grants: list[Grant], indent: str) -> str:
 
 def render_config(*, port: int, http_port: int, store_dir: Path, log_file: Path, server_name: str,
                   core: NatsLogin, workers: dict[Pool, NatsLogin], withheld: frozenset[str] = frozenset(),
-                  anonymous: bool = True) -> str:
+                  anonymous: bool = True, host: str = "127.0.0.1") -> str:
     """The nats-server configuration: JetStream, the monitoring port, ``core`` and one user per pool.
 
     ``withheld`` subjects are left out of every worker template: how a test stands in for a core
@@ -178,8 +178,8 @@ def render_config(*, port: int, http_port: int, store_dir: Path, log_file: Path,
             f"    }}}}")
     return "\n".join([
         "# Rendered by deploy/devstack/nats_auth.py: the dev stack under production permissions.",
-        "listen: 127.0.0.1:" + str(port),
-        "http: 127.0.0.1:" + str(http_port),
+        f"listen: {host}:{port}",
+        f"http: {host}:{http_port}",
         f"server_name: {json.dumps(server_name)}",
         f"log_file: {json.dumps(str(log_file))}",
         f"jetstream: {{store_dir: {json.dumps(str(store_dir))}}}",
@@ -210,6 +210,7 @@ class NatsAuth:
     workers: dict[Pool, NatsLogin] = field(default_factory=dict)
     withheld: frozenset[str] = frozenset()  # left out of every worker template (tests of a refusal)
     anonymous: bool = True  # a client without credentials acts as core; False: it is refused
+    host: str = "127.0.0.1"  # the address it listens on (a hosts rig's core host: services.listen_host())
 
     @property
     def config_path(self) -> Path:
@@ -221,7 +222,7 @@ class NatsAuth:
 
     @property
     def monitor_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     def add(self, pool: Pool) -> NatsLogin:
         """Register ``pool`` (before the server starts, or followed by a reload)."""
@@ -234,7 +235,7 @@ class NatsAuth:
         self.config_path.write_text(render_config(
             port=self.port, http_port=self.http_port, store_dir=self.workdir / "js", log_file=self.log_path,
             server_name=self.server_name, core=self.core, workers=self.workers, withheld=self.withheld,
-            anonymous=self.anonymous))
+            anonymous=self.anonymous, host=self.host))
         return self.config_path
 
     def grant(self, pool: Pool, pid: int) -> NatsLogin:

@@ -38,26 +38,39 @@ PORT_POLL_INTERVAL_S = 0.02
 STOP_TIMEOUT_S = 5.0
 MOTO_STOP_TIMEOUT_S = 20.0  # a moto process is stopped like the benchmarks' other processes
 GRACEFUL_STOP_TIMEOUT_S = 10.0  # a SIGTERM restart: Redis writes its AOF, NATS closes its store
+LOOPBACK = "127.0.0.1"
+_listen_host = [LOOPBACK]
+
+
+def listen_host() -> str:
+    """The address every dev-stack service binds and names in its URL: loopback, unless this process
+    is the core host of a hosts rig (``deploy/devstack/hosts.py``), whose fleet reaches it over veths."""
+    return _listen_host[0]
+
+
+def set_listen_host(host: str) -> None:
+    """Make ``host`` (an address of this process's network namespace) where services listen from now on."""
+    _listen_host[0] = host
 
 
 def free_port() -> int:
-    """Ask the kernel for a free loopback port."""
+    """Ask the kernel for a free port on the listen address."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((listen_host(), 0))
         return int(sock.getsockname()[1])
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None,
                   timeout_s: float = SERVICE_START_TIMEOUT_S) -> None:
-    """Block until ``127.0.0.1:port`` accepts connections (there is no readiness event to await)."""
+    """Block until ``port`` on the listen address accepts connections (there is no readiness event to await)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"service exited with code {proc.returncode} before listening on {port}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+        with contextlib.suppress(OSError), socket.create_connection((listen_host(), port), timeout=0.2):
             return
         time.sleep(PORT_POLL_INTERVAL_S)
-    raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout_s}s")
+    raise TimeoutError(f"nothing listened on {listen_host()}:{port} within {timeout_s}s")
 
 
 def find_binary(name: str) -> str:
@@ -109,13 +122,14 @@ def start_redis(workdir: Path | None = None, port: int | None = None, *, appendo
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sy-redis-"))
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    argv = [find_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(port),
+    host = listen_host()
+    argv = [find_binary("redis-server"), "--bind", host, "--port", str(port),
             "--save", "", "--appendonly", "yes" if appendonly else "no", "--appendfsync", appendfsync,
             "--maxmemory-policy", "noeviction", "--dir", str(workdir), "--protected-mode", "yes"]
     if replicaof is not None:
-        argv += ["--replicaof", "127.0.0.1", str(replicaof)]
+        argv += ["--replicaof", host, str(replicaof)]
     proc = _launch(argv, port)
-    svc = Service("redis", f"redis://127.0.0.1:{port}/0", port, proc, workdir, {"argv": argv})
+    svc = Service("redis", f"redis://{host}:{port}/0", port, proc, workdir, {"argv": argv})
     svc.extra.update(appendonly=appendonly, appendfsync=appendfsync, replicaof=replicaof)
     return svc
 
@@ -187,12 +201,12 @@ def start_nats(workdir: Path | None = None, port: int | None = None, *,
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     auth = nats_auth.NatsAuth(workdir, port, free_port(), f"switchyard-dev-{port}", withheld=frozenset(withheld),
-                              anonymous=anonymous)
+                              anonymous=anonymous, host=listen_host())
     for pool in pools:
         auth.add(pool)
     argv = [find_binary("nats-server"), "-c", str(auth.write())]
     proc = _launch(argv, port)
-    svc = Service("nats", f"nats://127.0.0.1:{port}", port, proc, workdir, {"argv": argv, "auth": auth})
+    svc = Service("nats", f"nats://{listen_host()}:{port}", port, proc, workdir, {"argv": argv, "auth": auth})
     _nats_servers[svc.url] = svc
     return svc
 
@@ -226,10 +240,10 @@ def start_moto(port: int | None = None) -> Service:
     # werkzeug logs every request line, presigned query signatures included (S1).
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = port or free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = ThreadedMotoServer(ip_address=listen_host(), port=port, verbose=False)
     server.start()
     wait_for_port(port)
-    svc = Service("s3", f"http://127.0.0.1:{port}", port)
+    svc = Service("s3", f"http://{listen_host()}:{port}", port)
     svc.extra["server"] = server
     return svc
 
@@ -243,11 +257,11 @@ def stop_moto(svc: Service) -> None:
 def start_moto_process(workdir: Path) -> tuple[str, Proc]:
     """moto's S3 as a process of its own (``<workdir>/moto.log``): the benchmarks keep it off their GIL,
     where in-process it would share one with the dev core and the fakes they measure against."""
-    port = free_port()
-    proc = spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+    port, host = free_port(), listen_host()
+    proc = spawn([sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
                  dict(os.environ), workdir / "moto.log", stop_timeout_s=MOTO_STOP_TIMEOUT_S)
     wait_for_port(port, proc.proc)
-    return f"http://127.0.0.1:{port}", proc
+    return f"http://{host}:{port}", proc
 
 
 @contextlib.contextmanager
@@ -297,15 +311,15 @@ def start_sentinel(master_port: int, workdir: Path, port: int | None = None,
     port = port or free_port()
     conf = workdir / f"sentinel-{port}.conf"
     conf.write_text("\n".join([
-        f"port {port}", "bind 127.0.0.1", f"dir {workdir}",
-        f"sentinel monitor {master_name} 127.0.0.1 {master_port} {SENTINEL_QUORUM}",
+        f"port {port}", f"bind {listen_host()}", f"dir {workdir}",
+        f"sentinel monitor {master_name} {listen_host()} {master_port} {SENTINEL_QUORUM}",
         f"sentinel down-after-milliseconds {master_name} {SENTINEL_DOWN_AFTER_MS}",
         f"sentinel failover-timeout {master_name} {SENTINEL_FAILOVER_TIMEOUT_MS}",
         f"sentinel parallel-syncs {master_name} 1", ""]))
     proc = subprocess.Popen([find_binary("redis-server"), str(conf), "--sentinel"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_port(port, proc)
-    return Service("sentinel", f"sentinel://127.0.0.1:{port}", port, proc, workdir)
+    return Service("sentinel", f"sentinel://{listen_host()}:{port}", port, proc, workdir)
 
 
 @dataclass
@@ -332,7 +346,7 @@ class SentinelTopology:
             if sentinel.proc is None or sentinel.proc.poll() is not None:
                 continue
             with contextlib.suppress(redis.RedisError):
-                client = redis.Redis(host="127.0.0.1", port=sentinel.port, socket_timeout=1.0)
+                client = redis.Redis(host=listen_host(), port=sentinel.port, socket_timeout=1.0)
                 try:
                     addr = client.execute_command("SENTINEL", "get-master-addr-by-name", self.master_name)
                 finally:
@@ -346,14 +360,14 @@ class SentinelTopology:
         (without that, a failover cannot be authorised)."""
         def ready() -> bool:
             with contextlib.suppress(redis.RedisError):
-                replica = redis.Redis(host="127.0.0.1", port=self.replica.port, socket_timeout=1.0)
+                replica = redis.Redis(host=listen_host(), port=self.replica.port, socket_timeout=1.0)
                 try:
                     if replica.info("replication").get("master_link_status") != "up":
                         return False
                 finally:
                     replica.close()
                 for sentinel in self.sentinels:
-                    client = redis.Redis(host="127.0.0.1", port=sentinel.port, socket_timeout=1.0)
+                    client = redis.Redis(host=listen_host(), port=sentinel.port, socket_timeout=1.0)
                     try:
                         if (len(client.execute_command("SENTINEL", "replicas", self.master_name)) < 1
                                 or len(client.execute_command("SENTINEL", "sentinels", self.master_name))

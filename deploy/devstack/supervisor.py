@@ -31,6 +31,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ import psutil
 from deploy.devstack.procfile import SHELL
 from deploy.devstack.procs import Proc, spawn
 
+Placement = Callable[[str, list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
 MONITOR_INTERVAL_S = 0.2
 RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 10.0
@@ -106,6 +108,9 @@ class Supervisor:
     formation: dict[str, int]  # process type -> number of dynos
     env: dict[str, str]
     log_dir: Path
+    # Where a dyno runs: (dyno name, argv, env) -> the argv and env that run it there (a host of
+    # deploy/devstack/hosts.py); None runs every dyno on this machine.
+    place: Placement | None = None
     dynos: list[Dyno] = field(default_factory=list)
     exits: list[Exit] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -124,8 +129,10 @@ class Supervisor:
         return self
 
     def _launch(self, dyno: Dyno) -> None:
-        env = self.env | {"HONCHO_PROCESS_NAME": dyno.name}
-        dyno.proc = spawn([SHELL, "-c", dyno.command], env, dyno.log_path, stop_timeout_s=STOP_GRACE_S)
+        argv, env = [SHELL, "-c", dyno.command], self.env | {"HONCHO_PROCESS_NAME": dyno.name}
+        if self.place is not None:
+            argv, env = self.place(dyno.name, argv, env)
+        dyno.proc = spawn(argv, env, dyno.log_path, stop_timeout_s=STOP_GRACE_S)
         dyno.started_at, dyno.restart_at, dyno.killed_at = time.monotonic(), None, None
         dyno.starts += 1
 

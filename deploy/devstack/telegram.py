@@ -38,7 +38,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from deploy.devstack.http_server import BackgroundServer
-from deploy.devstack.services import free_port
+from deploy.devstack.services import free_port, listen_host
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -81,7 +81,7 @@ class FakeTelegram:
     @property
     def url(self) -> str:
         """The API root (``VOICY_WORKER_TELEGRAM_API_URL``), without a token."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{listen_host()}:{self.port}"
 
     # --- test controls ---------------------------------------------------------------------------
     def add_file(self, file_id: str, data: bytes, path: str | None = None) -> str:

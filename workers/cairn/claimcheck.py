@@ -30,6 +30,8 @@ thread, never inside a coroutine on the loop thread (that would wait on itself).
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
 from typing import Any
 
 import httpx
@@ -43,10 +45,12 @@ from workers.cairn.messages import (
     PresignUploadReply,
     PresignUploadRequest,
 )
-from workers.cairn.nats_conn import CoreRequestError, request_json
+from workers.cairn.nats_conn import CoreRequestError, CoreUnanswered, request_json
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
-from workers.cairn.routing import PublishRouter
+from workers.cairn.routing import PUBLISH_RETRY_BOUND_S, PUBLISH_RETRY_INITIAL_S, PUBLISH_RETRY_MAX_S, PublishRouter
 from workers.errors import PermanentJobError, RetryableJobError
+
+log = logging.getLogger(__name__)
 
 RESULT_CONTENT_TYPE = "application/json"
 KIND_RESULT = "result"
@@ -122,13 +126,15 @@ class ClaimCheck:
     """
 
     def __init__(self, nats: Any, *, provider: str, stamp: WorkerStamp, http: httpx.Client | None = None,
-                 router: PublishRouter | None = None, presign_timeout_s: float = PRESIGN_TIMEOUT_S) -> None:
+                 router: PublishRouter | None = None, presign_timeout_s: float = PRESIGN_TIMEOUT_S,
+                 presign_retry_bound_s: float = PUBLISH_RETRY_BOUND_S) -> None:
         self._nats = nats
         self.provider = provider
         self.stamp = stamp
         self._http = http
         self.router = router or PublishRouter(nats)
         self.presign_timeout_s = presign_timeout_s
+        self.presign_retry_bound_s = presign_retry_bound_s
 
     @property
     def http(self) -> httpx.Client:
@@ -139,10 +145,27 @@ class ClaimCheck:
     # ------------------------------------------------------------------ core request/reply
 
     def _request(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            reply = request_json(self._nats, subject, body, self.presign_timeout_s)
-        except CoreRequestError as exc:
-            raise PresignError(str(exc)) from None
+        """A presign, asked again while it goes unanswered (up to ``presign_retry_bound_s``).
+
+        Presigning is idempotent, and giving up mid-result is not: a delivery that stored its
+        activity result and then could not presign its segment companion (a partition) was
+        NAKed and run again, storing both results twice. No responder, or a refusal, is an
+        answer: that fails at once.
+        """
+        deadline = time.monotonic() + self.presign_retry_bound_s
+        delay = PUBLISH_RETRY_INITIAL_S
+        while True:
+            try:
+                reply = request_json(self._nats, subject, body, self.presign_timeout_s)
+                break
+            except CoreUnanswered as exc:
+                if time.monotonic() + delay >= deadline:
+                    raise PresignError(str(exc)) from None
+                log.info("%s; again in %.1fs", exc, delay)
+            except CoreRequestError as exc:
+                raise PresignError(str(exc)) from None
+            time.sleep(delay)  # NATS unreachable: nothing to await but its return
+            delay = min(delay * 2, PUBLISH_RETRY_MAX_S)
         if reply.get("error"):
             raise PresignError(f"request {subject}: {str(reply['error'])[:200]}")
         return reply

@@ -74,6 +74,10 @@ class CoreRequestError(Exception):
     """
 
 
+class CoreUnanswered(CoreRequestError):
+    """No answer at all (a timeout, or NATS unreachable): core may be well and only the network not."""
+
+
 def _fresh_nkey_seed() -> bytes:
     """A new user nkey seed (``SU...``) for this connection only."""
     return nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
@@ -238,7 +242,9 @@ def request_json(nats: Any, subject: str, body: dict[str, Any],
     except PermissionRefused:
         raise  # permanent: never a "try again" CoreRequestError
     except Exception as exc:  # noqa: BLE001 - timeout, no responders, disconnected
-        raise CoreRequestError(f"request {subject}: {type(exc).__name__}") from None
+        unanswered = isinstance(exc, (TimeoutError, NatsUnavailableError))  # nats-py's timeouts are TimeoutErrors
+        raise (CoreUnanswered if unanswered else CoreRequestError)(
+            f"request {subject}: {type(exc).__name__}") from None
     refused = (getattr(msg, "headers", None) or {}).get(NATS_ERROR_HEADER)
     if refused:
         raise CoreRequestError(f"request {subject}: core refused: {refused[:REFUSAL_MAX_CHARS]}")

@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import nats.errors
 from google.protobuf import json_format
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 
@@ -128,7 +129,7 @@ class RateLimiter:
 
     def _get(self, key: str) -> tuple[WindowState, int]:
         kv = self._bucket()  # outside the coroutine: opening it blocks on the loop thread
-        return self._nats.run(self._read(kv, key), KV_TIMEOUT_S)
+        return self._kv_call(self._read(kv, key), KV_TIMEOUT_S)  # type: ignore[no-any-return]
 
     async def _reserve_one(self, kv: Any, key: str, window: str, n: int) -> None:
         """The CAS loop of one window, on the NATS loop thread (reference §3.8)."""
@@ -175,7 +176,7 @@ class RateLimiter:
             for window in windows:
                 await self._reserve_one(kv, self.key(app_id, window), window, n)
 
-        self._nats.run(reserve(), KV_TIMEOUT_S * len(windows))
+        self._kv_call(reserve(), KV_TIMEOUT_S * len(windows))
 
     def sync(self, app_id: str | None, usage: Sequence[WindowUsage]) -> None:
         """Unconditionally store what the provider reported (its numbers are the truth).
@@ -191,7 +192,16 @@ class RateLimiter:
         async def put_all() -> None:
             await asyncio.gather(*(kv.put(key, state.encode()) for key, state in states.items()))
 
-        self._nats.run(put_all(), KV_TIMEOUT_S)
+        self._kv_call(put_all(), KV_TIMEOUT_S)
+
+    def _kv_call(self, call: Coroutine[Any, Any, Any], timeout_s: float) -> Any:
+        """Run one KV hand-off; no answer from NATS (a timeout: a partition, a frozen server) is the
+        budget being unavailable, a transient NAK, never an "unexpected" failure counted toward the
+        job's termination (found by bench partitions: provider host DROPped from NATS)."""
+        try:
+            return self._nats.run(call, timeout_s)
+        except (TimeoutError, nats.errors.Error) as exc:
+            raise BudgetUnavailable(f"{subjects.RATE_LIMIT_BUCKET} KV: {type(exc).__name__}") from None
 
     def snapshot(self, app_id: str | None) -> dict[str, Any]:
         """A RateLimitSnapshot (protojson dict) of the windows the provider places in one

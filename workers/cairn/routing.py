@@ -18,9 +18,11 @@ coroutine on the loop thread (that would wait on itself).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats.errors
@@ -32,7 +34,14 @@ from workers.errors import RetryableJobError
 PUBLISH_TIMEOUT_S = 10.0  # one JetStream publish including its PubAck
 STREAM_LOOKUP_TIMEOUT_S = 5.0
 NEGATIVE_ROUTE_TTL_S = 30.0  # "no stream" may change when core (re)creates streams
+log = logging.getLogger(__name__)
+
 ROUTE_CACHE_MAX_ENTRIES = 4096  # reconcile result subjects carry account ids: bound the cache
+# A stream publish with a Nats-Msg-Id that gets no PubAck (NATS unreachable, a partition) is retried
+# under the same id for this long (R1's minute; inside JetStream's 2-min default duplicate window),
+# backing off from the first to the second figure.
+PUBLISH_RETRY_BOUND_S = 60.0
+PUBLISH_RETRY_INITIAL_S, PUBLISH_RETRY_MAX_S = 0.5, 5.0
 
 
 class PublishError(RetryableJobError):
@@ -47,9 +56,11 @@ class PublishError(RetryableJobError):
 class PublishRouter:
     """JetStream publish for stream-captured subjects, core publish otherwise; decided once per subject."""
 
-    def __init__(self, nats: Any, *, negative_ttl_s: float = NEGATIVE_ROUTE_TTL_S) -> None:
+    def __init__(self, nats: Any, *, negative_ttl_s: float = NEGATIVE_ROUTE_TTL_S,
+                 retry_bound_s: float = PUBLISH_RETRY_BOUND_S) -> None:
         self._nats = nats
         self._negative_ttl_s = negative_ttl_s
+        self._retry_bound_s = retry_bound_s
         self._cache: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
         self._lock = threading.Lock()
         self.lookups = 0  # how many times the server was asked (tests, metrics)
@@ -113,13 +124,7 @@ class PublishRouter:
                 return await guarded(self._nats, js.publish(subject, data, timeout=timeout_s,
                                                             headers=all_headers or None), subject)
 
-            try:
-                return self._nats.run(js_publish(), timeout_s + 1.0)
-            except PermissionRefused:
-                raise
-            except Exception as exc:  # noqa: BLE001 - timeout, stream gone, disconnected: all transient
-                self.forget(subject)  # the stream may have changed; ask again next time
-                raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
+            return self._js_publish_retried(subject, js_publish, msg_id, timeout_s)
         nc = self._nats.nc
 
         async def core_publish() -> None:
@@ -136,3 +141,29 @@ class PublishRouter:
         except Exception as exc:  # noqa: BLE001
             raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
         return None
+
+    def _js_publish_retried(self, subject: str, js_publish: Callable[[], Awaitable[Any]], msg_id: str | None,
+                            timeout_s: float) -> Any:
+        """``js_publish()`` until a PubAck (a dedup hit included), retried with the same msg id.
+
+        No PubAck does not mean not stored: nats-py buffers what it cannot send, and TCP
+        retransmits what a partition held back, so the message may land after we stopped
+        waiting. Giving up then (a NAK, and a redelivery publishing ``:d<n+1>``) would store the
+        job's result twice; retrying under the same ``Nats-Msg-Id`` stores it once, whichever
+        copy lands first. Without a msg id there is no dedup, so no retry.
+        """
+        deadline = time.monotonic() + self._retry_bound_s
+        delay = PUBLISH_RETRY_INITIAL_S
+        while True:
+            try:
+                return self._nats.run(js_publish(), timeout_s + 1.0)
+            except PermissionRefused:
+                raise
+            except Exception as exc:  # noqa: BLE001 - timeout, stream gone, disconnected: all transient
+                if not msg_id or time.monotonic() + delay >= deadline:
+                    self.forget(subject)  # the stream may have changed; ask again next time
+                    raise PublishError(f"publish {subject}: {type(exc).__name__}") from None
+                log.info("publish %s unanswered (%s); again in %.1fs with the same Nats-Msg-Id", subject,
+                         type(exc).__name__, delay)
+            time.sleep(delay)  # NATS unreachable: nothing to await but its return
+            delay = min(delay * 2, PUBLISH_RETRY_MAX_S)

@@ -225,6 +225,10 @@ def _guarded(rt: VoicyRuntime, job_id: str, lease_value: str, body) -> object:  
             log.error("Voicy rejected the worker token (VOICY_WORKER_TOKEN invalid or disabled)")
             raise
         except Exception as exc:
+            if not keeper.fence():  # a failure requeues the job at Voicy: not ours to post once handed on
+                log.warning("job %s: lease lost, leaving the job to its new owner (%s)", job_id,
+                            redact(str(exc)) or type(exc).__name__)
+                return None
             report_failure(rt, job_id, exc, lease_value)
             return None
 
@@ -293,7 +297,7 @@ def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
 
         with rt.store.local_path(held.media_key) as path:
             transcript = engine.transcribe(path, language=held.language, on_segment=on_progress)
-        if keeper.lost.is_set():
+        if not keeper.fence():  # the result is final at Voicy: only the lease's owner may post it
             raise LeaseLost(job_id)
         rt.client.result(job_id, transcript_body(transcript, rt.settings.engine, engine.metadata))
         log.info("job %s transcribed in %.2fs (%.1fs of audio, %d parts)", job_id,

@@ -40,6 +40,7 @@ from starlette.routing import Route
 
 from deploy.devstack.cairn_core import subjects as subj
 from deploy.devstack.http_server import BackgroundServer
+from deploy.devstack.services import listen_host
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB
 VERIFY_TIMEOUT_S = 3.0
@@ -98,7 +99,7 @@ class WebhookHttp:
     @property
     def base_url(self) -> str:
         assert self.http is not None, "not started"
-        return f"http://127.0.0.1:{self.http.port}"
+        return f"http://{listen_host()}:{self.http.port}"
 
     def url(self, key: str) -> str:
         return f"{self.base_url}/webhooks/{key}"

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -31,6 +32,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from deploy.devstack.http_server import BackgroundServer
+from deploy.devstack.services import listen_host
 from deploy.devstack.strava.data import (
     ACTIVITY_SPACING_S,
     FakeAthlete,
@@ -100,6 +102,7 @@ class FakeStrava(MediaMixin):
         self._log: list[RequestRecord] = []
         self.http: BackgroundServer | None = None
         self.port = 0
+        self.tls: tuple[Path, Path] | None = None  # (certificate, key): serve https (another host's pool)
         self.push = StravaPush(self._valid_app, self._now)  # webhooks: push.py
         self.app = Starlette(routes=[
             Route(API_PREFIX + "/push_subscriptions", self.push.collection, methods=["GET", "POST"]),
@@ -154,7 +157,7 @@ class FakeStrava(MediaMixin):
     # ---- lifecycle -------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{listen_host()}:{self.port}"
 
     @property
     def api_url(self) -> str:
@@ -166,8 +169,9 @@ class FakeStrava(MediaMixin):
 
     def start(self) -> FakeStrava:
         """Serve on a free loopback port (``http_server``: no Nagle delay on keep-alive replies)."""
+        tls = {"ssl_certfile": str(self.tls[0]), "ssl_keyfile": str(self.tls[1])} if self.tls else None
         self.http = BackgroundServer(self.app, "fake-strava", start_timeout_s=SERVER_START_TIMEOUT_S,
-                                     stop_timeout_s=SERVER_STOP_TIMEOUT_S).start()
+                                     stop_timeout_s=SERVER_STOP_TIMEOUT_S, uvicorn_options=tls).start()
         self.port = self.http.port
         return self
 

@@ -136,6 +136,7 @@ class WorkerApi:
     async def __call__(self, request: Request) -> Response:
         path = request.url.path
         entry: dict[str, Any] = {"method": request.method, "path": path, "json": None, "client": None,
+                                 "peer": request.client.host if request.client else None,
                                  "endpoint": None, "status": 0, "at": self.state.now()}
         with self.state.lock:
             self.state.requests.append(entry)

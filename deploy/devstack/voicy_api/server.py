@@ -9,7 +9,7 @@ from typing import Any
 from bson import ObjectId
 
 from deploy.devstack.http_server import BackgroundServer
-from deploy.devstack.services import free_port
+from deploy.devstack.services import free_port, listen_host
 from deploy.devstack.voicy_api.admin import chat_unreachable_update, job_document
 from deploy.devstack.voicy_api.app import Fault, ServerState, build_app
 from deploy.devstack.voicy_api.policy import Policy
@@ -36,11 +36,11 @@ class DevVoicyServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/worker/v1"
+        return f"{self.base_url}/worker/v1"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{listen_host()}:{self.port}"
 
     @property
     def db(self) -> Any:
@@ -53,7 +53,8 @@ class DevVoicyServer:
 
     @property
     def requests(self) -> list[dict[str, Any]]:
-        """Every request received: ``method, path, status, json, client, endpoint, bucket|job_id, at``."""
+        """Every request received: ``method, path, status, json, client, peer, endpoint, bucket|job_id, at``
+        (``client`` is the token's name, ``peer`` the sender's address: which host asked)."""
         with self.state.lock:
             return list(self.state.requests)
 

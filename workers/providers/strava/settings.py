@@ -7,6 +7,9 @@ fake Strava on loopback; production keeps the default. The API lives under
 
 from __future__ import annotations
 
+import ipaddress
+from urllib.parse import urlsplit
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -34,7 +37,22 @@ class StravaSettings(BaseSettings):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
+        """https, or plain http on a loopback host (a fake Strava on this machine): the manifest
+        shows core's users ``<base_url>/oauth/authorize``, and contract §1 allows http there only
+        on loopback, so any other http URL would keep the pool from ever publishing its manifest."""
         value = value.strip().rstrip("/")
-        if not value.startswith(("https://", "http://")):
-            raise ValueError("must be an http(s) URL")
-        return value
+        parts = urlsplit(value)
+        if parts.scheme == "https" and parts.hostname:
+            return value
+        if parts.scheme == "http" and parts.hostname and _loopback(parts.hostname):
+            return value
+        raise ValueError("must be an https URL (plain http only on a loopback host)")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
