@@ -101,8 +101,9 @@ class FleetRig:
         self.env = env
         logs = tmp / "logs"
         logs.mkdir()
-        self.fleet = procfile.Fleet({name: procfile.run(name, {**env, "HONCHO_PROCESS_NAME": f"{name}.1"}, logs / f"{name}.log")
-                                     for name in FLEET_TYPES}, logs)
+        self.fleet = procfile.Fleet(
+            {name: procfile.run(name, {**env, "HONCHO_PROCESS_NAME": f"{name}.1"}, logs / f"{name}.log")
+             for name in FLEET_TYPES}, logs)
         self._n = 0
 
     def run(self, files: list[Path]) -> Burst:
