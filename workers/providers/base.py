@@ -54,6 +54,7 @@ class Provider(abc.ABC):
     name: str
     dataset_version: int
     parser_version: str
+    archive_content_type: str = "application/json"  # the raw archive's type (parse_blob names it again)
 
     @classmethod
     def from_settings(cls, settings: Any | None = None) -> Self:
@@ -70,6 +71,14 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def manifest_meta(self) -> dict[str, Any] | None:
         """The manifest's ``provider_meta`` (None for parser-only pools)."""
+
+    def auth_method(self) -> str:
+        """How jobs authenticate: ``oauth2`` (tokens from ``cairn.tokens.<p>.get``) or
+        ``credentials`` (a login from ``cairn.creds.<p>.get``), as the manifest declares it.
+
+        A pool without ``provider_meta`` (links no accounts itself) uses core's token store.
+        """
+        return str((self.manifest_meta() or {}).get("auth_method") or "oauth2")
 
     def rate_windows(self) -> Sequence[RateWindow]:
         """The budget windows of one provider app, kept in the shared ``cairn_rate_limits`` KV.
