@@ -43,7 +43,7 @@ from workers.providers.garmin.dataset import (
 )
 from workers.providers.garmin.fit import fit_from_download
 from workers.providers.garmin.session import RATE_WINDOWS, SHORT_WINDOW, GarminSessions
-from workers.providers.garmin.settings import GarminSettings, refuse_persisted_sessions
+from workers.providers.garmin.settings import GarminSettings, check_environment
 from workers.providers.kinds import FETCH_SOURCE, PARSE_BLOB, RECONCILE
 from workers.providers.models import (
     ActivityRef,
@@ -91,9 +91,9 @@ class GarminProvider(Provider):
 
     @classmethod
     def from_settings(cls, settings: object | None = None) -> GarminProvider:
-        """Registry factory: ``CAIRN_GARMIN_*`` settings; a persisted-session variable stops the start."""
-        refuse_persisted_sessions()
+        """Registry factory: ``CAIRN_GARMIN_*`` settings, checked against the environment at start."""
         garmin = settings if isinstance(settings, GarminSettings) else load_settings(GarminSettings)
+        check_environment(garmin)
         return cls(garmin, worker_name=str(getattr(settings, "worker_name", "") or ""),
                    package=str(getattr(settings, "worker_package", "") or ""))
 

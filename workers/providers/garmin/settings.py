@@ -9,6 +9,10 @@ store; the dev stack sends everything through a local CONNECT proxy to the fake
 Garmin Connect, whose certificate ``CAIRN_GARMIN_CA_BUNDLE`` trusts
 (docs/DESIGN.md, "Garmin: pointing garth at the fake").
 
+Requests lets ``REQUESTS_CA_BUNDLE`` override a session's CA bundle, and garth's
+OAuth1 session inherits the environment, so a Garmin pool with its own bundle
+must not have that variable pointing elsewhere (``check_environment``).
+
 garth can persist its session: ``GARTH_HOME`` (token files written after every
 login) or ``GARTH_TOKEN`` (a session resumed from the environment). The pool
 persists no provider credentials (S2), so either variable stops it at start.
@@ -17,6 +21,7 @@ persists no provider credentials (S2), so either variable stops it at start.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -30,6 +35,9 @@ SESSION_IDLE_TTL_S = 6 * 3600.0  # a session unused this long is dropped (its OA
 HTTP_TIMEOUT_S = 30  # garth's per-request timeout (an original FIT download can be a few MB)
 MAX_DOWNLOAD_BYTES = 64 * 1024 * 1024  # an original-file zip above this is refused (the archive bound)
 PERSISTING_VARIABLES = ("GARTH_HOME", "GARTH_TOKEN")
+# requests lets these override Session.verify on every request that does not pass verify itself
+# (psf/requests#3829); garth's OAuth1 session copies our verify but not our environment handling.
+CA_OVERRIDING_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
 
 class GarminSettings(BaseSettings):
@@ -68,10 +76,19 @@ class GarminSettings(BaseSettings):
         return value
 
 
-def refuse_persisted_sessions(environ: dict[str, str] | None = None) -> None:
-    """``ConfigError`` naming ``GARTH_HOME`` / ``GARTH_TOKEN`` when either is set (see module doc)."""
+def check_environment(settings: GarminSettings, environ: Mapping[str, str] | None = None) -> None:
+    """``ConfigError`` naming the variable when the environment would defeat the settings.
+
+    ``GARTH_HOME`` / ``GARTH_TOKEN``: garth would persist or resume sessions (see module doc).
+    ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` next to ``CAIRN_GARMIN_CA_BUNDLE``: requests
+    would verify garth's OAuth requests against that bundle instead of ours.
+    """
     env = os.environ if environ is None else environ
     for name in PERSISTING_VARIABLES:
         if env.get(name):
             raise ConfigError(f"{name}: garth would persist Garmin sessions outside the pool; unset it "
                               "(the Garmin pool keeps sessions in memory only)")
+    for name in CA_OVERRIDING_VARIABLES:
+        if settings.ca_bundle and env.get(name) and env[name] != settings.ca_bundle:
+            raise ConfigError(f"{name}: overrides CAIRN_GARMIN_CA_BUNDLE inside garth's OAuth session; "
+                              "unset it for the Garmin pool or point it at the same file")
