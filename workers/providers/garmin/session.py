@@ -223,7 +223,7 @@ def _status(exc: GarthHTTPError) -> int:
 
 def _retry_after(headers: Mapping[str, str], default_s: float) -> datetime:
     now = datetime.now(UTC)
-    value = str(headers.get("Retry-After") or "").strip()
+    value = str(headers.get("Retry-After") or headers.get("retry-after") or "").strip()
     if value.isdigit():
         return now + timedelta(seconds=int(value))
     if value:
@@ -245,7 +245,7 @@ def rate_limited(ctx: ProviderContext, window: str, headers: Mapping[str, str],
 
 def _api_failure(ctx: ProviderContext, path: str, status: int, exc: GarthHTTPError) -> Exception:
     response = getattr(exc.error, "response", None)
-    headers = dict(response.headers) if response is not None else {}
+    headers: Mapping[str, str] = response.headers if response is not None else {}  # case-insensitive
     if status == 401:
         return ProviderAuthError(f"Garmin refused the session twice ({path})", code="needs_reauth")
     if status == 404:
@@ -271,8 +271,7 @@ def _login_failure(ctx: ProviderContext, client: Client, exc: GarthException) ->
     kind = str((body.get("responseStatus") or {}).get("type") or "")
     error_status = str((body.get("error") or {}).get("status-code") or "")
     if status == 429 or error_status == "429":
-        return rate_limited(ctx, LOGIN_WINDOW, dict(response.headers) if response is not None else {},
-                            LOGIN_BACKOFF_S)
+        return rate_limited(ctx, LOGIN_WINDOW, response.headers if response is not None else {}, LOGIN_BACKOFF_S)
     if kind in INVALID_LOGIN_TYPES:
         return ProviderAuthError("Garmin refused the login: invalid username or password", code="needs_reauth")
     if kind in MFA_TYPES:
