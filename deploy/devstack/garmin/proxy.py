@@ -43,11 +43,15 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         self.server.tunnels.append(host)
         with socket.create_connection((LOOPBACK, self.server.upstream_port)) as upstream:
-            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            rest = head.split(b"\r\n\r\n", 1)[1]
-            if rest:
-                upstream.sendall(rest)
-            _relay(client, upstream)
+            self.server.open_sockets.update((client, upstream))
+            try:
+                client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                rest = head.split(b"\r\n\r\n", 1)[1]
+                if rest:
+                    upstream.sendall(rest)
+                _relay(client, upstream)
+            finally:
+                self.server.open_sockets.difference_update((client, upstream))
 
 
 def _relay(a: socket.socket, b: socket.socket) -> None:
@@ -76,6 +80,7 @@ class ConnectProxy(socketserver.ThreadingTCPServer):
         super().__init__((LOOPBACK, 0), _Handler)
         self.hosts, self.upstream_port = frozenset(hosts), upstream_port
         self.tunnels: list[str] = []  # the host of every tunnel opened (tests: traffic went through us)
+        self.open_sockets: set[socket.socket] = set()  # closed at stop, so the upstream server can exit
         self._thread: threading.Thread | None = None
 
     @property
@@ -88,5 +93,11 @@ class ConnectProxy(socketserver.ThreadingTCPServer):
         return self
 
     def stop(self) -> None:
+        """Stop accepting and cut every open tunnel (a pooled keep-alive would hold uvicorn open)."""
         self.shutdown()
         self.server_close()
+        for sock in list(self.open_sockets):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass

@@ -43,6 +43,10 @@ SSO_COOKIE = "GARMIN-SSO-CUST-GUID"
 ACCESS_TOKEN_TTL_S = 3600
 REFRESH_TOKEN_TTL_S = 30 * 86400
 TOKEN_BYTES = 24
+# Fixed, as the real pair garth downloads is: garth caches the consumer in a module global for the
+# life of the process, so every fake in one process must hand out the same one.
+CONSUMER_KEY = "fake-garmin-consumer-key"
+CONSUMER_SECRET = "fake-garmin-consumer-secret"
 ENDPOINTS = ("sign_in", "login", "embed", "consumer", "preauthorized", "exchange",
              "list", "activity", "gear", "download")
 
@@ -71,8 +75,7 @@ class GarminState:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.accounts: dict[str, FakeAccount] = {}
-        self.consumer_key = f"fake-consumer-{secrets.token_hex(8)}"
-        self.consumer_secret = secrets.token_urlsafe(TOKEN_BYTES)
+        self.consumer_key, self.consumer_secret = CONSUMER_KEY, CONSUMER_SECRET
         self.tickets: dict[str, str] = {}  # one-use service ticket → email
         self.oauth1: dict[str, tuple[str, str]] = {}  # oauth_token → (secret, email)
         self.bearers: dict[str, str] = {}  # OAuth2 access token → email
