@@ -6,6 +6,11 @@ login from ``cairn.creds.garmin.get``, garth logs in through the fake's proxy
 (TLS, signed OAuth1, OAuth2 bearer), and core ingests what the pool publishes.
 Failures are Garmin's own answers: a wrong password, two-step verification, a
 locked account, a corrupt original, 429 and 5xx.
+
+The pool runs under core's standard NATS permission template (the stack kit's
+``nats_auth``): after every test the server's log must hold no ``Permissions
+Violation``, so every Garmin job kind, the discover responder and every
+``cairn.creds.garmin.get`` stayed within it.
 """
 
 from __future__ import annotations
@@ -21,12 +26,16 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from deploy.devstack import cairn_stack
 from deploy.devstack.cairn_core import DevCairnCore
-from tests.cairn_stack import ROOT, WAIT_S
-from tests.conftest import wait_until
-from tests.garmin_stack import GARMIN, GARMIN_PACKAGE, GarminStack
+from tests.kit.cairn_stack import ROOT, WAIT_S
+from tests.kit.garmin_stack import GARMIN, GARMIN_PACKAGE, GarminStack
+from tests.kit.waiting import wait_until
+from workers.providers.kinds import FETCH_SOURCE, PARSE_BLOB, RECONCILE
 
-pytestmark = pytest.mark.slow
+# slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
+# module-scoped stack is then started once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("garmin_e2e")]
 
 CHECK_TIMEOUT_S = 120.0
 
@@ -43,9 +52,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
         s.stop()
 
 
+@pytest.fixture(autouse=True)
+def within_the_template(stack: GarminStack) -> Iterator[None]:
+    """Each test's jobs, responders and creds requests stayed within core's template for the pool."""
+    yield
+    assert stack.nats_auth.violations() == []
+    mine = {c.get("authorized_user") for c in stack.nats_auth.connections() if c.get("name") == stack.pool}
+    assert mine == {stack.nats_auth.login(stack.pool_ref).user}, mine  # the pool logged in as itself
+
+
 def _job(acct: Any, ext_id: str | int) -> dict[str, Any]:
-    return {"job_id": f"job-{uuid.uuid4().hex[:10]}", "account_id": acct.account_id, "user_id": acct.user_id,
-            "provider": GARMIN, "ext_id": str(ext_id), "fetch_streams": True, "reason": "backfill"}
+    return cairn_stack.CairnStack.fetch_job(acct, str(ext_id))
 
 
 def _result(core: DevCairnCore, msg_id: str) -> Any:
@@ -68,7 +85,7 @@ def test_fetch_source_imports_the_fit_activity_archived_and_claim_checked(stack:
     first, second = (a.activity_id for a in account.newest_first())
     creds_before = sum(1 for name, _ in core.responders.calls if name == "creds.get")
     job = _job(acct, first)
-    core.enqueue_job("fetch_source", job)
+    core.enqueue_job(FETCH_SOURCE, job)
     rec = _result(core, f"result:{job['job_id']}:d1")
     assert rec.kind == "events" and rec.claim_checked and rec.provider == GARMIN and rec.pool == stack.pool
     data = rec.data
@@ -90,7 +107,7 @@ def test_fetch_source_imports_the_fit_activity_archived_and_claim_checked(stack:
 
     # A second job: credentials fetched again from core, the garth session reused (no second login).
     job2 = _job(acct, second)
-    core.enqueue_job("fetch_source", job2)
+    core.enqueue_job(FETCH_SOURCE, job2)
     _result(core, f"result:{job2['job_id']}:d1")
     assert sum(1 for name, _ in core.responders.calls if name == "creds.get") - creds_before == 2
     assert garmin.logins(account.email) == 1
@@ -102,14 +119,14 @@ def test_parse_blob_reproduces_the_import_byte_for_byte(stack: GarminStack) -> N
     assert core is not None
     acct, account = stack.connect_garmin(n_activities=1)
     job = _job(acct, account.newest_first()[0].activity_id)
-    core.enqueue_job("fetch_source", job)
+    core.enqueue_job(FETCH_SOURCE, job)
     imported = _result(core, f"result:{job['job_id']}:d1")
     blob_id = imported.data["events"][-1]["activity"]["rawBlobId"]
     reparse = dict(_job(acct, job["ext_id"]), job_id=f"reparse-{uuid.uuid4().hex[:8]}",
                    blob={"url": core.blobs.presign_download(blob_id)["url"], "fallback_handle": blob_id},
                    min_parser_version="1.0")
     downloads = stack.garmin.calls("download") if stack.garmin else 0
-    core.enqueue_job("parse_blob", reparse)
+    core.enqueue_job(PARSE_BLOB, reparse)
     reparsed = _result(core, f"result:{reparse['job_id']}:d1")
     assert reparsed.job_type == "parse_blob" and reparsed.claim_checked
     assert (json_format.MessageToJson(reparsed.result, sort_keys=True).replace("parse_blob", "")
@@ -125,14 +142,14 @@ def test_reconcile_enqueues_unknown_activities_and_always_publishes(stack: Garmi
     known, *new = [str(a.activity_id) for a in account.newest_first()]
     job = {"job_id": f"rec-{uuid.uuid4().hex[:8]}", "account_id": acct.account_id, "user_id": acct.user_id,
            "provider": GARMIN, "max_enqueue": 500, "known_ext_ids": [known]}
-    core.enqueue_job("reconcile", job)
+    core.enqueue_job(RECONCILE, job)
     rec = _result(core, f"result:{job['job_id']}")
     assert rec.kind == "reconcile" and rec.subject == f"cairn.results.reconcile.{GARMIN}.{acct.account_id}"
     assert rec.data["newWatermark"]
     for ext_id in new:  # the sub-jobs ran on this pool (deterministic ids) and were imported
         _result(core, f"result:{job['job_id']}:{ext_id}:d1")
     again = dict(job, job_id=f"rec-{uuid.uuid4().hex[:8]}", known_ext_ids=[known, *new])
-    core.enqueue_job("reconcile", again)
+    core.enqueue_job(RECONCILE, again)
     assert _result(core, f"result:{again['job_id']}").kind == "reconcile"  # nothing new, still published
 
 
@@ -149,11 +166,11 @@ def test_a_wrong_password_is_needs_reauth_with_an_envelope_and_no_retry(stack: G
     assert core is not None and garmin is not None
     acct, account = stack.connect_garmin(n_activities=1, password="not-the-password")
     ext_id = account.newest_first()[0].activity_id
-    core.enqueue_job("fetch_source", _job(acct, ext_id))
+    core.enqueue_job(FETCH_SOURCE, _job(acct, ext_id))
     envelope = _failure(core, ext_id)
     assert envelope["error"]["code"] == "needs_reauth" and envelope["error"]["class"] == "ERROR_CLASS_AUTH_EXPIRED"
     wait_until(lambda: core.account(acct.account_id).status == "needs_reauth", WAIT_S, "core's needs_reauth")
-    core.enqueue_job("reconcile", {"job_id": f"rec-{uuid.uuid4().hex[:8]}", "account_id": acct.account_id,
+    core.enqueue_job(RECONCILE, {"job_id": f"rec-{uuid.uuid4().hex[:8]}", "account_id": acct.account_id,
                                    "user_id": acct.user_id, "provider": GARMIN})
     wait_until(lambda: sum(1 for r in core.ingested if r.kind == "failure"
                            and r.data.get("failedRef", {}).get("externalAccountId") == acct.account_id) >= 2,
@@ -168,7 +185,7 @@ def test_mfa_and_locked_accounts_fail_clearly(stack: GarminStack, kind: str, cod
     assert core is not None
     acct, account = stack.connect_garmin(n_activities=1, mfa=kind == "mfa", locked=kind == "locked")
     ext_id = account.newest_first()[0].activity_id
-    core.enqueue_job("fetch_source", _job(acct, ext_id))
+    core.enqueue_job(FETCH_SOURCE, _job(acct, ext_id))
     envelope = _failure(core, ext_id)
     assert (envelope["error"]["code"], envelope["error"]["class"]) == (code, "ERROR_CLASS_AUTH_INVALID")
     assert core.account(acct.account_id).status == "active"  # the login is right: no re-connect asked
@@ -180,7 +197,7 @@ def test_a_corrupt_original_ends_in_an_envelope(stack: GarminStack) -> None:
     acct, account = stack.connect_garmin(n_activities=1)
     activity = account.newest_first()[0]
     garmin.set_original(account.email, activity.activity_id, b"\x0e\x10" + b"\x00" * 40)  # a truncated FIT
-    core.enqueue_job("fetch_source", _job(acct, activity.activity_id))
+    core.enqueue_job(FETCH_SOURCE, _job(acct, activity.activity_id))
     assert _failure(core, activity.activity_id)["error"]["code"] == "corrupt_fit"
 
 
@@ -192,7 +209,7 @@ def test_429_and_5xx_nak_with_delay_and_the_redelivery_imports(stack: GarminStac
     acct, account = stack.connect_garmin(n_activities=1)
     garmin.fail(endpoint, status, retry_after_s=1 if status == 429 else None)
     job = _job(acct, account.newest_first()[0].activity_id)
-    core.enqueue_job("fetch_source", job)
+    core.enqueue_job(FETCH_SOURCE, job)
     _result(core, f"result:{job['job_id']}:d2")  # the first delivery was NAKed, the second imported
     assert not [r for r in core.ingested if r.msg_id == f"result:{job['job_id']}:d1"]
     reason = "rate_limited" if status == 429 else "transient"
