@@ -12,9 +12,9 @@ Rules worth knowing: several sessions (multisport) add up their totals and
 keep the first session's sport; ``moving`` is the session's
 ``total_moving_time`` when the device wrote it, else its timer time (which
 excludes pauses); positions are semicircles (× 180 / 2³¹); a value a record
-lacks is NaN in a float column (core's gap marker) and 0 in an int column
-(dense; protojson writes the NaN as "NaN"); sample times are made strictly increasing (a duplicate keeps the last
-sample). The device (manufacturer and product) goes into ``extra`` because
+lacks is NaN in a float column (core's gap marker, written as protojson's
+``"NaN"``: ``protos.STREAM_GAP``) and 0 in an int column (dense); sample times
+are made strictly increasing (a duplicate keeps the last sample). The device (manufacturer and product) goes into ``extra`` because
 the payload has no device field.
 """
 
@@ -25,9 +25,10 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from workers.providers.protos import STREAM_GAP
+
 SEMICIRCLE_DEG = 180.0 / 2**31
 STREAM_RESOLUTION_HZ = 1.0
-GAP = "NaN"  # a missing float sample: protojson spells a NaN double as the string "NaN" (core's gap marker)
 FIT_EPOCH_UNIX = 631065600  # 1989-12-31T00:00:00Z: FIT's local_timestamp counts from here
 SECONDS_PER_HOUR = 3600
 FALLBACK_TYPE = "WORKOUT"
@@ -301,7 +302,7 @@ def map_stream(messages: dict[str, list[dict[str, Any]]]) -> dict[str, Any] | No
         values = [_first(r, names) for r in kept]
         if all(v is None for v in values):
             continue
-        columns[column] = [(int(v) if v is not None else 0) if as_int else (v if v is not None else GAP)
+        columns[column] = [(int(v) if v is not None else 0) if as_int else (v if v is not None else STREAM_GAP)
                            for v in values]
         channels.append(f"STREAM_CHANNEL_{channel}")
     if channels:
@@ -312,7 +313,7 @@ def map_stream(messages: dict[str, list[dict[str, Any]]]) -> dict[str, Any] | No
 
 def _degrees(value: Any) -> float | str:
     number = _num(value)
-    return number * SEMICIRCLE_DEG if number is not None else GAP
+    return number * SEMICIRCLE_DEG if number is not None else STREAM_GAP
 
 
 def _gear_name(gear: dict[str, Any]) -> str:
