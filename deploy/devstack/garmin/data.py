@@ -107,7 +107,8 @@ def write_fit(activity: FakeActivity) -> bytes:
     builder.add(file_id)
     device = DeviceInfoMessage()
     device.timestamp, device.device_index = _ms(start), 0
-    device.manufacturer, device.product, device.software_version = Manufacturer.GARMIN.value, GARMIN_PRODUCT_FR955, 21.19
+    device.manufacturer, device.product = Manufacturer.GARMIN.value, GARMIN_PRODUCT_FR955
+    device.software_version = 21.19
     builder.add(device)
     builder.add(_event(start, EventType.START))
     seed = activity.activity_id % 97
@@ -131,7 +132,8 @@ def write_fit(activity: FakeActivity) -> bytes:
     half = DURATION_S // 2
     for n in (0, 1):
         lap = LapMessage()
-        lap.timestamp, lap.start_time = _ms(start + timedelta(seconds=half * (n + 1))), _ms(start + timedelta(seconds=half * n))
+        lap.start_time = _ms(start + timedelta(seconds=half * n))
+        lap.timestamp = _ms(start + timedelta(seconds=half * (n + 1)))
         lap.total_elapsed_time, lap.total_timer_time = float(half), float(half - 10)
         lap.total_distance, lap.avg_heart_rate, lap.max_heart_rate = speed * half, 130 + n, 149
         lap.total_ascent = 8 + n
