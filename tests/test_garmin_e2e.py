@@ -216,14 +216,23 @@ def test_429_and_5xx_nak_with_delay_and_the_redelivery_imports(stack: GarminStac
     assert any("nak fetch_source" in line and reason in line for line in stack.all_logs().splitlines())
 
 
-def test_the_conformance_check_passes_against_the_garmin_pool(stack: GarminStack) -> None:
-    assert stack.core is not None and stack.nats is not None
+def _check(stack: GarminStack, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``switchyard check cairn`` as an operator runs it (its own process, core's NATS access)."""
+    assert stack.nats is not None
+    return subprocess.run([sys.executable, "-m", "ops", "check", "cairn", "--nats", stack.nats.url,
+                           "--provider", GARMIN, "--worker-name", stack.pool, "--timeout", "15", *extra],
+                          cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+
+
+@pytest.mark.parametrize("with_user", [True, False], ids=["active", "active-without-user-id"])
+def test_the_conformance_check_passes_against_the_garmin_pool(stack: GarminStack, with_user: bool) -> None:
+    """The suite the Strava pool passes (tests/test_cairn_check.py), against the Garmin pool; without
+    ``--user-id`` (the Go harness's own reconcile body) the pool answers without listing anyone."""
+    assert stack.core is not None
     wait_until(lambda: stack.core.live_presence(stack.pool), WAIT_S, "the pool's presence")  # type: ignore[union-attr]
-    acct, _ = stack.connect_garmin(n_activities=1)
-    out = subprocess.run([sys.executable, "-m", "ops", "check", "cairn", "--nats", stack.nats.url,
-                          "--provider", GARMIN, "--worker-name", stack.pool, "--timeout", "15", "--active",
-                          "--account-id", acct.account_id, "--user-id", acct.user_id],
-                         cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+    acct, account = stack.connect_garmin(n_activities=1)
+    out = _check(stack, "--active", "--account-id", acct.account_id,
+                 *(("--user-id", acct.user_id) if with_user else ()))
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     for name in ("presence heartbeat", f"consumer for cairn.jobs.fetch_source.{GARMIN}.{stack.pool}",
@@ -231,6 +240,9 @@ def test_the_conformance_check_passes_against_the_garmin_pool(stack: GarminStack
                  f"consumer for cairn.jobs.parse_blob.{GARMIN}.{stack.pool}",
                  "discover request/reply", "reconcile round-trip"):
         assert f"PASS  {name}" in lines, out.stdout
+    assert lines[-1] == "worker is contract-compliant"
+    if not with_user:
+        assert stack.garmin is not None and stack.garmin.logins(account.email) == 0  # nothing listed
     manifest = stack.core.manifests()[stack.pool]
     meta = manifest["provider_meta"]
     assert meta["auth_method"] == "credentials" and "oauth" not in meta
