@@ -42,6 +42,10 @@ from workers.providers.models import (
 from workers.providers.webhooks import WebhookRules
 from workers.providers.windows import RateWindow
 
+# The manifest's ``auth_method`` (contract §1): how a pool's jobs get their credentials (§9).
+AUTH_OAUTH2 = "oauth2"  # an access token per job from cairn.tokens.<provider>.get (Strava)
+AUTH_CREDENTIALS = "credentials"  # the connection's login per job from cairn.creds.<provider>.get (Garmin)
+
 
 class Provider(abc.ABC):
     """One provider API behind the contract's job kinds. Stateless between calls.
@@ -78,7 +82,7 @@ class Provider(abc.ABC):
 
         A pool without ``provider_meta`` (links no accounts itself) uses core's token store.
         """
-        return str((self.manifest_meta() or {}).get("auth_method") or "oauth2")
+        return str((self.manifest_meta() or {}).get("auth_method") or AUTH_OAUTH2)
 
     def rate_windows(self) -> Sequence[RateWindow]:
         """The budget windows of one provider app, kept in the shared ``cairn_rate_limits`` KV.

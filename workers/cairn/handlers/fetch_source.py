@@ -35,13 +35,12 @@ from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, ack, na
 from workers.cairn.handlers.context import Delivery, JobContext
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import activity_result_msg_id, result_subject
+from workers.providers.base import AUTH_CREDENTIALS
 from workers.providers.context import Login, ProviderContext
 from workers.providers.kinds import FETCH_SOURCE
 from workers.providers.models import FetchOutcome
 
 log = logging.getLogger(__name__)
-
-CREDENTIALS = "credentials"  # the manifest's auth_method of a login-based provider (contract §1)
 
 
 def provider_context(ctx: JobContext, job: Any) -> ProviderContext:
@@ -59,7 +58,7 @@ def provider_context(ctx: JobContext, job: Any) -> ProviderContext:
     and import_gear jobs carry a reason, the others spend the default.
     """
     account_id = str(job.account_id)
-    if ctx.provider.auth_method() == CREDENTIALS:
+    if ctx.provider.auth_method() == AUTH_CREDENTIALS:
         creds = fetch_creds(ctx, account_id)
         return build_provider_context(ctx, job, app_id=account_id,
                                       login=Login(creds.client_id, creds.client_secret))

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from workers.config import load_settings
-from workers.providers.base import Provider
+from workers.providers.base import AUTH_CREDENTIALS, Provider
 from workers.providers.context import ProviderContext
 from workers.providers.errors import ProviderError, ProviderPermanentError, ProviderRateLimited
 from workers.providers.garmin.dataset import (
@@ -110,7 +110,7 @@ class GarminProvider(Provider):
             "display_name": DISPLAY_NAME,
             "activity_url_template": ACTIVITY_URL_TEMPLATE,
             "setup_docs_url": SETUP_DOCS_URL,
-            "auth_method": "credentials",
+            "auth_method": AUTH_CREDENTIALS,
             "config_fields": [
                 {"key": "client_id", "label": "Garmin Connect email",
                  "help": "The email you sign in to connect.garmin.com with."},
