@@ -5,10 +5,11 @@ Errors are classes, not messages, and they know nothing of NATS (nothing under
 (``workers/cairn/handlers/failure.py``) turns ``ProviderRateLimited`` into a
 NAK with a delay anchored to the real window, ``ProviderNotFound`` and
 ``ProviderPermanentError`` into failure envelope + Term, ``ProviderAuthError``
-into needs-reauth, ``ProviderAccountBlocked`` (MFA, locked) into envelope + Term, and ``ProviderTransientError`` into a plain NAK. Every
-error carries the contract's ``code`` and worker ``ErrorClass`` name so the
-caller can build a failure envelope without knowing the provider. Messages
-never carry tokens or client secrets.
+into needs-reauth, ``ProviderAccountBlocked`` (MFA, locked) into envelope +
+Term, and ``ProviderTransientError`` into a plain NAK. Every error carries
+the contract's ``code`` and worker ``ErrorClass`` name so the caller can build
+a failure envelope without knowing the provider. Messages never carry tokens
+or client secrets.
 """
 
 from __future__ import annotations

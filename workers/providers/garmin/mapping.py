@@ -14,8 +14,9 @@ keep the first session's sport; ``moving`` is the session's
 excludes pauses); positions are semicircles (× 180 / 2³¹); a value a record
 lacks is NaN in a float column (core's gap marker, written as protojson's
 ``"NaN"``: ``protos.STREAM_GAP``) and 0 in an int column (dense); sample times
-are made strictly increasing (a duplicate keeps the last sample). The device (manufacturer and product) goes into ``extra`` because
-the payload has no device field.
+are made strictly increasing (a duplicate keeps the last sample). The device
+(manufacturer and product) goes into ``extra`` because the payload has no
+device field.
 """
 
 from __future__ import annotations
