@@ -28,14 +28,8 @@ from fit_tool.profile.messages.record_message import RecordMessage
 from fit_tool.profile.messages.session_message import SessionMessage
 from fit_tool.profile.profile_type import FileType, Manufacturer, Sport, SubSport
 
-from workers.providers.errors import ProviderPermanentError
-from workers.providers.garmin.dataset import (
-    CorruptArchive,
-    UnmappableActivity,
-    UnsupportedDataset,
-    build_archive,
-    parse_dataset,
-)
+from workers.providers.errors import ProviderPermanentError, UnsupportedDataset
+from workers.providers.garmin.dataset import CorruptArchive, UnmappableActivity, build_archive, parse_dataset
 from workers.providers.garmin.fit import CorruptFit, UnsupportedFile, fit_from_download
 from workers.providers.garmin.mapping import classify_sport
 from workers.providers.protos import worker_events

@@ -27,10 +27,11 @@ from workers.providers.errors import (
     ProviderNotFound,
     ProviderPermanentError,
     ProviderRateLimited,
+    UnsupportedDataset,
 )
 from workers.providers.models import DiscoverRequest
 from workers.providers.registry import get_provider
-from workers.providers.strava.dataset import UnmappableActivity, UnsupportedDataset, build_archive, parse_archive
+from workers.providers.strava.dataset import UnmappableActivity, build_archive, parse_archive
 from workers.providers.strava.mapping import classify_sport, ingest_problems, map_activity, map_streams
 from workers.providers.strava.models import StravaActivity
 from workers.providers.strava.provider import StravaProvider

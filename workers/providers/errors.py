@@ -69,6 +69,25 @@ class ProviderAccountBlocked(ProviderError, PermanentJobError):
     error_class = "ERROR_CLASS_AUTH_INVALID"
 
 
+class UnsupportedDataset(ProviderTransientError):
+    """A raw archive of another dataset version than this parser reads (contract §1): NAK, so a
+    pool that reads it (an older or newer release) takes the parse_blob job."""
+
+    code = "unsupported_dataset"
+
+
+def archive_dataset(version: object, readable: int) -> int:
+    """The dataset ``N`` of an archive's ``version`` (``N`` or ``"N.M"``); ``UnsupportedDataset``
+    unless it is ``readable``, the one this parser reads."""
+    try:
+        dataset = int(str(version).split(".", 1)[0])
+    except ValueError:
+        raise UnsupportedDataset(f"archive dataset {version!r} unreadable") from None
+    if dataset != readable:
+        raise UnsupportedDataset(f"archive dataset {dataset}, this parser reads {readable}")
+    return dataset
+
+
 class ProviderRateLimited(ProviderError, RetryableJobError):
     """The provider's (or our shared) budget is spent until ``reset_at``.
 

@@ -13,7 +13,7 @@ The archive is a zip (``application/zip``), because its main input is binary:
 
 Entries carry a fixed timestamp, so the same inputs always give the same
 bytes. A zip or FIT that cannot be read is permanent (envelope + Term); an
-archive of another dataset version is NAKed (``UnsupportedDataset``) so a pool
+archive of another dataset version is NAKed (``errors.UnsupportedDataset``) so a pool
 that reads it takes the job.
 """
 
@@ -26,7 +26,7 @@ import zipfile
 from datetime import UTC, datetime
 from typing import Any
 
-from workers.providers.errors import ProviderPermanentError, ProviderTransientError
+from workers.providers.errors import ProviderPermanentError, archive_dataset
 from workers.providers.garmin.fit import decode_fit
 from workers.providers.garmin.mapping import elapsed_s, map_activity, map_gear, map_stream, start_time, ts
 
@@ -44,12 +44,6 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 class CorruptArchive(ProviderPermanentError):
     code = "corrupt_archive"
-
-
-class UnsupportedDataset(ProviderTransientError):
-    """Another dataset version: NAK so a pool that reads it takes the job."""
-
-    code = "unsupported_dataset"
 
 
 class UnmappableActivity(ProviderPermanentError):
@@ -85,13 +79,7 @@ def read_archive(raw: bytes) -> tuple[dict[str, Any], bytes]:
         raise CorruptArchive("not a Garmin dataset archive") from None
     if not isinstance(envelope, dict):
         raise CorruptArchive("archive envelope is not an object")
-    version = envelope.get("version", DATASET_VERSION)
-    try:
-        dataset = int(str(version).split(".", 1)[0])
-    except ValueError:
-        raise UnsupportedDataset(f"archive dataset {version!r} unreadable") from None
-    if dataset != DATASET_VERSION:
-        raise UnsupportedDataset(f"archive dataset {dataset}, this parser reads {DATASET_VERSION}")
+    archive_dataset(envelope.get("version", DATASET_VERSION), DATASET_VERSION)
     try:
         fit = _entry(archive, FIT_ENTRY, MAX_FIT_BYTES)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError, EOFError):
