@@ -3,7 +3,7 @@
 It serves what the Garmin pool's library (garth) really sends, on Garmin's own
 host names, over TLS: an HTTPS server on loopback with a certificate for
 ``sso.garmin.com``, ``connectapi.garmin.com`` and ``thegarth.s3.amazonaws.com``
-(``tls.py``, its own throwaway CA), reached through a CONNECT proxy
+(``deploy/devstack/tls.py``, a throwaway CA of its own), reached through a CONNECT proxy
 (``proxy.py``). A pool points at it with three variables, no system file
 touched (``FakeGarmin.pool_env``)::
 
@@ -31,7 +31,7 @@ from deploy.devstack.garmin.connect import ConnectRoutes
 from deploy.devstack.garmin.data import FakeAccount, FakeActivity
 from deploy.devstack.garmin.proxy import ConnectProxy
 from deploy.devstack.garmin.sso import ENDPOINTS, Fault, GarminState, RequestRecord, SsoRoutes
-from deploy.devstack.garmin.tls import issue
+from deploy.devstack.tls import issue
 from deploy.devstack.http_server import BackgroundServer
 
 __all__ = ["DOMAIN", "ENDPOINTS", "FakeAccount", "FakeActivity", "FakeGarmin", "RequestRecord"]

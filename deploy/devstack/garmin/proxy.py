@@ -17,7 +17,7 @@ import socketserver
 import threading
 from collections.abc import Collection
 
-from deploy.devstack.http_server import LOOPBACK
+from deploy.devstack.services import listen_host
 
 HEAD_LIMIT_BYTES = 16 * 1024
 RELAY_CHUNK_BYTES = 64 * 1024
@@ -42,7 +42,7 @@ class _Handler(socketserver.BaseRequestHandler):
             client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
             return
         self.server.tunnels.append(host)
-        with socket.create_connection((LOOPBACK, self.server.upstream_port)) as upstream:
+        with socket.create_connection((listen_host(), self.server.upstream_port)) as upstream:
             self.server.open_sockets.update((client, upstream))
             try:
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -71,13 +71,14 @@ def _relay(a: socket.socket, b: socket.socket) -> None:
 
 
 class ConnectProxy(socketserver.ThreadingTCPServer):
-    """``CONNECT <host>:443`` for ``hosts`` → ``127.0.0.1:<upstream_port>``; a free port of its own."""
+    """``CONNECT <host>:443`` for ``hosts`` → ``<listen address>:<upstream_port>`` (loopback unless a hosts
+    rig's core host); a free port of its own."""
 
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, hosts: Collection[str], upstream_port: int) -> None:
-        super().__init__((LOOPBACK, 0), _Handler)
+        super().__init__((listen_host(), 0), _Handler)
         self.hosts, self.upstream_port = frozenset(hosts), upstream_port
         self.tunnels: list[str] = []  # the host of every tunnel opened (tests: traffic went through us)
         self.open_sockets: set[socket.socket] = set()  # closed at stop, so the upstream server can exit
@@ -85,7 +86,7 @@ class ConnectProxy(socketserver.ThreadingTCPServer):
 
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.server_address[1]}"
+        return f"http://{listen_host()}:{self.server_address[1]}"
 
     def start(self) -> ConnectProxy:
         self._thread = threading.Thread(target=self.serve_forever, name="fake-garmin-proxy", daemon=True)
