@@ -217,9 +217,12 @@ def test_429_and_5xx_nak_with_delay_and_the_redelivery_imports(stack: GarminStac
 
 
 def _check(stack: GarminStack, *extra: str) -> subprocess.CompletedProcess[str]:
-    """``switchyard check cairn`` as an operator runs it (its own process, core's NATS access)."""
+    """``switchyard check cairn`` as core's operators run it: its own process, core's NATS login (the
+    environment holds the pool's)."""
     assert stack.nats is not None
+    core = stack.nats_auth.core
     return subprocess.run([sys.executable, "-m", "ops", "check", "cairn", "--nats", stack.nats.url,
+                           "--user", core.user, "--password", core.password,
                            "--provider", GARMIN, "--worker-name", stack.pool, "--timeout", "15", *extra],
                           cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
 

@@ -31,8 +31,8 @@ from deploy.devstack.garmin.connect import ConnectRoutes
 from deploy.devstack.garmin.data import FakeAccount, FakeActivity
 from deploy.devstack.garmin.proxy import ConnectProxy
 from deploy.devstack.garmin.sso import ENDPOINTS, Fault, GarminState, RequestRecord, SsoRoutes
-from deploy.devstack.tls import issue
 from deploy.devstack.http_server import BackgroundServer
+from deploy.devstack.tls import issue
 
 __all__ = ["DOMAIN", "ENDPOINTS", "FakeAccount", "FakeActivity", "FakeGarmin", "RequestRecord"]
 
