@@ -32,7 +32,7 @@ from deploy.devstack import services
 from deploy.devstack.cairn_stack import CairnStack
 from deploy.devstack.latency import LatencyMiddleware
 from deploy.devstack.procfile import entries as procfile_entries
-from deploy.devstack.procfile import runnable
+from deploy.devstack.procfile import provider_of, runnable
 from deploy.devstack.procs import Proc
 from deploy.devstack.stack import BOT_TOKEN, ROOT, fleet_env
 from deploy.devstack.strava import FakeStrava
@@ -54,9 +54,11 @@ PROVIDER_CONCURRENCY = 4
 
 
 def formation(procfile: dict[str, str]) -> dict[str, int]:
-    """Dynos per process type: every runnable type of the Procfile (a pool's line whose provider is
-    installed) except ``NOT_RUN``, ``gpu`` scaled to ``GPU_SLOTS``."""
-    return {kind: GPU_SLOTS if kind == "gpu" else 1 for kind in runnable(procfile)[0] if kind not in NOT_RUN}
+    """Dynos per process type: every runnable type of the Procfile except ``NOT_RUN`` and the lines of
+    a pool the harness feeds no jobs (a line naming its own provider: the Garmin pool's), ``gpu`` scaled
+    to ``GPU_SLOTS``. An idle pool's dynos would only draw kills away from the ones holding work."""
+    return {kind: GPU_SLOTS if kind == "gpu" else 1 for kind, command in runnable(procfile)[0].items()
+            if kind not in NOT_RUN and provider_of(command) in (None, PROVIDER)}
 
 
 def is_celery_worker(command: str) -> bool:

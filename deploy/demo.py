@@ -1,16 +1,20 @@
 """``make demo``: the main job on the embedded stack, unattended, from a fresh machine.
 
 1. Starts deploy/devstack: Redis, nats-server (JetStream), moto S3, the dev
-   Voicy Worker API, the dev Cairn core, fake Telegram and fake Strava.
+   Voicy Worker API, the dev Cairn core, fake Telegram, fake Strava and fake
+   Garmin Connect.
 2. Starts the whole Procfile fleet on loopback, one process per type, as
    Heroku runs it (``deploy.devstack.procfile``; Flower on
    http://127.0.0.1:5555, user ``demo``, password printed at start). Each
    process logs to its own file in a directory kept after the demo exits.
 3. Enqueues the voice fixtures (and, in the full run, one long message stitched
-   from them) and connects a fake Strava athlete.
+   from them), connects a fake Strava athlete on the Strava pool and a Garmin
+   Connect login on the Garmin pool (the Procfile's ``garmin_bridge`` and
+   ``garmin`` lines, on their own queue ``provider.garmin-fetcher``).
 4. Draws a bar per transcription from the segments the worker streams (the
-   parts of its progress posts), and labelled Cairn counters; then prints the
-   transcripts and the imported activities in date order, and a summary.
+   parts of its progress posts), and labelled Cairn counters per pool; then
+   prints the transcripts and each pool's imported activities in date order,
+   and a summary.
 5. Asks ``switchyard health`` for the running fleet's verdict, and after the
    stop reads every process's log against the log budget: the ``HEALTH`` line
    (``deploy/demo_health.py``). ``--serve`` keeps it all up before the stop.
@@ -46,7 +50,8 @@ from faster_whisper.audio import decode_audio
 
 from deploy import demo_health, demo_webhook
 from deploy.devstack import procfile, services
-from deploy.devstack.cairn_stack import CairnStack, Pool
+from deploy.devstack.cairn_stack import CairnStack, Pool, clean_env
+from deploy.devstack.garmin.kit import GarminKit
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.strava.kit import StravaKit
@@ -60,10 +65,13 @@ PLAIN_PRINT_INTERVAL_S = 5.0  # print period when stdout is not a terminal (CI, 
 BAR_WIDTH = 30
 ATHLETE_ID = 424242
 STRAVA_POOL = "strava-fetcher"  # the Procfile's default pool name (its provider line reads CAIRN_WORKER_NAME)
-POOLS = (("strava", STRAVA_POOL),)  # (provider, pool name) of every pool the demo runs
+GARMIN_POOL = "garmin-fetcher"  # the pool the Procfile's garmin_bridge and garmin lines name
+POOLS = (("strava", STRAVA_POOL), ("garmin", GARMIN_POOL))  # (provider, pool name) of every pool the demo runs
 DEMO_STACK_NAME = "demo"  # core's bucket is cairn-demo
 FULL_ACTIVITIES = 20
 SHORT_ACTIVITIES = 5
+GARMIN_FULL_ACTIVITIES = 6  # the Garmin login's activities (a FIT original each: heavier to write and parse)
+GARMIN_SHORT_ACTIVITIES = 2
 SHORT_FIXTURES = 2
 ACTIVITIES_SHOWN = 25
 TRANSCRIPT_SHOWN_CHARS = 600  # the long message's transcript is cut here in the summary
@@ -75,12 +83,14 @@ DESCRIPTION = """\
 Run the whole Switchyard fleet on an embedded stack and show both sides working.
 
 Starts Redis, NATS JetStream, S3 (moto), a dev Voicy Worker API, a dev Cairn
-core and fake Telegram and Strava APIs on 127.0.0.1, then the Procfile fleet,
-one process per type (Flower on http://127.0.0.1:5555). Enqueues voice messages and
-connects a fake Strava athlete, draws a bar per transcription from the
-segments the worker streams, counts what Cairn core published and received,
-and prints the transcripts and the imported activities; then the fleet's
-health verdict and its log budget (the HEALTH line).
+core and fake Telegram, Strava and Garmin Connect APIs on 127.0.0.1, then the
+Procfile fleet, one process per type (Flower on http://127.0.0.1:5555), with a
+Strava pool and a Garmin pool side by side. Enqueues voice messages, connects
+a fake Strava athlete and a Garmin Connect login, draws a bar per
+transcription from the segments the worker streams, counts what Cairn core
+published and received per pool, and prints the transcripts and each pool's
+imported activities; then the fleet's health verdict and its log budget (the
+HEALTH line).
 
 Ctrl-C stops the fleet first, then the fake services, NATS and Redis."""
 EPILOG = """\
@@ -172,8 +182,8 @@ class Demo:
         self.fleet: procfile.Fleet | None = None
         self.env: dict[str, str] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
-        self.account_id = ""
-        self.expected_activities = SHORT_ACTIVITIES if short else FULL_ACTIVITIES
+        self.expected = {STRAVA_POOL: SHORT_ACTIVITIES if short else FULL_ACTIVITIES,
+                         GARMIN_POOL: GARMIN_SHORT_ACTIVITIES if short else GARMIN_FULL_ACTIVITIES}
         self.flower_password = secrets.token_urlsafe(12)
         # (what, how to stop it), in start order; close() stops them in reverse.
         self._started: list[tuple[str, Callable[[], None]]] = []
@@ -191,9 +201,9 @@ class Demo:
         self._started_as("the dev Voicy API", self.voicy.stop)
         self.telegram = FakeTelegram(BOT_TOKEN).start()
         self._started_as("fake Telegram", self.telegram.stop)
-        self.strava_kit = StravaKit(FakeStrava())
+        self.strava_kit, self.garmin_kit = StravaKit(FakeStrava()), GarminKit()
         self.cairn = CairnStack(self.tmp / "cairn", redis_url=self.redis.url, s3_endpoint=self.s3.url,
-                                fakes=[self.strava_kit], name=DEMO_STACK_NAME,
+                                fakes=[self.strava_kit, self.garmin_kit], name=DEMO_STACK_NAME,
                                 pools=[Pool(provider, name) for provider, name in POOLS])  # core's worker template
         self._started_as("the Cairn stack (the fakes, the dev Cairn core, NATS)", self.cairn.stop)
         self.cairn.start()
@@ -201,10 +211,11 @@ class Demo:
         self.core, self.strava = self.cairn.core, self.strava_kit.fake
         self.pools = [self.cairn.pool(provider, name) for provider, name in POOLS]
         say(f"stack: Redis {self.redis.url}, NATS {self.cairn.nats.url}, S3 {self.s3.url}, "
-            f"dev Voicy {self.voicy.url}, fake Telegram {self.telegram.url}, fake Strava {self.strava.base_url}")
+            f"dev Voicy {self.voicy.url}, fake Telegram {self.telegram.url}, fake Strava {self.strava.base_url}, "
+            f"fake Garmin Connect via proxy {self.garmin_kit.pool_env()['CAIRN_GARMIN_PROXY_URL']}")
 
     def fleet_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
+        env = clean_env()  # no ambient deployment's variables, no CA bundle overriding the fakes'
         env.update({
             "REDIS_URL": self.redis.url, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
             "VOICY_WORKER_API_URL": self.voicy.url, "VOICY_WORKER_TOKEN": self.voicy.create_client("demo"),
@@ -212,7 +223,7 @@ class Demo:
             "VOICY_WORKER_MODEL": TINY_MODEL_DIR, "VOICY_WORKER_WORK_DIR": str(self.tmp / "media"),
             "VOICY_WORKER_PROGRESS_INTERVAL_MS": "1000", "VOICY_WORKER_LEASE_TTL_MS": "5000",
             "FLOWER_USER": "demo", "FLOWER_PASSWORD": self.flower_password,
-            "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4",
+            "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4", "GARMIN_CONCURRENCY": "2",
             "PATH": f"{Path(sys.executable).parent}:" + os.environ.get("PATH", ""),
         })
         for pool in self.pools:  # the Procfile's lines name each pool's provider and name; its login is its own
@@ -238,13 +249,15 @@ class Demo:
             data, duration_s = long_message(audio_manifest())
             self._enqueue_voice("long", data, duration_s, mime_type="audio/wav", source_kind="audio",
                                 file_name="long.wav")
-        (strava_pool,) = self.pools
-        account = self.strava_kit.connect(self.core, strava_pool, self.expected_activities, athlete_id=ATHLETE_ID)
-        self.account_id = account.account_id
-        self.core.schedule_reconcile(self.account_id)
-        say(f"enqueued {len(self.jobs)} voice messages and connected a Strava athlete with "
-            f"{self.expected_activities} activities on pool {strava_pool.worker_name}")
-        say("cairn: core publishes one reconcile job; the pool lists the athlete and enqueues one "
+        strava_pool, garmin_pool = self.pools
+        athlete = self.strava_kit.connect(self.core, strava_pool, self.expected[STRAVA_POOL], athlete_id=ATHLETE_ID)
+        login = self.garmin_kit.connect(self.core, garmin_pool, self.expected[GARMIN_POOL])
+        for connected in (athlete, login):
+            self.core.schedule_reconcile(connected.account_id)
+        say(f"enqueued {len(self.jobs)} voice messages, connected a Strava athlete with "
+            f"{self.expected[STRAVA_POOL]} activities on pool {strava_pool.worker_name} and a Garmin Connect login "
+            f"with {self.expected[GARMIN_POOL]} on pool {garmin_pool.worker_name}")
+        say("cairn: core publishes one reconcile job per account; each pool lists its account and enqueues one "
             "fetch_source job per activity itself, so core receives more results than it published jobs")
 
     def _enqueue_voice(self, name: str, data: bytes, duration_s: float, **job: Any) -> None:
@@ -254,8 +267,10 @@ class Demo:
         self.jobs[job_id] = {"name": name, "duration_s": duration_s}
 
     # --- live view -------------------------------------------------------------------------------
-    def _activity_results(self) -> list[Any]:
-        return [r for r in self.core.ingested if r.kind == "events"]
+    def _activity_results(self, pool: str) -> list[Any]:
+        """The pool's results that import an activity (an import_gear result is ``events`` too)."""
+        return [r for r in self.core.ingested if r.kind == "events" and r.pool == pool
+                and any("activity" in ev for ev in r.data.get("events", []))]
 
     def rows(self) -> list[str]:
         rows = [bar(item["name"], self.voicy.get_job(job_id), item["duration_s"])
@@ -264,12 +279,14 @@ class Demo:
         rows.append(f"  cairn: jobs published by core {len(self.core.published_jobs)} | results accepted by "
                     f"core {sum(kinds.values())} (activity {kinds['events']}, reconcile {kinds['reconcile']}, "
                     f"failure {kinds['failure']}) | results rejected {len(self.core.rejected)}")
-        rows.append(f"  cairn: activities imported {len(self._activity_results())}/{self.expected_activities}")
+        rows.append("  cairn: activities imported " + " | ".join(  # each pool's own
+            f"{p.worker_name} ({p.provider}) {len(self._activity_results(p.worker_name))}/"
+            f"{self.expected[p.worker_name]}" for p in self.pools))
         return rows
 
     def done(self) -> bool:
         voicy = all(self.voicy.get_job(j)["status"] in ("completed", "failed") for j in self.jobs)
-        return voicy and len(self._activity_results()) >= self.expected_activities
+        return voicy and all(len(self._activity_results(pool)) >= n for pool, n in self.expected.items())
 
     def watch(self, timeout_s: float) -> bool:
         tty = sys.stdout.isatty()
@@ -305,13 +322,17 @@ class Demo:
             if len(text) > TRANSCRIPT_SHOWN_CHARS:
                 text = f"{text[:TRANSCRIPT_SHOWN_CHARS]}… ({len(text)} characters)"
             say(f"[{item['name']}] {job['status']}: {text}")
-        results = self._activity_results()
-        say("\n== imported activities (by start time) ==")
-        for p in activity_payloads(results)[:ACTIVITIES_SHOWN]:
-            say(f"  {p.get('startTime', '?')}  {p.get('type', '?'):<22} {p.get('title', '')}")
-        ok = completed == len(self.jobs) and len(results) >= self.expected_activities
-        say(f"\nSUMMARY voicy_completed={completed}/{len(self.jobs)} "
-            f"cairn_activities={len(results)}/{self.expected_activities} "
+        for pool in self.pools:
+            say(f"\n== imported activities of pool {pool.worker_name} ({pool.provider}), by start time ==")
+            for p in activity_payloads(self._activity_results(pool.worker_name))[:ACTIVITIES_SHOWN]:
+                say(f"  {p.get('startTime', '?')}  {p.get('type', '?'):<22} {p.get('title', '')}")
+        say("\npools: " + " | ".join(f"{p.worker_name} ({p.provider}): {len(self.core.live_presence(p.worker_name))} "
+                                     f"live, {len(self._activity_results(p.worker_name))} activities"
+                                     for p in self.pools))
+        ok = completed == len(self.jobs) and self.done()
+        imported = " ".join(f"{p.provider}_activities={len(self._activity_results(p.worker_name))}/"
+                            f"{self.expected[p.worker_name]}" for p in self.pools)
+        say(f"\nSUMMARY voicy_completed={completed}/{len(self.jobs)} {imported} "
             f"cairn_rejected={len(self.core.rejected)} status={'ok' if ok else 'incomplete'}")
         return 0 if ok else 1
 
@@ -340,8 +361,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m deploy.demo", description=DESCRIPTION,
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--short", action="store_true",
-                   help=f"{SHORT_FIXTURES + 1} voice messages and {SHORT_ACTIVITIES} activities instead of "
-                        f"every fixture, a long message and {FULL_ACTIVITIES} activities (what the tests run)")
+                   help=f"{SHORT_FIXTURES + 1} voice messages and {SHORT_ACTIVITIES} Strava and "
+                        f"{GARMIN_SHORT_ACTIVITIES} Garmin activities instead of every fixture, a long message and "
+                        f"{FULL_ACTIVITIES} and {GARMIN_FULL_ACTIVITIES} activities (what the tests run)")
     p.add_argument("--serve", action="store_true",
                    help="keep the stack and the fleet up after the run, until Ctrl-C")
     p.add_argument("--timeout", type=float, default=DEMO_TIMEOUT_S, metavar="SECONDS",

@@ -15,7 +15,7 @@ from deploy.devstack import services
 from deploy.devstack.strava import FakeStrava
 from workers.cairn import subjects
 from workers.cairn.handlers.context import JobContext
-from workers.cairn.handlers.fetch_source import provider_context
+from workers.cairn.handlers.fetch_source import build_provider_context
 from workers.cairn.jobs import FetchSourceJob
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
@@ -202,7 +202,8 @@ def test_the_provider_picks_the_window_a_job_spends(limiter: RateLimiter) -> Non
                 app_id = app()
                 job = FetchSourceJob(job_id="j", account_id="a", user_id="u", ext_id=ext_id, fetch_streams=False,
                                      reason=reason)
-                pctx = provider_context(ctx, job, strava.athlete(athlete).access_token, app_id)
+                pctx = build_provider_context(ctx, job, access_token=strava.athlete(athlete).access_token,
+                                              app_id=app_id)
                 assert pctx.bucket == bucket
                 provider.fetch_source(pctx, job)
                 # Strava reports short and daily usage (synced over our reservations), never webhook

@@ -36,7 +36,8 @@ def test_demo_short_mode_completes_both_sides() -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     summary = [line for line in out.splitlines() if line.startswith("SUMMARY ")]
-    assert summary == ["SUMMARY voicy_completed=3/3 cairn_activities=5/5 cairn_rejected=0 status=ok"], out[-4000:]
+    assert summary == ["SUMMARY voicy_completed=3/3 strava_activities=5/5 garmin_activities=2/2 "
+                       "cairn_rejected=0 status=ok"], out[-4000:]
     # H1: the running fleet's verdict, then every process's log read after the stop (a plain demo expects
     # nothing beyond the fleet's own stop; the presence bug of issue 14 made this line unhealthy)
     health = [line for line in out.splitlines() if line.startswith("HEALTH ")]
@@ -44,6 +45,10 @@ def test_demo_short_mode_completes_both_sides() -> None:
     assert "Flower: http://127.0.0.1:5555" in out
     assert "== transcripts ==" in out and "market" in out.lower()
     assert "ACTIVITY_TYPE_" in out
+    assert "== imported activities of pool garmin-fetcher (garmin), by start time ==" in out
+    # both pools side by side, each with its own presence and its own imports
+    assert "pools: strava-fetcher (strava): 1 live, 5 activities | garmin-fetcher (garmin): 1 live, 2 activities" \
+        in out.splitlines(), out[-4000:]
 
 
 # A job neither queued nor final: Ctrl-C then interrupts real work (a "completed" row may be the last one).
@@ -51,7 +56,7 @@ STATE_IN_FLIGHT = re.compile(r"\] \d\d:\d\d/\d\d:\d\d (downloading|ready|transcr
 STOP_ORDER = ["stopping the fleet", "stopping the Cairn stack (the fakes, the dev Cairn core, NATS)",
               "stopping fake Telegram", "stopping the dev Voicy API", "stopping S3", "stopping Redis"]
 FLEET_LOGS = re.compile(r"its logs, one per process: (\S+)")
-POOLS = ("gpu", "io", "provider")
+POOLS = ("gpu", "io", "provider", "garmin")  # every Celery worker line of the Procfile
 
 
 def _sigint_default() -> None:

@@ -1,24 +1,25 @@
 """C6: provider pools side by side in one fleet, on one Redis and one NATS, through the Procfile's lines.
 
-Three pools share a Redis, a nats-server with JetStream and the dev core:
+Four pools share a Redis, a nats-server with JetStream and the dev core:
 
 * the Strava pool;
+* the Garmin pool (credentials logins, FIT originals, the fake Garmin Connect), on the
+  Procfile's own ``garmin_bridge`` and ``garmin`` lines, which name it ``garmin-fetcher``;
 * a second Strava pool under another name (same provider, same fake Strava, its own
   athletes): only the pool tells the two apart, the case a queue per *provider* would miss;
 * the ``filedrop`` pool, another provider shipped as its own distribution (tests/filedrop.py).
 
-Each pool runs the Procfile's own command lines (``cairn_bridge`` and ``provider``, with
-the pool's ``CAIRN_PROVIDER`` / ``CAIRN_WORKER_NAME``), and Flower runs its ``web`` line.
+Each pool runs the Procfile's own command lines (``cairn_bridge`` and ``provider`` with
+the pool's ``CAIRN_PROVIDER`` / ``CAIRN_WORKER_NAME``, or the pool's own lines), and
+Flower runs its ``web`` line.
 The second Strava pool's worker is started only after every other pool has finished its
 jobs: with one queue for every pool, the first Strava worker, idle, would have run them
 with its own name; with a queue per pool they wait for their own worker. Then every job
 must have run on its own pool — asserted from what the worker that ran it says (the
 ``worker_name`` stamped on the result from the running worker's settings, the task in
 that worker's log, the worker and queue Flower shows) — and each pool's presence,
-manifest and consumers must be its own.
-
-Garmin joins with its own Procfile lines (``garmin_bridge``, ``garmin``) as one more
-``POOLS`` entry, once its provider and its fake (``deploy/devstack/garmin/``) land.
+manifest and consumers must be its own, and no pool may stray outside core's NATS
+template for it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from celery import Celery
 
 from deploy.devstack import procfile
 from deploy.devstack.cairn_stack import CairnStack, Connected, Pool, ProviderFake
+from deploy.devstack.garmin.kit import GarminKit
 from deploy.devstack.procs import Proc
 from deploy.devstack.services import free_port
 from deploy.devstack.strava.kit import StravaKit
@@ -64,13 +66,14 @@ FLOWER_TIMEOUT_S = 60.0  # a refresh runs several inspect calls
 HELD_START_S = "600"  # CAIRN_TASK_START_DEADLINE_S: the held pool's tasks wait for their worker, not revoked
 FLOWER_USER = "pools"
 STRAVA_PACKAGE = "switchyard.providers.strava"  # CAIRN_WORKER_PACKAGE's default for the strava provider
+GARMIN_PACKAGE = "switchyard.providers.garmin"  # ... and for the garmin provider
 
 
 @dataclass(frozen=True)
 class PoolSpec:
     """One pool of the fleet: its provider, its Procfile lines, its fake, and what it declares."""
 
-    name: str  # the pool's name in this run (CAIRN_WORKER_NAME), made unique per run
+    name: str  # the pool's name (CAIRN_WORKER_NAME), made unique per run unless its lines name it
     provider: str
     fake: Callable[[Path], ProviderFake]  # the provider's fake (given the filedrop site directory)
     package: str  # the worker_package its results and records carry
@@ -83,6 +86,8 @@ class PoolSpec:
 POOLS = (
     PoolSpec("strava", "strava", lambda _: StravaKit(), STRAVA_PACKAGE,
              frozenset({FETCH_SOURCE, RECONCILE, PARSE_BLOB, IMPORT_GEAR})),
+    PoolSpec("garmin", "garmin", lambda _: GarminKit(), GARMIN_PACKAGE,
+             frozenset({FETCH_SOURCE, RECONCILE, PARSE_BLOB}), bridge_line="garmin_bridge", worker_line="garmin"),
     PoolSpec("strava-b", "strava", lambda _: StravaKit(), STRAVA_PACKAGE,
              frozenset({FETCH_SOURCE, RECONCILE, PARSE_BLOB, IMPORT_GEAR}), held=True),
     PoolSpec("filedrop", "filedrop", FileDropKit, DISTRIBUTION, frozenset({FETCH_SOURCE, RECONCILE, PARSE_BLOB})),
@@ -164,12 +169,24 @@ class Fleet:
         redis.Redis.from_url(redis_url).flushall()
         self.stack = CairnStack(tmp / "stack", redis_url=redis_url, s3_endpoint=s3_endpoint,
                                 fakes=list(fakes.values()), name=f"pools-{self.run}").start()
-        self.pools = [RunningPool(spec, pool := Pool(spec.provider, f"{spec.name}-{self.run}"),
+        self.pools = [RunningPool(spec, pool := Pool(spec.provider, self.pool_name(spec)),
                                   self.stack.env(pool, DYNO=f"{pool.worker_name}.1", PROVIDER_CONCURRENCY="1",
-                                                 LOG_LEVEL="INFO", CAIRN_TASK_START_DEADLINE_S=HELD_START_S))
+                                                 GARMIN_CONCURRENCY="1", LOG_LEVEL="INFO",
+                                                 CAIRN_TASK_START_DEADLINE_S=HELD_START_S))
                       for spec in specs]
         self.procs: list[Proc] = []
         self.flower_port, self.flower_password = free_port(), f"pw-{uuid.uuid4().hex}"
+
+    def pool_name(self, spec: PoolSpec) -> str:
+        """The pool's name: the one its own Procfile lines set (both the same, and the provider theirs),
+        else the spec's, unique per run."""
+        lines = procfile.entries()
+        bridge, worker = lines[spec.bridge_line], lines[spec.worker_line]
+        named = procfile.pool_of(bridge)
+        assert named == procfile.pool_of(worker), (spec.bridge_line, spec.worker_line)
+        assert procfile.provider_of(bridge) in (None, spec.provider) and procfile.provider_of(worker) in (
+            None, spec.provider), spec
+        return named or f"{spec.name}-{self.run}"
 
     def launch(self, line: str, env: dict[str, str], log: str, ready: str) -> Proc:
         proc = procfile.run(line, env, self.tmp / f"{log}.log")

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from deploy.devstack.strava import FakeStrava
+from deploy.devstack.strava.data import blank_samples
 from tests.kit.cairn_ctx import RecordingHook
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.providers.context import ProviderContext
@@ -26,10 +27,11 @@ from workers.providers.errors import (
     ProviderNotFound,
     ProviderPermanentError,
     ProviderRateLimited,
+    UnsupportedDataset,
 )
 from workers.providers.models import DiscoverRequest
 from workers.providers.registry import get_provider
-from workers.providers.strava.dataset import UnmappableActivity, UnsupportedDataset, build_archive, parse_archive
+from workers.providers.strava.dataset import UnmappableActivity, build_archive, parse_archive
 from workers.providers.strava.mapping import classify_sport, ingest_problems, map_activity, map_streams
 from workers.providers.strava.models import StravaActivity
 from workers.providers.strava.provider import StravaProvider
@@ -177,7 +179,7 @@ def test_streams_map_columns_gaps_and_clean_timestamps() -> None:
     s = map_streams(streams)
     assert s is not None and s["sampleCount"] == 4 and s["resolutionHz"] == 1.0
     assert s["timeS"] == [0.0, 1.0, 2.0, 4.0]
-    assert s["latitude"][:3] == [47.0, 47.1, 47.25] and math.isnan(s["latitude"][3])
+    assert s["latitude"] == [47.0, 47.1, 47.25, "NaN"]  # a gap: protojson's NaN, as core's parser wants it
     assert s["heartRateBpm"] == [100, 0, 121, 0]
     assert s["altitudeM"][:3] == [400.0, 401.0, 403.0] and s["altitudeM"][3] == 405.5
     assert s["powerW"] == [200, 210, 230, 250]
@@ -267,6 +269,27 @@ def test_fetch_source_emits_gear_before_activity_and_archives(strava: FakeStrava
     out.attach_raw_blob("users/u/strava/uploads/x", size_bytes=out.archive.size_bytes,
                         content_type="application/json")
     assert out.activity["rawBlobId"] == "users/u/strava/uploads/x"
+
+
+def test_a_gap_in_the_streams_is_imported_as_nan_and_parses_strictly(strava: FakeStrava, http: httpx.Client,
+                                                                     provider: StravaProvider) -> None:
+    """A GPS and altimeter dropout: Strava sends ``null`` samples. They stay gaps (NaN, core's per-sample
+    marker in a float column), written as protojson's ``"NaN"`` so core's strict parser takes them; a bare
+    float NaN is refused by ``json_format.ParseDict`` and the whole import failed."""
+    act = activity_with_gear(strava)
+    gap = range(10, 20)
+    blank_samples(strava.athlete(ATHLETE), act["id"], ("latlng", "altitude", "heartrate"), gap)
+    job = Job(ext_id=str(act["id"]))
+    out = provider.fetch_source(ctx_for(strava, http), job)
+    (activity,) = [e.activity for e in out.events if e.HasField("activity")]  # strict, as core parses
+    for column in (activity.stream.latitude, activity.stream.longitude, activity.stream.altitude_m):
+        assert [math.isnan(v) for v in column[8:22]] == [False] * 2 + [True] * 10 + [False] * 2
+    assert list(activity.stream.heart_rate_bpm[10:20]) == [0] * 10  # int columns are dense: 0, never NaN
+    assert out.activity["stream"]["altitudeM"][10] == "NaN"
+    assert out.archive is not None
+    reparsed = provider.parse_blob(bytes(out.archive.body), job)  # the archive keeps Strava's nulls
+    assert ([e.SerializeToString(deterministic=True) for e in reparsed.events]
+            == [e.SerializeToString(deterministic=True) for e in out.events])
 
 
 def test_parse_blob_of_the_archive_is_byte_identical(strava: FakeStrava, http: httpx.Client,

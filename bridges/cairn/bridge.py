@@ -82,7 +82,7 @@ from workers.faults import clear_fault
 from workers.lease import Leases
 from workers.logs import redact
 from workers.outage import REDIS_UNAVAILABLE, Outage
-from workers.providers.base import Provider
+from workers.providers.base import AUTH_OAUTH2, Provider
 from workers.providers.registry import get_provider
 from workers.redisconn import async_client, sync_client
 
@@ -117,8 +117,7 @@ class TaskSenders:
 
 
 def links_oauth_accounts(provider: Provider) -> bool:
-    meta = provider.manifest_meta() or {}
-    return meta.get("auth_method") == "oauth2"
+    return provider.manifest_meta() is not None and provider.auth_method() == AUTH_OAUTH2
 
 
 class CairnBridge:

@@ -12,7 +12,8 @@ of each keeping its copy.
 Providers plug in as :class:`ProviderFake`: the fake API of one provider
 (``deploy/devstack/<provider>/``) with what the kit asks of it
 (``deploy/devstack/provider_fake.py``): the variables a pool needs to reach it
-and a way to connect an account with activities (``deploy/devstack/strava/kit.py``). A stack with a Garmin fake is
+and a way to connect an account with activities (``deploy/devstack/strava/kit.py``,
+``deploy/devstack/garmin/kit.py``). A stack with both fakes is
 ``CairnStack(..., fakes=[StravaKit(), GarminKit()])``; nothing else changes.
 
 Redis and S3 are given when the caller already runs them (the tests' session
@@ -50,12 +51,16 @@ __all__ = ["CairnStack", "Connected", "Pool", "ProviderFake", "clean_env"]
 
 # Ambient variables a stack's processes must not inherit: they would point a pool elsewhere.
 FOREIGN_PREFIXES = ("VOICY_", "CAIRN_", "AWS_")
+# requests' CA-bundle overrides: a fake brings its own CA (the fake Garmin's, CAIRN_GARMIN_CA_BUNDLE), and
+# these would override it inside garth, so a Garmin pool refuses to start with them set elsewhere.
+CA_OVERRIDES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 DEFAULT_REASON = "backfill"
 
 
 def clean_env() -> dict[str, str]:
-    """This process's environment minus anything that would point a child at another deployment."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_PREFIXES)}
+    """This process's environment minus anything that would point a child at another deployment
+    or another CA than the fakes'."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_PREFIXES) and k not in CA_OVERRIDES}
 
 
 @dataclass

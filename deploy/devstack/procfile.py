@@ -34,6 +34,7 @@ STOP_GRACE_S = 30.0  # Heroku: SIGTERM to every process, SIGKILL 30 s later
 SHELL = shutil.which("bash") or "/bin/sh"
 _LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")  # honcho's own pattern
 _INLINE_PROVIDER = re.compile(r"(?:^|\s)CAIRN_PROVIDER=([a-z0-9_-]+)\s")  # a pool's line names its provider
+_INLINE_POOL = re.compile(r"(?:^|\s)CAIRN_WORKER_NAME=([A-Za-z0-9_-]+)\s")  # ... and its pool
 
 
 def entries(path: Path = PROCFILE) -> dict[str, str]:
@@ -49,6 +50,12 @@ def entries(path: Path = PROCFILE) -> dict[str, str]:
 def provider_of(command: str) -> str | None:
     """The provider a Procfile line sets for its own pool (``CAIRN_PROVIDER=garmin …``), else None."""
     match = _INLINE_PROVIDER.search(command)
+    return match.group(1) if match else None
+
+
+def pool_of(command: str) -> str | None:
+    """The pool a Procfile line names for itself (``CAIRN_WORKER_NAME=garmin-fetcher …``), else None."""
+    match = _INLINE_POOL.search(command)
     return match.group(1) if match else None
 
 

@@ -4,7 +4,9 @@ Why: an external API the pool reaches across hosts must be https (a plain-http
 URL is allowed only on loopback: contract §1 for the manifest's authorize URL,
 and the pool refuses anything else at start). The partition harness serves its
 fake Strava on the core host's address with a certificate from here; the hosts
-that call it trust the CA through ``SSL_CERT_FILE`` (httpx reads it). Nothing on
+that call it trust the CA through ``SSL_CERT_FILE`` (httpx reads it). The fake
+Garmin serves Garmin's own host names with one (garth speaks only https to
+them; the pool trusts it through ``CAIRN_GARMIN_CA_BUNDLE``). Nothing on
 the system is touched. Keys are EC P-256 (fast), made fresh per run.
 """
 

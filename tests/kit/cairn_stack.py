@@ -68,12 +68,16 @@ class CairnStack:
 
     def start(self) -> CairnStack:
         self._flush()
-        fake = FakeStrava()
-        fake.app.add_middleware(GateMiddleware, gate=self.gate)
         self.kit = cairn_stack.CairnStack(self.tmp, redis_url=self.redis_url, s3_endpoint=self.s3_endpoint,
-                                          fakes=[StravaKit(fake)], name=self.pool, pools=[self.pool_ref],
+                                          fakes=self.provider_fakes(), name=self.pool, pools=[self.pool_ref],
                                           nats_withheld=self.nats_withheld, nats_anonymous=self.nats_anonymous).start()
         return self
+
+    def provider_fakes(self) -> list[cairn_stack.ProviderFake]:
+        """The stack's provider fakes: the fake Strava behind the gate (a Garmin stack: its fake)."""
+        fake = FakeStrava()
+        fake.app.add_middleware(GateMiddleware, gate=self.gate)
+        return [StravaKit(fake)]
 
     def _flush(self) -> None:
         redis.Redis.from_url(self.redis_url).flushall()

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_serializer, field_validator
 
 from workers.cairn.wire import parse_rfc3339, rfc3339
+from workers.providers.base import AUTH_OAUTH2
 
 SHA256_HEX_PATTERN = r"^[0-9a-f]{64}$"
 EXCHANGE_ERRORS = ("exchange_failed", "bad_request", "transient")
@@ -262,7 +263,7 @@ class ProviderMeta(Outbound):
     @field_validator("oauth")
     @classmethod
     def _oauth_needs_block(cls, value: OAuthMeta | None, info: Any) -> OAuthMeta | None:
-        if info.data.get("auth_method") == "oauth2" and value is None:
+        if info.data.get("auth_method") == AUTH_OAUTH2 and value is None:
             raise ValueError("auth_method oauth2 needs an oauth block")
         return value
 

@@ -42,6 +42,10 @@ from workers.providers.models import (
 from workers.providers.webhooks import WebhookRules
 from workers.providers.windows import RateWindow
 
+# The manifest's ``auth_method`` (contract §1): how a pool's jobs get their credentials (§9).
+AUTH_OAUTH2 = "oauth2"  # an access token per job from cairn.tokens.<provider>.get (Strava)
+AUTH_CREDENTIALS = "credentials"  # the connection's login per job from cairn.creds.<provider>.get (Garmin)
+
 
 class Provider(abc.ABC):
     """One provider API behind the contract's job kinds. Stateless between calls.
@@ -54,6 +58,7 @@ class Provider(abc.ABC):
     name: str
     dataset_version: int
     parser_version: str
+    archive_content_type: str = "application/json"  # the raw archive's type (parse_blob names it again)
 
     @classmethod
     def from_settings(cls, settings: Any | None = None) -> Self:
@@ -70,6 +75,14 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def manifest_meta(self) -> dict[str, Any] | None:
         """The manifest's ``provider_meta`` (None for parser-only pools)."""
+
+    def auth_method(self) -> str:
+        """How jobs authenticate: ``oauth2`` (tokens from ``cairn.tokens.<p>.get``) or
+        ``credentials`` (a login from ``cairn.creds.<p>.get``), as the manifest declares it.
+
+        A pool without ``provider_meta`` (links no accounts itself) uses core's token store.
+        """
+        return str((self.manifest_meta() or {}).get("auth_method") or AUTH_OAUTH2)
 
     def rate_windows(self) -> Sequence[RateWindow]:
         """The budget windows of one provider app, kept in the shared ``cairn_rate_limits`` KV.

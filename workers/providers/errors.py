@@ -5,10 +5,11 @@ Errors are classes, not messages, and they know nothing of NATS (nothing under
 (``workers/cairn/handlers/failure.py``) turns ``ProviderRateLimited`` into a
 NAK with a delay anchored to the real window, ``ProviderNotFound`` and
 ``ProviderPermanentError`` into failure envelope + Term, ``ProviderAuthError``
-into needs-reauth, and ``ProviderTransientError`` into a plain NAK. Every
-error carries the contract's ``code`` and worker ``ErrorClass`` name so the
-caller can build a failure envelope without knowing the provider. Messages
-never carry tokens or client secrets.
+into needs-reauth, ``ProviderAccountBlocked`` (MFA, locked) into envelope +
+Term, and ``ProviderTransientError`` into a plain NAK. Every error carries
+the contract's ``code`` and worker ``ErrorClass`` name so the caller can build
+a failure envelope without knowing the provider. Messages never carry tokens
+or client secrets.
 """
 
 from __future__ import annotations
@@ -56,6 +57,35 @@ class ProviderAuthError(ProviderError, PermanentJobError, AuthError):
 
     code = "needs_reauth"
     error_class = "ERROR_CLASS_AUTH_EXPIRED"
+
+
+class ProviderAccountBlocked(ProviderError, PermanentJobError):
+    """The login is right but the provider will not let this worker in: the account needs
+    multi-factor authentication, or is locked or disabled. Only the user can change that, and
+    a re-connect with the same login would not help, so it is not needs-reauth: envelope + Term
+    with the reason as ``code`` (``mfa_required``, ``account_locked``)."""
+
+    code = "account_blocked"
+    error_class = "ERROR_CLASS_AUTH_INVALID"
+
+
+class UnsupportedDataset(ProviderTransientError):
+    """A raw archive of another dataset version than this parser reads (contract §1): NAK, so a
+    pool that reads it (an older or newer release) takes the parse_blob job."""
+
+    code = "unsupported_dataset"
+
+
+def archive_dataset(version: object, readable: int) -> int:
+    """The dataset ``N`` of an archive's ``version`` (``N`` or ``"N.M"``); ``UnsupportedDataset``
+    unless it is ``readable``, the one this parser reads."""
+    try:
+        dataset = int(str(version).split(".", 1)[0])
+    except ValueError:
+        raise UnsupportedDataset(f"archive dataset {version!r} unreadable") from None
+    if dataset != readable:
+        raise UnsupportedDataset(f"archive dataset {dataset}, this parser reads {readable}")
+    return dataset
 
 
 class ProviderRateLimited(ProviderError, RetryableJobError):

@@ -16,6 +16,10 @@ from google.protobuf import descriptor_pool, json_format, message_factory
 
 PB_PACKAGE = "workers.cairn.pb"
 WORKER_EVENT = "cairn.worker.v1.WorkerEvent"
+# A missing sample in a float stream column: NaN is core's per-sample gap marker (reference §1.13), and
+# protojson spells a NaN double as the *string* "NaN" (§1); ParseDict, like core's parser, refuses a bare
+# float NaN, so a provider's protojson dict carries this, never ``math.nan``.
+STREAM_GAP = "NaN"
 
 
 def proto_class(full_name: str) -> type[Any]:

@@ -22,6 +22,7 @@ ENTRY_POINT_GROUP = "switchyard.providers"
 # name → "module:Class" of a ``Provider`` subclass, built with ``Class.from_settings(settings)``.
 PROVIDERS: dict[str, str] = {
     "strava": "workers.providers.strava.provider:StravaProvider",
+    "garmin": "workers.providers.garmin.provider:GarminProvider",
 }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -209,3 +210,12 @@ def generate_activity(ath: FakeAthlete, i: int, start: float) -> dict[str, Any]:
     ath.streams[aid] = {k: {"data": v, "series_type": "distance", "original_size": n,
                             "resolution": "high"} for k, v in streams.items()}
     return act
+
+
+def blank_samples(ath: FakeAthlete, activity_id: int, keys: Sequence[str], indices: range) -> None:
+    """Turn samples of an activity's streams into ``null`` (a GPS or sensor dropout): a gap in the
+    recording, which the pool must carry as a gap (float columns) without failing the import."""
+    streams = ath.streams[activity_id]
+    for key in keys:
+        for i in indices:
+            streams[key]["data"][i] = None

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, fetch_tokens
+from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable
 from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.fetch_source import provider_context
 from workers.logs import redact
@@ -36,8 +36,7 @@ def discover(ctx: JobContext, request: dict[str, Any]) -> dict[str, Any]:
     if not req.account_id:
         return {"error": "bad_request"}
     try:
-        tokens = fetch_tokens(ctx, req.account_id)
-        reply = ctx.provider.discover(provider_context(ctx, req, tokens.access_token, tokens.app_id), req)
+        reply = ctx.provider.discover(provider_context(ctx, req), req)
     except CredentialsRevoked as exc:
         return {"error": exc.code}
     except CredentialsUnavailable:

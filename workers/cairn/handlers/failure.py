@@ -39,6 +39,7 @@ from workers.cairn.subjects import failure_msg_id
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import redact
 from workers.providers.errors import (
+    ProviderAccountBlocked,
     ProviderAuthError,
     ProviderError,
     ProviderNotFound,
@@ -130,7 +131,7 @@ def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, ex
         if account_id:
             report_needs_reauth(ctx, account_id, exc.code or "unauthorized")
         return terminate(ctx, kind, job, delivery, code=exc.code, message=str(exc), error_class=exc.error_class)
-    if isinstance(exc, (ProviderNotFound, ProviderPermanentError, Permanent)):
+    if isinstance(exc, (ProviderNotFound, ProviderPermanentError, ProviderAccountBlocked, Permanent)):
         code = getattr(exc, "code", "invalid_input")
         error_class = getattr(exc, "error_class", "ERROR_CLASS_INVALID_INPUT")
         return terminate(ctx, kind, job, delivery, code=code, message=str(exc), error_class=error_class)

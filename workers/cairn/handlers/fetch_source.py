@@ -2,7 +2,7 @@
 
 Order, and why:
 
-1. tokens from core (per job, memory only);
+1. credentials from core (per job, memory only): a token or a login;
 2. the provider fetch (every API call reserves shared budget first and syncs
    it from the usage headers; a 429 or an exhausted budget is
    ``ProviderRateLimited`` → NAK until the real window reset);
@@ -30,33 +30,51 @@ import logging
 from typing import Any
 
 from workers.cairn.claimcheck import KIND_RAW, UserBlobSink, segment_result_msg_id, strict_result
-from workers.cairn.credentials import fetch_tokens
+from workers.cairn.credentials import fetch_creds, fetch_tokens
 from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, ack, nak
 from workers.cairn.handlers.context import Delivery, JobContext
 from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.subjects import activity_result_msg_id, result_subject
-from workers.providers.context import ProviderContext
+from workers.providers.base import AUTH_CREDENTIALS
+from workers.providers.context import Login, ProviderContext
 from workers.providers.kinds import FETCH_SOURCE
 from workers.providers.models import FetchOutcome
 
 log = logging.getLogger(__name__)
 
 
+def provider_context(ctx: JobContext, job: Any) -> ProviderContext:
+    """The provider's view of one job: its credentials, HTTP client and the shared budget of its app.
 
-def provider_context(ctx: JobContext, job: Any, access_token: str, app_id: str = "") -> ProviderContext:
-    """The provider's view of one job: token, HTTP client, and the shared budget of its app.
-
-    The budget is keyed ``<provider>.<app_id>.<window>``, or by the pool when
-    core's token reply carries no ``app_id`` (older core; contract §3). Which
+    Credentials come fresh from core per job (contract §9) as the provider's
+    ``auth_method`` says: an OAuth access token (``cairn.tokens.<p>.get``, refreshed
+    when close to expiry) or a credentials connection's login (``cairn.creds.<p>.get``).
+    The budget is keyed ``<provider>.<app_id>.<window>``; a token without ``app_id``
+    (older core) uses the pool's bucket (contract §3). A login has no app: its budget
+    is the connected account's own (``app_id`` = the account id), since a credentials
+    provider throttles per account and the id names no one outside core. Which
     short-term window the job spends is the provider's decision from the job's
-    ``reason`` (Strava: webhook fetches have a window of their own); only
-    fetch_source and import_gear jobs carry a reason, the others spend the default.
+    ``reason`` (Strava: webhook fetches have a window of their own); only fetch_source
+    and import_gear jobs carry a reason, the others spend the default.
     """
+    account_id = str(job.account_id)
+    if ctx.provider.auth_method() == AUTH_CREDENTIALS:
+        creds = fetch_creds(ctx, account_id)
+        return build_provider_context(ctx, job, app_id=account_id,
+                                      login=Login(creds.client_id, creds.client_secret))
+    tokens = fetch_tokens(ctx, account_id)
+    return build_provider_context(ctx, job, access_token=tokens.access_token, app_id=tokens.app_id)
+
+
+def build_provider_context(ctx: JobContext, job: Any, *, access_token: str = "", app_id: str = "",
+                           login: Login | None = None) -> ProviderContext:
+    """The ``ProviderContext`` of ``job`` for credentials already in hand (``provider_context``)."""
     bucket = ctx.provider.bucket_for(str(getattr(job, "reason", "") or ""))
-    if ctx.limiter is None:
-        return ProviderContext(access_token=access_token, http=ctx.http, bucket=bucket)
-    return ProviderContext(access_token=access_token, http=ctx.http, bucket=bucket,
-                           rate_limit=ctx.limiter.hook(app_id or None))
+    pctx = ProviderContext(access_token=access_token, http=ctx.http, bucket=bucket, login=login,
+                           account_id=str(getattr(job, "account_id", "") or ""))
+    if ctx.limiter is not None:
+        pctx.rate_limit = ctx.limiter.hook(app_id or None)
+    return pctx
 
 
 def result_msg_id(job_id: str, ext_id: str, delivery: Delivery) -> str:
@@ -91,8 +109,7 @@ def publish_results(ctx: JobContext, subject: str, outcome: FetchOutcome, msg_id
 
 
 def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
-    tokens = fetch_tokens(ctx, job.account_id)
-    pctx = provider_context(ctx, job, tokens.access_token, tokens.app_id)
+    pctx = provider_context(ctx, job)
     pctx.blobs = UserBlobSink(ctx.claimcheck)
     outcome = ctx.provider.fetch_source(pctx, job)
     if outcome.archive is not None:

@@ -15,7 +15,6 @@ import logging
 from typing import Any
 
 from workers.cairn.claimcheck import strict_result
-from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack
 from workers.cairn.handlers.context import Delivery, JobContext, result_subject
 from workers.cairn.handlers.failure import Permanent
@@ -33,8 +32,7 @@ def _declared(ctx: JobContext, kind: str) -> bool:
 def handle_gear(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
     if not _declared(ctx, IMPORT_GEAR):
         raise Permanent("unsupported_job", f"{ctx.provider_name} does not serve import_gear")
-    tokens = fetch_tokens(ctx, job.account_id)
-    events = ctx.provider.import_gear(provider_context(ctx, job, tokens.access_token, tokens.app_id), job)
+    events = ctx.provider.import_gear(provider_context(ctx, job), job)
     ctx.claimcheck.publish_inline(result_subject(IMPORT_GEAR, ctx.provider_name, ctx.worker_name),
                                   strict_result({"events": list(events)}),
                                   result_msg_id(str(job.job_id or f"gear-{job.account_id}")))
@@ -45,8 +43,7 @@ def handle_gear(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
 def handle_metrics(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
     if not _declared(ctx, IMPORT_METRICS):
         raise Permanent("unsupported_job", f"{ctx.provider_name} declares no metrics")
-    tokens = fetch_tokens(ctx, job.account_id)
-    events = ctx.provider.import_metrics(provider_context(ctx, job, tokens.access_token, tokens.app_id), job)
+    events = ctx.provider.import_metrics(provider_context(ctx, job), job)
     job_id = job.job_id or f"metrics-{job.account_id}-{job.since_unix}"
     ctx.claimcheck.publish_claim_checked(result_subject(IMPORT_METRICS, ctx.provider_name, ctx.worker_name),
                                          strict_result({"events": list(events)}), result_msg_id(job_id))

@@ -29,7 +29,6 @@ from workers.providers.kinds import PARSE_BLOB
 
 log = logging.getLogger(__name__)
 
-ARCHIVE_CONTENT_TYPE = "application/json"
 EXPIRED_STATUSES = frozenset({400, 403})  # S3: 403 "Request has expired" (400 for some signers)
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # the published worker's archive download bound
 
@@ -60,7 +59,7 @@ def handle(ctx: JobContext, job: ParseBlobJob, delivery: Delivery) -> Dispositio
     raw, blob_id = read_archive(ctx, job)
     outcome = ctx.provider.parse_blob(raw, job)
     if blob_id:
-        outcome.attach_raw_blob(blob_id, size_bytes=len(raw), content_type=ARCHIVE_CONTENT_TYPE)
+        outcome.attach_raw_blob(blob_id, size_bytes=len(raw), content_type=ctx.provider.archive_content_type)
     if delivery.is_lost:  # another copy owns the message now: publishing too would ingest twice
         return nak(HANDOVER_NAK_DELAY_S, reason="lease lost before publishing", failure=False)
     publish_results(ctx, result_subject(PARSE_BLOB, ctx.provider_name, ctx.worker_name), outcome,

@@ -34,7 +34,6 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from workers.cairn import wire
-from workers.cairn.credentials import fetch_tokens
 from workers.cairn.disposition import Disposition, ack
 from workers.cairn.handlers.context import Delivery, JobContext, job_subject, reconcile_result_subject
 from workers.cairn.handlers.fetch_source import provider_context
@@ -133,8 +132,7 @@ def handle(ctx: JobContext, job: ReconcileJob, delivery: Delivery) -> Dispositio
 
 
 def _run(ctx: JobContext, job: ReconcileJob, watermark: datetime | None) -> tuple[int, datetime | None]:
-    tokens = fetch_tokens(ctx, job.account_id)
-    pctx = provider_context(ctx, job, tokens.access_token, tokens.app_id)
+    pctx = provider_context(ctx, job)
     cap = job.max_enqueue or DEFAULT_MAX_ENQUEUE
     known = set(job.known_ext_ids)
     refs = ctx.provider.list_activities(pctx, window_start(watermark), limit=cap, exclude=known)

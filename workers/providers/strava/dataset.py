@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.providers.errors import ProviderPermanentError, ProviderTransientError
+from workers.providers.errors import ProviderPermanentError, ProviderTransientError, archive_dataset
 from workers.providers.strava.mapping import ingest_problems, map_activity, map_gear, map_streams, ts
 from workers.providers.strava.models import StravaActivity, StravaGear
 from workers.providers.strava.photos import attachments
@@ -46,12 +46,6 @@ DATASET_VERSION = 1
 PARSER_VERSION = "1.1"  # dataset 1, output revision 1 (segments, attachments); bump M on any output change
 PROVIDER = "strava"
 CONTENT_TYPE = "application/json"
-
-
-class UnsupportedDataset(ProviderTransientError):
-    """The archive is another dataset version: NAK so a pool that reads it takes the job."""
-
-    code = "unsupported_dataset"
 
 
 class UnmappableActivity(ProviderPermanentError):
@@ -98,13 +92,7 @@ def read_archive(raw: bytes) -> dict[str, Any]:
         raise ProviderTransientError("archive is not JSON") from None
     if not isinstance(envelope, dict) or not isinstance(envelope.get("activity"), dict):
         raise ProviderTransientError("archive has no activity")
-    version = envelope.get("version", DATASET_VERSION)
-    try:
-        dataset = int(str(version).split(".", 1)[0])
-    except ValueError:
-        raise UnsupportedDataset(f"archive dataset {version!r} unreadable") from None
-    if dataset != DATASET_VERSION:
-        raise UnsupportedDataset(f"archive dataset {dataset}, this parser reads {DATASET_VERSION}")
+    archive_dataset(envelope.get("version", DATASET_VERSION), DATASET_VERSION)
     return envelope
 
 

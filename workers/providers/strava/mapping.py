@@ -13,7 +13,9 @@ message is always present. ``ingest_problems`` says when a mapped activity
 lacks what core requires (start time, positive elapsed time). Streams: sample timestamps are made strictly
 increasing (contract "stream hygiene": a duplicate timestamp keeps the last
 sample, a backwards one is dropped); missing float samples are NaN (core's
-per-sample gap marker) and missing int samples 0 (int columns are dense).
+per-sample gap marker, written as protojson's ``"NaN"``: ``protos.STREAM_GAP``;
+a bare float NaN is refused by the strict parser) and missing int samples 0
+(int columns are dense).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from workers.providers.protos import STREAM_GAP
 from workers.providers.strava.models import StravaActivity, StravaGear, StravaLap
 
 # sport_type → (ActivityType, Discipline or "", is_ebike, is_virtual); reference §4.4.
@@ -246,9 +249,9 @@ def _data(streams: dict[str, Any], key: str) -> list[Any] | None:
     return None
 
 
-def _num(value: Any, as_int: bool) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0 if as_int else math.nan
+def _num(value: Any, as_int: bool) -> float | int | str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0 if as_int else STREAM_GAP
     return int(value) if as_int else float(value)
 
 

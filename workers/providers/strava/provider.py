@@ -34,7 +34,7 @@ import httpx
 from pydantic import ValidationError
 
 from workers.config import load_settings
-from workers.providers.base import Provider
+from workers.providers.base import AUTH_OAUTH2, Provider
 from workers.providers.context import ProviderContext
 from workers.providers.errors import (
     ProviderError,
@@ -131,7 +131,7 @@ class StravaProvider(Provider):
             "display_name": "Strava",
             "activity_url_template": ACTIVITY_URL_TEMPLATE,
             "setup_docs_url": SETUP_DOCS_URL,
-            "auth_method": "oauth2",
+            "auth_method": AUTH_OAUTH2,
             "oauth": {"authorize_url": self.settings.authorize_url, "scopes": list(SCOPES),
                       "scope_separator": ",", "pkce": False,
                       "authorize_params": {"approval_prompt": "force"}},
