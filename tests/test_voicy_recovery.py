@@ -50,10 +50,10 @@ from tests.kit.voicy_stack import (
 )
 from tests.kit.waiting import wait_until
 from workers.errors import RetryableJobError
-from workers.voicy import pipeline
+from workers.voicy import pipeline, transcription
 from workers.voicy.client import RETRY_ATTEMPTS
 from workers.voicy.fleet import Fleet
-from workers.voicy.pipeline import VoicyRuntime
+from workers.voicy.runtime import VoicyRuntime
 
 pytestmark = pytest.mark.slow
 
@@ -177,7 +177,7 @@ def test_a_stale_heartbeat_keeps_the_record_so_the_task_deletes_the_media(voicy,
 
     assert pipeline.heartbeat_held(rt) == 0  # beat's heartbeat pass
     assert statuses(server, job_id, "heartbeat") == [404]
-    assert pipeline.run_transcription(rt, job_id, next_token) is False  # the queued task runs
+    assert transcription.run_transcription(rt, job_id, next_token) is False  # the queued task runs
 
     assert stored_media(tmp_path) == []
     assert rt.fleet.held_ids() == [] and rt.fleet.get(job_id) is None
