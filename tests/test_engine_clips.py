@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR, audio_manifest
-from deploy.devstack.synth_media import SpeechSynth, write_video_only_mp4
+from deploy.devstack.synth_media import SpeechSynth, write_repeated_speech_ogg, write_video_only_mp4
 from workers.errors import PermanentJobError
 from workers.transcribe.engine import create_engine
 from workers.transcribe.probe import media_seconds
@@ -29,6 +29,7 @@ CLIPS_PER_PASS = 4
 VOICES = 5  # spoken voices of 2-20 s, besides the committed short fixtures
 VOICE_SEED = 15
 MIN_VOICE_S, MAX_VOICE_S = 2.0, 20.0
+REPEATED_VOICE_S = 18.0  # one sentence said about five times
 
 pytestmark = pytest.mark.model
 
@@ -91,23 +92,12 @@ def test_a_recording_longer_than_one_window_is_left_to_the_caller(engine: ClipBa
     assert isinstance(outcomes[0], Transcript) and outcomes[0].text
 
 
-class FirstSentenceOnly(random.Random):
-    """Makes ``SpeechSynth`` say its first sentence over and over: text too repetitive to keep."""
-
-    def randrange(self, *_: object, **__: object) -> int:  # type: ignore[override]
-        return 0
-
-
-def repeated_voice(path: Path, seconds: float = 18.0) -> Path:
-    SpeechSynth().write_ogg(path, seconds, FirstSentenceOnly())
-    return path
-
-
 def test_a_decode_the_sequential_engine_would_retry_is_left_to_the_caller(
         engine: ClipBatchingEngine, short_clips: list[Path], tmp_path: Path) -> None:
     """The batched pass has no temperature fallback; the sequential engine decodes a too repetitive
     window again. So such a clip is not answered from the batch: the caller transcribes it alone."""
-    outcomes = engine.transcribe_clips([Clip(short_clips[0]), Clip(repeated_voice(tmp_path / "again.ogg"))])
+    repeated = write_repeated_speech_ogg(tmp_path / "again.ogg", REPEATED_VOICE_S)
+    outcomes = engine.transcribe_clips([Clip(short_clips[0]), Clip(repeated)])
     assert outcomes[1] is None
     assert isinstance(outcomes[0], Transcript) and outcomes[0].text == engine.transcribe(short_clips[0]).text
 

@@ -31,9 +31,9 @@ import redis
 
 from deploy.devstack.log_budget import Allow
 from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge
+from deploy.devstack.synth_media import write_repeated_speech_ogg
 from tests.kit.voicy_stack import enqueue_fixture, requests_for, voicy_dev_stack, wait_final
 from tests.kit.waiting import wait_until
-from tests.test_engine_clips import repeated_voice
 from workers.lease import LEASE_PREFIX, LeaseState, view
 from workers.voicy.runtime import LEASE_NAMESPACE
 
@@ -50,6 +50,7 @@ LOG_BUDGET_ALLOW = (  # each applies to the test it names only
 
 READY_TIMEOUT_S = 120.0
 CLIPS_PER_PASS = "4"
+REPEATED_VOICE_S = 18.0  # one sentence said about five times: too repetitive for a batched decode to keep
 TRANSCRIBE_HOLD_S = 1.2  # each /transcribe answer held: a batch of 4 spends ≥ 4.8 s in its start
 SLOW_DOWNLOAD_HOLD_S = 20.0  # a download still on its way long after the bounded wait ended
 BOUNDED_WAIT_MS = 1500
@@ -139,7 +140,7 @@ def test_a_long_recording_goes_alone_and_the_short_ones_still_batch(voicy, celer
     assert story["duration_s"] > 30
     long_id = enqueue_fixture(server, telegram, story)
     short_ids = [enqueue_fixture(server, telegram, item) for item in _shorts(3)]
-    telegram.add_file("fid-again", repeated_voice(tmp_path / "again.ogg").read_bytes())
+    telegram.add_file("fid-again", write_repeated_speech_ogg(tmp_path / "again.ogg", REPEATED_VOICE_S).read_bytes())
     again_id = server.enqueue_job("fid-again", mime_type="audio/ogg")
     celery_workers("io", env, concurrency=2)
     bridge = start_bridge(env, tmp_path / "bridge.log")

@@ -283,7 +283,7 @@ def test_redis_lost_after_the_result_landed_fails_neither_the_job_nor_the_task(v
     assert claimed_id == job_id and next_token and pipeline.confirm_grant(rt, job_id, next_token)
     gate.arm()
     outcome: list[object] = []
-    task = threading.Thread(target=lambda: outcome.append(pipeline.run_transcription(rt, job_id, next_token)))
+    task = threading.Thread(target=lambda: outcome.append(transcription.run_transcription(rt, job_id, next_token)))
     task.start()
     assert gate.arrived.wait(JOB_DONE_TIMEOUT_S), "the transcription never posted its result"
     services.kill(own)  # Redis crashes while the result is on its way to Voicy
