@@ -1,7 +1,8 @@
 """Run one benchmark and print its figures as JSON (docs/BENCHMARKS.md has the command of each table).
 
 ``voicy [--jobs N --repeats R]``, ``voicy-costs [--repeats R]``, ``voicy-rss [--jobs N]``,
-``words``, ``engine [--minutes M --repeats N --batch-sizes 8,16]``, ``cairn [--jobs N]``, ``chaos ...``."""
+``words``, ``engine [--minutes M --repeats N --batch-sizes 8,16]``, ``cairn [--jobs N]``, ``chaos ...``,
+``voicy-burst [--voices 48 --repeats 3 --lone 6 --device cpu|cuda --model M]`` (then its table)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["partitions"]:  # bench/partitions.py: hosts cut off mid-job (R2); exits 0 when its targets hold
         from bench.partitions import main as partitions_main
         return 0 if partitions_main(argv[1:])["met"] else 1
+    if argv[:1] == ["voicy-burst"]:
+        return burst_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("suite", choices=["voicy", "voicy-costs", "voicy-rss", "words", "cairn", "engine"])
     parser.add_argument("--jobs", type=int, default=None)
@@ -53,6 +56,28 @@ def main(argv: list[str] | None = None) -> int:
         figures = run_cairn(jobs=args.jobs or 1000)
     json.dump(figures, sys.stdout, indent=2)
     print()
+    return 0
+
+
+def burst_main(argv: list[str]) -> int:
+    """``voicy-burst``: batched against one at a time through the real fleet (bench/voicy_burst.py)."""
+    from bench import voicy_burst
+
+    parser = argparse.ArgumentParser(prog="python -m bench voicy-burst")
+    parser.add_argument("--voices", type=int, default=voicy_burst.DEFAULT_VOICES, help="voices in the burst")
+    parser.add_argument("--repeats", type=int, default=voicy_burst.DEFAULT_REPEATS, help="bursts per fleet")
+    parser.add_argument("--lone", type=int, default=voicy_burst.DEFAULT_LONE, help="lone voices per fleet")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--model", default=None, help="default: tiny.en (cpu), large-v3 (cuda)")
+    args = parser.parse_args(argv)
+    try:
+        figures = voicy_burst.run(voices=args.voices, repeats=args.repeats, lone=args.lone, device=args.device,
+                                  model=args.model)
+    except voicy_burst.NoCuda as exc:
+        print(exc, file=sys.stderr)
+        return voicy_burst.EXIT_NO_CUDA
+    json.dump(figures, sys.stdout, indent=2)
+    print("\n\n" + voicy_burst.table(figures))
     return 0
 
 

@@ -43,7 +43,7 @@ def _run_voicy() -> None:
     from bridges.voicy import VoicyBridge
     from tasks.settings import FleetSettings
     from tasks.voicy import dispatch_download, dispatch_transcription
-    from workers.voicy.pipeline import VoicyRuntime
+    from workers.voicy.runtime import VoicyRuntime
 
     rt = VoicyRuntime.from_env(load_settings(FleetSettings).redis_url)
     bridge = VoicyBridge(rt, dispatch_download, dispatch_transcription)

@@ -36,7 +36,8 @@ from workers.logs import redact
 from workers.outage import Outage
 from workers.voicy.fleet import Stage
 from workers.voicy.models import Job
-from workers.voicy.pipeline import VoicyRuntime, adopt_claim, recover
+from workers.voicy.pipeline import adopt_claim, recover
+from workers.voicy.runtime import VoicyRuntime
 
 log = logging.getLogger(__name__)
 

@@ -64,7 +64,7 @@ WORKER_PROC_ALIVE_TIMEOUT_S = 60.0
 # whole window whenever a task is running), so a short transcription or a
 # download finishes here instead of being redone; then it cancels what still
 # runs with the terminate signal, the task sees SystemExit and hands its job back
-# (``workers.voicy.pipeline.hand_back``; Cairn tasks release their lease and the
+# (``workers.voicy.outcomes.hand_back``; Cairn tasks release their lease and the
 # bridge NAKs). 10 s + cancel + exit stays well inside the 30 s before SIGKILL,
 # and a SIGKILL is still safe: the lease expires and the reaper recovers the job.
 # ``WORKER_SOFT_SHUTDOWN_TIMEOUT_S`` overrides it per process (0 = hand back at once).

@@ -1,4 +1,5 @@
-"""Thin Celery tasks for Voicy: parse input, call ``workers.voicy.pipeline``, dispatch the next step.
+"""Thin Celery tasks for Voicy: parse input, call ``workers.voicy.pipeline`` (or ``.transcription``),
+dispatch the next step.
 
 Task arguments are only a job id and a lease token, so nothing secret can
 reach Flower or the result backend (S1). The token is not a credential, but it
@@ -28,8 +29,8 @@ from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import setup_logging
 from workers.transcribe import engine
-from workers.voicy import pipeline
-from workers.voicy.pipeline import VoicyRuntime
+from workers.voicy import pipeline, transcription
+from workers.voicy.runtime import VoicyRuntime
 from workers.voicy.settings import load_voicy_settings
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,8 @@ def download(job_id: str, token: str) -> None:
 
 @shared_task(name=TRANSCRIBE_TASK, ignore_result=True)
 def transcribe(job_id: str, token: str) -> bool:
-    """gpu: transcribe with progress and post the result."""
-    return pipeline.run_transcription(runtime(), job_id, token)
+    """gpu: transcribe with progress and post the result (with ready short jobs batched in)."""
+    return transcription.run_transcription(runtime(), job_id, token)
 
 
 # Beat's Voicy duties (scheduled in ``tasks.beat``; quiet in Flower, see ``tasks.settings.QUIET_TASKS``).

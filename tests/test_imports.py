@@ -229,7 +229,7 @@ def test_nothing_in_the_live_path_imports_the_operator_tools() -> None:
 # below it (``("m", "tasks")`` covers ``from tasks.voicy import x``).
 FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("bridges.__main__", "tasks"): "each bridge loads only its own side, inside main()'s ConfigError handler",
-    ("bridges.__main__", "workers.voicy.pipeline"): "the Voicy bridge's side only",
+    ("bridges.__main__", "workers.voicy.runtime"): "the Voicy bridge's side only",
     ("bridges.__main__", "bridges.voicy"): "the Voicy bridge's side only",
     ("bridges.__main__", "workers.cairn.settings"): "the Cairn bridge's side only",
     ("bridges.__main__", "workers.providers.registry"): "the Cairn bridge's side only (the pool's provider)",
@@ -237,6 +237,8 @@ FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("ops.doctor", "tasks"): "importing tasks reads the fleet's settings; a bad value must be the check's FAIL line",
     ("ops.health", "tasks"): "importing tasks reads the fleet's settings; a bad value must be the verdict's FAIL line",
     ("workers.cairn.proto_build", "grpc_tools"): "grpcio-tools is a dev dependency, needed only to rebuild pb/",
+    ("workers.voicy.settings", "workers.transcribe.device"):
+        "ctranslate2 (~200 ms) only to look for a GPU, when neither VOICY_WORKER_CLIP_BATCH_SIZE nor _DEVICE is set",
     ("workers.transcribe.languages", "faster_whisper"): "faster-whisper (~240 ms) only where a language is checked",
     ("workers.voicy.media_store", "boto3"): "boto3 (~120 ms) only where S3 is configured",
     ("workers.voicy.media_store", "botocore.config"): "botocore.config (~85 ms) only where S3 is configured",

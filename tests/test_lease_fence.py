@@ -26,7 +26,7 @@ from bridges.voicy import VoicyBridge
 from deploy.devstack.stack import AUDIO_DIR, audio_manifest
 from tests.kit.voicy_stack import fleet_runtime, voicy_dev_stack
 from workers.lease import LeaseKeeper, Leases, new_token
-from workers.voicy import pipeline
+from workers.voicy import pipeline, transcription
 
 LONG_TTL_S = 600.0  # the keeper's own renewals (every TTL/3) never run during these tests
 FENCE_TIMEOUT_S = 1.0
@@ -116,7 +116,7 @@ def test_a_transcription_whose_lease_was_taken_over_posts_no_result(stack: tuple
 
     stealer = threading.Thread(target=steal_when_transcribing)
     stealer.start()
-    posted = pipeline.run_transcription(rt, job_id, gpu_token)
+    posted = transcription.run_transcription(rt, job_id, gpu_token)
     stealer.join()
     assert not posted
     assert not [r for r in server.requests if r.get("job_id") == job_id and r.get("endpoint") == "result"]

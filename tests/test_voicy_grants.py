@@ -45,7 +45,7 @@ from tests.kit.voicy_stack import (
 )
 from tests.kit.waiting import wait_until
 from workers.voicy import pipeline
-from workers.voicy.pipeline import QUEUED_LEASE_TTL_S, VoicyRuntime
+from workers.voicy.runtime import QUEUED_LEASE_TTL_S, VoicyRuntime
 
 pytestmark = pytest.mark.slow
 

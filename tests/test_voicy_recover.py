@@ -24,9 +24,9 @@ from tests.kit.voicy_stack import (
     voicy_dev_stack,
 )
 from tests.kit.waiting import wait_until
-from workers.voicy import pipeline
-from workers.voicy.fleet import GPU_KEY, Stage
-from workers.voicy.pipeline import VoicyRuntime
+from workers.voicy import outcomes, pipeline
+from workers.voicy.fleet import GPU_KEY, HELD_KEY, Stage
+from workers.voicy.runtime import VoicyRuntime
 
 pytestmark = pytest.mark.slow
 
@@ -94,3 +94,20 @@ def test_recover_is_the_rule_for_a_job_the_caller_already_holds(voicy, rt: Voicy
     (failure,) = requests_for(server, job_id, "failure")
     assert failure["json"] == {"error": "media gone for this test", "retryable": True}
     assert rt.fleet.get(job_id) is None and not rt.leases.alive(job_id)
+
+
+def test_a_job_that_ended_while_the_reaper_walked_the_held_list_is_not_failed(voicy, rt: VoicyRuntime) -> None:
+    """The reaper reads the held list once and then walks it; a job whose task ended meanwhile (its
+    record forgotten, then its lease released: ``outcomes.finish``) is listed, leaseless and without a
+    record when the reaper reaches it. It ended: no "worker lost" failure. (A batch posting several
+    results while the reaper walked made this visible: a 404 failure after a completed result.)"""
+    server, telegram, _env = voicy
+    enqueue_fixture(server, telegram, short_item())
+    job_id, token = claim_without_sending(rt)
+    lease_value = rt.leases.take(job_id, token, LEASE_TTL_MS / 1000)
+    assert lease_value is not None
+    outcomes.finish(rt, job_id, lease_value)  # the task's end, after its result
+    rt.redis.zadd(HELD_KEY, {job_id: 0})  # ... but the reaper's list was read before it
+    assert pipeline.reap(rt) == []
+    assert not requests_for(server, job_id, "failure")
+    assert not rt.leases.alive(job_id) and rt.fleet.held_ids() == []

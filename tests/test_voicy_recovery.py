@@ -50,10 +50,10 @@ from tests.kit.voicy_stack import (
 )
 from tests.kit.waiting import wait_until
 from workers.errors import RetryableJobError
-from workers.voicy import pipeline
+from workers.voicy import pipeline, transcription
 from workers.voicy.client import RETRY_ATTEMPTS
 from workers.voicy.fleet import Fleet
-from workers.voicy.pipeline import VoicyRuntime
+from workers.voicy.runtime import VoicyRuntime
 
 pytestmark = pytest.mark.slow
 
@@ -177,7 +177,7 @@ def test_a_stale_heartbeat_keeps_the_record_so_the_task_deletes_the_media(voicy,
 
     assert pipeline.heartbeat_held(rt) == 0  # beat's heartbeat pass
     assert statuses(server, job_id, "heartbeat") == [404]
-    assert pipeline.run_transcription(rt, job_id, next_token) is False  # the queued task runs
+    assert transcription.run_transcription(rt, job_id, next_token) is False  # the queued task runs
 
     assert stored_media(tmp_path) == []
     assert rt.fleet.held_ids() == [] and rt.fleet.get(job_id) is None
@@ -283,7 +283,7 @@ def test_redis_lost_after_the_result_landed_fails_neither_the_job_nor_the_task(v
     assert claimed_id == job_id and next_token and pipeline.confirm_grant(rt, job_id, next_token)
     gate.arm()
     outcome: list[object] = []
-    task = threading.Thread(target=lambda: outcome.append(pipeline.run_transcription(rt, job_id, next_token)))
+    task = threading.Thread(target=lambda: outcome.append(transcription.run_transcription(rt, job_id, next_token)))
     task.start()
     assert gate.arrived.wait(JOB_DONE_TIMEOUT_S), "the transcription never posted its result"
     services.kill(own)  # Redis crashes while the result is on its way to Voicy

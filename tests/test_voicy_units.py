@@ -47,8 +47,33 @@ def test_missing_and_invalid_variables_are_named(env) -> None:
     env.setenv("TOKEN", "42:bot-token-fallback")
     s = load_voicy_settings()
     assert s.api_url.endswith("/worker/v1") and s.progress_interval_ms == 1000
-    assert s.heartbeat_interval_ms == 30000 and s.ready_queue_limit == 2
+    assert s.heartbeat_interval_ms == 30000 and s.ready_queue_limit == 2  # no GPU here: no clip batches
     assert s.telegram_bot_token.get_secret_value() == "42:bot-token-fallback"
+
+
+def test_clip_batching_variables_are_checked_and_named(env) -> None:
+    env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1")
+    env.setenv("VOICY_WORKER_TOKEN", TOKEN)
+    env.setenv("VOICY_WORKER_TRANSCRIPTION_CONCURRENCY", "2")
+    # unset: by device, 16 short voices per pass on CUDA (a whole batch per gpu slot waits, one more on
+    # its way), none on a CPU (Voicy's backlog rule)
+    env.setenv("VOICY_WORKER_DEVICE", "cuda")
+    s = load_voicy_settings()
+    assert s.clip_batching and s.clip_batch_on("cuda") == 16 and s.ready_queue_limit == 34  # (16 + 1) × 2
+    env.setenv("VOICY_WORKER_DEVICE", "cpu")
+    s = load_voicy_settings()
+    assert s.clip_batch_on("cpu") == 1 and s.ready_queue_limit == 4 and s.clip_batch_wait_s == 0.25
+    env.setenv("VOICY_WORKER_CLIP_BATCH_SIZE", "4")  # set: on every device
+    s = load_voicy_settings()
+    assert s.clip_batch_on("cpu") == s.clip_batch_on("cuda") == 4 and s.ready_queue_limit == 10
+    env.setenv("VOICY_WORKER_CLIP_BATCH_SIZE", "0")
+    assert not load_voicy_settings().clip_batching
+    for name, bad in (("CLIP_BATCH_SIZE", "-1"), ("CLIP_BATCH_SIZE", "4.5"), ("CLIP_BATCH_WAIT_MS", "soon"),
+                      ("CLIP_BATCH_WAIT_MS", "-5")):
+        env.setenv(f"VOICY_WORKER_{name}", bad)
+        with pytest.raises(ConfigError, match=f"VOICY_WORKER_{name}"):
+            load_voicy_settings()
+        env.delenv(f"VOICY_WORKER_{name}")
 
 
 def test_numbers_follow_voicys_rule_and_fractional_slots_round_up(env) -> None:

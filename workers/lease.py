@@ -202,6 +202,10 @@ class Leases:
     def state(self, job_id: str) -> LeaseView:
         return view(self._r.get(self.key(job_id)))
 
+    def states(self, job_ids: list[str]) -> list[LeaseView]:
+        """The leases of ``job_ids`` read in one round trip."""
+        return [view(v) for v in self._r.mget([self.key(j) for j in job_ids])] if job_ids else []
+
     def alive(self, job_id: str) -> bool:
         return bool(self._r.exists(self.key(job_id)))
 
@@ -302,7 +306,12 @@ class LeaseKeeper:
         self._thread.start()
         return self
 
+    def stop(self) -> None:
+        """Stop renewing (idempotent): the job has ended for this execution, its lease released or left."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join()
+
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._stop.set()
-        self._thread.join()
+        self.stop()

@@ -7,6 +7,10 @@ in milliseconds, and the generator documents exactly what the file holds.
 * ``write_speech_ogg``: a voice message of a chosen length, spoken by the
   committed speech fixtures back to back (real speech, so Whisper has words to
   find and the transcription takes as long as a real message of that length).
+* ``write_repeated_speech_ogg``: one fixture sentence said over and over, text
+  too repetitive for Whisper's decoder to keep as it is (faster-whisper's
+  compression-ratio test): the sequential engine decodes it again at a higher
+  temperature, a batched pass cannot.
 """
 
 from __future__ import annotations
@@ -95,3 +99,20 @@ class SpeechSynth:
 def write_speech_ogg(path: Path, seconds: float, seed: int = 0) -> float:
     """One voice message of about ``seconds`` of speech at ``path``; its duration in seconds."""
     return SpeechSynth().write_ogg(path, seconds, random.Random(seed))[0]
+
+
+class _Always(random.Random):
+    """A ``Random`` whose every ``randrange`` gives ``value``: ``SpeechSynth`` then says one sentence only."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def randrange(self, *_: object, **__: object) -> int:  # type: ignore[override]
+        return self.value
+
+
+def write_repeated_speech_ogg(path: Path, seconds: float, sentence: int = 0) -> Path:
+    """A voice message of about ``seconds`` saying the ``sentence``-th short fixture over and over."""
+    SpeechSynth().write_ogg(path, seconds, _Always(sentence))
+    return path

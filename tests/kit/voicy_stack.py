@@ -18,7 +18,7 @@ from typing import Any
 from bridges.voicy import VoicyBridge
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env
 from tests.kit.waiting import wait_until
-from workers.voicy.pipeline import VoicyRuntime
+from workers.voicy.runtime import VoicyRuntime
 
 JOB_DONE_TIMEOUT_S = 180.0
 FINAL = ("completed", "failed")

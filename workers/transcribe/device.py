@@ -5,6 +5,9 @@ Device: ``auto`` picks CUDA when CTranslate2 sees a GPU
 GPU-only paths are exactly three, all here: that choice, the ``float16``
 default compute type (CPU: ``int8``), and CTranslate2's own thread default on
 CUDA. Everything else, the batched engine included, is the same code on both.
+(The default of batching short recordings across jobs also depends on the
+device, but on its *name* only, so it lives with the settings:
+``EngineSettings.clip_batch_on``.)
 
 CPU threads: faster-whisper's ``cpu_threads=0`` means CTranslate2's default of
 4 intra-op threads whatever the host, and intra-op threading of a small model
@@ -27,10 +30,8 @@ import os
 import ctranslate2
 
 from workers.transcribe.engine import SINGLE_PROCESS_POOL
-from workers.transcribe.settings import AUTO_CPU_THREADS
+from workers.transcribe.settings import AUTO_CPU_THREADS, AUTO_DEVICE, CUDA_DEVICE
 
-AUTO_DEVICE = "auto"
-CUDA_DEVICE = "cuda"
 CPU_DEVICE = "cpu"
 CUDA_COMPUTE_TYPE = "float16"
 CPU_COMPUTE_TYPE = "int8"

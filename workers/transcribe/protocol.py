@@ -10,17 +10,41 @@ returns the final one; ``metadata`` says which model ran where.
 Errors are the project's tree (``workers.errors``): ``PermanentJobError`` for
 media no retry can decode, ``RetryableJobError`` for the rest, and an
 exception raised by ``on_segment`` (a lost lease) propagates unchanged.
+
+An engine may also batch short recordings (:class:`ClipBatchingEngine`):
+``transcribe_clips`` decodes up to ``max_clips`` clips of at most
+``CLIP_WINDOW_S`` in one batched pass and returns one outcome per clip, so
+one clip's failure is that clip's alone. The caller checks for it with
+``isinstance``; an engine without it transcribes every job on its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from workers.transcribe.results import EngineInfo, Transcript
 
 OnSegment = Callable[[Transcript], None]
+# Whisper's window: a recording up to this long is decoded in one pass, so it can share a batch.
+CLIP_WINDOW_S = 30.0
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One short recording of a batch: its file, its language hint, and its own progress callback."""
+
+    path: Path
+    language: str | None = None  # the job's hint; the engine applies the language rule per clip
+    on_segment: OnSegment | None = None
+
+
+# Per clip, in order: its transcript; the exception that ended it (a decoding error, or one its
+# ``on_segment`` raised); or ``None``: not answered from the batch (longer than one window, or a
+# decode that ``transcribe`` would retry or skip), so the caller transcribes it on its own.
+ClipOutcome = Transcript | Exception | None
 
 
 @runtime_checkable
@@ -37,4 +61,18 @@ class TranscriptionEngine(Protocol):
     def transcribe(self, path: Path, language: str | None = None,
                    on_segment: OnSegment | None = None) -> Transcript:
         """Decode ``path`` in ``language`` (``None``: detect), calling ``on_segment`` as it grows."""
+        ...
+
+
+@runtime_checkable
+class ClipBatchingEngine(TranscriptionEngine, Protocol):
+    """An engine that also transcribes several short clips in one batched pass."""
+
+    @property
+    def max_clips(self) -> int:
+        """Clips decoded in one pass (``VOICY_WORKER_CLIP_BATCH_SIZE``); 1 or less: it does not batch."""
+        ...
+
+    def transcribe_clips(self, clips: Sequence[Clip]) -> list[ClipOutcome]:
+        """One outcome per clip, in order; the words of each as ``transcribe`` alone would give them."""
         ...

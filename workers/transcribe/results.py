@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 SECONDS_PER_MINUTE = 60
+DURATION_DIGITS = 3  # a transcript's duration is reported to the millisecond
 
 
 def time_code(seconds: float) -> str:

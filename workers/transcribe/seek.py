@@ -114,7 +114,7 @@ def plan_windows(total: int, cuts: list[int], max_samples: int) -> list[Window]:
     return windows
 
 
-def _seconds(sample: int) -> float:
+def exact_seconds(sample: int) -> float:
     """A sample position as the float that faster-whisper's ``int(t * rate)`` reads back exactly."""
     t = sample / SAMPLE_RATE
     while int(t * SAMPLE_RATE) < sample:
@@ -122,6 +122,12 @@ def _seconds(sample: int) -> float:
     while int(t * SAMPLE_RATE) > sample:
         t = float(np.nextafter(t, -np.inf))
     return t
+
+
+def seek_of(start: int, frames_per_second: int) -> int:
+    """The ``seek`` faster-whisper stamps on every segment of the clip that starts at sample ``start``
+    of a ``clip_timestamps`` pass: how a segment is traced back to its window."""
+    return int(start / SAMPLE_RATE * frames_per_second)
 
 
 def _silent(segment: WhisperSegment) -> bool:
@@ -166,9 +172,8 @@ class SeekingBatchDecoder:
     def _decode(self, samples: np.ndarray, batch: list[Window], language: str) -> list[list[WhisperSegment]]:
         """One batched pass; each window's segments (speech-array time), silent windows empty."""
         self.passes += 1
-        spans = [{"start": _seconds(w.start), "end": _seconds(w.end)} for w in batch]
-        seeks = {int(int(s["start"] * SAMPLE_RATE) / SAMPLE_RATE * self._frames_per_second): n
-                 for n, s in enumerate(spans)}  # each segment's ``seek``, as faster-whisper computes it
+        spans = [{"start": exact_seconds(w.start), "end": exact_seconds(w.end)} for w in batch]
+        seeks = {seek_of(w.start, self._frames_per_second): n for n, w in enumerate(batch)}
         found: list[list[WhisperSegment]] = [[] for _ in batch]
         segments, _ = self.pipeline.transcribe(
             samples, language=language, clip_timestamps=spans, batch_size=len(batch), beam_size=self._beam_size,

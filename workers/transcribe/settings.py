@@ -12,7 +12,7 @@ The environment names are the ones Voicy's client documents
 (reference/voicy.md §6.1: ``VOICY_WORKER_MODEL``, falling back to
 ``VOICY_WHISPER_MODEL``, and ``VOICY_WORKER_LANGUAGE``) plus ours, all the
 field name under the ``VOICY_WORKER_`` prefix (``DEVICE``, ``COMPUTE_TYPE``,
-``CPU_THREADS``, ``BEAM_SIZE``, ``TRANSCRIBER``, ``BATCH_SIZE``); only the model
+``CPU_THREADS``, ``BEAM_SIZE``, ``TRANSCRIBER``, ``BATCH_SIZE``, ``CLIP_BATCH_SIZE``); only the model
 has an explicit alias list, for its fallback. Never a bare field name such as
 ``MODEL``. Which engine runs:
 
@@ -28,6 +28,14 @@ has an explicit alias list, for its fallback. Never a bare field name such as
   ``workers.transcribe.registry.ENGINES``); unset, the batch size chooses as
   above. A name that contradicts a batch size that is set is a ``ConfigError``
   naming ``VOICY_WORKER_BATCH_SIZE`` rather than one of them silently winning.
+* ``VOICY_WORKER_CLIP_BATCH_SIZE`` is a different batch: how many *separate
+  short recordings* (each at most one 30 s window) a gpu slot decodes in one
+  pass (``workers.transcribe.clips``), whichever engine runs the long ones. 0 or
+  1: every recording alone. Unset (auto): 16 on CUDA, off on a CPU
+  (:meth:`EngineSettings.clip_batch_on`). Why: a GPU decodes a batch in about
+  the time of one clip; on a CPU a batch costs the CPU time of its clips one by
+  one (measured 0.97–1.04×), so it saves nothing there while every voice of a
+  batch waits for the whole pass (docs/BENCHMARKS.md "Voice bursts").
 * ``VOICY_WORKER_ENGINE`` is *not* read here: it is the label Voicy stores as
   ``workerEngine`` (``VoicySettings.engine``), free text as in Voicy's client.
 
@@ -46,11 +54,20 @@ from workers.transcribe.languages import normalize, whisper_languages
 from workers.transcribe.registry import BATCHED_ENGINE, ENGINES, SEQUENTIAL_ENGINE
 
 DEFAULT_MODEL = "large-v3"
-DEFAULT_DEVICE = "auto"
+AUTO_DEVICE = "auto"
+CUDA_DEVICE = "cuda"
+DEFAULT_DEVICE = AUTO_DEVICE
 DEFAULT_BEAM_SIZE = 5
 AUTO_CPU_THREADS = 0  # CPU_THREADS=0: the engine sizes its threads to the host (workers.transcribe.device)
 SEQUENTIAL_BATCH_SIZE = 0  # BATCH_SIZE=0: no batching, the sequential engine
 DEFAULT_BATCH_SIZE = 8  # BATCH_SIZE unset: the batched engine, 8 windows per pass (faster-whisper's default)
+AUTO_CLIP_BATCH = None  # CLIP_BATCH_SIZE unset: by device (EngineSettings.clip_batch_on)
+NO_CLIP_BATCHING = 1  # CLIP_BATCH_SIZE at or below this: every recording on its own
+# Short recordings per batched pass when CLIP_BATCH_SIZE is unset. A GPU decodes a batch in about the
+# time of one clip; a CPU spends the same CPU time on a batch as on its clips one by one
+# (docs/BENCHMARKS.md "Voice bursts"), so there batching would only make each voice wait for the pass.
+CUDA_CLIP_BATCH = 16
+CPU_CLIP_BATCH = NO_CLIP_BATCHING
 
 ENGINE_ENV_PREFIX = "VOICY_WORKER_"
 ENGINE_SETTINGS_CONFIG = SettingsConfigDict(env_prefix=ENGINE_ENV_PREFIX, extra="ignore", populate_by_name=True,
@@ -72,6 +89,7 @@ class EngineSettings(BaseSettings):
     language: str | None = None  # the fallback recognition language (after the job's hint)
     transcriber: str | None = None  # a registry name; unset: chosen by batch_size
     batch_size: int | None = Field(default=None, ge=0)  # windows decoded at once; 0: sequential; unset: default
+    clip_batch_size: int | None = Field(default=AUTO_CLIP_BATCH, ge=0)  # short recordings per pass; ≤ 1: off
 
     @field_validator("language")
     @classmethod
@@ -111,6 +129,19 @@ class EngineSettings(BaseSettings):
         if self.transcriber:
             return self.transcriber
         return SEQUENTIAL_ENGINE if self.batch_size == SEQUENTIAL_BATCH_SIZE else BATCHED_ENGINE
+
+    @property
+    def clip_batching(self) -> bool:
+        """True when a gpu slot may transcribe several short recordings in one pass: set above 1, or
+        auto (the engine decides by its device: the io and bridge processes cannot know it)."""
+        return self.clip_batch_size is AUTO_CLIP_BATCH or self.clip_batch_size > NO_CLIP_BATCHING
+
+    def clip_batch_on(self, device: str) -> int:
+        """Clips per batched pass on ``device`` (``cuda``/``cpu``, resolved): the configured number,
+        else the device's default."""
+        if self.clip_batch_size is not None:
+            return self.clip_batch_size
+        return CUDA_CLIP_BATCH if device == CUDA_DEVICE else CPU_CLIP_BATCH
 
     @property
     def windows_per_pass(self) -> int:

@@ -31,14 +31,15 @@ would only transcribe the same silence again. Errors: ``workers.transcribe.failu
 
 Subclasses change how segments are produced (:meth:`WhisperEngine._segments`),
 not the streaming loop, the language rule or the error mapping
-(``workers.transcribe.batched``).
+(``workers.transcribe.batched``). Both also batch short recordings across jobs
+(``transcribe_clips``, ``workers.transcribe.clips``) with the same loaded model.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -46,6 +47,7 @@ from faster_whisper import WhisperModel
 from faster_whisper.transcribe import Segment as WhisperSegment
 
 from workers.errors import ConfigError
+from workers.transcribe.clips import ClipBatcher
 from workers.transcribe.device import (
     default_compute_type,
     pick_device,
@@ -56,14 +58,13 @@ from workers.transcribe.device import (
 from workers.transcribe.engine import SINGLE_PROCESS_POOL
 from workers.transcribe.failures import classify, require_audio_stream
 from workers.transcribe.languages import pick_language
-from workers.transcribe.protocol import OnSegment
+from workers.transcribe.protocol import Clip, ClipOutcome, OnSegment
 from workers.transcribe.registry import SEQUENTIAL_ENGINE
-from workers.transcribe.results import EngineInfo, Segment, Transcript
+from workers.transcribe.results import DURATION_DIGITS, EngineInfo, Segment, Transcript
 from workers.transcribe.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
-DURATION_DIGITS = 3  # seconds are reported to the millisecond
 OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 TRUE_ENV_VALUES = ("1", "true", "yes")
 # Whisper's previous-text prompt off (faster-whisper's default is on): with it, a window that
@@ -110,9 +111,13 @@ class WhisperEngine:
         except Exception as exc:  # missing files, unsupported compute type, no CUDA runtime...
             raise ConfigError(f"VOICY_WORKER_MODEL={self.metadata.model} could not be loaded on "
                               f"{self.device} ({self.compute_type}): {type(exc).__name__}") from None
-        log.info("loaded model %s on %s (%s), cpu_threads=%d (%s), engine %s", self.metadata.model,
-                 self.device, self.compute_type, self.cpu_threads,
-                 threads_reason(settings.cpu_threads, self.device, cores, pool_processes), self.name)
+        self._clips = ClipBatcher(self._model, beam_size=self.beam_size,
+                                  max_clips=settings.clip_batch_on(self.device),
+                                  language_for=self.language_for)
+        log.info("loaded model %s on %s (%s), cpu_threads=%d (%s), engine %s, clip batches of %d",
+                 self.metadata.model, self.device, self.compute_type, self.cpu_threads,
+                 threads_reason(settings.cpu_threads, self.device, cores, pool_processes), self.name,
+                 max(1, self._clips.max_clips))
 
     @property
     def metadata(self) -> EngineInfo:
@@ -149,6 +154,15 @@ class WhisperEngine:
                 if on_segment is not None:
                     on_segment(transcript)
         return transcript
+
+    @property
+    def max_clips(self) -> int:
+        """Short recordings per batched pass (``VOICY_WORKER_CLIP_BATCH_SIZE``)."""
+        return self._clips.max_clips
+
+    def transcribe_clips(self, clips: Sequence[Clip]) -> list[ClipOutcome]:
+        """Several short recordings in one batched pass, one outcome each (``workers.transcribe.clips``)."""
+        return self._clips.transcribe(clips)
 
     def _segments(self, path: Path, language: str | None) -> tuple[Iterable[WhisperSegment], DecodeInfo]:
         """faster-whisper's lazy segment generator and its info, for one file."""

@@ -7,7 +7,8 @@ Several bridge instances and any number of workers share one picture:
 * ``backlog`` — downloads in flight plus downloaded-but-not-yet-transcribing jobs.
   A bridge *reserves* a backlog slot atomically before it claims, so two bridges
   together never exceed ``VOICY_WORKER_READY_QUEUE_LIMIT``;
-* ``gpu`` — jobs queued for or running on the gpu pool, which bounds claim-ready.
+* ``gpu`` — jobs queued for or running on the gpu pool, which bounds claim-ready;
+  a gpu slot looks there for ready jobs to batch with its own (``workers.voicy.gather``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,15 @@ if ARGV[5] ~= '' then redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1]) end
 redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[7])
 return 1
 """
+# Jobs on their way to the gpu: backlog members that are jobs (not reservations: a claim in
+# flight mostly finds nothing) and not on the gpu set yet, i.e. downloads in flight. KEYS: backlog, gpu.
+_INCOMING = """
+local n = 0
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '+inf', '+inf')) do
+  if not redis.call('ZSCORE', KEYS[2], member) then n = n + 1 end
+end
+return n
+"""
 
 
 class Stage(str, Enum):
@@ -66,6 +76,7 @@ class HeldJob(BaseModel):
     language: str | None = None
     attempts: int = 0
     claimed_at: float = 0.0
+    duration_s: float | None = None  # the media's length, read at download; None: not known
 
 
 class Fleet:
@@ -75,6 +86,7 @@ class Fleet:
         self.r = client
         self._reserve = client.register_script(_RESERVE)
         self._adopt = client.register_script(_ADOPT)
+        self._incoming = client.register_script(_INCOMING)
 
     # --- backlog --------------------------------------------------------------------
     def reserve_backlog(self, limit: int) -> str | None:
@@ -119,6 +131,14 @@ class Fleet:
         """Jobs queued for or running on the gpu pool, plus downloads that will need a slot."""
         return int(self.r.zcard(GPU_KEY))
 
+    def gpu_ids(self, limit: int) -> list[str]:
+        """Up to ``limit`` jobs of the gpu set, the longest waiting first."""
+        return [m.decode() if isinstance(m, bytes) else m for m in self.r.zrange(GPU_KEY, 0, limit - 1)]
+
+    def incoming(self) -> int:
+        """Jobs on their way to the gpu: claimed, their download not done yet."""
+        return int(self._incoming(keys=[BACKLOG_KEY, GPU_KEY]))
+
     # --- held jobs --------------------------------------------------------------------
     def adopt(self, job: HeldJob, *, slot: str | None, gpu: bool, lease_key: str, lease_value: str,
               lease_ttl_s: float) -> None:
@@ -142,6 +162,11 @@ class Fleet:
     def get(self, job_id: str) -> HeldJob | None:
         raw = self.r.get(RECORD_PREFIX + job_id)
         return HeldJob.model_validate_json(raw) if raw else None
+
+    def get_many(self, job_ids: list[str]) -> list[HeldJob | None]:
+        """The records of ``job_ids`` in one round trip (``None`` where a job has none)."""
+        raws = self.r.mget([RECORD_PREFIX + job_id for job_id in job_ids]) if job_ids else []
+        return [HeldJob.model_validate_json(raw) if raw else None for raw in raws]
 
     def is_held(self, job_id: str) -> bool:
         return self.r.zscore(HELD_KEY, job_id) is not None

@@ -1,12 +1,14 @@
-"""The Voicy job pipeline, free of Celery: download, transcribe, heartbeat, reap.
+"""The Voicy job pipeline, free of Celery: claim, download, heartbeat, reap.
 
-Task functions in ``tasks/voicy.py`` call these and dispatch the next step.
-Every step first *takes* the job's lease (``workers.lease``): a duplicate
-delivery, or a task whose job was recovered elsewhere, finds the lease in
-another state and returns without touching Voicy (V2). Every outcome ends the
-job exactly one way (V1): result posted, failure posted (Voicy requeues a
-retryable one), or handed back to the reaper by letting the lease expire (a
-killed process) or releasing it (a process shut down mid-job, :func:`hand_back`).
+Task functions in ``tasks/voicy.py`` call these and dispatch the next step;
+the transcription step is ``workers.voicy.transcription``, and how a job ends
+(result, failure, handed back) is ``workers.voicy.outcomes``. Every step first
+*takes* the job's lease (``workers.lease``): a duplicate delivery, or a task
+whose job was recovered elsewhere, finds the lease in another state and
+returns without touching Voicy (V2). Every outcome ends the job exactly one way
+(V1): result posted, failure posted (Voicy requeues a retryable one), or handed
+back to the reaper by letting the lease expire (a killed process) or releasing
+it (a process shut down mid-job, ``outcomes.hand_back``).
 
 A job's lease, from claim to result:
 
@@ -17,7 +19,9 @@ A job's lease, from claim to result:
 3. :func:`run_download` takes it (``running``, renewed while it works) and hands
    it over to the transcription's token, pending again, until that task is sent
    and the grant confirmed;
-4. :func:`run_transcription` takes it, posts the result and releases it.
+4. ``transcription.run_transcription`` takes it (or a gpu slot batching short
+   jobs takes it with its own, ``workers.voicy.gather``), posts the result and
+   releases it.
 
 Every grant is sent-then-confirmed the same way, the reaper's too
 (``tasks.voicy.dispatch``). A process killed between a grant and its send
@@ -34,63 +38,20 @@ from dataclasses import dataclass
 
 import redis
 
-from workers.errors import AuthError, JobError, PermanentJobError, RetryableJobError, StaleJobError
-from workers.lease import LeaseKeeper, Leases, granted, new_token
+from workers.errors import JobError, RetryableJobError, StaleJobError
+from workers.lease import LeaseKeeper, granted, new_token
 from workers.logs import redact
-from workers.redisconn import sync_client
-from workers.transcribe.engine import get_engine
-from workers.transcribe.results import Transcript
-from workers.voicy.bodies import transcript_body
-from workers.voicy.client import VoicyClient
-from workers.voicy.fleet import Fleet, HeldJob, Stage
-from workers.voicy.media_store import MediaStore, media_store_from_url
-from workers.voicy.progress import ProgressThrottle
-from workers.voicy.settings import VoicySettings, load_voicy_settings
+from workers.transcribe.probe import media_seconds
+from workers.voicy.fleet import HeldJob, Stage
+from workers.voicy.outcomes import LeaseLost, guarded, report_failure
+from workers.voicy.runtime import QUEUED_LEASE_TTL_S, VoicyRuntime
 from workers.voicy.telegram import download_to_store
 
 log = logging.getLogger(__name__)
 
-LEASE_NAMESPACE = "voicy"
-QUEUED_LEASE_TTL_S = 6 * 3600.0  # a queued task is safe in the broker; only a taken one can be lost
-# A grant whose task is not sent yet lives this many lease TTLs: as long as a dead worker's
-# running lease, so a process killed between granting and sending is recovered as quickly.
-PENDING_GRANT_LEASE_TTLS = 1.0
 REAP_LOCK_KEY = "sy:voicy:reaper-lock"
 REAP_LOCK_TTL_S = 30.0
 WORKER_LOST = "worker lost before the media was stored"  # the reaper's failure when no media was stored
-
-
-class LeaseLost(StaleJobError):
-    """Our lease was taken over while we worked: stop without reporting anything."""
-
-
-@dataclass
-class VoicyRuntime:
-    """Everything one process needs for Voicy work; built once per process, after fork."""
-
-    settings: VoicySettings
-    client: VoicyClient
-    store: MediaStore
-    fleet: Fleet
-    leases: Leases
-    redis: redis.Redis
-
-    @classmethod
-    def from_env(cls, redis_url: str) -> VoicyRuntime:
-        settings = load_voicy_settings()
-        client = sync_client(redis_url)
-        return cls(settings=settings, client=VoicyClient.from_settings(settings),
-                   store=media_store_from_url(settings.media_store), fleet=Fleet(client),
-                   leases=Leases(client, LEASE_NAMESPACE), redis=client)
-
-    @property
-    def lease_ttl_s(self) -> float:
-        return self.settings.lease_ttl_ms / 1000.0
-
-    @property
-    def pending_grant_ttl_s(self) -> float:
-        """TTL of a grant until :func:`confirm_grant` (its task not sent yet)."""
-        return self.lease_ttl_s * PENDING_GRANT_LEASE_TTLS
 
 
 # --- claiming (used by the bridge) -------------------------------------------------------
@@ -146,93 +107,6 @@ def confirm_grant(rt: VoicyRuntime, job_id: str, token: str) -> bool:
     return confirmed
 
 
-# --- outcomes ------------------------------------------------------------------------------
-
-def finish(rt: VoicyRuntime, job_id: str, lease_value: str | None) -> None:
-    """The job ended for us: delete its media and every fleet record."""
-    held = rt.fleet.get(job_id)
-    if held and held.media_key:
-        try:
-            rt.store.delete(held.media_key)
-        except Exception as exc:  # media cleanup must not turn a success into a failure
-            log.warning("could not delete media for job %s: %s", job_id, redact(str(exc)))
-    rt.fleet.forget(job_id)
-    if lease_value:
-        rt.leases.release(job_id, lease_value)
-
-
-def report_failure(rt: VoicyRuntime, job_id: str, exc: BaseException, lease_value: str | None) -> None:
-    """Post ``failure`` with the right ``retryable`` flag, then forget the job."""
-    retryable = exc.retryable if isinstance(exc, JobError) else True
-    message = redact(str(exc)) or type(exc).__name__
-    log.warning("job %s failed (retryable=%s): %s", job_id, retryable, message)
-    try:
-        rt.client.failure(job_id, message, retryable=retryable)
-    except StaleJobError:
-        log.info("job %s no longer ours while reporting failure", job_id)
-    finish(rt, job_id, lease_value)
-
-
-def hand_back(rt: VoicyRuntime, job_id: str, lease_value: str) -> bool:
-    """The process is exiting mid-job: release the lease so the reaper recovers the job *now*.
-
-    Only called while ``SystemExit`` unwinds the task, i.e. when this execution
-    can no longer go on, so releasing cannot let two executions overlap (V2).
-    The fleet records stay: the reaper needs them to redispatch the
-    transcription (media in the store) or report a retryable failure (none).
-    Without this the job waits a full lease TTL before the reaper sees it.
-    """
-    try:
-        released = rt.leases.release(job_id, lease_value)
-    except redis.RedisError as exc:  # the lease then simply expires: recovery is only slower
-        log.warning("job %s: could not hand back the lease: %s", job_id, exc)
-        return False
-    if released:
-        log.warning("job %s: worker shutting down mid-job; handed back for recovery", job_id)
-    return released
-
-
-def _guarded(rt: VoicyRuntime, job_id: str, lease_value: str, body) -> object:  # type: ignore[no-untyped-def]
-    """Run ``body(keeper)`` under a renewed lease and map every failure to one outcome.
-
-    ``SystemExit`` means the pool process is being shut down under us: Celery's
-    cold shutdown (``REMAP_SIGTERM=SIGQUIT``, after ``worker_soft_shutdown_timeout``)
-    cancels the task with the terminate signal, and a SIGTERM sent to the child
-    itself (Heroku signals every process of the dyno) does the same; billiard turns
-    either into ``SystemExit`` in the task. We post nothing (the job is not failed)
-    and hand it back instead (:func:`hand_back`).
-    """
-    with LeaseKeeper(rt.leases, job_id, lease_value, rt.lease_ttl_s) as keeper:
-        try:
-            return body(keeper)
-        except SystemExit:
-            hand_back(rt, job_id, lease_value)
-            raise
-        except LeaseLost:
-            log.warning("job %s: lease lost, leaving the job to its new owner", job_id)
-            return None
-        except StaleJobError:
-            if keeper.lost.is_set():
-                # Our lease was taken over first: the new owner holds the job and its media
-                # (e.g. it completed the /downloaded handshake before we could); leave both to it.
-                log.warning("job %s: lease lost, leaving the job to its new owner", job_id)
-                return None
-            log.info("job %s is no longer ours at Voicy; dropping it", job_id)
-            finish(rt, job_id, lease_value)
-            return None
-        except AuthError:
-            # Nothing we post would be accepted; the lease expires and the reaper retries later.
-            log.error("Voicy rejected the worker token (VOICY_WORKER_TOKEN invalid or disabled)")
-            raise
-        except Exception as exc:
-            if not keeper.fence():  # a failure requeues the job at Voicy: not ours to post once handed on
-                log.warning("job %s: lease lost, leaving the job to its new owner (%s)", job_id,
-                            redact(str(exc)) or type(exc).__name__)
-                return None
-            report_failure(rt, job_id, exc, lease_value)
-            return None
-
-
 # --- download --------------------------------------------------------------------------------
 
 def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
@@ -250,6 +124,8 @@ def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
             raise LeaseLost(job_id)
         held = rt.fleet.get(job_id) or HeldJob(job_id=job_id)
         held.media_key, held.stage = key, Stage.DOWNLOADED
+        if rt.settings.clip_batching:  # a gpu slot batches only what fits one window: say now
+            held.duration_s = _media_seconds(rt, key)
         rt.fleet.update(held)
         # On the gpu set *before* Voicy calls the job ready: a bridge pass in between would find a free
         # slot and claim-ready the job's own ready state back from Voicy (tests/test_voicy_gpu_slot.py).
@@ -262,85 +138,21 @@ def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
                  time.monotonic() - started, held.attempts)
         return next_token
 
-    return _guarded(rt, job_id, lease_value, body)  # type: ignore[return-value]
+    return guarded(rt, job_id, lease_value, body)
 
 
-# --- transcription -----------------------------------------------------------------------------
+def _media_seconds(rt: VoicyRuntime, key: str) -> float | None:
+    """The stored media's length (``workers.transcribe.probe``); ``None`` if the store cannot say.
 
-def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
-    """Transcribe the stored media, streaming progress, then post the result. True if posted."""
-    lease_value = rt.leases.take(job_id, token, rt.lease_ttl_s)
-    if lease_value is None:
-        log.info("job %s: transcription already owned by another execution; skipping", job_id)
-        return False
-    rt.fleet.leave_backlog(job_id)
-
-    def body(keeper: LeaseKeeper) -> bool:
-        held = rt.fleet.get(job_id)
-        if held is None or not held.media_key or not rt.store.exists(held.media_key):
-            raise RetryableJobError("downloaded media is missing from the media store")
-        _enter_transcribing(rt, job_id, held.media_key)
-        held.stage = Stage.TRANSCRIBING
-        rt.fleet.update(held)
-        engine = get_engine(rt.settings)
-        throttle = ProgressThrottle.from_settings(rt.settings)
-        started = time.monotonic()
-
-        def on_progress(partial: Transcript) -> None:
-            if keeper.lost.is_set():
-                raise LeaseLost(job_id)
-            if throttle.should_send(partial.text):
-                try:
-                    rt.client.progress(job_id, transcript_body(partial, rt.settings.engine, engine.metadata))
-                except (RetryableJobError, PermanentJobError) as exc:
-                    log.warning("job %s: progress not stored: %s", job_id, redact(str(exc)))
-
-        with rt.store.local_path(held.media_key) as path:
-            transcript = engine.transcribe(path, language=held.language, on_segment=on_progress)
-        if not keeper.fence():  # the result is final at Voicy: only the lease's owner may post it
-            raise LeaseLost(job_id)
-        rt.client.result(job_id, transcript_body(transcript, rt.settings.engine, engine.metadata))
-        log.info("job %s transcribed in %.2fs (%.1fs of audio, %d parts)", job_id,
-                 time.monotonic() - started, transcript.duration or 0.0, len(transcript.parts))
-        try:
-            finish(rt, job_id, lease_value)
-        except redis.RedisError as exc:  # the job is done at Voicy: nothing to fail, only records to clear
-            log.warning("job %s: result posted; its records wait for Redis (%s), the reaper clears them",
-                        job_id, redact(f"{type(exc).__name__}: {exc}"))
-        return True
-
-    return bool(_guarded(rt, job_id, lease_value, body))
-
-
-def _enter_transcribing(rt: VoicyRuntime, job_id: str, media_key: str) -> None:
-    """``POST /transcribe``, after finishing whatever step a lost execution left undone.
-
-    A 404 does not always mean the job is gone; ``GET /jobs/:id`` (ours and
-    active, else 404 too) says what it is at Voicy:
-
-    * ``transcribing``/``processing``: claim-ready, or a killed earlier execution
-      of this transcription, already moved it: carry on;
-    * ``downloading``: the download stored the media but its ``/downloaded`` never
-      landed (the io process was killed mid-call, or Voicy stayed down past the
-      retry budget and the ``/failure`` post failed too). Voicy reaps no
-      downloading job (reference §3.2), so unless we finish the handshake here the
-      job stays downloading for ever (V1): post ``/downloaded`` for our stored
-      media, then ``/transcribe``;
-    * ``ready``: someone posted ``/downloaded`` between the two calls: transcribe.
+    Free with a local store; with S3 it reads the object back once, only while
+    clip batching is on.
     """
     try:
-        rt.client.transcribe(job_id)
-        return
-    except StaleJobError:
-        job = rt.client.get_job(job_id)  # raises StaleJobError when it is really gone
-    if job.status in ("transcribing", "processing"):
-        return
-    if job.status == "downloading":
-        log.warning("job %s: Voicy never recorded /downloaded; completing the handshake", job_id)
-        job = rt.client.downloaded(job_id, rt.store.describe(media_key))
-    if job.status != "ready":
-        raise StaleJobError(f"job {job_id} is {job.status} at Voicy")
-    rt.client.transcribe(job_id)
+        with rt.store.local_path(key) as path:
+            return media_seconds(path)
+    except JobError as exc:
+        log.info("media length of %s unknown: %s", key, redact(str(exc)))
+        return None
 
 
 # --- heartbeats and recovery (beat) ----------------------------------------------------------
@@ -397,7 +209,8 @@ def reap(rt: VoicyRuntime) -> list[Recovery]:
     """Find held jobs whose lease expired (their worker died) and recover each one once (:func:`recover`).
 
     The grant is taken only if no lease exists. A reaper killed half-way
-    leaves pending grants only, which expire so the next pass retries.
+    leaves pending grants only, which expire so the next pass retries. A job
+    that ended while the pass walked its list (no record any more) is skipped.
     """
     if not rt.redis.set(REAP_LOCK_KEY, "1", nx=True, px=int(REAP_LOCK_TTL_S * 1000)):
         return []
@@ -405,6 +218,11 @@ def reap(rt: VoicyRuntime) -> list[Recovery]:
     try:
         for job_id in rt.fleet.held_ids():
             if rt.leases.alive(job_id):
+                continue
+            if rt.fleet.get(job_id) is None:
+                # Ended since the list was read: ``finish`` forgets the record *before* it releases the
+                # lease, so a leaseless job without a record has ended, not lost its worker.
+                rt.fleet.forget(job_id)
                 continue
             token = new_token()
             if not rt.leases.grant(job_id, token, rt.pending_grant_ttl_s, only_if_absent=True):

@@ -22,6 +22,17 @@ unrelated variables. Differences, on purpose:
   bad engine variable stops the bridge and the workers at start like any other.
   ``ENGINE`` stays here: it is only the label Voicy stores as ``workerEngine``
   (§6.7), free text as in Voicy's client; it selects nothing.
+* ``READY_QUEUE_LIMIT``'s default: Voicy's ``max(download, 2 × transcription)``,
+  unless short recordings are batched (``CLIP_BATCH_SIZE`` > 1, or unset on a
+  CUDA device: 16): then ``max(download, transcription × (clip batch + 1))``, so
+  that when a gpu slot frees up a whole batch is downloaded and waiting for it,
+  and one more is on its way (with Voicy's default a slot could never find more
+  than two). With both ``CLIP_BATCH_SIZE`` and ``DEVICE`` unset this process
+  looks for a CUDA device itself, so a bridge on a host without the GPU needs
+  one of them set to size the backlog for GPU batches.
+* ``CLIP_BATCH_WAIT_MS`` (ours, default 250) bounds how long a gpu slot waits
+  for more short jobs to fill its batch, and it waits only while more are on
+  their way (claimed jobs still downloading), so a lone voice is not delayed.
 * ``LEASE_TTL_MS``, ``MEDIA_STORE`` are ours; the transcriber-command variables
   of Voicy's client are gone (the engine runs in-process).
 
@@ -49,7 +60,7 @@ from pydantic_settings import BaseSettings
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import register_secret
-from workers.transcribe.settings import ENGINE_SETTINGS_CONFIG, EngineSettings
+from workers.transcribe.settings import AUTO_DEVICE, ENGINE_SETTINGS_CONFIG, NO_CLIP_BATCHING, EngineSettings
 
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org"
 DEFAULT_ENGINE = "faster-whisper"  # the workerEngine label (§6.1), whichever engine runs
@@ -64,6 +75,8 @@ DEFAULT_LEASE_TTL_MS = 30000.0
 MIN_LEASE_TTL_MS = 100.0
 DEFAULT_DOWNLOAD_CONCURRENCY = 2.0  # downloads in flight
 DEFAULT_TRANSCRIPTION_CONCURRENCY = 1.0  # gpu slots in the fleet
+DEFAULT_CLIP_BATCH_WAIT_MS = 250.0  # the most a gpu slot waits for batch-mates that are on their way
+READY_PER_SLOT_WITHOUT_BATCHING = 2  # Voicy's default backlog: two per gpu slot
 MIN_SLOTS = 1.0  # Voicy: max(1, v) for every slot count
 CLOUD_BOT_API_MAX_BYTES = 20 * 1024 * 1024  # the cloud Bot API refuses larger downloads
 BYTES_PER_MB = 1024 * 1024
@@ -196,6 +209,7 @@ class VoicySettings(VoicyTimings, EngineSettings):
     max_media_bytes: NonNegativeInt | None = None
     engine: str = DEFAULT_ENGINE  # the label sent with progress/result (workerEngine), not a selector
     progress_interval_ms: NonNegative = DEFAULT_PROGRESS_INTERVAL_MS
+    clip_batch_wait_ms: NonNegative = DEFAULT_CLIP_BATCH_WAIT_MS
 
     @field_validator("api_url", "telegram_api_url")
     @classmethod
@@ -239,7 +253,9 @@ class VoicySettings(VoicyTimings, EngineSettings):
         transcription = max(MIN_SLOTS, self.transcription_concurrency)
         ready = self.ready_queue_limit
         if ready is None:
-            ready = max(download, 2 * transcription)
+            clips = self._clip_batch()
+            per_slot = clips + 1 if clips > NO_CLIP_BATCHING else READY_PER_SLOT_WITHOUT_BATCHING
+            ready = max(download, per_slot * transcription)
         self.download_concurrency = whole_slots(download)
         self.transcription_concurrency = whole_slots(transcription)
         self.ready_queue_limit = whole_slots(ready)
@@ -249,6 +265,16 @@ class VoicySettings(VoicyTimings, EngineSettings):
             mb = number_env(SERVER_MAX_MEDIA_ENV)
             self.max_media_bytes = int(mb * BYTES_PER_MB) if mb else CLOUD_BOT_API_MAX_BYTES
         return self
+
+    def _clip_batch(self) -> int:
+        """The clip batch the gpu workers will run, as this process can tell (for the backlog default)."""
+        if self.clip_batch_size is not None or self.device != AUTO_DEVICE:
+            return self.clip_batch_on(self.device)
+        # Function-level on purpose: ctranslate2 (~200 ms) loads only to look for a GPU, and only when
+        # neither VOICY_WORKER_CLIP_BATCH_SIZE nor VOICY_WORKER_DEVICE says what the gpu hosts run.
+        from workers.transcribe.device import pick_device
+
+        return self.clip_batch_on(pick_device(AUTO_DEVICE))
 
     # --- derived values, in the units the code uses ----------------------------------------
     @property
@@ -263,6 +289,10 @@ class VoicySettings(VoicyTimings, EngineSettings):
     @property
     def progress_interval_s(self) -> float:
         return self.progress_interval_ms / 1000.0
+
+    @property
+    def clip_batch_wait_s(self) -> float:
+        return self.clip_batch_wait_ms / 1000.0
 
 
 def load_voicy_settings(**overrides: object) -> VoicySettings:

@@ -15,6 +15,7 @@ one 204 also on mongomock.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -87,6 +88,7 @@ class ServerState:
     policy: Policy = field(default_factory=Policy)
     requests: list[dict[str, Any]] = field(default_factory=list)
     faults: dict[str, Fault] = field(default_factory=dict)
+    delays: dict[str, float] = field(default_factory=dict)  # endpoint → seconds every answer is held
     clock_offset: timedelta = timedelta(0)
     lock: threading.Lock = field(default_factory=threading.Lock)
     publisher: Publisher = field(init=False)
@@ -145,6 +147,9 @@ class WorkerApi:
         entry["json"] = body if body is not None else raw[:200].decode("utf-8", "replace")
         response = error or self.route(request, path, body if isinstance(body, dict) else {}, entry)
         entry["status"] = response.status_code
+        delay_s = self.state.delays.get(entry["endpoint"] or "")
+        if delay_s:  # a slow server: the call is handled, its answer held (other requests go on)
+            await asyncio.sleep(delay_s)
         return response
 
     def route(self, request: Request, path: str, body: dict[str, Any], entry: dict[str, Any]) -> Response:

@@ -128,6 +128,12 @@ class DevVoicyServer:
         with self.state.lock:
             self.state.faults[endpoint] = Fault(status, times, error)
 
+    def delay(self, endpoint: str, seconds: float) -> None:
+        """Hold every answer of ``endpoint`` for ``seconds`` (0 to stop): a slow server, e.g. to keep
+        jobs in a known step long enough to observe them there. The call itself is handled at once."""
+        with self.state.lock:
+            self.state.delays[endpoint] = seconds
+
     def advance_clock(self, seconds: float) -> None:
         """Move the server's clock forward, e.g. to make a heartbeat stale."""
         self.state.clock_offset += timedelta(seconds=seconds)

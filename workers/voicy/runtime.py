@@ -1,0 +1,56 @@
+"""What one process needs for Voicy work, built once per process after fork: ``VoicyRuntime``.
+
+Its own module because every step of a job needs it (claiming, download,
+transcription, the way a job ends, recovery), and those steps live in
+modules of their own (``pipeline``, ``transcription``, ``outcomes``) that must
+not import each other in a circle. The lease constants every step shares are
+here for the same reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from workers.lease import Leases
+from workers.redisconn import sync_client
+from workers.voicy.client import VoicyClient
+from workers.voicy.fleet import Fleet
+from workers.voicy.media_store import MediaStore, media_store_from_url
+from workers.voicy.settings import VoicySettings, load_voicy_settings
+
+LEASE_NAMESPACE = "voicy"
+QUEUED_LEASE_TTL_S = 6 * 3600.0  # a queued task is safe in the broker; only a taken one can be lost
+# A grant whose task is not sent yet lives this many lease TTLs: as long as a dead worker's
+# running lease, so a process killed between granting and sending is recovered as quickly.
+PENDING_GRANT_LEASE_TTLS = 1.0
+
+
+@dataclass
+class VoicyRuntime:
+    """Everything one process needs for Voicy work; built once per process, after fork."""
+
+    settings: VoicySettings
+    client: VoicyClient
+    store: MediaStore
+    fleet: Fleet
+    leases: Leases
+    redis: redis.Redis
+
+    @classmethod
+    def from_env(cls, redis_url: str) -> VoicyRuntime:
+        settings = load_voicy_settings()
+        client = sync_client(redis_url)
+        return cls(settings=settings, client=VoicyClient.from_settings(settings),
+                   store=media_store_from_url(settings.media_store), fleet=Fleet(client),
+                   leases=Leases(client, LEASE_NAMESPACE), redis=client)
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return self.settings.lease_ttl_ms / 1000.0
+
+    @property
+    def pending_grant_ttl_s(self) -> float:
+        """TTL of a grant until ``pipeline.confirm_grant`` (its task not sent yet)."""
+        return self.lease_ttl_s * PENDING_GRANT_LEASE_TTLS

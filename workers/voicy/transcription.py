@@ -1,0 +1,271 @@
+"""The transcription step: a job's stored media to its result, alone or in a batch of short jobs.
+
+A gpu task takes its job's lease (``workers.lease``) and then:
+
+* **alone** (a recording longer than one 30 s window, clip batching off, or an
+  engine that cannot batch): ``POST /transcribe``, the engine streams segments,
+  progress is posted as the transcript grows, then the result; every failure
+  ends the job one way (``workers.voicy.outcomes``);
+* **in a batch** (a short recording, ``VOICY_WORKER_CLIP_BATCH_SIZE`` > 1):
+  it first takes other ready short jobs along (``workers.voicy.gather``: each
+  by its own lease, waiting at most ``VOICY_WORKER_CLIP_BATCH_WAIT_MS`` and only
+  while more are on their way), then the engine decodes all of them in one pass
+  (``transcribe_clips``). Nothing else is shared: each job keeps its own lease
+  and keeper (so its heartbeats, which beat sends for live leases), its own
+  ``/transcribe``, progress throttle, result or failure. A job that fails (its
+  media undecodable, its ``/transcribe`` refused, its lease lost, its result
+  rejected) ends alone and the others go on. A job the batch does not answer
+  (longer than one window, its length not known at download; or a decode the
+  sequential engine would retry at a higher temperature) is transcribed alone
+  right after the others' results are posted. If nothing else is ready, the
+  job is transcribed alone, exactly as without batching.
+
+A process shut down mid-batch (``SystemExit``) hands back every job of the
+batch that has not ended; a killed one leaves leases that expire, and the
+reaper recovers each job once (V1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from workers.errors import AuthError, PermanentJobError, RetryableJobError, StaleJobError
+from workers.lease import LeaseKeeper
+from workers.logs import redact
+from workers.transcribe.engine import get_engine
+from workers.transcribe.protocol import CLIP_WINDOW_S, Clip, ClipBatchingEngine, OnSegment, TranscriptionEngine
+from workers.transcribe.results import Transcript
+from workers.voicy.bodies import transcript_body
+from workers.voicy.fleet import HeldJob, Stage
+from workers.voicy.gather import batchable, gather
+from workers.voicy.outcomes import LeaseLost, finish, guarded, hand_back, settle
+from workers.voicy.progress import ProgressThrottle
+from workers.voicy.runtime import VoicyRuntime
+
+log = logging.getLogger(__name__)
+
+
+def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
+    """Transcribe the job (alone or with a batch of short ones) and post its result. True if posted."""
+    lease_value = rt.leases.take(job_id, token, rt.lease_ttl_s)
+    if lease_value is None:
+        log.info("job %s: transcription already owned by another execution; skipping", job_id)
+        return False
+    rt.fleet.leave_backlog(job_id)
+    if _may_batch(rt, job_id):
+        return _Batch(rt).run(job_id, lease_value)
+    return bool(guarded(rt, job_id, lease_value, lambda keeper: _Job(rt, job_id, lease_value, keeper).alone()))
+
+
+def _may_batch(rt: VoicyRuntime, job_id: str) -> bool:
+    if not rt.settings.clip_batching:
+        return False
+    try:
+        return batchable(rt.fleet.get(job_id), CLIP_WINDOW_S)
+    except redis.RedisError:
+        return False  # the job goes alone; its own steps meet the outage under its guard
+
+
+@dataclass
+class _Job:
+    """One job under its running lease: the steps from ``/transcribe`` to its result."""
+
+    rt: VoicyRuntime
+    job_id: str
+    lease_value: str
+    keeper: LeaseKeeper
+    held: HeldJob | None = None
+    throttle: ProgressThrottle | None = None
+    started: float = field(default_factory=time.monotonic)
+    open: bool = True  # not ended yet (no result, failure or drop)
+    posted: bool = False
+
+    def start(self) -> HeldJob:
+        """Check the media, ``POST /transcribe`` and mark the record: the job is being transcribed.
+
+        The progress throttle starts here, as the step does (its first post waits one interval).
+        """
+        self.started = time.monotonic()
+        self.throttle = ProgressThrottle.from_settings(self.rt.settings)
+        held = self.rt.fleet.get(self.job_id)
+        if held is None or not held.media_key or not self.rt.store.exists(held.media_key):
+            raise RetryableJobError("downloaded media is missing from the media store")
+        _enter_transcribing(self.rt, self.job_id, held.media_key)
+        held.stage = Stage.TRANSCRIBING
+        self.rt.fleet.update(held)
+        self.held = held
+        return held
+
+    def on_progress(self, engine: TranscriptionEngine) -> OnSegment:
+        """The engine's ``on_segment`` for this job: stop if the lease was lost, else maybe post progress."""
+        def on_segment(partial: Transcript) -> None:
+            if self.keeper.lost.is_set():
+                raise LeaseLost(self.job_id)
+            if self.throttle is not None and self.throttle.should_send(partial.text):
+                try:
+                    self.rt.client.progress(self.job_id,
+                                            transcript_body(partial, self.rt.settings.engine, engine.metadata))
+                except (RetryableJobError, PermanentJobError) as exc:
+                    log.warning("job %s: progress not stored: %s", self.job_id, redact(str(exc)))
+        return on_segment
+
+    def post(self, transcript: Transcript, engine: TranscriptionEngine, batch: int = 1) -> bool:
+        """Post the result and forget the job (raises like any step; the caller settles)."""
+        if not self.keeper.fence():  # the result is final at Voicy: only the lease's owner may post it
+            raise LeaseLost(self.job_id)
+        self.rt.client.result(self.job_id, transcript_body(transcript, self.rt.settings.engine, engine.metadata))
+        self.open, self.posted = False, True
+        log.info("job %s transcribed in %.2fs%s (%.1fs of audio, %d parts)", self.job_id,
+                 time.monotonic() - self.started, f" in a batch of {batch}" if batch > 1 else "",
+                 transcript.duration or 0.0, len(transcript.parts))
+        try:
+            finish(self.rt, self.job_id, self.lease_value)
+        except redis.RedisError as exc:  # the job is done at Voicy: nothing to fail, only records to clear
+            log.warning("job %s: result posted; its records wait for Redis (%s), the reaper clears them",
+                        self.job_id, redact(f"{type(exc).__name__}: {exc}"))
+        return True
+
+    def transcribe_started(self, engine: TranscriptionEngine) -> bool:
+        """Transcribe the started job on its own, streaming progress, and post the result."""
+        assert self.held is not None and self.held.media_key
+        with self.rt.store.local_path(self.held.media_key) as path:
+            transcript = engine.transcribe(path, language=self.held.language, on_segment=self.on_progress(engine))
+        return self.post(transcript, engine)
+
+    def alone(self) -> bool:
+        """The whole step for a job transcribed on its own (errors are mapped by the caller)."""
+        self.start()
+        return self.transcribe_started(get_engine(self.rt.settings))
+
+
+class _Batch:
+    """Short jobs one gpu slot transcribes in one pass, each under its own lease keeper."""
+
+    def __init__(self, rt: VoicyRuntime) -> None:
+        self.rt = rt
+        self.jobs: list[_Job] = []
+        self._keepers = contextlib.ExitStack()
+        self._auth: AuthError | None = None
+
+    def join(self, job_id: str, lease_value: str) -> None:
+        """Add a job whose lease was just taken, and start renewing that lease at once."""
+        keeper = self._keepers.enter_context(LeaseKeeper(self.rt.leases, job_id, lease_value, self.rt.lease_ttl_s))
+        self.jobs.append(_Job(self.rt, job_id, lease_value, keeper))
+
+    def run(self, job_id: str, lease_value: str) -> bool:
+        """Gather, transcribe and end every job; True if ``job_id``'s own result was posted."""
+        with self._keepers:
+            self.join(job_id, lease_value)
+            try:
+                self._run()
+            except SystemExit:  # shut down under us: every job not ended goes back to the reaper now
+                for job in self.jobs:
+                    if job.open:
+                        hand_back(self.rt, job.job_id, job.lease_value)
+                raise
+        if self._auth is not None:
+            raise self._auth  # as alone: the task fails, the leases expire, the reaper retries later
+        return self.jobs[0].posted
+
+    def _settle(self, job: _Job, exc: Exception) -> None:
+        """End one job after ``exc`` (``outcomes.settle``); the others are not affected."""
+        job.open = False
+        try:
+            settle(self.rt, job.job_id, job.lease_value, exc, job.keeper)
+        except AuthError as auth:
+            self._auth = auth
+        except Exception as report_exc:  # e.g. Voicy down while reporting: the lease expires, the reaper ends it
+            log.warning("job %s: could not report its outcome (%s); the reaper will recover it",
+                        job.job_id, redact(str(report_exc)) or type(report_exc).__name__)
+        job.keeper.stop()
+
+    def _end(self, job: _Job, step: Callable[[], object]) -> None:
+        """Run one job's closing step; any error ends that job alone."""
+        try:
+            step()
+        except Exception as exc:
+            self._settle(job, exc)
+            return
+        job.keeper.stop()
+
+    def _run(self) -> None:
+        own = self.jobs[0]
+        try:
+            engine = get_engine(self.rt.settings)
+        except Exception as exc:
+            self._settle(own, exc)
+            return
+        if isinstance(engine, ClipBatchingEngine) and engine.max_clips > 1:
+            gather(self.rt, own.job_id, limit=engine.max_clips - 1, window_s=CLIP_WINDOW_S, join=self.join)
+        if len(self.jobs) == 1 or not isinstance(engine, ClipBatchingEngine):
+            self._end(own, own.alone)
+            return
+        left = self._batch(engine)
+        for job in left:  # after every job the batch answered has its result
+            self._end(job, lambda job=job: job.transcribe_started(engine))
+
+    def _batch(self, engine: ClipBatchingEngine) -> list[_Job]:
+        """Start every job, decode them in one pass, post each outcome; return the ones it left alone."""
+        with contextlib.ExitStack() as files:
+            started: list[tuple[_Job, Clip]] = []
+            for job in self.jobs:
+                try:
+                    held = job.start()
+                    path: Path = files.enter_context(self.rt.store.local_path(held.media_key or ""))
+                except Exception as exc:
+                    self._settle(job, exc)
+                    continue
+                started.append((job, Clip(path, held.language, job.on_progress(engine))))
+            try:
+                outcomes = engine.transcribe_clips([clip for _, clip in started]) if started else []
+            except Exception as exc:  # the engine promises one outcome per clip; anything else ends them all
+                for job, _ in started:
+                    self._settle(job, exc)
+                return []
+        left: list[_Job] = []
+        for (job, _), outcome in zip(started, outcomes):
+            if outcome is None:
+                left.append(job)
+            elif isinstance(outcome, Exception):
+                self._settle(job, outcome)
+            else:
+                self._end(job, lambda job=job, t=outcome: job.post(t, engine, len(started)))
+        return left
+
+
+def _enter_transcribing(rt: VoicyRuntime, job_id: str, media_key: str) -> None:
+    """``POST /transcribe``, after finishing whatever step a lost execution left undone.
+
+    A 404 does not always mean the job is gone; ``GET /jobs/:id`` (ours and
+    active, else 404 too) says what it is at Voicy:
+
+    * ``transcribing``/``processing``: claim-ready, or a killed earlier execution
+      of this transcription, already moved it: carry on;
+    * ``downloading``: the download stored the media but its ``/downloaded`` never
+      landed (the io process was killed mid-call, or Voicy stayed down past the
+      retry budget and the ``/failure`` post failed too). Voicy reaps no
+      downloading job (reference §3.2), so unless we finish the handshake here the
+      job stays downloading for ever (V1): post ``/downloaded`` for our stored
+      media, then ``/transcribe``;
+    * ``ready``: someone posted ``/downloaded`` between the two calls: transcribe.
+    """
+    try:
+        rt.client.transcribe(job_id)
+        return
+    except StaleJobError:
+        job = rt.client.get_job(job_id)  # raises StaleJobError when it is really gone
+    if job.status in ("transcribing", "processing"):
+        return
+    if job.status == "downloading":
+        log.warning("job %s: Voicy never recorded /downloaded; completing the handshake", job_id)
+        job = rt.client.downloaded(job_id, rt.store.describe(media_key))
+    if job.status != "ready":
+        raise StaleJobError(f"job {job_id} is {job.status} at Voicy")
+    rt.client.transcribe(job_id)
