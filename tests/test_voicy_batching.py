@@ -186,6 +186,8 @@ def test_the_wait_for_batch_mates_is_bounded_and_a_lone_voice_does_not_wait(voic
         jobs = wait_final(server, [late_id])
         assert server.get_job(slow_id)["status"] == "downloading"  # still on its way: the wait ended first
         telegram.clear_faults()
+        # the slow voice still completes; and no worker stops under a job in flight
+        assert wait_final(server, [slow_id])[slow_id]["status"] == "completed"
     finally:
         bridge.stop()
     assert jobs[late_id]["status"] == "completed"
