@@ -223,7 +223,8 @@ class CairnBridge:
             await self.responders.start()
             await self._start_replies()
             await asyncio.to_thread(clear_fault, self._sync_redis, self.refusals.component)
-            self.pulls = PullLoops(self.consumers, self._slots, self.shutdown, self.nats_outage, self._take)
+            self.pulls = PullLoops(self.consumers, self._slots, self.shutdown, self.nats_outage, self._take,
+                                   tick_s=self.ack_wait_s / 3)
             self.pulls.start(self.js, self._loop_ended)
             record = asyncio.create_task(self._renew_record(), name="liveness")
             log.info("cairn bridge started: pool %s, %d job subjects, in-flight limit %d, AckWait %.1fs",
