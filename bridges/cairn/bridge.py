@@ -58,7 +58,7 @@ from bridges.cairn.admission import (
 )
 from bridges.cairn.consumers import JobConsumer, ensure_consumers, pool_consumers
 from bridges.cairn.envelopes import Envelopes, LoopNats
-from bridges.cairn.execution import Execution, SendJob, Shutdown
+from bridges.cairn.execution import Execution, SendJob, Shutdown, job_task_prefix
 from bridges.cairn.pull import PullLoops
 from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
 from bridges.cairn.results import TaskResults
@@ -193,7 +193,8 @@ class CairnBridge:
         self.failures = FailureCounts(self._aredis, redis_outage=self.redis_outage)
         self.ledger = AsyncOutcomeLedger(self._aredis)
         self.recall = RedisRecall(self._aredis, leases.key, redis_outage=self.redis_outage)
-        self.results = TaskResults(self.backend, s.redis_url, redis_outage=self.redis_outage)
+        self.results = TaskResults(self.backend, s.redis_url, redis_outage=self.redis_outage,
+                                   covered=job_task_prefix(s.worker_name))
         self.execution = Execution(self.senders.job, self.results, leases, self._aredis,
                                    float(s.task_start_deadline_s), self.shutdown,
                                    redis_outage=self.redis_outage, lease_ttl_s=float(s.lease_ttl_s),
