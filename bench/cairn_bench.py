@@ -40,7 +40,7 @@ import psutil
 import redis
 
 from deploy.devstack import procs as devstack_procs
-from deploy.devstack.cairn_stack import CairnStack
+from deploy.devstack.cairn_stack import CairnStack, ProviderFake
 from deploy.devstack.procs import Proc
 from deploy.devstack.strava import FakeStrava
 from deploy.devstack.strava.kit import StravaKit
@@ -124,23 +124,24 @@ def job_id_of(msg_id: str | None) -> str | None:
 @dataclass
 class Rig:
     """Everything both sides share (the devstack Cairn kit, moto in its own process); ``ingested_at``
-    is filled from core's loop thread."""
+    is filled from core's loop thread. ``fake``: another provider's kit than the fake Strava (the
+    capacity bench's null provider)."""
 
     workdir: Path
     ingested_at: dict[str, float] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
+    fake: ProviderFake | None = None
 
     def start(self) -> Rig:
-        strava = StravaKit(FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET),
-                           athlete_id_base=ATHLETE_ID_BASE)
-        self.stack = CairnStack(self.workdir, fakes=[strava], name=f"bench-{uuid.uuid4().hex[:6]}",
+        if self.fake is None:
+            self.fake = StravaKit(FakeStrava(limits=STRAVA_BUDGET, read_limits=STRAVA_BUDGET),
+                                  athlete_id_base=ATHLETE_ID_BASE)
+        self.stack = CairnStack(self.workdir, fakes=[self.fake], name=f"bench-{uuid.uuid4().hex[:6]}",
                                 moto_process=True).start()
-        self.strava_kit = strava
-        self.pool = self.stack.pool(PROVIDER)
+        self.pool = self.stack.pool(self.fake.provider)
         self.queue = provider_queue(self.pool.worker_name)
         assert self.stack.core is not None and self.stack.redis is not None and self.stack.nats is not None
         self.core, self.redis, self.nats = self.stack.core, self.stack.redis, self.stack.nats
-        self.strava = strava.fake
         self._instrument_router()
         return self
 
@@ -185,7 +186,8 @@ class Rig:
         per_athlete = -(-n // ATHLETES_PER_SIDE)
         while len(jobs) < n:
             count = min(per_athlete, n - len(jobs))
-            acct = self.strava_kit.connect(self.core, self.pool, count, with_gear=False)
+            acct = (self.fake.connect(self.core, self.pool, count, with_gear=False)
+                    if isinstance(self.fake, StravaKit) else self.stack.connect(self.pool, count))
             for ext_id in acct.ext_ids:
                 jobs.append(self.stack.fetch_job(acct, ext_id, job_id=f"{tag}-{len(jobs):05d}-{uuid.uuid4().hex[:6]}",
                                                  fetch_streams=FETCH_STREAMS))
