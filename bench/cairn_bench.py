@@ -60,6 +60,11 @@ FLEET_LOG_LEVEL = "WARNING"  # no per-job log lines on either side
 # --- the baseline's -------------------------------------------------------------------------
 BASELINE_MAX_IN_FLIGHT = int(os.environ.get("BENCH_CAIRN_BASELINE_IN_FLIGHT", "32"))
 
+# issue 15 §3's targets for the fleet against the baseline
+CPU_OVER_BASELINE_MAX = 1.5
+JOBS_PER_S_OVER_BASELINE_MIN = 1.0
+IDLE_LATENCY_OVER_MS_MAX = 10.0
+
 WARMUP_JOBS = 8
 ATHLETES_PER_SIDE = 10  # jobs spread over this many accounts (all on the fake's one app)
 ATHLETE_ID_BASE = 910_000
@@ -305,6 +310,9 @@ def run(jobs: int = 1000) -> dict[str, Any]:
         rig.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     ratio = fleet["jobs_per_s"] / baseline["jobs_per_s"] if baseline["jobs_per_s"] else 0.0
+    cpu_ratio = (fleet["cpu_ms_per_job"]["side"] / baseline["cpu_ms_per_job"]["side"]
+                 if baseline["cpu_ms_per_job"]["side"] else 0.0)
+    idle_over_ms = fleet["idle_latency_ms"]["p50"] - baseline["idle_latency_ms"]["p50"]
     return {
         "benchmark": "cairn fetch_source throughput",
         "machine": info,
@@ -318,7 +326,13 @@ def run(jobs: int = 1000) -> dict[str, Any]:
         "fleet": fleet,
         "baseline": baseline,
         "fleet_vs_baseline": round(ratio, 2),
-        "targets": {"fleet_vs_baseline_min": 0.5, "fleet_jobs_per_s_min": 100.0,
-                    "met_ratio": ratio >= 0.5, "met_absolute": fleet["jobs_per_s"] >= 100.0},
+        "fleet_cpu_over_baseline": round(cpu_ratio, 2),
+        "fleet_idle_latency_over_baseline_ms": round(idle_over_ms, 1),
+        # issue 15 §3: CPU per job within 1.5x the baseline's, at least its jobs/s, idle latency within +10 ms
+        "targets": {"cpu_over_baseline_max": CPU_OVER_BASELINE_MAX, "jobs_per_s_over_baseline_min":
+                    JOBS_PER_S_OVER_BASELINE_MIN, "idle_latency_over_baseline_ms_max": IDLE_LATENCY_OVER_MS_MAX,
+                    "met_cpu": cpu_ratio <= CPU_OVER_BASELINE_MAX,
+                    "met_jobs_per_s": ratio >= JOBS_PER_S_OVER_BASELINE_MIN,
+                    "met_idle_latency": idle_over_ms <= IDLE_LATENCY_OVER_MS_MAX},
         "run_s": round(time.monotonic() - started, 1),
     }
