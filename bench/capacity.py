@@ -67,7 +67,9 @@ def _cairn_fleet(rig: Rig) -> dict[str, Proc]:
     logs = rig.workdir / "logs"
     logs.mkdir(exist_ok=True)
     env = rig.stack.env(rig.pool)
-    return {name: procfile.run(name, {**env, "DYNO": f"{name}.1"}, logs / f"{name}.log") for name in CAIRN_LINES}
+    # node names as honcho sets them (DYNO would mean Heroku)
+    return {name: procfile.run(name, {**env, "HONCHO_PROCESS_NAME": f"{name}.1"}, logs / f"{name}.log")
+            for name in CAIRN_LINES}
 
 
 def cairn(jobs: int, workdir: Path, site: Path) -> dict[str, Any]:

@@ -179,7 +179,8 @@ def test_an_engine_shipped_on_its_own_plugs_in_through_its_entry_point(tmp_path:
              "from workers.transcribe.settings import load_engine_settings\n"
              "settings = load_engine_settings()\n"
              "engine = get_engine(settings)\n"
-             "print(settings.engine_name, 'null' in engine_names(), engine.transcribe(__import__('pathlib').Path('x')).text)\n")
+             "text = engine.transcribe(__import__('pathlib').Path('x')).text\n"
+             "print(settings.engine_name, 'null' in engine_names(), text)\n")
     env = {k: v for k, v in os.environ.items() if k not in ENGINE_ENVS} | {
         "PYTHONPATH": str(site), "VOICY_WORKER_TRANSCRIBER": NULL}
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)

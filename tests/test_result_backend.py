@@ -13,8 +13,9 @@ from celery import Celery, states
 from celery.app.backends import by_url
 
 from tasks.result_backend import RedisBackend, SentinelBackend, result_backend_url
+from tasks.routes import provider_queue
 from tasks.settings import RESULT_EXPIRES_S, FleetSettings, celery_config
-from tests.conftest import wait_until
+from tests.kit.waiting import wait_until
 
 SUBSCRIBE_WAIT_S = 5.0
 
@@ -58,8 +59,8 @@ def test_sending_a_task_subscribes_nobody_and_get_still_hears_its_result(fresh_r
     app = Celery("result-backend-send")
     app.conf.update(celery_config(FleetSettings(redis_url=fresh_redis)))
     client = redis.Redis.from_url(fresh_redis)
-    sent = [app.send_task("cairn.job", args=["fetch_source", {}, {}], task_id=f"rb-{uuid.uuid4().hex}")
-            for _ in range(3)]
+    sent = [app.send_task("cairn.job", args=["fetch_source", {}, {}], task_id=f"rb-{uuid.uuid4().hex}",
+                          queue=provider_queue("rb")) for _ in range(3)]
     keys = [f"celery-task-meta-{r.id}" for r in sent]
     assert [n for _, n in client.pubsub_numsub(*keys)] == [0, 0, 0]
     assert not app.backend.result_consumer.subscribed_to

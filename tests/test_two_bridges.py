@@ -3,8 +3,9 @@
 Real processes on loopback, started from the Procfile's own lines as a
 deployment with a second bridge runs them: two ``voicy_bridge`` over one dev
 Voicy API (the same worker token, one fleet) beside ``io`` and ``gpu``, and two
-``cairn_bridge`` of one pool beside its ``provider`` worker. The work itself takes no time (the null provider and engine,
-installed as a plug-in distribution: ``bench/plugins``), so the jobs race
+``cairn_bridge`` of one pool beside its ``provider`` worker. The work itself
+takes no time (the null provider and engine, installed as a plug-in
+distribution: ``bench/plugins``), so the jobs race
 through the bridges and only their coordination is tested: Voicy's claims and
 the fleet-wide backlog in Redis, JetStream's shared durable consumer and the
 job leases.
@@ -25,11 +26,12 @@ from deploy.devstack import procfile
 from deploy.devstack.cairn_stack import CairnStack
 from deploy.devstack.procs import Proc
 from deploy.devstack.stack import AUDIO_DIR, audio_manifest
-from tests.conftest import wait_until
-from tests.voicy_stack import voicy_dev_stack
+from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.waiting import wait_until
 from workers.providers.kinds import FETCH_SOURCE
 
-pytestmark = pytest.mark.slow
+# starts fleet processes (tests/kit/fleet_guard.py); H1: every dyno's log ends with an empty budget
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("log_budget")]
 
 VOICY_JOBS = 24
 CAIRN_JOBS = 30
@@ -124,8 +126,9 @@ def test_two_cairn_bridges_of_one_pool_run_each_job_once_and_ack_every_message(t
 
 
 def _line(name: str, env: dict[str, str], tmp_path: Path, n: int = 0) -> Proc:
-    """The Procfile's line ``name`` as its ``n``-th dyno."""
-    return procfile.run(name, {**env, "DYNO": f"{name}.{n + 1}"}, tmp_path / f"{name}.{n + 1}.log")
+    """The Procfile's line ``name`` as its ``n``-th process, named as honcho names it (DYNO would mean Heroku)."""
+    node = f"{name}.{n + 1}"
+    return procfile.run(name, {**env, "HONCHO_PROCESS_NAME": node}, tmp_path / f"{node}.log")
 
 
 def _acked(bridges: list[Proc]) -> list[tuple[str, str]]:

@@ -25,8 +25,8 @@ has an explicit alias list, for its fallback. Never a bare field name such as
   faster wall clock on a quiet box, where two threads are used more fully) and
   several times faster on a GPU (docs/BENCHMARKS.md "Transcription engines").
 * ``VOICY_WORKER_TRANSCRIBER`` names the engine explicitly (a key of
-  ``workers.transcribe.registry.ENGINES`` or of the ``switchyard.engines`` entry points); unset, the batch size chooses as
-  above. A name that contradicts a batch size that is set is a ``ConfigError``
+  ``workers.transcribe.registry.ENGINES`` or of the ``switchyard.engines`` entry points);
+  unset, the batch size chooses as above. A name that contradicts a batch size that is set is a ``ConfigError``
   naming ``VOICY_WORKER_BATCH_SIZE`` rather than one of them silently winning.
 * ``VOICY_WORKER_CLIP_BATCH_SIZE`` is a different batch: how many *separate
   short recordings* (each at most one 30 s window) a gpu slot decodes in one
