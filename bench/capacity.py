@@ -39,7 +39,7 @@ from typing import Any
 
 import psutil
 
-from bench.cairn_bench import Rig, cpu_parts, machine, ms_per_job
+from bench.cairn_bench import IDLE_JOBS, Rig, cpu_parts, machine, ms_per_job
 from bench.plugins import NULL, NullKit, install_null
 from bench.recordings import speech_fixtures
 from bench.voicy_rig import FleetRig
@@ -78,7 +78,7 @@ def cairn(jobs: int, workdir: Path, site: Path) -> dict[str, Any]:
     rig.start()
     fleet: dict[str, Proc] = {}
     try:
-        warm, solo, measured = rig.make_jobs(WARM_UP_JOBS, "w"), rig.make_jobs(5, "s"), rig.make_jobs(jobs, "c")
+        warm, solo, measured = rig.make_jobs(WARM_UP_JOBS, "w"), rig.make_jobs(IDLE_JOBS, "s"), rig.make_jobs(jobs, "c")
         fleet = _cairn_fleet(rig)
         for job in warm:
             rig.core.enqueue_job(FETCH_SOURCE, job)
