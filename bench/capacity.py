@@ -19,7 +19,8 @@ distribution of their own through the ``switchyard.providers`` and
 
 Each side warms up, then runs one burst of ``N`` jobs published at once. Reported
 per side: jobs/s on this box, and the CPU milliseconds per job of every process
-(psutil, user + system). From the CPU figures follow the capacities that do not
+(psutil, user + system); for the Cairn pool also what its processes cost with no job
+(CPU ms per second and resident memory over ``IDLE_WINDOW_S`` after the burst). From the CPU figures follow the capacities that do not
 depend on this box's two cores being shared by everything: a bridge is one
 process whose work holds the GIL, so it cannot pass ``1000 / its ms per job``
 jobs/s on one core; Redis is single-threaded, so the same holds for it; a
@@ -54,6 +55,9 @@ WARM_UP_JOBS = 8
 READY_TIMEOUT_S = 120.0
 BURST_TIMEOUT_S = 900.0
 CAIRN_LINES = ("cairn_bridge", "provider")  # the Procfile's lines of one Cairn pool
+# After the burst, the pool's processes with no job: what a pool costs a host while its budget is spent
+# (its pull loops poll every FETCH_WAIT_S per consumer, presence and liveness renew on their timers).
+IDLE_WINDOW_S = 30.0
 MS_PER_S = 1000.0
 
 
@@ -63,6 +67,16 @@ def per_core(ms_per_job: float) -> float | None:
 
 
 # --------------------------------------------------------------------------- Cairn
+def _rss_mib(proc: Proc) -> float:
+    """Resident memory of a line's processes (its shell, the process and any pool children; pages
+    a prefork pool shares with its parent count once per process, so a pool's figure is an upper bound)."""
+    try:
+        root = psutil.Process(proc.proc.pid)
+        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
+    except psutil.Error:
+        return 0.0
+
+
 def _cairn_fleet(rig: Rig) -> dict[str, Proc]:
     logs = rig.workdir / "logs"
     logs.mkdir(exist_ok=True)
@@ -92,8 +106,13 @@ def cairn(jobs: int, workdir: Path, site: Path) -> dict[str, Any]:
         side_before = {k: v for p in fleet.values() for k, v in cpu_parts(p).items()}
         rig_before = rig.cpu_parts()
         figures = rig.burst(measured, BURST_TIMEOUT_S)
-        side = ms_per_job(side_before, {k: v for p in fleet.values() for k, v in cpu_parts(p).items()}, jobs)
+        side_after = {k: v for p in fleet.values() for k, v in cpu_parts(p).items()}
+        side = ms_per_job(side_before, side_after, jobs)
         rig_ms = ms_per_job(rig_before, rig.cpu_parts(), jobs)
+        time.sleep(IDLE_WINDOW_S)  # a window to measure over, not a wait for an event
+        idle_cpu = {name: round((v - side_after.get(name, 0.0)) * MS_PER_S / IDLE_WINDOW_S, 2) for name, v in
+                    {k: v for p in fleet.values() for k, v in cpu_parts(p).items()}.items()}
+        idle_rss = {name: round(_rss_mib(p), 1) for name, p in fleet.items()}
     finally:
         for proc in fleet.values():
             proc.stop()
@@ -106,6 +125,7 @@ def cairn(jobs: int, workdir: Path, site: Path) -> dict[str, Any]:
     return {"jobs": jobs, "jobs_per_s_on_this_box": figures["jobs_per_s"], "latency_ms": figures["latency_ms"],
             "idle_latency_ms": idle, "results_ingested": figures["results_ingested"],
             "results_from_redeliveries": figures["results_from_redeliveries"], "cpu_ms_per_job": parts,
+            "idle_cpu_ms_per_s": idle_cpu, "idle_rss_mib": idle_rss,
             "one_core_jobs_per_s": {"bridge": per_core(parts["bridge"]), "redis": per_core(parts["redis-server"]),
                                     "provider instance": per_core(parts["provider main"] + parts["provider pool"])}}
 
