@@ -21,9 +21,9 @@ Each side warms up, then runs one burst of ``N`` jobs published at once. Reporte
 per side: jobs/s on this box, and the CPU milliseconds per job of every process
 (psutil, user + system); for the Cairn pool also what its processes cost with no job
 (CPU ms per second and resident memory over ``IDLE_WINDOW_S`` after the burst). From
-the CPU figures follow the capacities that do not depend on this box's two cores being shared by everything: a bridge is one
-process whose work holds the GIL, so it cannot pass ``1000 / its ms per job``
-jobs/s on one core; Redis is single-threaded, so the same holds for it; a
+the CPU figures follow the capacities that do not depend on this box's two cores
+being shared by everything: a bridge is one process whose work holds the GIL, so
+it cannot pass ``1000 / its ms per job`` jobs/s on one core; Redis is single-threaded, so the same holds for it; a
 worker instance has as many cores as its host. docs/BENCHMARKS.md
 "Capacity planning" turns these into how many GPU hosts and provider pools one
 bridge feeds.
