@@ -1,7 +1,8 @@
 """Run one benchmark and print its figures as JSON (docs/BENCHMARKS.md has the command of each table).
 
 ``voicy [--jobs N --repeats R]``, ``voicy-costs [--repeats R]``, ``voicy-rss [--jobs N]``,
-``words``, ``engine [--minutes M --repeats N --batch-sizes 8,16]``, ``cairn [--jobs N]``, ``chaos ...``,
+``words``, ``engine [--minutes M --repeats N --batch-sizes 8,16]``, ``cairn [--jobs N]``,
+``capacity [--jobs N --side cairn|voicy|both]``, ``chaos ...``,
 ``voicy-burst [--voices 48 --repeats 3 --lone 6 --device cpu|cuda --model M]`` (then its table)."""
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["voicy-burst"]:
         return burst_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("suite", choices=["voicy", "voicy-costs", "voicy-rss", "words", "cairn", "engine"])
+    parser.add_argument("suite", choices=["voicy", "voicy-costs", "voicy-rss", "words", "cairn", "engine",
+                                            "capacity"])
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--minutes", type=float, default=5.0, help="engine: length of the recording (minutes)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="voicy: interleaved repeats (3); voicy-costs: rounds (5); engine: runs per engine (5)")
     parser.add_argument("--batch-sizes", default="8", help="engine: batched engines to run, e.g. 8,16")
     parser.add_argument("--cpu-threads", type=int, default=0, help="engine: CPU threads per model (0 = auto)")
+    parser.add_argument("--side", choices=["cairn", "voicy", "both"], default="both", help="capacity: which side")
     args = parser.parse_args(argv)
     if args.suite == "voicy":
         from bench.voicy_bench import run
@@ -48,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         figures = run_engine(minutes=args.minutes, repeats=args.repeats or 5,
                              batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
                              cpu_threads=args.cpu_threads)
+    elif args.suite == "capacity":
+        from bench.capacity import run as run_capacity
+        figures = run_capacity(jobs=args.jobs, side=args.side)
     elif args.suite == "voicy-rss":
         from bench.voicy_bench import run_rss
         figures = run_rss(jobs=args.jobs or 200)

@@ -87,7 +87,8 @@ class Burst:
 class FleetRig:
     """Everything the fleet needs, on loopback, and the fleet itself."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, extra_env: dict[str, str] | None = None) -> None:
+        """``extra_env``: variables on top of the production defaults (the capacity bench's null engine)."""
         self.tmp = tmp
         self.redis = services.start_redis(tmp / "redis")
         self.server = TimedVoicyServer().start()
@@ -98,6 +99,7 @@ class FleetRig:
                         PATH=f"{Path(sys.executable).parent}:" + os.environ.get("PATH", ""))
         for name in TEST_INTERVALS:
             env.pop(name)
+        env.update(extra_env or {})
         self.env = env
         logs = tmp / "logs"
         logs.mkdir()

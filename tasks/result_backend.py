@@ -1,4 +1,5 @@
-"""The Redis result backend, writing each result with ``SET ... EX`` instead of ``SETEX``.
+"""The Redis result backend: each result written with ``SET ... EX`` instead of ``SETEX``, and no
+subscription per task sent.
 
 Why: redis-py 8 marks ``setex`` deprecated and warns (``DeprecationWarning:
 Call to deprecated setex. (Use 'set' instead.)``), following Redis, which has
@@ -14,6 +15,18 @@ atomically, then the ``PUBLISH`` the Cairn bridge's result waiter listens to.
 ``result_backend_url`` selects them from the plain ``REDIS_URL`` through
 Celery's ``<class>+<url>`` form of ``result_backend``; any other scheme is
 left to Celery.
+
+**No subscription per task sent.** Celery's Redis backend subscribes to a
+task's result channel the moment the task is sent (``on_task_call``), in case
+the sender calls ``AsyncResult.get()`` later. Nothing in the fleet does: the
+Cairn bridge waits on its own pub/sub (``bridges.cairn.results``), the Voicy
+bridge and beat never wait. So every ``cairn.job`` the bridge sent cost a
+``SUBSCRIBE`` on a connection nobody read: Redis pushed every result to it,
+the set of subscribed task ids grew for the life of the bridge, and the server
+drops such a connection once its unread output passes the pub/sub buffer
+limit (``client-output-buffer-limit pubsub``; issue 15 §3). ``AsyncResult.get()`` still works: it subscribes
+itself and reads the stored state first (``add_pending_result``), so a result
+published before it started waiting is not lost.
 """
 
 from __future__ import annotations
@@ -43,11 +56,18 @@ class _SetWithExpiry:
             pipe.execute()
 
 
-class RedisBackend(_SetWithExpiry, CeleryRedisBackend):
+class _NoSubscriptionAtSend:
+    """No ``SUBSCRIBE`` when a task is sent; a caller of ``AsyncResult.get()`` subscribes then."""
+
+    def on_task_call(self, producer: Any, task_id: str) -> None:
+        return None
+
+
+class RedisBackend(_SetWithExpiry, _NoSubscriptionAtSend, CeleryRedisBackend):
     """``redis://`` and ``rediss://`` results."""
 
 
-class SentinelBackend(_SetWithExpiry, CelerySentinelBackend):
+class SentinelBackend(_SetWithExpiry, _NoSubscriptionAtSend, CelerySentinelBackend):
     """``sentinel://`` results (Celery's Sentinel backend, same write)."""
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from tasks.consumer import CONSUMER
 from tasks.result_backend import result_backend_url
 from tasks.routes import TASK_QUEUES, TASK_ROUTES
 from tasks.transport import REDIS_TRANSPORT, SENTINEL_TRANSPORT
@@ -200,6 +201,7 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
         "task_create_missing_queues": True,
         "task_track_started": True,
         "worker_send_task_events": True,
+        "worker_consumer": CONSUMER,  # task events in batches (tasks/consumer.py)
         "task_send_sent_event": True,
         "result_expires": RESULT_EXPIRES_S,
         "task_annotations": (GlobAnnotations(TASK_ANNOTATIONS),),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import nats
 import pytest
+import redis
 import redis.asyncio as aioredis
 from celery import Celery, states
 from nats.js.api import RetentionPolicy, StreamConfig
@@ -293,6 +294,40 @@ def test_task_results_arrive_by_pubsub_also_when_stored_before_watching(fresh_re
             meta = await asyncio.wait_for(watch.done, 2.0)
             assert meta["status"] == states.SUCCESS and meta["result"] == {"action": "nak"}
             await results.forget(watch)
+        finally:
+            await results.close()
+    _run(scenario())
+
+
+def test_the_pools_job_results_are_heard_through_one_pattern_also_across_a_lost_connection(
+        fresh_redis: str) -> None:
+    """A job's watch costs no SUBSCRIBE/GET/UNSUBSCRIBE (issue 15 §3): the pool's task ids are covered
+    by one pattern subscribed before any is sent; a result published while the connection was lost
+    is read once the connection is replaced, as for any watched key."""
+    app = Celery("waiter-pattern", broker=fresh_redis, backend=result_backend_url(fresh_redis))
+    client = redis.Redis.from_url(fresh_redis)
+
+    async def scenario() -> None:
+        results = TaskResults(app.backend, fresh_redis, covered="cairn-pool-a-")
+        try:
+            await results.start()
+            job = f"cairn-pool-a-7-d1-{uuid.uuid4().hex[:8]}"
+            watch = await results.watch(job)
+            key = app.backend.get_key_for_task(job)
+            assert client.pubsub_numsub(key) == [(key, 0)] and client.pubsub_numpat() == 1
+            await asyncio.to_thread(app.backend.store_result, job, {"action": "ack"}, states.SUCCESS)
+            assert (await asyncio.wait_for(watch.done, 5.0))["result"] == {"action": "ack"}
+            await results.forget(watch)
+
+            other = f"discover-pool-a-{uuid.uuid4().hex}"  # not a job: a subscription of its own
+            assert (await results.watch(other)) is not None
+            assert client.pubsub_numsub(app.backend.get_key_for_task(other))[0][1] == 1
+
+            lost = f"cairn-pool-a-8-d1-{uuid.uuid4().hex[:8]}"
+            watch = await results.watch(lost)
+            client.client_kill_filter(_type="pubsub")  # the one pub/sub connection drops
+            await asyncio.to_thread(app.backend.store_result, lost, {"action": "nak"}, states.SUCCESS)
+            assert (await asyncio.wait_for(watch.done, 15.0))["result"] == {"action": "nak"}
         finally:
             await results.close()
     _run(scenario())

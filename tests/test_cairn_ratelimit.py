@@ -132,6 +132,39 @@ def test_two_reservers_never_exceed_the_budget(nats_url: str) -> None:
             t.close()
 
 
+def revision(limiter: RateLimiter, key: str) -> int:
+    return int(limiter._nats.run(limiter._bucket().get(key), 5).revision)
+
+
+def test_a_report_equal_to_what_this_process_stored_is_not_stored_again(limiter: RateLimiter,
+                                                                        nats_url: str) -> None:
+    """Every call reserves (used + 1) and the provider then reports that same count: storing it
+    again changed nothing and cost two KV writes per API call (issue 15 §3)."""
+    app_id = app()
+    key = f"strava.{app_id}.short"
+    reset = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=9)
+    limiter.sync(app_id, [WindowUsage("short", limit=100, used=4, reset_at=reset)])  # first report: stored
+    limiter.reserve(app_id, "short")  # used 5
+    written = revision(limiter, key)
+    limiter.sync(app_id, [WindowUsage("short", limit=100, used=5, reset_at=reset)])  # the call we reserved
+    assert revision(limiter, key) == written
+    assert stored(limiter, key)["used"] == 5
+
+    other_thread = NatsThread(CairnSettings(nats_url=nats_url, worker_name=POOL))  # another worker process
+    other = RateLimiter(other_thread, CairnSettings(nats_url=nats_url, worker_name=POOL), RATE_WINDOWS)
+    try:
+        other.reserve(app_id, "short")  # used 6: its call is on the way
+        limiter.sync(app_id, [WindowUsage("short", limit=100, used=5, reset_at=reset)])  # ours alone counted yet
+        assert stored(limiter, key)["used"] == 6  # not lowered below what the other process reserved
+        limiter.sync(app_id, [WindowUsage("short", limit=100, used=7, reset_at=reset)])  # differs: the truth
+        assert stored(limiter, key)["used"] == 7
+        later = reset + timedelta(minutes=15)  # the window rolled over: a new reset is stored
+        limiter.sync(app_id, [WindowUsage("short", limit=100, used=7, reset_at=later)])
+        assert stored(limiter, key)["window_reset_at"].startswith(later.strftime("%Y-%m-%dT%H:%M"))
+    finally:
+        other_thread.close()
+
+
 def test_snapshot_is_a_rate_limit_snapshot(limiter: RateLimiter) -> None:
     app_id = app()
     now = datetime.now(UTC).replace(microsecond=0)

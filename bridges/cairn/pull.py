@@ -1,11 +1,23 @@
 """The pull loops: one per durable consumer of the pool, fetching within the bridge's in-flight limit.
 
-Why a loop per consumer, fetching one message at a time: the bridge holds at
-most ``CAIRN_MAX_IN_FLIGHT`` messages (a shared semaphore), and a message it
-fetched is its own until its disposition (C1), so it fetches only when a slot
-is free, and only one (a batch would hold messages no slot is ready for).
-``FETCH_WAIT_S`` is short: a fetch holds a slot, and nats-py fetches can stall
-(ecosystem §2.1).
+Why a loop per consumer, fetching one message at a time: the bridge works on
+at most ``CAIRN_MAX_IN_FLIGHT`` messages (a shared semaphore), and a message it
+fetched is its own until its disposition (C1), so a loop fetches only when a
+slot is free, and only one (a batch would hold messages no slot is ready for).
+``FETCH_WAIT_S`` is short because nats-py fetches can stall (ecosystem §2.1).
+
+Why a poll holds no slot: most of the pool's consumers are idle most of the
+time (reconcile, parse_blob, import_gear beside a busy fetch_source), and each
+loop sits in its fetch for ``FETCH_WAIT_S``. A loop used to take its slot
+before the fetch, so every idle poll held one: with fewer free slots than idle
+consumers, each job of the busy consumer waited for the idle polls to time out
+in turn (issue 15 §3: about 6 s a job with one slot and four consumers). Now a
+loop waits until a slot is *free*, fetches without taking it, and takes one for
+the message it got. Several loops may see the same free slot; a message that
+finds every slot taken meanwhile is kept with ``in_progress`` every ``tick_s``
+(C1) until one frees, so at most one message per consumer waits beyond the
+limit, never a job runs beyond it. A loop stopped meanwhile hands its message
+back (NAK, the hand-over delay) for another instance.
 
 Outages (R1): a failed fetch is reported to the bridge's NATS :class:`Outage`
 (logged once per outage), backed off, and the durable bound again; after a
@@ -30,25 +42,27 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from bridges.cairn.consumers import JobConsumer
 from bridges.cairn.execution import Shutdown
+from workers.cairn.disposition import HANDOVER_NAK_DELAY_S
 from workers.cairn.nats_conn import NATS_UNAVAILABLE
 from workers.outage import Outage
 
 log = logging.getLogger(__name__)
 
-FETCH_WAIT_S = 2.0  # short: a fetch holds an in-flight slot, and nats-py fetches can stall (ecosystem §2.1)
+FETCH_WAIT_S = 2.0  # short: nats-py fetches can stall (ecosystem §2.1); a poll holds no slot
 FETCH_ERROR_BACKOFF_S = 1.0
 STOP_WAIT_S = FETCH_WAIT_S + 1.0  # at stop, a loop may finish the fetch it is in
 
-Take = Callable[[JobConsumer, Msg], None]  # the bridge owns the message from here (it releases the slot)
+Take = Callable[[JobConsumer, Msg], None]  # the bridge owns the message and its slot from here (releases it)
 
 
 class PullLoops:
     """The pool's pull loops; ``start(js)`` once connected, ``stop()`` at shutdown."""
 
     def __init__(self, consumers: Sequence[JobConsumer], slots: asyncio.Semaphore, shutdown: Shutdown,
-                 nats_outage: Outage, take: Take) -> None:
+                 nats_outage: Outage, take: Take, *, tick_s: float) -> None:
         self.consumers = list(consumers)
         self._slots, self._shutdown, self._outage, self._take = slots, shutdown, nats_outage, take
+        self._tick_s = tick_s  # in_progress for a fetched message waiting for a slot (AckWait/3, as held ones)
         self._resubscribe = False
         self._js: Any = None
         self.tasks: list[asyncio.Task[None]] = []
@@ -85,18 +99,15 @@ class PullLoops:
                     if sub is None:
                         await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
                         continue
-                await self._slots.acquire()
+                await self._free_slot()  # a full bridge fetches nothing (another instance may have room)
                 if self._shutdown.stopping:
-                    self._slots.release()
                     break
                 try:
                     msgs = await sub.fetch(1, timeout=FETCH_WAIT_S)
                 except (TimeoutError, NatsTimeoutError):
-                    self._slots.release()
                     self.pulling.add(consumer.durable)  # nothing to pull now
                     continue
                 except Exception as exc:  # noqa: BLE001 - log (once per outage), back off, bind again
-                    self._slots.release()
                     self.pulling.discard(consumer.durable)
                     self._outage.failed(f"fetch on {consumer.subject}", exc)
                     await asyncio.sleep(FETCH_ERROR_BACKOFF_S)
@@ -104,15 +115,45 @@ class PullLoops:
                     continue
                 self._outage.ok()  # a fetch answered: whatever failed before works again
                 self.pulling.add(consumer.durable)
-                for i, msg in enumerate(msgs):
-                    if i:  # fetch(1) returns one; stay correct if it ever returns more
-                        await self._slots.acquire()
-                    self._take(consumer, msg)
+                for msg in msgs:  # fetch(1) returns one; stay correct if it ever returns more
+                    if await self._slot_for(msg):
+                        self._take(consumer, msg)
         finally:
             self.pulling.discard(consumer.durable)
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
+
+    async def _free_slot(self) -> None:
+        """Until a slot is free, without taking it (the fetch that follows may find nothing)."""
+        await self._slots.acquire()
+        self._slots.release()
+
+    async def _slot_for(self, msg: Msg) -> bool:
+        """Take a slot for ``msg`` (the bridge releases it at the disposition); ``in_progress`` every
+        tick while every slot is taken. False when the bridge stops first: the message is NAKed."""
+        acquire = asyncio.ensure_future(self._slots.acquire())
+        stop = asyncio.ensure_future(self._shutdown.event.wait())
+        try:
+            while True:
+                done, _ = await asyncio.wait({acquire, stop}, timeout=self._tick_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if acquire in done:
+                    return True
+                if stop in done:
+                    break
+                with contextlib.suppress(Exception):  # a lost tick is not fatal; the next one follows
+                    await msg.in_progress()
+        finally:
+            stop.cancel()
+            if not acquire.done():
+                acquire.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            if await acquire:  # it completed as the stop came: give the slot back
+                self._slots.release()
+        with contextlib.suppress(Exception):  # not sent: JetStream redelivers after AckWait anyway
+            await msg.nak(delay=HANDOVER_NAK_DELAY_S)
+        return False
 
     async def _rebind(self, consumer: JobConsumer, sub: Any) -> Any:
         """A fresh pull subscription on the shared durable, or None if it cannot be bound now."""

@@ -20,6 +20,16 @@ same lock.
 A state published before we subscribed is not lost: after subscribing we read
 the key once (``GET``) and resolve from it. :meth:`TaskResults.stored` is the
 same read on demand, the fallback before a lost task is NAKed.
+
+One pattern for the bridge's own jobs. Every ``cairn.job`` task id starts with
+the pool's prefix (``cairn-<pool>-``), so the connection subscribes to that
+pattern once, before any of them is sent (``covered``). A job's watch is then
+an entry in a dict: no ``SUBSCRIBE``, ``GET`` and ``UNSUBSCRIBE`` round trips on
+the shared connection, and under its lock, for every job (issue 15 §3). Nothing
+is missed: the pattern is live before the task exists, and after a reconnect
+every watched key is read once, as before. Other task ids (discover, exchange)
+keep a subscription of their own. Another bridge instance of the pool hears
+these results too and ignores them (it watches none of them).
 """
 
 from __future__ import annotations
@@ -67,8 +77,12 @@ class TaskResults:
     names and decoder are used.
     """
 
-    def __init__(self, backend: Any, redis_url: str, *, redis_outage: Outage | None = None) -> None:
+    def __init__(self, backend: Any, redis_url: str, *, redis_outage: Outage | None = None,
+                 covered: str | None = None) -> None:
         self._backend = backend
+        # task ids starting with ``covered`` are heard through one pattern subscription
+        self._covered = covered
+        self._pattern = self._key(f"{covered}*") if covered else None
         self._outage = redis_outage or Outage("Redis")
         self._redis = async_client(redis_url)
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
@@ -90,14 +104,28 @@ class TaskResults:
         """Under the lock: make sure the pub/sub has its connection and a reader reads it."""
         if self._pubsub.connection is None:
             await self._pubsub.subscribe(CONNECTED_CHANNEL)
+            if self._pattern is not None:
+                await self._pubsub.psubscribe(self._pattern)
         if self._reader is None or self._reader.done():
             self._reader = asyncio.create_task(self._read_loop(), name="cairn-task-results")
+
+    def _is_covered(self, task_id: str) -> bool:
+        return self._covered is not None and task_id.startswith(self._covered)
 
     async def watch(self, task_id: str) -> TaskWatch:
         """Subscribe to ``task_id``'s state changes; call before the task is sent."""
         key = self._key(task_id)
         watch = TaskWatch(task_id)
         self._watches[key] = watch
+        if self._is_covered(task_id):
+            if self._reader is None or self._pubsub.connection is None:
+                try:
+                    async with self._lock:
+                        await self._connect()
+                except BaseException:
+                    self._watches.pop(key, None)
+                    raise
+            return watch  # the pattern is live and the task not sent yet: nothing to read
         try:
             async with self._lock:
                 await self._connect()
@@ -124,7 +152,7 @@ class TaskResults:
 
     async def forget(self, watch: TaskWatch) -> None:
         key = self._key(watch.task_id)
-        if self._watches.pop(key, None) is not None:
+        if self._watches.pop(key, None) is not None and not self._is_covered(watch.task_id):
             with contextlib.suppress(Exception):
                 async with self._lock:
                     await self._pubsub.unsubscribe(key)
@@ -151,7 +179,7 @@ class TaskResults:
                     self._outage.ok()
                     log.info("result pub/sub resubscribed to %d task(s)", len(self._watches))
                 continue
-            if not message or message.get("type") != "message":
+            if not message or message.get("type") not in ("message", "pmessage"):
                 continue
             watch = self._watches.get(message["channel"])
             if watch is not None:
@@ -168,7 +196,10 @@ class TaskResults:
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
         keys = list(self._watches)
         try:
-            await self._pubsub.subscribe(CONNECTED_CHANNEL, *keys)
+            await self._pubsub.subscribe(CONNECTED_CHANNEL, *[k for k in keys
+                                                              if not self._is_covered(self._watches[k].task_id)])
+            if self._pattern is not None:
+                await self._pubsub.psubscribe(self._pattern)
             if keys:
                 for key, current in zip(keys, await self._redis.mget(keys), strict=True):
                     if current is not None and key in self._watches:

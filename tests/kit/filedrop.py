@@ -18,7 +18,6 @@ tests/test_pools.py (a second real pool beside Strava's).
 from __future__ import annotations
 
 import itertools
-import shutil
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -29,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from deploy.devstack import plugins
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.http_server import BackgroundServer
 from deploy.devstack.provider_fake import Connected, Pool
@@ -47,14 +47,8 @@ FILES = [{"id": "f-101", "sport": "run", "title": "Morning run", "start": "2026-
 
 def install_distribution(site: Path) -> Path:
     """An installed distribution, as pip would leave it: the module and its dist-info."""
-    site.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROVIDER_SOURCE, site / f"{MODULE}.py")
-    info = site / f"{DISTRIBUTION.replace('-', '_')}-{DIST_VERSION}.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {DIST_VERSION}\n")
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{PROVIDER} = {MODULE}:FileDropProvider\n")
-    (info / "top_level.txt").write_text(f"{MODULE}\n")
-    return site
+    return plugins.install_distribution(site, name=DISTRIBUTION, version=DIST_VERSION, modules=[PROVIDER_SOURCE],
+                                        entry_points={ENTRY_POINT_GROUP: {PROVIDER: f"{MODULE}:FileDropProvider"}})
 
 
 class FileDrop:

@@ -8,7 +8,8 @@ different providers (``strava.…``, ``garmin.…``) never meet. Values are
 the Strava worker's limiter JSON ``{capacity, used, window_start,
 window_reset_at}`` (reference §3.8). ``reserve`` is a compare-and-set loop so
 any number of processes share one budget without overspending; ``observe``
-syncs the state from the provider's usage headers on every response.
+syncs the state from the provider's usage headers on every response, writing
+only what differs from what this process last stored (see :meth:`RateLimiter.sync`).
 
 Which windows exist, their fallback capacities and lengths are the
 provider's (``Provider.rate_windows()``, typed ``RateWindow`` specs); this
@@ -90,6 +91,11 @@ class WindowState:
         except (ValueError, TypeError, AttributeError):
             return cls()
 
+    def same_budget(self, other: WindowState | None) -> bool:
+        """Same capacity, use and reset: storing one over the other would change nothing a reader acts on."""
+        return (other is not None and self.capacity == other.capacity and self.used == other.used
+                and self.window_reset_at == other.window_reset_at)
+
     def encode(self) -> bytes:
         return json.dumps({"capacity": self.capacity, "used": self.used,
                            "window_start": _iso(self.window_start or datetime.now(UTC)),
@@ -105,6 +111,9 @@ class RateLimiter:
         self.pool = str(settings.worker_name)
         self.windows = {w.name: w for w in windows}
         self._kv: Any = None
+        # What this process last stored under each key (a reservation or a sync): a reported usage
+        # equal to it is not stored again (``sync``). Bounded by the pool's apps × windows.
+        self._stored: dict[str, WindowState] = {}
 
     def _bucket(self) -> Any:
         """The KV bucket, opened on first use from the calling thread (never from the loop thread)."""
@@ -151,6 +160,7 @@ class RateLimiter:
                     await kv.create(key, state.encode())
                 else:
                     await kv.update(key, state.encode(), last=revision)
+                self._stored[key] = state
                 return
             except (KeyWrongLastSequenceError, Exception) as exc:  # lost the CAS race
                 if not _is_cas_conflict(exc, KeyWrongLastSequenceError):
@@ -179,20 +189,29 @@ class RateLimiter:
         self._kv_call(reserve(), KV_TIMEOUT_S * len(windows))
 
     def sync(self, app_id: str | None, usage: Sequence[WindowUsage]) -> None:
-        """Unconditionally store what the provider reported (its numbers are the truth).
+        """Store what the provider reported (its numbers are the truth), unless it is exactly what
+        this process last stored under that key.
 
-        The windows' puts go out together in one hand-off to the NATS loop.
+        Why the exception: every call first reserves (the budget's ``used`` goes up by one) and the
+        provider then reports its own count, which is that same number whenever no other call of
+        the app slipped in between; storing it again was two KV writes per API call that changed
+        nothing (issue 15 §3). Whenever the report differs (another process spent meanwhile, the
+        provider counted calls we did not, a window rolled over), it is stored as before. A skipped
+        report never lowers the budget below what other processes reserved since. The windows'
+        puts go out together in one hand-off to the NATS loop.
         """
         states = {self.key(app_id, w.window): WindowState(w.limit, w.used, datetime.now(UTC), w.reset_at)
                   for w in usage if w.limit > 0}
-        if not states:
+        changed = {key: state for key, state in states.items() if not state.same_budget(self._stored.get(key))}
+        if not changed:
             return
         kv = self._bucket()
 
         async def put_all() -> None:
-            await asyncio.gather(*(kv.put(key, state.encode()) for key, state in states.items()))
+            await asyncio.gather(*(kv.put(key, state.encode()) for key, state in changed.items()))
 
         self._kv_call(put_all(), KV_TIMEOUT_S)
+        self._stored.update(changed)
 
     def _kv_call(self, call: Coroutine[Any, Any, Any], timeout_s: float) -> Any:
         """Run one KV hand-off; no answer from NATS (a timeout: a partition, a frozen server) is the

@@ -19,7 +19,7 @@ import importlib
 import threading
 
 from workers.transcribe.protocol import TranscriptionEngine
-from workers.transcribe.registry import ENGINES
+from workers.transcribe.registry import engine_target
 from workers.transcribe.settings import EngineSettings
 
 SINGLE_PROCESS_POOL = 1  # not in a prefork pool (tests, benchmarks, solo/threads pools)
@@ -37,7 +37,7 @@ def set_pool_processes(processes: int) -> None:
 
 def engine_class(name: str) -> type[TranscriptionEngine]:
     """The class registered as ``name``, its module imported now (``KeyError`` if unregistered)."""
-    module_name, _, attr = ENGINES[name].partition(":")
+    module_name, _, attr = engine_target(name).partition(":")
     return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
 
 

@@ -25,8 +25,8 @@ has an explicit alias list, for its fallback. Never a bare field name such as
   faster wall clock on a quiet box, where two threads are used more fully) and
   several times faster on a GPU (docs/BENCHMARKS.md "Transcription engines").
 * ``VOICY_WORKER_TRANSCRIBER`` names the engine explicitly (a key of
-  ``workers.transcribe.registry.ENGINES``); unset, the batch size chooses as
-  above. A name that contradicts a batch size that is set is a ``ConfigError``
+  ``workers.transcribe.registry.ENGINES`` or of the ``switchyard.engines`` entry points);
+  unset, the batch size chooses as above. A name that contradicts a batch size that is set is a ``ConfigError``
   naming ``VOICY_WORKER_BATCH_SIZE`` rather than one of them silently winning.
 * ``VOICY_WORKER_CLIP_BATCH_SIZE`` is a different batch: how many *separate
   short recordings* (each at most one 30 s window) a gpu slot decodes in one
@@ -51,7 +51,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers.config import load_settings
 from workers.transcribe.languages import normalize, whisper_languages
-from workers.transcribe.registry import BATCHED_ENGINE, ENGINES, SEQUENTIAL_ENGINE
+from workers.transcribe.registry import BATCHED_ENGINE, SEQUENTIAL_ENGINE, engine_names
 
 DEFAULT_MODEL = "large-v3"
 AUTO_DEVICE = "auto"
@@ -107,8 +107,9 @@ class EngineSettings(BaseSettings):
         if value is None or not value.strip():
             return None
         name = value.strip()
-        if name not in ENGINES:
-            raise ValueError(f"must be one of {', '.join(sorted(ENGINES))}")
+        known = engine_names()
+        if name not in known:
+            raise ValueError(f"must be one of {', '.join(known)}")
         return name
 
     @field_validator("batch_size")
