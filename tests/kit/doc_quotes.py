@@ -83,7 +83,7 @@ _DOTTED_NAME = re.compile(r"\$?[A-Za-z_][\w-]*(?:\.[\w*>\x02-]+)+")
 _MESSAGE_WORDS = re.compile(r"(?:^|(?<=\s))[a-z]{2,}[,;:.]?(?=\s|$)")  # whole lowercase words between spaces
 # Spans outside the table that are commands, settings or expressions, not messages.
 _NOT_A_MESSAGE = re.compile(
-    r"^(?:make|celery|python|heroku|honcho|redis-cli|nats |openssl|ruff |pytest |\.venv|GET |POST |sentinel |"
+    r"^(?:make|celery|python|heroku|honcho|redis-cli|nats |ip |openssl|ruff |pytest |\.venv|GET |POST |sentinel |"
     r"appendonly|min-replicas|-|sum\(|histogram_|flower_|async def|max\(|running <|import |reason:|"
     r"authorized:|\"webhooks\")"
     r"|^switchyard (?!\w+ \w+:)"  # a switchyard verb, unless "switchyard <process>: message"
