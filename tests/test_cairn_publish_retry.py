@@ -21,6 +21,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from deploy.devstack import services
+from tests.kit.cairn_ctx import core_bucket
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.routing import PublishError, PublishRouter
 from workers.cairn.settings import CairnSettings
@@ -119,7 +120,7 @@ def test_a_budget_reservation_nats_cannot_answer_is_transient_not_unexpected(nat
     from workers.cairn.ratelimit import BudgetUnavailable, RateLimiter
     from workers.providers.strava.usage import RATE_WINDOWS
 
-    thread.run(thread.js.create_key_value(bucket=subjects.RATE_LIMIT_BUCKET, history=1), 5)
+    thread.run(core_bucket(thread.js, subjects.RATE_LIMIT_BUCKET), 5)
     limiter = RateLimiter(thread, CairnSettings(nats_url=nats_svc.url, worker_name="retry-test"), RATE_WINDOWS)
     limiter.reserve_all("app", ["daily", "short"])  # the bucket opened while NATS answers
     assert nats_svc.proc is not None
