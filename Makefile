@@ -9,6 +9,11 @@ ARGS   ?=
 TEST_WORKERS  ?= 4
 CHECK_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+# Python caches compiled modules (and pytest its assert-rewritten test modules) in __pycache__/
+# unless PYTHONDONTWRITEBYTECODE is set, as it is on the reference box. Unset, every pytest-xdist
+# worker rewrote all test modules (~5 s of CPU each) and every fleet process a test starts (a few
+# hundred in `make test`) compiled the project's modules again. An empty value means unset.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: setup lint check test demo bench proto clean
 

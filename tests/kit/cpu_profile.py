@@ -8,7 +8,8 @@ teardown), the deltas of ``getrusage(RUSAGE_SELF)`` and ``getrusage(RUSAGE_CHILD
 is counted when it is reaped, which is when the test (or its fixture's teardown) stops it: a
 module-scoped stack's CPU lands on its module's last teardown, a session service's on the last test.
 Run it serially for per-test figures (``-p no:xdist`` or ``-n 0``); under xdist each worker writes
-``FILE.<worker id>``.
+``FILE.<worker id>``, and the plugin must be named on the command line (``-p tests.kit.cpu_profile``:
+an xdist worker parses its options before it reads the conftest that lists this plugin).
 
 Columns: nodeid, phase, wall_s, self_cpu_s, children_cpu_s. Summarise with
 ``python -m tests.kit.cpu_profile FILE...`` (tests by total CPU, then modules).
