@@ -7,7 +7,7 @@ ARGS   ?=
 # pytest-xdist workers. Most slow tests wait on fleet processes, so more workers than the
 # 2 cores of the reference box pay off; measured in README "Tests".
 TEST_WORKERS  ?= 4
-CHECK_WORKERS ?= 2
+CHECK_WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 # Python caches compiled modules (and pytest its assert-rewritten test modules) in __pycache__/
 # unless PYTHONDONTWRITEBYTECODE is set, as it is on the reference box. Unset, every pytest-xdist
@@ -30,7 +30,7 @@ lint: setup
 
 # The edit loop's tier: lint, then every test that starts no fleet process and loads no model.
 check: lint
-	$(PYTEST) -m "not slow and not model" -n $(CHECK_WORKERS) $(ARGS)
+	$(PYTEST) -m "not slow and not model" -n $(CHECK_WORKERS) --dist loadgroup $(ARGS)
 
 # Everything, as CI runs it (.ci/run): lint, then the whole suite.
 test: lint
