@@ -4,8 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
-# pytest-xdist workers. Most slow tests wait on fleet processes, so more workers than the
-# 2 cores of the reference box pay off; measured in README "Tests".
+# pytest-xdist workers. Most tests wait on a service or a fleet process, so more workers than the
+# 2 cores of the reference box pay off; measured in README "Tests". Tests are handed out by module
+# (--dist loadfile): a module-scoped stack starts on one worker only. (--dist loadgroup with the
+# modules' xdist_group marks did not: pytest 9.2 made an item's nodeid read-only, xdist 3.8 still
+# appends the group to it, and every group was silently spread over all workers.)
 TEST_WORKERS  ?= 4
 CHECK_WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
@@ -30,11 +33,11 @@ lint: setup
 
 # The edit loop's tier: lint, then every test that starts no fleet process and loads no model.
 check: lint
-	$(PYTEST) -m "not slow and not model" -n $(CHECK_WORKERS) --dist loadgroup $(ARGS)
+	$(PYTEST) -m "not slow and not model" -n $(CHECK_WORKERS) --dist loadfile $(ARGS)
 
 # Everything, as CI runs it (.ci/run): lint, then the whole suite.
 test: lint
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 demo: setup
 	$(BIN)/python -m deploy.demo $(ARGS)

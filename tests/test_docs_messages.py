@@ -11,10 +11,6 @@ import pytest
 
 from tests.kit.doc_quotes import Explainer, Quote, matches_code, quoted_messages, templates, uncovered_words
 
-# One xdist worker runs them all: the first match scans every library's sources for format strings
-# (seconds of CPU, cached per process), once instead of once per worker.
-pytestmark = pytest.mark.xdist_group("doc_quotes")
-
 QUOTES = quoted_messages()
 
 
