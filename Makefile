@@ -8,7 +8,9 @@ ARGS   ?=
 # 2 cores of the reference box pay off; measured in README "Tests". Tests are handed out by module
 # (--dist loadfile): a module-scoped stack starts on one worker only. (--dist loadgroup with the
 # modules' xdist_group marks did not: pytest 9.2 made an item's nodeid read-only, xdist 3.8 still
-# appends the group to it, and every group was silently spread over all workers.)
+# appends the group to it, and every group was silently spread over all workers.) Modules go out in
+# collection order (--no-loadscope-reorder; tests/conftest.py puts the slow ones first), not
+# largest-first by test count, which left a two-test, one-minute module like test_sentinel for last.
 TEST_WORKERS  ?= 4
 CHECK_WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
@@ -33,11 +35,11 @@ lint: setup
 
 # The edit loop's tier: lint, then every test that starts no fleet process and loads no model.
 check: lint
-	$(PYTEST) -m "not slow and not model" -n $(CHECK_WORKERS) --dist loadfile $(ARGS)
+	$(PYTEST) -m "not slow and not model" -n $(CHECK_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # Everything, as CI runs it (.ci/run): lint, then the whole suite.
 test: lint
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 demo: setup
 	$(BIN)/python -m deploy.demo $(ARGS)

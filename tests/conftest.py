@@ -101,9 +101,9 @@ def log_budget(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slow tests first, then model tests, then the rest (a stable sort: each module keeps its order).
 
-    pytest-xdist hands tests out in collection order, a few at a time to whichever worker is about
-    to run out: the long tests start early and the short ones fill the gaps at the end (longest
-    first), instead of one worker picking up test_sentinel while the others have finished. Without
-    xdist only the order changes; no test may depend on it.
+    pytest-xdist (``--dist loadfile --no-loadscope-reorder``, see the Makefile) hands modules out in
+    the order of their first test, one at a time to whichever worker is free: the long modules start
+    early and the short ones fill the gaps at the end, instead of one worker picking up test_sentinel
+    while the others have finished. Without xdist only the order changes; no test may depend on it.
     """
     items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.get_closest_marker("model") is None))
