@@ -24,7 +24,7 @@ from deploy.devstack import log_budget as budget
 from deploy.devstack import services
 
 pytest_plugins = ["tests.kit.celery_worker", "tests.kit.cairn_ctx", "tests.kit.procfile", "tests.kit.fleet_guard",
-                  "tests.kit.cpu_profile"]
+                  "tests.kit.model_guard", "tests.kit.cpu_profile"]
 
 
 @pytest.fixture(scope="session")
