@@ -4,11 +4,21 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
-# pytest-xdist workers. Most slow tests wait on fleet processes, so more workers than the
-# 2 cores of the reference box pay off; measured in README "Tests".
+# pytest-xdist workers. Most tests wait on a service or a fleet process, so more workers than the
+# 2 cores of the reference box pay off; measured in README "Tests". Tests are handed out by module
+# (--dist loadfile): a module-scoped stack starts on one worker only. (--dist loadgroup with the
+# modules' xdist_group marks did not: pytest 9.2 made an item's nodeid read-only, xdist 3.8 still
+# appends the group to it, and every group was silently spread over all workers.) Modules go out in
+# collection order (--no-loadscope-reorder; tests/conftest.py puts the slow ones first), not
+# largest-first by test count, which left a two-test, one-minute module like test_sentinel for last.
 TEST_WORKERS  ?= 4
-CHECK_WORKERS ?= 2
+CHECK_WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+# Python caches compiled modules (and pytest its assert-rewritten test modules) in __pycache__/
+# unless PYTHONDONTWRITEBYTECODE is set, as it is on the reference box. Unset, every pytest-xdist
+# worker rewrote all test modules (~5 s of CPU each) and every fleet process a test starts (a few
+# hundred in `make test`) compiled the project's modules again. An empty value means unset.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: setup lint check test demo bench proto clean
 
@@ -25,11 +35,11 @@ lint: setup
 
 # The edit loop's tier: lint, then every test that starts no fleet process and loads no model.
 check: lint
-	$(PYTEST) -m "not slow and not model" -n $(CHECK_WORKERS) $(ARGS)
+	$(PYTEST) -m "not slow and not model" -n $(CHECK_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # Everything, as CI runs it (.ci/run): lint, then the whole suite.
 test: lint
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 demo: setup
 	$(BIN)/python -m deploy.demo $(ARGS)

@@ -27,15 +27,29 @@ drops such a connection once its unread output passes the pub/sub buffer
 limit (``client-output-buffer-limit pubsub``; issue 15 §3). ``AsyncResult.get()`` still works: it subscribes
 itself and reads the stored state first (``add_pending_result``), so a result
 published before it started waiting is not lost.
+
+They also report Celery's retries of a backend call through a Redis outage
+(``result_backend_always_retry``) the way every other Redis client of the fleet
+does (R1, :class:`workers.outage.Outage`): Celery logs each retry as a WARNING
+with the connection error's traceback, so a worker finishing a job while Redis
+restarts filled its log with tracebacks. The retry policy stays Celery's.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from celery.backends.redis import RedisBackend as CeleryRedisBackend
 from celery.backends.redis import SentinelBackend as CelerySentinelBackend
+from celery.utils.serialization import raise_with_context
+from celery.utils.time import get_exponential_backoff_interval
+
+from workers.outage import Outage
+
+log = logging.getLogger(__name__)
 
 
 class _SetWithExpiry:
@@ -63,11 +77,54 @@ class _NoSubscriptionAtSend:
         return None
 
 
-class RedisBackend(_SetWithExpiry, _NoSubscriptionAtSend, CeleryRedisBackend):
+class _RetriesReportedOnce:
+    """Celery's ``Backend._ensure_retryable`` (same limit, backoff and hook), each failure reported to an
+    :class:`Outage`: the first one a warning naming the exception, the rest DEBUG, the recovery one line."""
+
+    always_retry: bool
+    max_retries: int
+    base_sleep_between_retries_ms: int
+    max_sleep_between_retries_ms: int
+    exception_safe_to_retry: Callable[[BaseException], bool]
+    on_backend_retryable_error: Callable[[BaseException], None]
+    _sleep: Callable[[float], None]
+    _redis_outage: Outage | None = None
+
+    def _ensure_retryable(self, func: Callable[..., Any], *args: Any, fallback_exc: Any = None,
+                          fallback_msg: str | None = None, max_retries: int | None = None, **kwargs: Any) -> Any:
+        if self._redis_outage is None:
+            self._redis_outage = Outage("Redis", log)
+        outage = self._redis_outage
+        limit = self.max_retries if max_retries is None else max_retries
+        retries = 0
+        while True:
+            try:
+                result = func(*args, **kwargs)
+            except Exception as exc:
+                if not (self.always_retry and self.exception_safe_to_retry(exc)):
+                    raise
+                if retries >= limit:
+                    if fallback_exc:
+                        raise_with_context(fallback_exc(fallback_msg))
+                    raise
+                retries += 1
+                outage.failed(f"result backend {getattr(func, '__name__', 'call')}", exc)
+                try:
+                    self.on_backend_retryable_error(exc)
+                except Exception:  # as Celery's loop: a failing hook does not end the retries
+                    log.exception("on_backend_retryable_error hook failed; continuing retry loop")
+                self._sleep(get_exponential_backoff_interval(self.base_sleep_between_retries_ms, retries,
+                                                             self.max_sleep_between_retries_ms, True) / 1000)
+            else:
+                outage.ok()
+                return result
+
+
+class RedisBackend(_SetWithExpiry, _NoSubscriptionAtSend, _RetriesReportedOnce, CeleryRedisBackend):
     """``redis://`` and ``rediss://`` results."""
 
 
-class SentinelBackend(_SetWithExpiry, _NoSubscriptionAtSend, CelerySentinelBackend):
+class SentinelBackend(_SetWithExpiry, _NoSubscriptionAtSend, _RetriesReportedOnce, CelerySentinelBackend):
     """``sentinel://`` results (Celery's Sentinel backend, same write)."""
 
 

@@ -23,7 +23,8 @@ import pytest
 from deploy.devstack import log_budget as budget
 from deploy.devstack import services
 
-pytest_plugins = ["tests.kit.celery_worker", "tests.kit.cairn_ctx", "tests.kit.procfile", "tests.kit.fleet_guard"]
+pytest_plugins = ["tests.kit.celery_worker", "tests.kit.cairn_ctx", "tests.kit.procfile", "tests.kit.fleet_guard",
+                  "tests.kit.model_guard", "tests.kit.cpu_profile"]
 
 
 @pytest.fixture(scope="session")
@@ -97,12 +98,28 @@ def log_budget(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[
     budget.check([tmp_path], allow)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Slow tests first, then model tests, then the rest (a stable sort: each module keeps its order).
+# The slow modules that took longest (wall, serially, tests/kit/cpu_profile.py on the shared box),
+# longest first: handed out first, they do not end up as the run's tail. Only an order; a module
+# missing here runs after these, in collection order.
+LONGEST_FIRST = ("test_redis_restart", "test_shutdown", "test_voicy_e2e", "test_pools", "test_cairn_e2e",
+                 "test_voicy_grants", "test_presence_procfile", "test_nats_permissions", "test_demo",
+                 "test_sentinel", "test_procfile", "test_cairn_outages", "test_health", "test_voicy_recovery",
+                 "test_voicy_words", "test_hosts", "test_cairn_check_auth")
 
-    pytest-xdist hands tests out in collection order, a few at a time to whichever worker is about
-    to run out: the long tests start early and the short ones fill the gaps at the end (longest
-    first), instead of one worker picking up test_sentinel while the others have finished. Without
-    xdist only the order changes; no test may depend on it.
+
+def _module_rank(item: pytest.Item) -> int:
+    name = item.path.stem
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first (the longest modules of :data:`LONGEST_FIRST` ahead), then model tests, then
+    the rest (a stable sort: each module keeps its order).
+
+    pytest-xdist (``--dist loadfile --no-loadscope-reorder``, see the Makefile) hands modules out in
+    the order of their first test, one at a time to whichever worker is free: the long modules start
+    early and the short ones fill the gaps at the end, instead of one worker picking up test_sentinel
+    while the others have finished. Without xdist only the order changes; no test may depend on it.
     """
-    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.get_closest_marker("model") is None))
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.get_closest_marker("model") is None,
+                                 _module_rank(item)))

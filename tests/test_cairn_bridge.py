@@ -31,6 +31,7 @@ from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import FAILURE_COUNT_TTL_S, FailureCounts, Held, settle
 from ops.cairn_check import subject_matches
 from tasks.result_backend import result_backend_url
+from tests.kit.cairn_ctx import core_bucket
 from workers.cairn.compat import IncompatibleCoreError, check_core_release, compatible, decode_info, is_dev_build
 from workers.cairn.disposition import MIN_NAK_DELAY_S, ack, nak
 from workers.cairn.handlers.discover import valid_discover_reply
@@ -144,7 +145,7 @@ def test_core_release_check(nats_url: str) -> None:
             except Exception:  # noqa: BLE001
                 pass
             assert await check_core_release(js, "v0.7.0") is None  # no bucket: warn and run
-            kv = await js.create_key_value(bucket=bucket)
+            kv = await core_bucket(js, bucket)
             assert await check_core_release(js, "v0.7.0") is None  # no info: warn and run
             await kv.put("info", json.dumps({"release": "v0.7.4"}).encode())
             assert await check_core_release(js, "v0.7.0") == "v0.7.4"

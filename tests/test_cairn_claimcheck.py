@@ -202,6 +202,7 @@ def test_presign_failure_raises_and_publishes_nothing(stack: dict[str, Any], che
 def test_no_presign_responder_raises(stack: dict[str, Any]) -> None:
     cc = ClaimCheck(stack["worker"], provider="garmin", stamp=STAMP)  # nothing answers garmin? core answers *.
     cc.presign_timeout_s = 0.5
+    cc.presign_retry_bound_s = 0.0  # an unanswered presign is asked again for a minute: not here
     stack["responder"].mode = "silent"
     with pytest.raises(PresignError):
         cc.publish_claim_checked(RESULT_SUBJECT, activity_result(), "result:job-none:d1")

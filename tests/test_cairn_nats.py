@@ -12,6 +12,7 @@ import nats
 import pytest
 
 from deploy.devstack import services
+from tests.kit.cairn_ctx import core_bucket
 from workers.cairn import presence, subjects
 from workers.cairn.nats_conn import NatsThread, connect_options
 from workers.cairn.routing import PublishRouter
@@ -148,9 +149,7 @@ def test_presence_and_manifest_records_in_kv(thread: NatsThread) -> None:
     js = thread.js
 
     async def buckets() -> tuple[Any, Any]:
-        p = await js.create_key_value(bucket=subjects.PRESENCE_BUCKET, ttl=60, history=1)
-        m = await js.create_key_value(bucket=subjects.MANIFEST_BUCKET, ttl=900, history=5)
-        return p, m
+        return await core_bucket(js, subjects.PRESENCE_BUCKET), await core_bucket(js, subjects.MANIFEST_BUCKET)
 
     presence_kv, manifest_kv = thread.run(buckets(), 10)
     settings = CairnSettings(nats_url="nats://127.0.0.1:1", worker_name=POOL, instance_id="host-1-abcdef")

@@ -21,6 +21,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from deploy.devstack import services
+from tests.kit.cairn_ctx import core_bucket
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.routing import PublishError, PublishRouter
 from workers.cairn.settings import CairnSettings
@@ -109,17 +110,19 @@ def test_a_presign_while_nats_is_down_is_answered_when_it_returns(nats_svc: serv
     assert reply.url == "http://127.0.0.1:9/x"
 
 
-def test_a_budget_reservation_nats_cannot_answer_is_transient_not_unexpected(nats_svc: services.Service,
-                                                                              thread: NatsThread) -> None:
+def test_a_budget_reservation_nats_cannot_answer_is_transient_not_unexpected(
+        nats_svc: services.Service, thread: NatsThread, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by bench partitions (provider-nats): a rate-limit reservation whose KV call timed out raised a
     bare TimeoutError, which the job's disposition took for an unexpected bug (a 30 s NAK counted toward
     the job's termination), so a long enough partition would have termed good jobs with an envelope.
     A frozen nats-server (SIGSTOP) is what a DROP looks like from the client: connected, no answer."""
-    from workers.cairn import subjects
+    from workers.cairn import ratelimit, subjects
     from workers.cairn.ratelimit import BudgetUnavailable, RateLimiter
     from workers.providers.strava.usage import RATE_WINDOWS
 
-    thread.run(thread.js.create_key_value(bucket=subjects.RATE_LIMIT_BUCKET, history=1), 5)
+    monkeypatch.setattr(ratelimit, "KV_TIMEOUT_S", SHORT_BOUND_S)  # the wait for an answer, not what it proves
+
+    thread.run(core_bucket(thread.js, subjects.RATE_LIMIT_BUCKET), 5)
     limiter = RateLimiter(thread, CairnSettings(nats_url=nats_svc.url, worker_name="retry-test"), RATE_WINDOWS)
     limiter.reserve_all("app", ["daily", "short"])  # the bucket opened while NATS answers
     assert nats_svc.proc is not None

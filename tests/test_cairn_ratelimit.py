@@ -13,6 +13,7 @@ import pytest
 
 from deploy.devstack import services
 from deploy.devstack.strava import FakeStrava
+from tests.kit.cairn_ctx import core_bucket
 from workers.cairn import subjects
 from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.fetch_source import build_provider_context
@@ -28,7 +29,6 @@ from workers.providers.strava.usage import RATE_WINDOWS, RESET_GRACE_S, next_dai
 from workers.providers.windows import RateWindow, WindowUsage
 
 POOL = "strava-fetcher"
-KV_TTL_S = 15 * 60
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def nats_url() -> Iterator[str]:
     with services.nats_server() as svc:
         admin = NatsThread(CairnSettings(nats_url=svc.url, worker_name="cairn-core"))
         js = admin.js
-        admin.run(js.create_key_value(bucket=subjects.RATE_LIMIT_BUCKET, ttl=KV_TTL_S, history=1), 10)
+        admin.run(core_bucket(js, subjects.RATE_LIMIT_BUCKET), 10)
         admin.close()
         yield svc.url
 

@@ -60,6 +60,7 @@ def batched() -> Iterator[BatchedWhisperEngine]:
     yield engine
 
 
+@pytest.mark.model
 def test_the_sequential_engine_does_not_skip_a_window_of_repeated_speech(
         sequential: WhisperEngine, demo: Recording, tmp_path: Path) -> None:
     copy = perturbed(demo, tmp_path, *SKIPPED_COPY)
@@ -67,6 +68,7 @@ def test_the_sequential_engine_does_not_skip_a_window_of_repeated_speech(
     assert found.lost_runs == () and found.wer <= MAX_WER_NOISY, found
 
 
+@pytest.mark.model
 def test_the_batched_engine_keeps_the_last_sentence_of_every_window(
         sequential: WhisperEngine, batched: BatchedWhisperEngine, demo: Recording) -> None:
     one, other = sequential.transcribe(demo.path), batched.transcribe(demo.path)
@@ -79,6 +81,7 @@ def test_the_batched_engine_keeps_the_last_sentence_of_every_window(
     assert other.parts[-1].end <= demo.duration_s + 0.5
 
 
+@pytest.mark.model
 def test_a_window_that_stops_before_its_end_is_resumed(batched: BatchedWhisperEngine, demo: Recording) -> None:
     """Full 30 s windows, as faster-whisper's pipeline cuts them: Whisper stops early in some, and each
     of those is decoded again from where it stopped, so no sentence is lost."""

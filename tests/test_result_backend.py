@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 import warnings
+from pathlib import Path
 
 import pytest
 import redis
 from celery import Celery, states
 from celery.app.backends import by_url
 
+from deploy.devstack import services
 from tasks.result_backend import RedisBackend, SentinelBackend, result_backend_url
 from tasks.routes import provider_queue
 from tasks.settings import RESULT_EXPIRES_S, FleetSettings, celery_config
 from tests.kit.waiting import wait_until
 
 SUBSCRIBE_WAIT_S = 5.0
+OUTAGE_WAIT_S = 30.0
+RETRY_LOGGERS = ("celery.backends", "tasks.result_backend")  # Celery's retry loop, or ours reporting it
+RETRIES_SEEN = 3  # the write is retried a few times while Redis is down: one warning, not one per retry
 
 
 def test_results_are_stored_with_expiry_and_published_without_a_deprecation_warning(fresh_redis: str) -> None:
@@ -77,3 +83,36 @@ def test_sending_a_task_subscribes_nobody_and_get_still_hears_its_result(fresh_r
     assert waiting.get(timeout=SUBSCRIBE_WAIT_S * 2) == {"action": "nak"}
     store.join()
     app.close()
+
+
+def test_a_redis_outage_under_a_result_write_is_logged_once_without_a_traceback(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """R1: Celery retries a result write through an outage (``result_backend_always_retry``) and used to
+    log every retry as a WARNING with the connection error's traceback (a worker finishing a job while
+    Redis restarts: found under load by test_cairn_outages). Now the outage is one warning naming the
+    exception, the retries are DEBUG, one line says Redis is back, and the result is stored."""
+    svc = services.start_redis(tmp_path / "redis")
+    try:
+        app = Celery("result-backend-outage")
+        app.conf.update(celery_config(FleetSettings(redis_url=svc.url)))
+        backend = app.backend
+        task_id = f"rb-{uuid.uuid4().hex}"
+        backend.store_result(f"{task_id}-before", {"action": "ack"}, states.SUCCESS)  # connected before the outage
+        caplog.set_level(logging.DEBUG)
+        services.kill(svc)
+        writer = threading.Thread(target=backend.store_result, args=(task_id, {"action": "ack"}, states.SUCCESS))
+        writer.start()
+        wait_until(lambda: sum(r.name.startswith(RETRY_LOGGERS) for r in caplog.records) >= RETRIES_SEEN,
+                   OUTAGE_WAIT_S, "the write to be retried during the outage")
+        services.start_again(svc)
+        writer.join(OUTAGE_WAIT_S)
+        assert not writer.is_alive(), "the result write never ended after Redis came back"
+        stored = redis.Redis.from_url(svc.url).get(f"celery-task-meta-{task_id}")
+        assert stored is not None and json.loads(stored)["result"] == {"action": "ack"}
+    finally:
+        svc.stop()
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r for r in loud if r.exc_info or "Traceback" in r.getMessage()] == [], [r.getMessage() for r in loud]
+    assert sum(r.getMessage().startswith("Redis unavailable (result backend") for r in loud) == 1, \
+        [r.getMessage() for r in loud]
+    assert sum(r.getMessage().startswith("Redis available again") for r in loud) == 1, [r.getMessage() for r in loud]

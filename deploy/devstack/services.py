@@ -296,6 +296,7 @@ SENTINEL_MASTER_NAME = "switchyard"
 SENTINEL_QUORUM = 2  # of three sentinels
 SENTINEL_DOWN_AFTER_MS = 1000  # loopback: a master silent this long is down
 SENTINEL_FAILOVER_TIMEOUT_MS = 5000
+SENTINEL_KILL_PAUSE_MS = 10_000  # writes held on the master while its replica catches up, before the kill
 TOPOLOGY_READY_TIMEOUT_S = 30.0
 TOPOLOGY_POLL_INTERVAL_S = 0.1
 
@@ -381,8 +382,27 @@ class SentinelTopology:
         _poll(ready, timeout_s, "the Sentinel topology to settle")
 
     def kill_master(self) -> None:
-        """SIGKILL the current master (a crash, not a shutdown)."""
+        """SIGKILL the current master (a crash, not a shutdown) once the replica holds every write the
+        master acknowledged.
+
+        Replication is asynchronous: a master killed while its replica lags loses its last acknowledged
+        writes (docs/operations.md §2.4 documents that window), and on a loaded box the lag grows until a
+        test's queued task or held record is among them, which no client of ours can notice. The tests
+        prove that the fleet follows a failover, not Redis's window: so writes are paused on the master
+        (``CLIENT PAUSE ... WRITE``: a writing client waits, unanswered, and sees the crash as an outage),
+        the replica is awaited up to the master's offset, and only then is the master killed.
+        """
         assert self.master.proc is not None
+        master = redis.Redis(host=listen_host(), port=self.master.port, socket_timeout=1.0)
+        replica = redis.Redis(host=listen_host(), port=self.replica.port, socket_timeout=1.0)
+        try:
+            master.execute_command("CLIENT", "PAUSE", SENTINEL_KILL_PAUSE_MS, "WRITE")
+            offset = master.info("replication")["master_repl_offset"]
+            _poll(lambda: replica.info("replication").get("slave_repl_offset", -1) >= offset,
+                  SENTINEL_KILL_PAUSE_MS / 1000, "the replica to hold every write of the master")
+        finally:
+            master.close()
+            replica.close()
         self.master.proc.kill()
         self.master.proc.wait()
 

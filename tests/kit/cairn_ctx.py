@@ -28,11 +28,13 @@ from typing import Any
 import nats
 import pytest
 import redis
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
 from bridges.cairn.admission import DeliveryMeta, Dispatch, History, Rules, Settle, admit, job_kind
 from bridges.cairn.consumers import pool_consumers
 from deploy.devstack import services
-from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.cairn_core import DevCairnCore, bootstrap
 from deploy.devstack.strava import FakeStrava
 from workers.cairn import subjects
 from workers.cairn.disposition import ENVELOPE_FAILED_NAK_DELAY_S, Disposition, nak
@@ -80,6 +82,18 @@ def job_context(nats_url: str, redis_url: str, strava: FakeStrava, pool: str, *,
         context.claimcheck.http.close()
         client.close()
         nt.close()
+
+
+async def core_bucket(js: JetStreamContext, name: str) -> KeyValue:
+    """Core's KV bucket ``name``, created as core creates it (``bootstrap.create_bucket``) if missing.
+
+    Never ``js.create_key_value`` with nats-py's defaults: without direct get a worker's read goes to
+    ``STREAM.MSG.GET``, which core's worker template refuses, so the test would run a read path
+    production never takes, and on a session nats-server every later test would inherit the bucket
+    (tests/test_suite_rules.py).
+    """
+    await bootstrap.create_bucket(js, next(spec for spec in bootstrap.BUCKETS if spec.name == name))
+    return await js.key_value(name)
 
 
 _seqs = itertools.count(1_000_000)  # stream positions of deliveries no stream holds (see admit_and_run)

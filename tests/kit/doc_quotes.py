@@ -32,7 +32,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import importlib.util
+import json
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -59,6 +62,9 @@ TROUBLESHOOTING = "## 7. Troubleshooting"
 HOLE = "\x01"  # a format field of the code
 STAR = "\x02"  # a placeholder of the docs: ..., …, <name>
 MAX_TEMPLATE_CHARS = 400  # longer literals are help texts and documentation, not log lines
+# The installed libraries' format strings, kept in the virtualenv (one per checkout, never committed):
+# parsing their ~570 files costs ~10 s of CPU, paid again by every pytest-xdist worker that matched a quote.
+LIBRARY_CACHE = Path(sys.prefix) / ".switchyard-doc-templates.json"
 MAX_CANDIDATES = 24  # format strings tried per quoted line: those sharing the most word pairs with it
 MAX_TRIES = 6  # placements tried per stretch, best first
 MAX_NESTING = 6  # a message inside a message inside ...
@@ -213,12 +219,39 @@ def our_templates() -> frozenset[str]:
                      if _message_like(t))
 
 
+def _library_templates(root: Path) -> set[str]:
+    """Every format string of one installed library, read from :data:`LIBRARY_CACHE` while neither the
+    library's files (their paths, sizes and mtimes) nor this module changed."""
+    paths = sorted(root.rglob("*.py"))
+    key = hashlib.sha256(Path(__file__).read_bytes())
+    for path in paths:
+        st = path.stat()
+        key.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    try:
+        cache = json.loads(LIBRARY_CACHE.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    entry = cache.get(str(root))
+    if isinstance(entry, dict) and entry.get("key") == key.hexdigest():
+        return set(entry["templates"])
+    found: set[str] = set()
+    for path in paths:
+        found |= _templates_of(path)
+    cache[str(root)] = {"key": key.hexdigest(), "templates": sorted(found)}
+    tmp = LIBRARY_CACHE.with_name(f"{LIBRARY_CACHE.name}.{os.getpid()}")
+    try:  # written whole, then renamed: another xdist worker reads the old file or the new one
+        tmp.write_text(json.dumps(cache))
+        os.replace(tmp, LIBRARY_CACHE)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+    return found
+
+
 @functools.cache
 def templates() -> tuple[str, ...]:
     found: set[str] = set(EXTERNAL_TEMPLATES) | our_templates()
     for root in _library_dirs():
-        for path in root.rglob("*.py"):
-            found |= _templates_of(path)
+        found |= _library_templates(root)
     return tuple(sorted(t for t in found if _message_like(t)))
 
 
