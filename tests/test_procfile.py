@@ -337,3 +337,49 @@ def test_a_sigterm_stops_the_cairn_bridge_without_a_warning(tmp_path: Path, redi
     output = bridge.output()
     assert "cairn bridge stopped" in output
     assert [line for line in output.splitlines() if "WARNING" in line or "Traceback" in line] == []
+
+
+# ---------------------------------------------------------------------------- a stop while a worker starts
+# A line of a worker's start-up output: the stop (SIGTERM to its group) goes out the moment it appears.
+STARTUP_MOMENTS = {
+    "banner": r"-------------- \S+@",  # Celery is about to install its handlers; the pool has not started
+    "connected": r"Connected to ",  # the pool runs and the consumer starts: issue 14's traceback was here
+    "ready": r" ready\.",  # the consumer's event loop is about to run
+}
+KILLED_BY_SIGTERM = -signal.SIGTERM  # before Celery's handlers are in, SIGTERM's default action ends it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("ptype", "moment"), [("gpu", m) for m in STARTUP_MOMENTS] + [("provider", "connected")])
+def test_a_worker_stopped_while_it_starts_stops_cleanly(ptype: str, moment: str, tmp_path: Path, redis_url: str,
+                                                         s3_endpoint: str,
+                                                         launch: Callable[..., ProcfileProcess]) -> None:
+    """``make demo``'s Ctrl-C once caught a worker starting on a loaded box: Celery's cold shutdown
+    stopped the pool under the starting consumer, which died with ``Unrecoverable error:
+    AttributeError(... 'did_start_ok')``, a traceback and exit 1 (tasks/startup_stop.py). A stop at any
+    moment of the start-up is a clean one: exit 0, no traceback, an empty log budget, and no liveness
+    record left to say the worker is up. Both sides configured, as the Procfile fleet runs."""
+    import redis
+
+    from tests.cairn_stack import CairnStack
+    from tests.voicy_stack import voicy_dev_stack
+    from workers import liveness
+
+    node_name = f"{ptype}.{uuid.uuid4().hex[:8]}"
+    stack = CairnStack(tmp_path / "cairn", redis_url, s3_endpoint).start()
+    try:
+        with voicy_dev_stack(tmp_path, redis_url, "startup-stop") as (_server, _telegram, voicy_env):
+            both = {k: v for k, v in {**voicy_env, **stack.env}.items() if k.startswith(("VOICY_", "CAIRN_"))}
+            worker = launch(ptype, fleet_env(redis_url, HONCHO_PROCESS_NAME=node_name, **both))
+            worker.wait_for_output(STARTUP_MOMENTS[moment])
+            code = worker.stop()
+    finally:
+        stack.stop()
+    output = worker.output()
+    assert code in ((0, KILLED_BY_SIGTERM) if moment == "banner" else (0,)), output[-4000:]
+    assert "Traceback" not in output and "CRITICAL" not in output, output[-4000:]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert not [r.name for r in liveness.read(client, liveness.WORKER) if r.name.startswith(f"{node_name}@")]
+    finally:
+        client.close()
