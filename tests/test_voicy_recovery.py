@@ -36,6 +36,7 @@ from deploy.devstack import services
 from deploy.devstack.stack import start_beat, start_bridge
 from tests.kit.gate import Gate
 from tests.kit.voicy_stack import (
+    RECOVERY_LEASE_TTL_MS,
     JOB_DONE_TIMEOUT_S,
     assert_completed_once,
     claim_without_sending,
@@ -57,7 +58,7 @@ from workers.voicy.runtime import VoicyRuntime
 
 pytestmark = pytest.mark.slow
 
-LEASE_TTL_MS = 2000  # fleet_env's value: a dead task's running lease expires this long after it died
+LEASE_TTL_MS = RECOVERY_LEASE_TTL_MS  # a dead task's running lease expires this long after it died
 DOWNLOAD_REACHED_TIMEOUT_S = 60.0
 LEASE_EXPIRY_TIMEOUT_S = LEASE_TTL_MS / 1000 + 10.0
 CLEANUP_TIMEOUT_S = 30.0

@@ -22,6 +22,12 @@ from workers.voicy.runtime import VoicyRuntime
 
 JOB_DONE_TIMEOUT_S = 180.0
 FINAL = ("completed", "failed")
+# The lease TTL of a test that proves recovery: a dead holder's lease (or an unconfirmed grant) expires
+# this soon, and the reaper (every TTL / 2 here) finds the job. Not shorter: the keeper renews every
+# TTL / 3 (workers.lease.RENEWALS_PER_TTL), so a live lease survives a stall of only two thirds of a TTL
+# (4 s: a process starved or holding the GIL on a loaded 2-core box; 2 s TTLs lost leases at load 15),
+# and a pending grant must be confirmed within one TTL. Every other test runs production's 30 s.
+RECOVERY_LEASE_TTL_MS = 6000
 
 
 @contextmanager
