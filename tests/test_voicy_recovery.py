@@ -250,14 +250,26 @@ def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expire
     assert sorted(rt.fleet.held_ids()) == sorted([live, expired])  # the reaper, not the heartbeat, ends jobs
 
 
-# --------------------------------- 5. Redis goes away right after the result landed at Voicy
+# --------------------------------- 5. Redis goes away under a job: right after its result landed at Voicy,
+# or while it downloads
 @pytest.fixture()
 def voicy_result_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, Any]]:
     """A Redis of its own (with an AOF, so a crash keeps its data), the dev Voicy API with a gate on
     ``/result``, fake Telegram, and this process as a fleet member on them."""
+    yield from _own_redis_gated(tmp_path, monkeypatch, "/result")
+
+
+@pytest.fixture()
+def voicy_source_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, Any]]:
+    """The same with the gate on ``/source``: the download's first call."""
+    yield from _own_redis_gated(tmp_path, monkeypatch, "/source")
+
+
+def _own_redis_gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                     suffix: str) -> Iterator[tuple[Any, Any, Gate, Any]]:
     from deploy.devstack.voicy_api import server as server_module
 
-    gate = Gate.path_suffix("/result", once=True)
+    gate = Gate.path_suffix(suffix, once=True)
     build_app = server_module.build_app
     monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
     own = services.start_redis(tmp_path / "redis", appendonly=True, appendfsync="always")
@@ -295,3 +307,33 @@ def test_redis_lost_after_the_result_landed_fails_neither_the_job_nor_the_task(v
     assert not requests_for(server, job_id, "failure")
     services.start_again(own)
     assert rt.fleet.held_ids() == [job_id]  # left for the reaper, which ends it (the job is gone at Voicy)
+
+
+def test_redis_lost_mid_download_fails_neither_the_job_nor_the_task(voicy_source_gate) -> None:
+    """Redis crashes while a download runs: our store is away, not the job. No ``failure`` goes to Voicy
+    (it would requeue a job whose records we still hold), nothing escapes the task (Celery would log an
+    error and a traceback), and once Redis is back the job's expired lease hands it to the reaper like a
+    dead worker's. It used to post the Redis error as the job's failure and die in its cleanup (found by
+    the chaos run's log budget)."""
+    server, telegram, gate, (own, rt) = voicy_source_gate
+    job_id = enqueue_fixture(server, telegram, short_item())
+    claimed_id, token = claim_without_sending(rt)
+    assert claimed_id == job_id
+    gate.arm()
+    outcome: list[object] = []
+    task = threading.Thread(target=lambda: outcome.append(pipeline.run_download(rt, job_id, token)))
+    task.start()
+    assert gate.arrived.wait(DOWNLOAD_REACHED_TIMEOUT_S), "the download never asked for its source"
+    services.kill(own)  # Redis crashes while the download is on its way
+    gate.open()
+    task.join(JOB_DONE_TIMEOUT_S)
+    assert outcome == [None]  # no transcription token, and no exception escaped
+    assert not requests_for(server, job_id, "failure")
+    assert server.get_job(job_id)["status"] == "downloading"
+    services.start_again(own)
+    assert rt.fleet.held_ids() == [job_id]
+    wait_until(lambda: not rt.leases.alive(job_id), LEASE_EXPIRY_TIMEOUT_S, "the download's lease to expire")
+    assert pipeline.reap(rt) == []  # its media was never recorded: handed back to Voicy
+    assert [r["json"] for r in requests_for(server, job_id, "failure")] == [
+        {"error": pipeline.WORKER_LOST, "retryable": True}]
+    assert server.get_job(job_id)["status"] == "queued_for_download"
