@@ -28,6 +28,7 @@ from tests.kit.voicy_stack import (
     JOB_DONE_TIMEOUT_S,
     RECOVERY_LEASE_TTL_MS,
     enqueue_fixture,
+    gated_voicy_dev_stack,
     requests_for,
     voicy_dev_stack,
     wait_final,
@@ -260,17 +261,10 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery
 def voicy_mid_transcription(tmp_path: Path, fresh_redis: str, monkeypatch: pytest.MonkeyPatch):
     """The stack with a gate on ``/progress`` (a transcription held mid-way for as long as the test
     likes) and the recovery lease TTL (a killed worker's lease must expire within the test)."""
-    from deploy.devstack.voicy_api import server as server_module
-
     gate = Gate.path_suffix("/progress", once=True)  # once: the replacement's progress goes through
-    build_app = server_module.build_app
-    monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
-    with voicy_dev_stack(tmp_path, fresh_redis, "test",
-                         VOICY_WORKER_LEASE_TTL_MS=str(RECOVERY_LEASE_TTL_MS)) as (server, telegram, env):
-        try:
-            yield server, telegram, env, gate
-        finally:
-            gate.open()  # before the server stops: a held request must not keep it waiting
+    with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, fresh_redis, "test",
+                               VOICY_WORKER_LEASE_TTL_MS=str(RECOVERY_LEASE_TTL_MS)) as (server, telegram, env):
+        yield server, telegram, env, gate
 
 
 def test_sigkill_mid_transcription_recovers_and_completes_once(voicy_mid_transcription, celery_workers, tmp_path):

@@ -36,16 +36,16 @@ from deploy.devstack import services
 from deploy.devstack.stack import start_beat, start_bridge
 from tests.kit.gate import Gate
 from tests.kit.voicy_stack import (
-    RECOVERY_LEASE_TTL_MS,
     JOB_DONE_TIMEOUT_S,
+    RECOVERY_LEASE_TTL_MS,
     assert_completed_once,
     claim_without_sending,
     enqueue_fixture,
     fleet_runtime,
+    gated_voicy_dev_stack,
     never_sent,
     requests_for,
     short_item,
-    voicy_dev_stack,
     wait_final,
     worker_logs,
 )
@@ -70,17 +70,10 @@ HANDSHAKE_LOG = "Voicy never recorded /downloaded; completing the handshake"
 def voicy(tmp_path: Path, fresh_redis: str,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, dict[str, str]]]:
     """Dev Voicy API behind a gate on ``/downloaded``, fake Telegram, and the fleet environment."""
-    from deploy.devstack.voicy_api import server as server_module
-
     gate = Gate.path_suffix("/downloaded", once=True)
-    build_app = server_module.build_app
-    monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
-    with voicy_dev_stack(tmp_path, fresh_redis, "recovery",
-                         VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as (server, telegram, env):
-        try:
-            yield server, telegram, gate, env
-        finally:
-            gate.open()  # before the server stops: a held request must not keep it waiting
+    with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, fresh_redis, "recovery",
+                               VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as (server, telegram, env):
+        yield server, telegram, gate, env
 
 
 @pytest.fixture()
@@ -267,20 +260,13 @@ def voicy_source_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
 
 def _own_redis_gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                      suffix: str) -> Iterator[tuple[Any, Any, Gate, Any]]:
-    from deploy.devstack.voicy_api import server as server_module
-
     gate = Gate.path_suffix(suffix, once=True)
-    build_app = server_module.build_app
-    monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
     own = services.start_redis(tmp_path / "redis", appendonly=True, appendfsync="always")
     try:
-        with voicy_dev_stack(tmp_path, own.url, "result-gate",
-                             VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as (server, telegram, env):
-            try:
-                with fleet_runtime(env, monkeypatch) as rt:
-                    yield server, telegram, gate, (own, rt)
-            finally:
-                gate.open()
+        with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, own.url, "result-gate",
+                                   VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as (server, telegram, env):
+            with fleet_runtime(env, monkeypatch) as rt:
+                yield server, telegram, gate, (own, rt)
     finally:
         own.stop()
 

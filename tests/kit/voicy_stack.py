@@ -17,6 +17,7 @@ from typing import Any
 
 from bridges.voicy import VoicyBridge
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env
+from tests.kit.gate import Gate
 from tests.kit.waiting import wait_until
 from workers.voicy.runtime import VoicyRuntime
 
@@ -50,6 +51,22 @@ def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
         telegram.clear_faults()
         telegram.stop()
         server.stop()
+
+
+@contextmanager
+def gated_voicy_dev_stack(gate: Gate, monkeypatch: Any, tmp_path: Path, redis_url: str, client: str,
+                          **env_overrides: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+    """:func:`voicy_dev_stack` with its dev Voicy API behind ``gate`` (a call held for as long as the
+    test likes); the gate opens before the server stops, so a held request never keeps it waiting."""
+    from deploy.devstack.voicy_api import server as server_module
+
+    build_app = server_module.build_app
+    monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
+    with voicy_dev_stack(tmp_path, redis_url, client, **env_overrides) as stack:
+        try:
+            yield stack
+        finally:
+            gate.open()
 
 
 @contextmanager
