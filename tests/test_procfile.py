@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -361,8 +362,7 @@ def test_a_worker_stopped_while_it_starts_stops_cleanly(ptype: str, moment: str,
     record left to say the worker is up. Both sides configured, as the Procfile fleet runs."""
     import redis
 
-    from tests.cairn_stack import CairnStack
-    from tests.voicy_stack import voicy_dev_stack
+    from tests.kit.voicy_stack import voicy_dev_stack
     from workers import liveness
 
     node_name = f"{ptype}.{uuid.uuid4().hex[:8]}"
@@ -383,3 +383,4 @@ def test_a_worker_stopped_while_it_starts_stops_cleanly(ptype: str, moment: str,
         assert not [r.name for r in liveness.read(client, liveness.WORKER) if r.name.startswith(f"{node_name}@")]
     finally:
         client.close()
+
