@@ -13,6 +13,7 @@ non-zero, and starts with a valid configuration.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import socket
@@ -29,6 +30,7 @@ from deploy.devstack.log_budget import Allow
 from deploy.devstack.services import Service, free_port, nats_login
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.procfile import READY_TIMEOUT_S, ROOT, VENV_BIN, ProcfileProcess, fleet_env, procfile_entries
+from tests.kit.waiting import wait_until
 
 # H1: each test's processes end with an empty log budget (tests/conftest.py ``log_budget``).
 pytestmark = pytest.mark.usefixtures("log_budget")
@@ -384,3 +386,44 @@ def test_a_worker_stopped_while_it_starts_stops_cleanly(ptype: str, moment: str,
     finally:
         client.close()
 
+
+# ---------------------------------------------------------------------------- a stop while the loop waits on Redis
+# Where the kernel puts a thread that waits in poll(2): a socket with a timeout (redis-py's, kombu's) waits
+# there; the worker's event loop waits in epoll instead. So a worker's main thread seen here is in one
+# Redis round trip inside its event loop's turn (a timer's, such as the event heartbeat's), not between turns.
+SOCKET_WAIT_WCHAN = "poll_schedule_timeout"
+MAIN_THREAD_WAIT_TIMEOUT_S = 30.0  # the event heartbeat (every 2 s) sends within this
+
+
+def waits_on_a_socket(pid: int) -> bool:
+    return Path(f"/proc/{pid}/wchan").read_text().startswith(SOCKET_WAIT_WCHAN)
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_mid_turn_of_its_event_loop_stops_cleanly(
+        tmp_path: Path, launch: Callable[..., ProcfileProcess]) -> None:
+    """Celery's cold shutdown stops the prefork pool inside the signal handler, which runs wherever the
+    main thread is. Caught mid-turn of the event loop (in a timer's Redis round trip: likely on a loaded
+    box, certain while Redis does not answer), the rest of that turn asked kombu's Redis poller whether the
+    task channel may consume, and Celery's prefetch limit read the stopped pool: ``Unrecoverable error:
+    AttributeError("'NoneType' object has no attribute '_processes'")``, a traceback and exit 1 (issue 14's
+    full-suite run, the pools test's garmin worker). A worker told to stop consumes nothing more
+    (tasks/stop_consuming.py): exit 0, no traceback, an empty log budget."""
+    from deploy.devstack import services
+
+    with services.redis_server() as own:  # its own Redis: the test freezes it
+        assert own.proc is not None
+        worker = launch("io", fleet_env(own.url, HONCHO_PROCESS_NAME=f"io.{uuid.uuid4().hex[:8]}"))
+        worker.wait_for_output(r" ready\.")
+        os.kill(own.proc.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: waits_on_a_socket(worker.proc.pid), MAIN_THREAD_WAIT_TIMEOUT_S,
+                       "the worker's main thread to wait on Redis inside its event loop's turn", interval_s=0.05)
+            os.killpg(worker.proc.pid, signal.SIGTERM)  # as honcho and the dyno manager stop it
+            worker.wait_for_output(r"Cold shutdown \(MainProcess\)")  # the handler has stopped the pool
+        finally:
+            os.kill(own.proc.pid, signal.SIGCONT)
+        code = worker.wait_exit()
+    output = worker.output()
+    assert code == 0, output[-4000:]
+    assert "Traceback" not in output and "CRITICAL" not in output, output[-4000:]
