@@ -259,22 +259,24 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery
 
 @pytest.fixture()
 def voicy_mid_transcription(tmp_path: Path, fresh_redis: str, monkeypatch: pytest.MonkeyPatch):
-    """The stack with a gate on ``/progress`` (a transcription held mid-way for as long as the test
-    likes) and the recovery lease TTL (a killed worker's lease must expire within the test)."""
+    """The stack with a gate on ``/progress``: a transcription held mid-way for as long as the test likes."""
     gate = Gate.path_suffix("/progress", once=True)  # once: the replacement's progress goes through
-    with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, fresh_redis, "test",
-                               VOICY_WORKER_LEASE_TTL_MS=str(RECOVERY_LEASE_TTL_MS)) as (server, telegram, env):
+    with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, fresh_redis, "test") as (server, telegram, env):
         yield server, telegram, env, gate
 
 
 def test_sigkill_mid_transcription_recovers_and_completes_once(voicy_mid_transcription, celery_workers, tmp_path):
-    """V1 + V2: kill the gpu worker while it transcribes; the reaper redispatches; one result."""
+    """V1 + V2: kill the gpu worker while it transcribes; the reaper redispatches; one result.
+
+    Only the worker that dies holds the recovery lease TTL (its lease must expire within the test); the
+    rest of the fleet, the replacement included, holds production's, so no live lease is lost to a
+    loaded box's stall (a lost one would be recovered twice, or not posted: the fence)."""
     server, telegram, env, gate = voicy_mid_transcription
     longest = max(audio_manifest(), key=lambda m: m["duration_s"])
     job_id = enqueue_fixture(server, telegram, longest)
     gate.arm()
     celery_workers("io", env)
-    gpu = celery_workers("gpu", env)
+    gpu = celery_workers("gpu", {**env, "VOICY_WORKER_LEASE_TTL_MS": str(RECOVERY_LEASE_TTL_MS)})
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
     bridge = start_bridge(env, tmp_path / "bridge.log")
     try:

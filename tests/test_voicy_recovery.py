@@ -248,23 +248,25 @@ def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expire
 @pytest.fixture()
 def voicy_result_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, Any]]:
     """A Redis of its own (with an AOF, so a crash keeps its data), the dev Voicy API with a gate on
-    ``/result``, fake Telegram, and this process as a fleet member on them."""
+    ``/result``, fake Telegram, and this process as a fleet member on them. Production's lease TTL: no
+    lease has to expire here, and a short one lost under load fences the result off (never posted)."""
     yield from _own_redis_gated(tmp_path, monkeypatch, "/result")
 
 
 @pytest.fixture()
 def voicy_source_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, Any]]:
-    """The same with the gate on ``/source``: the download's first call."""
-    yield from _own_redis_gated(tmp_path, monkeypatch, "/source")
+    """The same with the gate on ``/source``: the download's first call; the recovery lease TTL (the
+    download's lease expires within the test)."""
+    yield from _own_redis_gated(tmp_path, monkeypatch, "/source", VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS))
 
 
-def _own_redis_gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                     suffix: str) -> Iterator[tuple[Any, Any, Gate, Any]]:
+def _own_redis_gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str,
+                     **env_overrides: str) -> Iterator[tuple[Any, Any, Gate, Any]]:
     gate = Gate.path_suffix(suffix, once=True)
     own = services.start_redis(tmp_path / "redis", appendonly=True, appendfsync="always")
     try:
         with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, own.url, "result-gate",
-                                   VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as (server, telegram, env):
+                                   **env_overrides) as (server, telegram, env):
             with fleet_runtime(env, monkeypatch) as rt:
                 yield server, telegram, gate, (own, rt)
     finally:
