@@ -297,7 +297,8 @@ def test_redis_lost_after_the_result_landed_fails_neither_the_job_nor_the_task(v
     assert rt.fleet.held_ids() == [job_id]  # left for the reaper, which ends it (the job is gone at Voicy)
 
 
-def test_redis_lost_mid_download_fails_neither_the_job_nor_the_task(voicy_source_gate) -> None:
+def test_redis_lost_mid_download_fails_neither_the_job_nor_the_task(voicy_source_gate,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
     """Redis crashes while a download runs: our store is away, not the job. No ``failure`` goes to Voicy
     (it would requeue a job whose records we still hold), nothing escapes the task (Celery would log an
     error and a traceback), and once Redis is back the job's expired lease hands it to the reaper like a
@@ -318,6 +319,9 @@ def test_redis_lost_mid_download_fails_neither_the_job_nor_the_task(voicy_source
     assert outcome == [None]  # no transcription token, and no exception escaped
     assert not requests_for(server, job_id, "failure")
     assert server.get_job(job_id)["status"] == "downloading"
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("workers.voicy")]
+    assert any("Redis unavailable" in line for line in said), said  # what happened, not "lease lost"
+    assert not any("lease lost" in line for line in said), said
     services.start_again(own)
     assert rt.fleet.held_ids() == [job_id]
     wait_until(lambda: not rt.leases.alive(job_id), LEASE_EXPIRY_TIMEOUT_S, "the download's lease to expire")
