@@ -267,7 +267,8 @@ def test_no_bucket_is_a_transient_error_and_no_call_goes_unbudgeted() -> None:
 def test_a_kv_call_nats_never_answers_is_a_transient_budget_error(nats_url: str) -> None:
     """A NATS restart under an in-flight KV call (its reply never comes) is the budget being unavailable,
     a transient NAK like every NATS outage, not an ``unexpected failure TimeoutError`` (found by the chaos
-    run's log budget). A frozen server is that, deterministically: the call is sent, no reply comes."""
+    run's log budget). A frozen server is that, deterministically: the call is sent, no reply comes. The
+    reads and the stored usage here; the reservation in tests/test_cairn_publish_retry.py."""
     with services.nats_server() as svc:  # a server of its own: this test freezes it
         admin = NatsThread(CairnSettings(nats_url=svc.url, worker_name="cairn-core"))
         admin.run(admin.js.create_key_value(bucket=subjects.RATE_LIMIT_BUCKET, ttl=KV_TTL_S, history=1), 10)
@@ -281,7 +282,7 @@ def test_a_kv_call_nats_never_answers_is_a_transient_budget_error(nats_url: str)
         assert svc.proc is not None
         os.kill(svc.proc.pid, signal.SIGSTOP)
         try:
-            for call in (lambda: hook.reserve(["daily", "short"]), lambda: limiter.snapshot(app_id),
+            for call in (lambda: limiter.snapshot(app_id),
                          lambda: hook.observe([WindowUsage("short", limit=100, used=1,
                                                            reset_at=datetime.now(UTC) + timedelta(minutes=5))], {})):
                 with pytest.raises(BudgetUnavailable, match="TimeoutError") as err:
