@@ -49,6 +49,10 @@ ALLOW: tuple[Allow, ...] = (
     Allow(r"job \w+: result posted; its records wait for Redis",
           reason="a transcription's result landed just before the outage: its cleanup is left to the reaper",
           provoked_by=REDIS_RESTART),
+    Allow(r"job \w+: Redis unavailable \(\w+.*\); left for the reaper",
+          reason="a Voicy task met the outage mid-job: no failure posted, its lease expires and the reaper "
+          "recovers the job", provoked_by=f"{REDIS_RESTART}; tests/test_voicy_recovery.py::"
+          "test_redis_lost_mid_download_fails_neither_the_job_nor_the_task"),
     Allow(r"could not record the claim; handed it back to Voicy",
           reason="Redis failed as the bridge recorded a claim: the job went back to Voicy", provoked_by=REDIS_RESTART),
     # --- NATS restarted
@@ -56,8 +60,9 @@ ALLOW: tuple[Allow, ...] = (
     Allow(r"NATS available again after", reason="the end of that outage", provoked_by=NATS_RESTART),
     Allow(r"presence write failed \(" + _NATS_AWAY, reason="a provider worker's presence write met the restart; "
           "the next interval writes it", provoked_by=NATS_RESTART),
-    Allow(r"for seq \d+ not sent \(NotSentError\); its redelivery applies the recorded outcome",
-          reason="an ack while NATS was away: the redelivery is settled from the ledger", provoked_by=NATS_RESTART),
+    Allow(r"for seq \d+ not sent \((?:NotSentError|NoRespondersError)\); its redelivery applies the recorded outcome",
+          reason="an ack while NATS was away, or back without JetStream answering yet (no responders): the "
+          "redelivery is settled from the ledger", provoked_by=NATS_RESTART),
     # --- processes SIGKILLed
     Allow(r"Process 'ForkPoolWorker-\d+' pid:\d+ exited with 'signal 9 \(SIGKILL\)'",
           reason="a pool child was SIGKILLed; Celery's parent reports it", provoked_by=KILLS),
@@ -66,6 +71,9 @@ ALLOW: tuple[Allow, ...] = (
     Allow(r"job \w+: worker lost; redispatching transcription",
           reason="the reaper recovers the job of a killed gpu process (or one whose records waited for Redis)",
           provoked_by=KILLS),
+    Allow(r"job \w+ failed \(retryable=True\): worker lost before the media was stored",
+          reason="the reaper hands a job back to Voicy (which requeues it) when its io process died, or its "
+          "records waited for Redis, before its media was stored", provoked_by=f"{KILLS}; {REDIS_RESTART}"),
     Allow(r"job \w+: Voicy never recorded /downloaded; completing the handshake",
           reason="an io process killed between storing the media and POST /downloaded", provoked_by=KILLS),
 )

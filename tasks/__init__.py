@@ -16,6 +16,7 @@ import click
 from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
 
+from tasks import startup_stop, stop_consuming
 from tasks.settings import celery_config
 from workers.errors import ConfigError
 from workers.logs import adopt_handlers
@@ -24,6 +25,8 @@ EXIT_CONFIG_ERROR = 2  # as ``python -m bridges`` and the Voicy worker's start c
 CELERY_COMMAND = "celery"  # the click group of Celery's command line
 
 app = Celery("switchyard")
+startup_stop.install(app)  # a stop signal while a worker starts is a clean stop (tasks/startup_stop.py)
+stop_consuming.install(app)  # a stopping worker consumes nothing more (tasks/stop_consuming.py)
 
 
 def _stop_celery_command(exc: ConfigError) -> None:

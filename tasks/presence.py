@@ -37,6 +37,7 @@ from celery.worker.control import control_command
 from tasks import app
 from tasks.cairn import cairn_configured
 from tasks.routes import LEGACY_PROVIDER_QUEUE, PROVIDER_QUEUE_PREFIX, pool_of_queue, provider_queue
+from tasks.startup_stop import stopping
 from workers.cairn.presence import PresenceContext, PresenceTimer, write_manifest, write_presence
 from workers.cairn.refusals import POOL_ROLE, fault_component
 from workers.cairn.settings import CairnSettings, load_cairn_settings
@@ -151,7 +152,7 @@ def _check_cairn_settings_at_start(instance: Any, **_: object) -> None:
 def _start_presence(sender: Any = None, **_: object) -> None:
     """Contract §1/§2 at start: this instance's presence timer, which renews the pool's manifest too."""
     global _timer, _context, _instance
-    if _settings is None or _timer is not None:
+    if _settings is None or _timer is not None or stopping():  # stopping: told to stop while it started
         return
     _clear_refusal_fault(_settings)
     ctx = PresenceContext.from_settings(_settings)

@@ -29,6 +29,7 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from tasks import presence
+from tasks.startup_stop import stopping
 from workers import liveness
 from workers.redisconn import sync_client
 
@@ -46,8 +47,8 @@ def consumed_queues(consumer_app: Any) -> list[str]:
 @worker_ready.connect
 def _register(sender: Any = None, **_: object) -> None:
     global _renewer, _client, _node
-    if _renewer is not None or sender is None:
-        return
+    if _renewer is not None or sender is None or stopping():
+        return  # stopping already (a stop while it started): its worker_shutting_down has come and gone
     node, queues = str(sender.hostname), consumed_queues(sender.app)
     client = sync_client(socket_timeout=liveness.REDIS_TIMEOUT_S,
                          socket_connect_timeout=liveness.REDIS_TIMEOUT_S)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import uuid
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ import pytest
 from deploy.devstack import services
 from deploy.devstack.strava import FakeStrava
 from tests.kit.cairn_ctx import core_bucket
-from workers.cairn import subjects
+from workers.cairn import ratelimit, subjects
 from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.fetch_source import build_provider_context
 from workers.cairn.jobs import FetchSourceJob
@@ -29,6 +31,7 @@ from workers.providers.strava.usage import RATE_WINDOWS, RESET_GRACE_S, next_dai
 from workers.providers.windows import RateWindow, WindowUsage
 
 POOL = "strava-fetcher"
+NO_ANSWER_BOUND_S = 1.0  # how long a KV call waits for a frozen nats-server in the test that freezes one
 
 
 @pytest.fixture(scope="module")
@@ -259,4 +262,34 @@ def test_no_bucket_is_a_transient_error_and_no_call_goes_unbudgeted() -> None:
                 RateLimiter(thread, settings, RATE_WINDOWS).hook("app").reserve(["daily", "short"])
             assert err.value.retryable
         finally:
+            thread.close()
+
+
+def test_a_kv_call_nats_never_answers_is_a_transient_budget_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NATS restart under an in-flight KV call (its reply never comes) is the budget being unavailable,
+    a transient NAK like every NATS outage, not an ``unexpected failure TimeoutError`` (found by the chaos
+    run's log budget). A frozen server is that, deterministically: the call is sent, no reply comes. The
+    reads and the stored usage here; the reservation in tests/test_cairn_publish_retry.py."""
+    with services.nats_server() as svc:  # a server of its own: this test freezes it
+        admin = NatsThread(CairnSettings(nats_url=svc.url, worker_name="cairn-core"))
+        admin.run(core_bucket(admin.js, subjects.RATE_LIMIT_BUCKET), 10)
+        admin.close()
+        settings = CairnSettings(nats_url=svc.url, worker_name=POOL)
+        thread = NatsThread(settings)
+        limiter = RateLimiter(thread, settings, RATE_WINDOWS)
+        app_id = app()
+        hook = limiter.hook(app_id)
+        hook.reserve(["daily", "short"])  # connected, bucket open
+        monkeypatch.setattr(ratelimit, "KV_TIMEOUT_S", NO_ANSWER_BOUND_S)  # the wait, not what it proves
+        assert svc.proc is not None
+        os.kill(svc.proc.pid, signal.SIGSTOP)
+        try:
+            for call in (lambda: limiter.snapshot(app_id),
+                         lambda: hook.observe([WindowUsage("short", limit=100, used=1,
+                                                           reset_at=datetime.now(UTC) + timedelta(minutes=5))], {})):
+                with pytest.raises(BudgetUnavailable, match="TimeoutError") as err:
+                    call()
+                assert err.value.retryable
+        finally:
+            os.kill(svc.proc.pid, signal.SIGCONT)
             thread.close()

@@ -88,6 +88,23 @@ def test_delay_makes_a_client_time_out(tg: FakeTelegram) -> None:
     assert get_file(tg, "slow").status_code == 200
 
 
+def test_hang_up_closes_a_kept_alive_connection_without_an_answer(tg: FakeTelegram) -> None:
+    """What a client sees when the server's keep-alive timer fires as its request arrives."""
+    path = tg.add_file("AwAC-1", DATA)
+    with httpx.Client(timeout=5) as client:
+        get = f"{tg.url}/bot{BOT_TOKEN}/getFile"
+        assert client.get(get, params={"file_id": "AwAC-1"}).status_code == 200  # the connection is pooled
+        tg.hang_up_next("AwAC-1")
+        with pytest.raises(httpx.RemoteProtocolError, match="without sending a response"):
+            client.get(get, params={"file_id": "AwAC-1"})
+        tg.hang_up_next("AwAC-1", stage="download", how="reset")
+        with pytest.raises(httpx.ReadError):
+            client.get(f"{tg.url}/file/bot{BOT_TOKEN}/{path}")
+        assert client.get(get, params={"file_id": "AwAC-1"}).status_code == 200  # one-off faults
+    assert [(r["kind"], r["status"]) for r in tg.requests] == [("getFile", 200), ("getFile", 0),
+                                                               ("download", 0), ("getFile", 200)]
+
+
 def test_request_log_never_holds_the_token(tg: FakeTelegram) -> None:
     path = tg.add_file("AwAC-1", DATA)
     get_file(tg, "AwAC-1")

@@ -1,7 +1,8 @@
 """Flower shows the jobs, not the housekeeping (issue 11 §5).
 
-Beat sends ``voicy.reap`` every second here (half the 2 s lease) and
-``voicy.heartbeat`` every second; the io worker runs them. Flower builds its
+Beat sends ``voicy.reap`` every second here (half a 2 s lease) and
+``voicy.heartbeat`` every second; the io worker runs them. Short periods are
+safe here: no job, so no lease that a loaded box could let expire. Flower builds its
 task list from task events, so none may carry these tasks: no ``task-sent``
 from beat, no ``task-received``/``started``/``succeeded`` from the worker. A
 real task on the same worker still produces its events (the capture works).
@@ -28,12 +29,13 @@ pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.p
 REAPS_TO_SEE = 3
 BURST = 20  # instant tasks sent at once
 TASK_EVENT_TOPICS = "/*.celeryev/task.*"  # kombu's fanout channels of the task events
+HOUSEKEEPING_EVERY_SECOND = {"VOICY_WORKER_LEASE_TTL_MS": "2000", "VOICY_WORKER_HEARTBEAT_INTERVAL_MS": "1000"}
 WAIT_S = 60.0
 _TASK_ID = r"Task {name}\[([0-9a-f-]+)\] received"
 
 
 def test_beat_housekeeping_sends_no_task_events_but_real_tasks_do(tmp_path: Path, fresh_redis: str) -> None:
-    with voicy_dev_stack(tmp_path, fresh_redis, "flower") as (_server, _telegram, env):
+    with voicy_dev_stack(tmp_path, fresh_redis, "flower", **HOUSEKEEPING_EVERY_SECOND) as (_server, _telegram, env):
         io = CeleryWorker("io", env, tmp_path / "io.log")
         io.wait_ready(fresh_redis)
         beat = start_procfile_beat(env, tmp_path / "beat.log")

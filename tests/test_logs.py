@@ -95,3 +95,36 @@ def test_a_celery_worker_prints_each_record_once_in_the_chosen_format(
             if job_id in line:
                 json.loads(line)
     assert secret not in out
+
+
+OAUTH_CODE = "4f2a9c1e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39"  # Strava's shape: 40 hex characters
+
+
+@pytest.mark.parametrize("text", [
+    f"GET http://localhost/exchange_token?state=&code={OAUTH_CODE}&scope=read,activity:read_all",  # Strava's redirect
+    f"https://app.example/cb?code={OAUTH_CODE}",
+    f"https://app.example/cb?state=s1&code={OAUTH_CODE}",
+    f"https://app.example/cb#state=s1&code={OAUTH_CODE}",  # response_mode=fragment
+    f"https://app.example/cb?CODE={OAUTH_CODE}&state=s1",
+    f"client_id=1&client_secret=x&code={OAUTH_CODE}&grant_type=authorization_code",  # a token request's form
+    f"code={OAUTH_CODE}&grant_type=authorization_code",
+    f"body b'code={OAUTH_CODE}&client_id=1' refused",
+])
+def test_an_oauth_code_in_a_url_query_or_form_body_is_redacted(text: str) -> None:
+    from workers.logs import redact
+
+    out = redact(text)
+    assert OAUTH_CODE not in out and "code=<redacted>" in out.lower()
+
+
+def test_a_nats_error_keeps_its_codes() -> None:
+    """NATS errors name their status and JetStream error code as ``code=404 err_code=10014``: not secrets."""
+    from nats.js.errors import NotFoundError, ServiceUnavailableError
+
+    from workers.logs import describe, redact
+
+    assert describe(NotFoundError(code=404, err_code=10014, description="consumer not found")) == \
+        "NotFoundError: nats: NotFoundError: code=404 err_code=10014 description='consumer not found'"
+    line = "NATS unavailable (nats: ServiceUnavailableError: code=503 err_code=10008 description='x')"
+    assert redact(line) == line
+    assert redact(str(ServiceUnavailableError(code=503))) == str(ServiceUnavailableError(code=503))

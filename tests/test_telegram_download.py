@@ -130,6 +130,44 @@ def test_http_errors_are_retryable_and_token_free(cloud: FakeTelegram, tmp_path:
     assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA  # the fault was one-off
 
 
+@pytest.mark.parametrize("how", ["close", "reset"])
+@pytest.mark.parametrize("stage", ["getFile", "download"])
+def test_a_connection_the_server_closes_unanswered_is_retried_once(cloud: FakeTelegram, tmp_path: Path,
+                                                                  stage: str, how: str,
+                                                                  http_logs: pytest.LogCaptureFixture) -> None:
+    """A keep-alive server may close an idle connection just as a request goes out on it (RFC 9112
+    §9.3.1; seen in the chaos run as ``Telegram getFile failed: RemoteProtocolError``): both requests are
+    idempotent GETs, so the client sends it once more, on a new connection, and the job never notices."""
+    file_id = f"AwAC-hangup-{stage}-{how}"
+    cloud.add_file(file_id, DATA)
+    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA  # connection pooled
+    cloud.hang_up_next(file_id, stage=stage, how=how)  # type: ignore[arg-type]
+    before = len(cloud.requests_of(stage))  # type: ignore[arg-type]
+    assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA
+    assert [r["status"] for r in cloud.requests_of(stage)[before:]] == [0, 200]  # type: ignore[arg-type]
+    assert "closed the connection unanswered" in http_logs.text  # said at INFO, not a job failure
+    _assert_token_free(http_logs.text)
+
+
+@pytest.mark.parametrize("stage", ["getFile", "download"])
+def test_a_second_hang_up_is_a_retryable_failure_not_a_loop(cloud: FakeTelegram, tmp_path: Path, stage: str,
+                                                            http_logs: pytest.LogCaptureFixture) -> None:
+    file_id = f"AwAC-hangup-twice-{stage}"
+    cloud.add_file(file_id, DATA)
+    cloud.hang_up_next(file_id, stage=stage, times=3)  # type: ignore[arg-type]
+    before = len(cloud.requests_of(stage))  # type: ignore[arg-type]
+    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    try:
+        with pytest.raises(RetryableJobError, match="RemoteProtocolError") as info:
+            b"".join(files.open_source(Source(jobId="j", fileId=file_id)))
+    finally:
+        cloud.clear_faults()
+    assert len(cloud.requests_of(stage)) - before == 2  # type: ignore[arg-type]
+    _assert_token_free(_everything(info.value))
+    _assert_token_free(http_logs.text)
+
+
 def test_wrong_token_and_unknown_file_are_retryable(cloud: FakeTelegram, tmp_path: Path) -> None:
     wrong = TelegramFiles(settings_for(cloud.url, tmp_path, bot_token="111:wrong-token-value-xyz"))
     with pytest.raises(RetryableJobError, match="HTTP 401.*VOICY_WORKER_TELEGRAM_BOT_TOKEN") as info:

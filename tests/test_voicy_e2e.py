@@ -22,7 +22,17 @@ import redis
 from deploy.devstack.log_budget import Allow
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge
 from deploy.devstack.synth_media import write_video_only_mp4
-from tests.kit.voicy_stack import FINAL, JOB_DONE_TIMEOUT_S, enqueue_fixture, requests_for, voicy_dev_stack, wait_final
+from tests.kit.gate import Gate
+from tests.kit.voicy_stack import (
+    FINAL,
+    JOB_DONE_TIMEOUT_S,
+    RECOVERY_LEASE_TTL_MS,
+    enqueue_fixture,
+    gated_voicy_dev_stack,
+    requests_for,
+    voicy_dev_stack,
+    wait_final,
+)
 from tests.kit.waiting import wait_until
 from workers.transcribe.device import usable_cores
 from workers.voicy.client import VoicyClient
@@ -247,19 +257,32 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery
     assert [r["status"] for r in after if r.get("job_id") == missing and r["endpoint"] == "source"] == [200]
 
 
-def test_sigkill_mid_transcription_recovers_and_completes_once(voicy, celery_workers, tmp_path):
-    """V1 + V2: kill the gpu worker while it transcribes; the reaper redispatches; one result."""
-    server, telegram, env = voicy
+@pytest.fixture()
+def voicy_mid_transcription(tmp_path: Path, fresh_redis: str, monkeypatch: pytest.MonkeyPatch):
+    """The stack with a gate on ``/progress``: a transcription held mid-way for as long as the test likes."""
+    gate = Gate.path_suffix("/progress", once=True)  # once: the replacement's progress goes through
+    with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, fresh_redis, "test") as (server, telegram, env):
+        yield server, telegram, env, gate
+
+
+def test_sigkill_mid_transcription_recovers_and_completes_once(voicy_mid_transcription, celery_workers, tmp_path):
+    """V1 + V2: kill the gpu worker while it transcribes; the reaper redispatches; one result.
+
+    Only the worker that dies holds the recovery lease TTL (its lease must expire within the test); the
+    rest of the fleet, the replacement included, holds production's, so no live lease is lost to a
+    loaded box's stall (a lost one would be recovered twice, or not posted: the fence)."""
+    server, telegram, env, gate = voicy_mid_transcription
     longest = max(audio_manifest(), key=lambda m: m["duration_s"])
     job_id = enqueue_fixture(server, telegram, longest)
+    gate.arm()
     celery_workers("io", env)
-    gpu = celery_workers("gpu", env)
+    gpu = celery_workers("gpu", {**env, "VOICY_WORKER_LEASE_TTL_MS": str(RECOVERY_LEASE_TTL_MS)})
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
     bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
-        wait_until(lambda: requests_for(server, job_id, "progress"), JOB_DONE_TIMEOUT_S,
-                   "the first progress call (transcription under way)")
-        gpu.kill(signal.SIGKILL)
+        assert gate.arrived.wait(JOB_DONE_TIMEOUT_S), "the transcription never reported progress"
+        gpu.kill(signal.SIGKILL)  # mid-transcription: its first progress call is held
+        gate.drop()  # that call dies on the wire with its worker
         assert server.get_job(job_id)["status"] == "transcribing"
         celery_workers("gpu", env)  # a replacement host comes up
         jobs = wait_final(server, [job_id])

@@ -33,6 +33,7 @@ import redis
 
 from deploy.devstack.stack import ROOT, start_beat, start_bridge
 from tests.kit.voicy_stack import (
+    RECOVERY_LEASE_TTL_MS,
     assert_completed_once,
     claim_without_sending,
     enqueue_fixture,
@@ -49,10 +50,10 @@ from workers.voicy.runtime import QUEUED_LEASE_TTL_S, VoicyRuntime
 
 pytestmark = pytest.mark.slow
 
-LEASE_TTL_MS = 2000  # fleet_env's value: a pending grant lives this long
-# The reaper runs every min(5 s, TTL / 2); a loaded 2-core box adds seconds of task latency.
-# Anything of this order proves the grant was pending: a confirmed one lasts QUEUED_LEASE_TTL_S.
-RECOVERY_BOUND_S = LEASE_TTL_MS / 1000 + 15.0
+LEASE_TTL_MS = RECOVERY_LEASE_TTL_MS  # a pending grant lives this long
+# The reaper runs every min(5 s, TTL / 2); a loaded 2-core box adds seconds of task latency. Anything
+# of this order proves the grant was pending: a confirmed one lasts QUEUED_LEASE_TTL_S (6 h).
+RECOVERY_BOUND_S = LEASE_TTL_MS / 1000 + 30.0
 STALE_TASK_TIMEOUT_S = 60.0
 JOB_SEND_TIMEOUT_S = 60.0
 STALE_SKIP = "{stage} already owned by another execution; skipping"
@@ -60,7 +61,7 @@ STALE_SKIP = "{stage} already owned by another execution; skipping"
 
 @pytest.fixture()
 def voicy(tmp_path: Path, fresh_redis: str):
-    """A dev Voicy API, a fake Telegram, and the fleet environment (lease TTL 2 s)."""
+    """A dev Voicy API, a fake Telegram, and the fleet environment (the recovery lease TTL)."""
     with voicy_dev_stack(tmp_path, fresh_redis, "grants", VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as stack:
         yield stack
 

@@ -37,14 +37,15 @@ from deploy.devstack.stack import start_beat, start_bridge
 from tests.kit.gate import Gate
 from tests.kit.voicy_stack import (
     JOB_DONE_TIMEOUT_S,
+    RECOVERY_LEASE_TTL_MS,
     assert_completed_once,
     claim_without_sending,
     enqueue_fixture,
     fleet_runtime,
+    gated_voicy_dev_stack,
     never_sent,
     requests_for,
     short_item,
-    voicy_dev_stack,
     wait_final,
     worker_logs,
 )
@@ -57,7 +58,7 @@ from workers.voicy.runtime import VoicyRuntime
 
 pytestmark = pytest.mark.slow
 
-LEASE_TTL_MS = 2000  # fleet_env's value: a dead task's running lease expires this long after it died
+LEASE_TTL_MS = RECOVERY_LEASE_TTL_MS  # a dead task's running lease expires this long after it died
 DOWNLOAD_REACHED_TIMEOUT_S = 60.0
 LEASE_EXPIRY_TIMEOUT_S = LEASE_TTL_MS / 1000 + 10.0
 CLEANUP_TIMEOUT_S = 30.0
@@ -69,17 +70,10 @@ HANDSHAKE_LOG = "Voicy never recorded /downloaded; completing the handshake"
 def voicy(tmp_path: Path, fresh_redis: str,
           monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, dict[str, str]]]:
     """Dev Voicy API behind a gate on ``/downloaded``, fake Telegram, and the fleet environment."""
-    from deploy.devstack.voicy_api import server as server_module
-
     gate = Gate.path_suffix("/downloaded", once=True)
-    build_app = server_module.build_app
-    monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
-    with voicy_dev_stack(tmp_path, fresh_redis, "recovery",
-                         VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as (server, telegram, env):
-        try:
-            yield server, telegram, gate, env
-        finally:
-            gate.open()  # before the server stops: a held request must not keep it waiting
+    with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, fresh_redis, "recovery",
+                               VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as (server, telegram, env):
+        yield server, telegram, gate, env
 
 
 @pytest.fixture()
@@ -249,25 +243,32 @@ def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expire
     assert sorted(rt.fleet.held_ids()) == sorted([live, expired])  # the reaper, not the heartbeat, ends jobs
 
 
-# --------------------------------- 5. Redis goes away right after the result landed at Voicy
+# --------------------------------- 5. Redis goes away under a job: right after its result landed at Voicy,
+# or while it downloads
 @pytest.fixture()
 def voicy_result_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, Any]]:
     """A Redis of its own (with an AOF, so a crash keeps its data), the dev Voicy API with a gate on
-    ``/result``, fake Telegram, and this process as a fleet member on them."""
-    from deploy.devstack.voicy_api import server as server_module
+    ``/result``, fake Telegram, and this process as a fleet member on them. Production's lease TTL: no
+    lease has to expire here, and a short one lost under load fences the result off (never posted)."""
+    yield from _own_redis_gated(tmp_path, monkeypatch, "/result")
 
-    gate = Gate.path_suffix("/result", once=True)
-    build_app = server_module.build_app
-    monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
+
+@pytest.fixture()
+def voicy_source_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, Any]]:
+    """The same with the gate on ``/source``: the download's first call; the recovery lease TTL (the
+    download's lease expires within the test)."""
+    yield from _own_redis_gated(tmp_path, monkeypatch, "/source", VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS))
+
+
+def _own_redis_gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str,
+                     **env_overrides: str) -> Iterator[tuple[Any, Any, Gate, Any]]:
+    gate = Gate.path_suffix(suffix, once=True)
     own = services.start_redis(tmp_path / "redis", appendonly=True, appendfsync="always")
     try:
-        with voicy_dev_stack(tmp_path, own.url, "result-gate",
-                             VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as (server, telegram, env):
-            try:
-                with fleet_runtime(env, monkeypatch) as rt:
-                    yield server, telegram, gate, (own, rt)
-            finally:
-                gate.open()
+        with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, own.url, "result-gate",
+                                   **env_overrides) as (server, telegram, env):
+            with fleet_runtime(env, monkeypatch) as rt:
+                yield server, telegram, gate, (own, rt)
     finally:
         own.stop()
 
@@ -294,3 +295,37 @@ def test_redis_lost_after_the_result_landed_fails_neither_the_job_nor_the_task(v
     assert not requests_for(server, job_id, "failure")
     services.start_again(own)
     assert rt.fleet.held_ids() == [job_id]  # left for the reaper, which ends it (the job is gone at Voicy)
+
+
+def test_redis_lost_mid_download_fails_neither_the_job_nor_the_task(voicy_source_gate,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """Redis crashes while a download runs: our store is away, not the job. No ``failure`` goes to Voicy
+    (it would requeue a job whose records we still hold), nothing escapes the task (Celery would log an
+    error and a traceback), and once Redis is back the job's expired lease hands it to the reaper like a
+    dead worker's. It used to post the Redis error as the job's failure and die in its cleanup (found by
+    the chaos run's log budget)."""
+    server, telegram, gate, (own, rt) = voicy_source_gate
+    job_id = enqueue_fixture(server, telegram, short_item())
+    claimed_id, token = claim_without_sending(rt)
+    assert claimed_id == job_id
+    gate.arm()
+    outcome: list[object] = []
+    task = threading.Thread(target=lambda: outcome.append(pipeline.run_download(rt, job_id, token)))
+    task.start()
+    assert gate.arrived.wait(DOWNLOAD_REACHED_TIMEOUT_S), "the download never asked for its source"
+    services.kill(own)  # Redis crashes while the download is on its way
+    gate.open()
+    task.join(JOB_DONE_TIMEOUT_S)
+    assert outcome == [None]  # no transcription token, and no exception escaped
+    assert not requests_for(server, job_id, "failure")
+    assert server.get_job(job_id)["status"] == "downloading"
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("workers.voicy")]
+    assert any("Redis unavailable" in line for line in said), said  # what happened, not "lease lost"
+    assert not any("lease lost" in line for line in said), said
+    services.start_again(own)
+    assert rt.fleet.held_ids() == [job_id]
+    wait_until(lambda: not rt.leases.alive(job_id), LEASE_EXPIRY_TIMEOUT_S, "the download's lease to expire")
+    assert pipeline.reap(rt) == []  # its media was never recorded: handed back to Voicy
+    assert [r["json"] for r in requests_for(server, job_id, "failure")] == [
+        {"error": pipeline.WORKER_LOST, "retryable": True}]
+    assert server.get_job(job_id)["status"] == "queued_for_download"

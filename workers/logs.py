@@ -23,14 +23,19 @@ _LOCK = threading.Lock()
 MIN_SECRET_LEN = 6  # shorter values would redact ordinary words
 
 # Shapes that are secret whatever their value: Telegram bot tokens in URL paths,
-# bearer headers, presigned URL query signatures and credentials.
+# bearer headers, presigned URL query signatures and credentials, OAuth codes.
+_VALUE = r"[^&\s\"']+"  # a query or form value: up to the next pair, blank or quote
+# An OAuth authorization code is a ``code`` pair of a URL query or fragment (after ``?``, ``&``, ``#``
+# or ``;``) or of a form body (a pair followed by ``&``: a token request always has several). A bare
+# ``code=404`` is nobody's secret: NATS names its errors ``code=404 err_code=10014``.
+_OAUTH_CODE = r"(?<=[?&#;])code=|(?<![\w-])code=(?=" + _VALUE + r"&)"
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"/bot[0-9]+:[A-Za-z0-9_-]+"), "/bot<redacted>"),
     (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"), r"\1<redacted>"),
     (
         re.compile(
             r"(?i)((?:X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token|Signature|"
-            r"AWSAccessKeyId|access_token|refresh_token|client_secret|code)=)[^&\s\"']+"
+            r"AWSAccessKeyId|access_token|refresh_token|client_secret)=|" + _OAUTH_CODE + ")" + _VALUE
         ),
         r"\1<redacted>",
     ),

@@ -20,6 +20,7 @@ three times:
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 from typing import Any
 
@@ -27,6 +28,7 @@ import uvicorn
 
 from deploy.devstack.services import listen_host
 
+LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends an RST instead of a FIN
 SERVER_START_TIMEOUT_S = 10.0
 SERVER_STOP_TIMEOUT_S = 10.0
 
@@ -98,3 +100,22 @@ class BackgroundServer:
         if server is None:
             return []
         return [conn.transport.get_extra_info("socket") for conn in list(server.server_state.connections)]
+
+    def hang_up(self, client: tuple[str, int] | None, *, reset: bool = False) -> bool:
+        """Close the connection of ``client`` (a request's peer address) without an answer.
+
+        What a keep-alive server does when its idle timer fires as a request arrives: a FIN
+        (``reset=False``), or an RST (``reset=True``: it closed with the request still unread).
+        Call it from the app, on the server's own loop. False if no such connection is open.
+        """
+        server = self._server
+        if server is None or client is None:
+            return False
+        for conn in list(server.server_state.connections):
+            if tuple(getattr(conn, "client", None) or ()) == tuple(client):
+                if reset:
+                    conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                                      LINGER_RESET)
+                conn.transport.close()
+                return True
+        return False

@@ -44,7 +44,13 @@ def start_beat(env: dict[str, str], tmp: Path, log_path: Path) -> Proc:
 
 def fleet_env(*, redis_url: str, api_url: str, token: str, telegram_url: str, work_dir: Path,
               **overrides: str) -> dict[str, str]:
-    """The environment every Voicy fleet process gets (no ambient AWS or Voicy variables)."""
+    """The environment every Voicy fleet process gets (no ambient AWS or Voicy variables).
+
+    Lease TTL and heartbeat are production's (30 s): a shorter TTL only makes a live job's lease
+    expire when a loaded box stalls a process for a moment (the keeper renews every TTL / 3). A
+    test or run that needs a dead holder's lease to expire soon passes a short one in ``overrides``
+    (tests/kit/voicy_stack.py ``RECOVERY_LEASE_TTL_MS``; the chaos run its own).
+    """
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("VOICY_", "CAIRN_", "AWS_")) and k != "TOKEN"}
     env.update({
@@ -58,8 +64,6 @@ def fleet_env(*, redis_url: str, api_url: str, token: str, telegram_url: str, wo
         "VOICY_WORKER_WORK_DIR": str(work_dir),
         "VOICY_WORKER_POLL_INTERVAL_MS": "200",
         "VOICY_WORKER_PROGRESS_INTERVAL_MS": "1000",
-        "VOICY_WORKER_LEASE_TTL_MS": "2000",
-        "VOICY_WORKER_HEARTBEAT_INTERVAL_MS": "1000",
         "PYTHONUNBUFFERED": "1",
         "HF_HUB_OFFLINE": "1",
     })

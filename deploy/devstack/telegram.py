@@ -13,6 +13,7 @@ The request log never holds the bot token (it is a secret inside every URL).
     tg.add_file("AwAC-1", data)            # -> "voice/file_1.oga"
     tg.fail_next("AwAC-1", status=502)     # next getFile answers 502
     tg.delay("AwAC-1", 3.0)                # hold the download (a client timeout)
+    tg.hang_up_next("AwAC-1")              # close the connection instead of answering the next getFile
     ...
     tg.stop()
 
@@ -47,6 +48,8 @@ DESCRIPTIONS = {400: "Bad Request: invalid file_id", 401: "Unauthorized", 403: "
                 404: "Not Found", 429: "Too Many Requests: retry after 1", 500: "Internal Server Error",
                 502: "Bad Gateway", 503: "Service Unavailable"}
 Stage = Literal["getFile", "download"]
+HangUp = Literal["close", "reset"]  # the connection closed with a FIN, or with an RST
+NO_ANSWER = 0  # the request log's status of a request the server hung up on
 
 
 def telegram_error(status: int, description: str | None = None) -> JSONResponse:
@@ -71,7 +74,7 @@ class FakeTelegram:
         self.port = port or free_port()
         self.files: dict[str, StoredFile] = {}
         self.requests: list[dict[str, Any]] = []
-        self._fail: dict[tuple[str, Stage], list[int]] = {}
+        self._fail: dict[tuple[str, Stage], list[int | HangUp]] = {}
         self._delay: dict[tuple[str, Stage], float] = {}
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
@@ -103,6 +106,18 @@ class FakeTelegram:
         with self._lock:
             self._fail[(file_id, stage)] = [status] * times
 
+    def hang_up_next(self, file_id: str, stage: Stage = "getFile", times: int = 1, how: HangUp = "close") -> None:
+        """The next ``times`` ``stage`` requests for ``file_id`` get no answer: the connection is closed.
+
+        Any HTTP/1.1 server may close an idle keep-alive connection at any moment (RFC 9112 §9.3.1),
+        Telegram's included: when its idle timer fires just as a client sends a request on that
+        connection, the client sees the connection closed before any response. ``close`` is that
+        close (a FIN: "Server disconnected without sending a response"); ``reset`` is the server
+        closing with the request unread (an RST: a connection reset). Logged with status 0.
+        """
+        with self._lock:
+            self._fail[(file_id, stage)] = [how] * times
+
     def delay(self, file_id: str, seconds: float, stage: Stage = "download") -> None:
         """Hold every ``stage`` response for ``file_id`` for ``seconds`` (a worker timeout)."""
         with self._lock:
@@ -117,10 +132,19 @@ class FakeTelegram:
         return [r for r in list(self.requests) if r["kind"] == kind]
 
     # --- server ----------------------------------------------------------------------------------
-    def _take_fault(self, file_id: str, stage: Stage) -> int | None:
+    def _take_fault(self, file_id: str, stage: Stage) -> int | HangUp | None:
         with self._lock:
             pending = self._fail.get((file_id, stage))
             return pending.pop(0) if pending else None
+
+    async def _hang_up(self, request: Request, how: HangUp) -> Response:
+        """Close the request's connection unanswered, then wait for uvicorn to notice (it drops any reply)."""
+        peer = (request.client.host, request.client.port) if request.client else None
+        if self.http is None or not self.http.hang_up(peer, reset=how == "reset"):
+            return telegram_error(500, "fake Telegram: no connection to hang up")
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        return Response(status_code=NO_ANSWER)  # never sent: uvicorn drops a reply to a closed connection
 
     async def _hold(self, file_id: str, stage: Stage) -> None:
         seconds = self._delay.get((file_id, stage))
@@ -148,18 +172,21 @@ class FakeTelegram:
                 file_id = str((await request.json()).get("file_id", ""))
             else:
                 file_id = str((await request.form()).get("file_id", ""))
-        entry = self._log({"kind": "getFile", "file_id": file_id, "status": 0})
-        response = await self._answer_get_file(request.path_params["token"], file_id)
-        entry["status"] = response.status_code
+        entry = self._log({"kind": "getFile", "file_id": file_id, "status": NO_ANSWER})
+        response = await self._answer_get_file(request, file_id)
+        if response.status_code != NO_ANSWER:
+            entry["status"] = response.status_code
         return response
 
-    async def _answer_get_file(self, token: str, file_id: str) -> Response:
-        if token != self.token:
+    async def _answer_get_file(self, request: Request, file_id: str) -> Response:
+        if request.path_params["token"] != self.token:
             return telegram_error(401)
         await self._hold(file_id, "getFile")
-        status = self._take_fault(file_id, "getFile")
-        if status is not None:
-            return telegram_error(status)
+        fault = self._take_fault(file_id, "getFile")
+        if isinstance(fault, str):
+            return await self._hang_up(request, fault)
+        if fault is not None:
+            return telegram_error(fault)
         stored = self.files.get(file_id)
         if stored is None:
             return telegram_error(400)
@@ -172,7 +199,7 @@ class FakeTelegram:
 
     async def _download(self, request: Request) -> Response:
         path = request.path_params["path"]
-        entry = self._log({"kind": "download", "path": path, "status": 0})
+        entry = self._log({"kind": "download", "path": path, "status": NO_ANSWER})
         stored = next((f for f in list(self.files.values())
                        if f.file_path.lstrip("/") == path.lstrip("/")), None)
         if request.path_params["token"] != self.token:
@@ -181,8 +208,10 @@ class FakeTelegram:
             response = telegram_error(404)
         else:
             await self._hold(stored.file_id, "download")
-            status = self._take_fault(stored.file_id, "download")
-            response = telegram_error(status) if status is not None else \
+            fault = self._take_fault(stored.file_id, "download")
+            if isinstance(fault, str):
+                return await self._hang_up(request, fault)
+            response = telegram_error(fault) if fault is not None else \
                 Response(stored.data, media_type="application/octet-stream")
         entry["status"] = response.status_code
         return response

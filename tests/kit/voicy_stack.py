@@ -17,11 +17,18 @@ from typing import Any
 
 from bridges.voicy import VoicyBridge
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env
+from tests.kit.gate import Gate
 from tests.kit.waiting import wait_until
 from workers.voicy.runtime import VoicyRuntime
 
 JOB_DONE_TIMEOUT_S = 180.0
 FINAL = ("completed", "failed")
+# The lease TTL of a test that proves recovery: a dead holder's lease (or an unconfirmed grant) expires
+# this soon, and the reaper (every TTL / 2 here) finds the job. Not shorter: the keeper renews every
+# TTL / 3 (workers.lease.RENEWALS_PER_TTL), so a live lease survives a stall of only two thirds of a TTL
+# (4 s: a process starved or holding the GIL on a loaded 2-core box; 2 s TTLs lost leases at load 15),
+# and a pending grant must be confirmed within one TTL. Every other test runs production's 30 s.
+RECOVERY_LEASE_TTL_MS = 6000
 
 
 @contextmanager
@@ -44,6 +51,22 @@ def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
         telegram.clear_faults()
         telegram.stop()
         server.stop()
+
+
+@contextmanager
+def gated_voicy_dev_stack(gate: Gate, monkeypatch: Any, tmp_path: Path, redis_url: str, client: str,
+                          **env_overrides: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+    """:func:`voicy_dev_stack` with its dev Voicy API behind ``gate`` (a call held for as long as the
+    test likes); the gate opens before the server stops, so a held request never keeps it waiting."""
+    from deploy.devstack.voicy_api import server as server_module
+
+    build_app = server_module.build_app
+    monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
+    with voicy_dev_stack(tmp_path, redis_url, client, **env_overrides) as stack:
+        try:
+            yield stack
+        finally:
+            gate.open()
 
 
 @contextmanager

@@ -13,6 +13,9 @@ one job of a batch) ends it through here, so the rules are written once (V1):
   host cut off past its lease TTL may have had the job handed on;
 * a rejected worker token is re-raised: nothing we post would be accepted, the
   lease expires and the reaper retries later;
+* our own Redis away (a restart, a failover: R1) is not the job's failure: nothing
+  is posted and nothing raised, the records stay, and once Redis is back the lease
+  expires and the reaper recovers the job as a dead worker's;
 * ``SystemExit`` (the process is being shut down under the task) hands the job
   back (:func:`hand_back`) so the reaper recovers it at once.
 """
@@ -27,12 +30,15 @@ import redis
 
 from workers.errors import AuthError, JobError, StaleJobError
 from workers.lease import LeaseKeeper
-from workers.logs import redact
+from workers.logs import describe, redact
 from workers.voicy.runtime import VoicyRuntime
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# Redis itself unreachable (a restart, a failover), as opposed to a command it refused.
+REDIS_AWAY = (redis.ConnectionError, redis.TimeoutError)
 
 
 class LeaseLost(StaleJobError):
@@ -102,6 +108,11 @@ def settle(rt: VoicyRuntime, job_id: str, lease_value: str, exc: Exception, keep
         # Nothing we post would be accepted; the lease expires and the reaper retries later.
         log.error("Voicy rejected the worker token (VOICY_WORKER_TOKEN invalid or disabled)")
         raise exc
+    elif isinstance(exc, REDIS_AWAY):
+        # Not the job's failure: posting one would make Voicy requeue a job whose records we still hold,
+        # and raising it would have Celery log an error and a traceback. The records stay; once Redis is
+        # back the lease expires and the reaper recovers the job, as when its worker dies.
+        log.warning("job %s: Redis unavailable (%s); left for the reaper", job_id, describe(exc))
     elif not keeper.fence():  # a failure requeues the job at Voicy: not ours to post once handed on
         log.warning("job %s: lease lost, leaving the job to its new owner (%s)", job_id,
                     redact(str(exc)) or type(exc).__name__)

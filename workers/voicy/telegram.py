@@ -17,6 +17,17 @@ Classification (§6.8): a missing bot token and a refused source URL are
 permanent; getFile or download HTTP errors, timeouts and file-system errors
 are retryable, except Telegram's "file is too big" and our size bound, which
 no retry can fix.
+
+A connection the server closed unanswered is sent once more, on a new connection,
+before it counts as a failure: any HTTP/1.1 server may close an idle keep-alive
+connection at any moment (RFC 9112 §9.3.1), and when it does so just as our
+pooled client sends on it, the request fails with ``RemoteProtocolError``
+("Server disconnected without sending a response") or a reset. httpx's pool
+drops idle connections after 5 s and uvicorn (every dev-stack fake) closes them
+after 5 s, so the chaos run met this race; the real Bot API's front end closes
+idle connections on a timer of its own, so production meets it too. Both
+requests are idempotent GETs (RFC 9110 §9.2.2), and a download is sent again only
+before its first byte was read.
 """
 
 from __future__ import annotations
@@ -26,10 +37,12 @@ import re
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from urllib.parse import quote, urlsplit
 
 import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.voicy.media_store import MediaStore, MediaTooLarge
@@ -56,6 +69,10 @@ NO_TOKEN_RESOLVE = "VOICY_WORKER_TELEGRAM_BOT_TOKEN or TOKEN is required to reso
 NO_TOKEN_DOWNLOAD = "VOICY_WORKER_TELEGRAM_BOT_TOKEN or TOKEN is required to download Telegram media"
 NOT_ALLOWED = "Worker source URL is not allowed"
 FILE_TOO_BIG = "file is too big"  # Telegram's description for media over the cloud cap
+# How a connection the server closed unanswered fails: a FIN (RemoteProtocolError), or an RST on read
+# or write. Timeouts and refused connections are not among them: those are the job's retry's business.
+SERVER_CLOSED_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+SERVER_CLOSED_TRIES = 2  # the request, and once more on a new connection
 
 
 def is_token_bearing(url: str) -> bool:
@@ -154,7 +171,8 @@ class TelegramFiles:
         if not self._has_token:
             raise PermanentJobError(NO_TOKEN_RESOLVE)
         try:
-            response = self._http.get(f"{self.api_url}/bot{TOKEN_MARK}/getFile", params={"file_id": file_id})
+            response = self._get("getFile", f"{self.api_url}/bot{TOKEN_MARK}/getFile",
+                                 params={"file_id": file_id})
         except httpx.TransportError as exc:
             raise RetryableJobError(f"Telegram getFile failed: {type(exc).__name__}") from None
         payload = _json(response)
@@ -174,7 +192,7 @@ class TelegramFiles:
         """Stream ``url`` within the download timeout and the size bound; errors never hold the URL."""
         deadline = time.monotonic() + self._timeout_s
         try:
-            with self._http.stream("GET", url) as response:
+            with closing(self._get("media download", url, stream=True)) as response:
                 if response.status_code != 200:
                     raise RetryableJobError(f"Telegram media download failed: HTTP {response.status_code}")
                 declared = response.headers.get("content-length", "")
@@ -187,6 +205,21 @@ class TelegramFiles:
                     yield chunk
         except httpx.TransportError as exc:
             raise RetryableJobError(f"Telegram media download failed: {type(exc).__name__}") from None
+
+    def _get(self, what: str, url: str, *, params: dict[str, str] | None = None,
+             stream: bool = False) -> httpx.Response:
+        """GET ``url``, once more if the server closed the connection unanswered (see the module doc).
+
+        ``stream=True`` returns before the body is read (the caller closes the response), so
+        a download is never sent again after any of its bytes were read.
+        """
+        retrying = Retrying(stop=stop_after_attempt(SERVER_CLOSED_TRIES), reraise=True,
+                            retry=retry_if_exception_type(SERVER_CLOSED_ERRORS),
+                            before_sleep=lambda state: log.info(
+                                "Telegram %s: the server closed the connection unanswered (%s); sending it "
+                                "again", what, type(state.outcome.exception()).__name__))
+        return retrying(lambda: self._http.send(self._http.build_request("GET", url, params=params),
+                                                stream=stream))
 
     def _from_path(self, file_path: str) -> Iterator[bytes]:
         if _is_loopback(self.api_url) and _is_absolute(file_path):
