@@ -97,8 +97,8 @@ class FleetRig:
         env = fleet_env(redis_url=self.redis.url, api_url=self.server.url, token=self.server.create_client("bench"),
                         telegram_url=self.telegram.url, work_dir=tmp / "work",
                         PATH=f"{Path(sys.executable).parent}:" + os.environ.get("PATH", ""))
-        for name in TEST_INTERVALS:
-            env.pop(name)
+        for name in TEST_INTERVALS:  # production's defaults (the dev fleet already leaves some of them)
+            env.pop(name, None)
         env.update(extra_env or {})
         self.env = env
         logs = tmp / "logs"

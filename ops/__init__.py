@@ -11,3 +11,5 @@ the live path (bridges, tasks, workers) imports them, so a check can grow
 - ``ops.health``: what ``switchyard health`` checks (a running fleet).
 - ``ops.cairn_check``: the Cairn contract §10 conformance checks.
 """
+
+import workers  # noqa: F401  (before any pydantic model: it switches off a start-up cost, see workers/__init__.py)

@@ -16,6 +16,7 @@ import click
 from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
 
+import workers  # noqa: F401  (before any pydantic model: it switches off a start-up cost, see workers/__init__.py)
 from tasks import startup_stop, stop_consuming
 from tasks.settings import celery_config
 from workers.errors import ConfigError

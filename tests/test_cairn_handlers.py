@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from deploy.devstack.cairn_core import DevCairnCore
+from deploy.devstack.services import free_port
 from deploy.devstack.strava import FakeStrava
 from tests.kit.cairn_ctx import (
     PACKAGE,
@@ -33,6 +34,10 @@ from workers.cairn import sealed, wire
 from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.handlers import Delivery, JobContext, discover, exchange
 from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, coalesce_key, window_start
+from workers.cairn.handlers.run import run_job
+from workers.cairn.outcomes import LEASE_NAMESPACE, OutcomeLedger
+from workers.cairn.subjects import JOBS_STREAM
+from workers.lease import Leases
 from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
 
 # --------------------------------------------------------------------------- unit pieces
@@ -406,3 +411,15 @@ def test_no_token_reaches_logs_or_dispositions(core: DevCairnCore, ctx: JobConte
     for secret in secrets:
         assert secret not in caplog.text
     assert core.account(athlete.account_id).status == "needs_reauth"  # a 401 tells core
+
+
+def test_a_lease_redis_cannot_take_hands_the_job_back_without_a_failure(core: DevCairnCore, ctx: JobContext) -> None:
+    """Redis away when a task starts: no traceback, no failure counted, nothing run (R1); the bridge
+    NAKs the message and a later delivery runs the job (test_cairn_outages rides the whole outage)."""
+    unreachable = redis.Redis(port=free_port(), socket_connect_timeout=1, retry=None)  # nothing listens there
+    meta = {"stream": JOBS_STREAM, "seq": 1, "stamp": 1.0, "delivery": 1, "lease_token": "t-1"}
+    job = {"job_id": "job-redis-away", "provider": "strava", "ext_id": "1"}  # never reached: nothing runs
+    disposition = run_job(ctx, Leases(unreachable, LEASE_NAMESPACE), OutcomeLedger(unreachable), 30.0,
+                          "fetch_source", job, meta)
+    assert disposition.action == "nak" and not disposition.counts_as_failure, disposition
+    assert "Redis unavailable" in disposition.reason

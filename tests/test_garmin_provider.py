@@ -153,6 +153,15 @@ def test_the_environment_cannot_persist_sessions_or_override_the_ca(tmp_path: Pa
     check_environment(GarminSettings(), {"REQUESTS_CA_BUNDLE": "/etc/ssl/certs/ca-certificates.crt"})
 
 
+def test_the_environment_cannot_switch_on_garths_telemetry() -> None:
+    """garth would send each Garmin request's trace to Logfire's servers: a login's traffic to a third party."""
+    with pytest.raises(ConfigError, match="^GARTH_TELEMETRY_ENABLED: "):
+        check_environment(GarminSettings(), {"GARTH_TELEMETRY_ENABLED": "true"})
+    with pytest.raises(ConfigError, match="^GARTH_TELEMETRY_SEND_TO_LOGFIRE: "):
+        check_environment(GarminSettings(), {"GARTH_TELEMETRY_SEND_TO_LOGFIRE": "1"})
+    check_environment(GarminSettings(), {"GARTH_TELEMETRY_ENABLED": "false"})
+
+
 def test_the_manifest_declares_a_credentials_pool() -> None:
     meta = GarminProvider(GarminSettings()).manifest_meta()
     assert meta["auth_method"] == "credentials" and "oauth" not in meta

@@ -15,7 +15,10 @@ exception is Celery's usual ``from tasks import app`` in a task module.
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -367,3 +370,13 @@ def test_no_test_module_imports_another_test_module() -> None:
 def test_shared_test_code_lives_in_the_kit() -> None:
     stray = sorted(p.name for p in TESTS.glob("*.py") if p.name not in TEST_SUPPORT and not p.name.startswith("test_"))
     assert not stray, f"helper modules at tests/'s top level (move them to tests/kit/): {stray}"
+
+
+def test_no_process_pays_for_the_logfire_pydantic_plugin() -> None:
+    """garth depends on logfire, whose pydantic plugin would import logfire, OpenTelemetry and rich at a
+    process's first model class: 0.3 s of CPU in every worker, bridge and CLI run (workers/__init__.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    code = ("import sys, tasks, bridges.cairn.bridge, bridges.voicy, ops.cli, workers.providers.garmin.settings; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'logfire'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[:500]

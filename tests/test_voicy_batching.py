@@ -54,6 +54,7 @@ REPEATED_VOICE_S = 18.0  # one sentence said about five times: too repetitive fo
 TRANSCRIBE_HOLD_S = 1.2  # each /transcribe answer held: a batch of 4 spends ≥ 4.8 s in its start
 SLOW_DOWNLOAD_HOLD_S = 20.0  # a download still on its way long after the bounded wait ended
 BOUNDED_WAIT_MS = 1500
+HEARTBEAT_EVERY_MS = "1000"  # production's 30 s would send none while the batch is held
 
 
 @pytest.fixture()
@@ -90,6 +91,7 @@ def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, ce
     heartbeats, progress and result; the undecodable one fails alone, its batch-mates complete."""
     server, telegram, env = voicy
     env = dict(env, VOICY_WORKER_CLIP_BATCH_SIZE=CLIPS_PER_PASS)  # a CPU's default is off: opt in
+    env = dict(env, VOICY_WORKER_HEARTBEAT_INTERVAL_MS=HEARTBEAT_EVERY_MS)  # heartbeats within the held batch
     r = redis.Redis.from_url(fresh_redis)
     items = {enqueue_fixture(server, telegram, item): item for item in _shorts(3)}
     telegram.add_file("fid-corrupt", (AUDIO_DIR / "undecodable.ogg").read_bytes())

@@ -1,0 +1,18 @@
+"""The domain: Voicy and Cairn job logic, leases, engines and providers; no Celery here.
+
+Importing it first (``tasks``, ``bridges`` and ``ops`` do) switches off one start-up cost
+that every process would pay for nothing: garth depends on logfire, and logfire registers a
+pydantic plugin (entry-point group ``pydantic``) that pydantic loads at the first model class
+a process defines. Loading it imports logfire, OpenTelemetry, requests and rich: 0.3 s of CPU
+in every Celery worker, pool child, bridge and CLI run (a quarter of ``import tasks``), for a
+plugin that does nothing unless logfire is configured. An operator who uses it sets
+``PYDANTIC_DISABLE_PLUGINS`` themselves (an empty value enables every plugin).
+"""
+
+from __future__ import annotations
+
+import os
+
+PYDANTIC_PLUGINS_OFF = "logfire-plugin"  # pydantic's PYDANTIC_DISABLE_PLUGINS: comma-separated entry-point names
+
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", PYDANTIC_PLUGINS_OFF)

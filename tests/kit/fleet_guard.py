@@ -7,7 +7,10 @@ convention drifts, so while an unmarked test runs this plugin watches the
 pytest process's descendants (through /proc, every ``POLL_INTERVAL_S`` and once
 more when the test body returns, before its fixtures stop anything) and fails
 the test naming the process it saw. Services (redis-server, nats-server, moto)
-and one-off ``python -c`` probes are not fleet processes and are allowed.
+and one-off ``python -c`` probes are not fleet processes and are allowed. A fleet
+process already running before the test's set-up starts is not the test's own: a
+module-scoped stack that a slow test of the module started (slow tests run first,
+``tests/conftest.py``) outlives it into the module's unmarked tests.
 """
 
 from __future__ import annotations
@@ -42,26 +45,28 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def fleet_descendants(root: int) -> list[str]:
-    """The command lines of ``root``'s live descendants that are fleet processes."""
+def fleet_descendants(root: int) -> dict[int, str]:
+    """The command lines of ``root``'s live descendants that are fleet processes, by pid."""
     children: dict[int, list[int]] = {}
     for entry in PROC.iterdir():
         if entry.name.isdigit() and (ppid := _ppid(entry.name)) is not None:
             children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], list(children.get(root, []))
+    found: dict[int, str] = {}
+    todo = list(children.get(root, []))
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
         if FLEET_COMMAND.search(cmd := _cmdline(pid)):
-            found.append(cmd)
+            found[pid] = cmd
     return found
 
 
 class Watcher:
     """Polls for fleet descendants of this process until stopped; ``seen`` holds the first found."""
 
-    def __init__(self) -> None:
+    def __init__(self, before: set[int] = frozenset()) -> None:  # type: ignore[assignment]
         self.seen: list[str] = []
+        self._before = before  # running before the test's set-up: an earlier test's module fixture
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fleet-guard", daemon=True)
 
@@ -71,7 +76,7 @@ class Watcher:
 
     def check(self) -> None:
         if not self.seen:
-            self.seen = fleet_descendants(os.getpid())
+            self.seen = [cmd for pid, cmd in fleet_descendants(os.getpid()).items() if pid not in self._before]
 
     def __enter__(self) -> Watcher:
         self.check()
@@ -84,11 +89,20 @@ class Watcher:
         self.check()
 
 
+BEFORE_SETUP = pytest.StashKey[set[int]]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("slow") is None and PROC.is_dir():
+        item.stash[BEFORE_SETUP] = set(fleet_descendants(os.getpid()))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if item.get_closest_marker("slow") is not None or not PROC.is_dir():
         return (yield)
-    with Watcher() as watcher:
+    with Watcher(item.stash.get(BEFORE_SETUP, set())) as watcher:
         result = yield  # a failing test raises here: its own failure is the one reported
     if watcher.seen:
         pytest.fail("this test started a fleet process, so it must be marked slow "

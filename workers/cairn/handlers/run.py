@@ -24,6 +24,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
+
 from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, nak
 from workers.cairn.handlers import run_admitted
 from workers.cairn.handlers.context import Delivery, JobContext
@@ -59,7 +61,14 @@ def run_job(ctx: JobContext, leases: Leases, ledger: OutcomeLedger, lease_ttl_s:
     ``subject`` and ``lease_token`` (the bridge's grant to this task).
     """
     key = MessageKey.from_meta(meta, default_stream=JOBS_STREAM)
-    running = leases.take(key.id, str(meta["lease_token"]), lease_ttl_s)
+    try:
+        running = leases.take(key.id, str(meta["lease_token"]), lease_ttl_s)
+    except redis.RedisError as exc:
+        # Nothing has run and nothing is recorded: the job is handed back, as an ungranted copy is.
+        # Redis is away, not the job (R1); the outage itself is reported once by the result backend
+        # and the bridge, so this is no warning and no traceback.
+        log.info("cairn job %s: lease not taken, Redis unavailable (%s); handed back", key.id, type(exc).__name__)
+        return nak(HANDOVER_NAK_DELAY_S, reason="Redis unavailable: lease not taken", failure=False)
     if running is None:
         # The bridge revoked this copy (start deadline, shutdown) or a newer delivery owns the job.
         log.info("cairn job %s: lease not granted to this task; skipping", key.id)

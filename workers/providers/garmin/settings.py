@@ -38,6 +38,11 @@ PERSISTING_VARIABLES = ("GARTH_HOME", "GARTH_TOKEN")
 # requests lets these override Session.verify on every request that does not pass verify itself
 # (psf/requests#3829); garth's OAuth1 session copies our verify but not our environment handling.
 CA_OVERRIDING_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+# garth's own telemetry (GarthSettings ``GARTH_TELEMETRY_*``, off by default) would send every Garmin
+# request's trace to Pydantic Logfire's servers under garth's shared token: a login's requests leave
+# the pool for a third party. Refused, as a persisted session is.
+TELEMETRY_VARIABLES = ("GARTH_TELEMETRY_ENABLED", "GARTH_TELEMETRY_SEND_TO_LOGFIRE")
+FALSE_WORDS = ("", "0", "false", "no", "off")  # what pydantic reads as False for a bool
 
 
 class GarminSettings(BaseSettings):
@@ -80,6 +85,7 @@ def check_environment(settings: GarminSettings, environ: Mapping[str, str] | Non
     """``ConfigError`` naming the variable when the environment would defeat the settings.
 
     ``GARTH_HOME`` / ``GARTH_TOKEN``: garth would persist or resume sessions (see module doc).
+    ``GARTH_TELEMETRY_*`` switched on: garth would send request traces to Logfire (S1).
     ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` next to ``CAIRN_GARMIN_CA_BUNDLE``: requests
     would verify garth's OAuth requests against that bundle instead of ours.
     """
@@ -88,6 +94,10 @@ def check_environment(settings: GarminSettings, environ: Mapping[str, str] | Non
         if env.get(name):
             raise ConfigError(f"{name}: garth would persist Garmin sessions outside the pool; unset it "
                               "(the Garmin pool keeps sessions in memory only)")
+    for name in TELEMETRY_VARIABLES:
+        if env.get(name, "").strip().lower() not in FALSE_WORDS:
+            raise ConfigError(f"{name}: garth would send Garmin request traces to a third party (Logfire); "
+                              "unset it for the Garmin pool")
     for name in CA_OVERRIDING_VARIABLES:
         if settings.ca_bundle and env.get(name) and env[name] != settings.ca_bundle:
             raise ConfigError(f"{name}: overrides CAIRN_GARMIN_CA_BUNDLE inside garth's OAuth session; "
