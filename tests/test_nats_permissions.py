@@ -119,6 +119,10 @@ def test_every_job_kind_responder_and_webhook_path_stays_within_the_template(sta
     wait_until(lambda: any(r.get("webhooks") is True for r in core.live_presence(stack.pool).values()),
                WAIT_S, 'live presence with "webhooks": true', 0.5)  # once the bridge made the consumer
 
+    # Core schedules import_gear once its own read of the pool's manifest and presence shows Gear declared by a
+    # live worker; on a loaded box that read can trail the test's own (a full run once scheduled no import_gear).
+    wait_until(lambda: "Gear" in core.pool_capabilities(acct.provider, stack.pool), WAIT_S,
+               "core seeing the pool declare Gear", 0.5)
     # reconcile (its fetch_source sub-jobs on the pool's own subject) and import_gear, as core schedules them
     jobs = core.schedule_reconcile(acct.account_id, force=True)
     assert sorted(j.subject.split(".")[2] for j in jobs) == ["import_gear", "reconcile"]

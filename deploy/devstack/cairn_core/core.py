@@ -361,6 +361,11 @@ class DevCairnCore:
         assert self._jobs is not None, "not started"
         return self._call(self._jobs.enqueue(kind, payload, msg_id, provider=provider, worker_name=worker_name))
 
+    def pool_capabilities(self, provider: str, worker_name: str) -> set[str]:
+        """What the scheduler sees a pool declare (its manifest, while a worker is live): import_gear's gate."""
+        assert self._jobs is not None, "not started"
+        return self._call(self._jobs.pool_capabilities(provider, worker_name))
+
     def schedule_reconcile(self, account_id: str, *, reason: str = "manual", force: bool = False,
                            webhook_seen: bool = False) -> list[PublishedJob]:
         """What the scheduler does for one account; [] when the budget gate skips it."""
