@@ -22,6 +22,7 @@ import pytest
 
 from deploy.devstack import log_budget as budget
 from deploy.devstack import services
+from workers.logs import RedactingFilter
 
 pytest_plugins = ["tests.kit.celery_worker", "tests.kit.cairn_ctx", "tests.kit.procfile", "tests.kit.fleet_guard",
                   "tests.kit.model_guard", "tests.kit.cpu_profile"]
@@ -64,6 +65,25 @@ def fresh_redis(redis_url: str) -> Iterator[str]:
     client.flushall()
     yield redis_url
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """A test that runs an entry point in-process (``switchyard doctor``/``health``) configures the
+    root logger as a process does (``workers.logs.setup_logging``): its own handler, and the
+    redaction filter on every handler present, pytest's own capture handlers included. That filter
+    freezes each record (``exc_info`` rendered, redacted and cleared) for every handler after it, so
+    left in place it took the tracebacks from a later test's ``caplog`` on the same xdist worker
+    (test_outage after test_doctor). Put back what the test found."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if getattr(handler, "_switchyard", False) and handler not in handlers:
+            root.removeHandler(handler)
+        elif not getattr(handler, "_switchyard", False):
+            handler.filters[:] = [f for f in handler.filters if not isinstance(f, RedactingFilter)]
+    root.setLevel(level)
 
 
 @pytest.fixture()
