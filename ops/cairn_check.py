@@ -117,15 +117,25 @@ def job_subject(kind: str, o: CheckOptions) -> str:
 
 
 async def _presence(js: Any, o: CheckOptions) -> dict[str, Any]:
+    # The pool's keys from the bucket's stream state, not ``kv.keys()``: that watcher can end its
+    # initial values before a record rewritten while it starts (presence is rewritten every interval),
+    # and the check would report a live pool absent.
+    prefix = f"$KV.{PRESENCE_BUCKET}."
     try:
         kv = await js.key_value(PRESENCE_BUCKET)
-        keys = await kv.keys()
+        info = await js.stream_info(f"KV_{PRESENCE_BUCKET}", subjects_filter=f"{prefix}>")
     except (BucketNotFoundError, NotFoundError, NoKeysError) as exc:
         raise CheckFailed(f"no presence records ({type(exc).__name__})") from None
-    mine = [k for k in keys if k == o.worker_name or k.startswith(o.worker_name + ".")]
-    if not mine:
+    keys = [subject[len(prefix):] for subject in (info.state.subjects or {})]
+    mine, entry = [], None
+    for key in (k for k in keys if k == o.worker_name or k.startswith(o.worker_name + ".")):
+        try:  # a key whose last message is a delete marker (an instance that stopped) is not a record
+            entry = entry or await kv.get(key)
+            mine.append(key)
+        except KeyNotFoundError:
+            continue
+    if not mine or entry is None:
         raise CheckFailed(f"no presence key for worker {o.worker_name!r}")
-    entry = await kv.get(mine[0])
     try:
         record = json.loads(entry.value or b"")
         last_seen = parse_rfc3339(str(record["last_seen"]))

@@ -171,12 +171,21 @@ class JobPublisher:
 
 
 async def read_bucket(js: JetStreamContext, bucket: str, match: Any = None) -> dict[str, Any]:
-    """All live keys of a KV bucket as decoded JSON (undecodable values as raw text)."""
+    """All live keys of a KV bucket as decoded JSON (undecodable values as raw text).
+
+    The keys come from the bucket's stream state (``STREAM.INFO`` with a subjects filter), not
+    nats-py's ``kv.keys()``: that one is a watcher whose "initial values done" marker can come
+    before a key rewritten while it starts, so a presence record renewed every 2 s went missing
+    from one read in a few hundred (a full test run saw a live worker's record absent, and a pool's
+    Gear capability unseen). A subject with a delete marker still has a message: ``get`` skips it.
+    """
+    prefix = f"$KV.{bucket}."
     try:
         kv = await js.key_value(bucket)
-        keys = await kv.keys()
+        info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"{prefix}>")
     except (NotFoundError, NoKeysError):
         return {}
+    keys = [subject[len(prefix):] for subject in (info.state.subjects or {})]
     out: dict[str, Any] = {}
     for key in keys:
         if match is not None and not match(key):
