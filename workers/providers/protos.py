@@ -22,6 +22,19 @@ WORKER_EVENT = "cairn.worker.v1.WorkerEvent"
 STREAM_GAP = "NaN"
 
 
+def activity_type_fields(kind: str, discipline: str, ebike: bool, virtual: bool) -> dict[str, Any]:
+    """An activity payload's type fields in protojson, from a provider's classification of its sport
+    (``ACTIVITY_TYPE_<kind>``, ``DISCIPLINE_<discipline>`` when there is one, the two flags only when set)."""
+    fields: dict[str, Any] = {"type": f"ACTIVITY_TYPE_{kind}"}
+    if discipline:
+        fields["discipline"] = f"DISCIPLINE_{discipline}"
+    if virtual:
+        fields["isVirtual"] = True
+    if ebike:
+        fields["isEbike"] = True
+    return fields
+
+
 def proto_class(full_name: str) -> type[Any]:
     """The generated class of ``full_name`` (e.g. ``cairn.worker.v1.JobResult``).
 

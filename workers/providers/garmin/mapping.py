@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from workers.providers.protos import STREAM_GAP
+from workers.providers.protos import STREAM_GAP, activity_type_fields
 
 SEMICIRCLE_DEG = 180.0 / 2**31
 STREAM_RESOLUTION_HZ = 1.0
@@ -184,13 +184,7 @@ def map_activity(messages: dict[str, list[dict[str, Any]]], summary: dict[str, A
     first = sessions[0] if sessions else {}
     sport, sub_sport = str(first.get("sport") or ""), str(first.get("sub_sport") or "")
     kind, discipline, ebike, virtual = classify_sport(sport, sub_sport)
-    payload: dict[str, Any] = {"type": f"ACTIVITY_TYPE_{kind}"}
-    if discipline:
-        payload["discipline"] = f"DISCIPLINE_{discipline}"
-    if virtual:
-        payload["isVirtual"] = True
-    if ebike:
-        payload["isEbike"] = True
+    payload: dict[str, Any] = activity_type_fields(kind, discipline, ebike, virtual)
     type_key = str((summary.get("activityTypeDTO") or {}).get("typeKey") or "")
     native = type_key or "/".join(p for p in (sport, sub_sport) if p and p != "generic")
     if native:

@@ -25,7 +25,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from workers.providers.protos import STREAM_GAP
+from workers.providers.protos import STREAM_GAP, activity_type_fields
 from workers.providers.strava.models import StravaActivity, StravaGear, StravaLap
 
 # sport_type → (ActivityType, Discipline or "", is_ebike, is_virtual); reference §4.4.
@@ -127,13 +127,7 @@ def map_activity(activity: StravaActivity, gear: StravaGear | None = None) -> di
     """``cairn.v1.ActivitySourcePayload`` as a protojson dict."""
     sport = activity.sport_type
     kind, discipline, ebike, virtual = classify_sport(sport, activity.type)
-    payload: dict[str, Any] = {"type": f"ACTIVITY_TYPE_{kind}"}
-    if discipline:
-        payload["discipline"] = f"DISCIPLINE_{discipline}"
-    if virtual:
-        payload["isVirtual"] = True
-    if ebike:
-        payload["isEbike"] = True
+    payload: dict[str, Any] = activity_type_fields(kind, discipline, ebike, virtual)
     if sport:
         payload["providerNativeType"] = sport
     if activity.name:
