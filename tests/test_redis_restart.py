@@ -11,22 +11,18 @@ completing with exactly one result, and by beat scheduling again.
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from deploy.devstack import services
 from deploy.devstack.log_budget import Allow
-from deploy.devstack.procs import Proc, spawn
 from deploy.devstack.stack import audio_manifest, start_bridge
 from tests.kit.cairn_stack import WAIT_S, CairnStack
 from tests.kit.celery_worker import CeleryWorker
-from tests.kit.procfile import fleet_env, procfile_entries
+from tests.kit.procfile import assert_alive, fleet_env, start_procfile_beat
 from tests.kit.voicy_stack import voicy_dev_stack
 from tests.kit.waiting import wait_until
 
@@ -35,7 +31,6 @@ pytestmark = pytest.mark.slow
 DOWN_S = 3.0  # how long Redis stays down per restart
 JOB_DONE_TIMEOUT_S = 180.0
 RESUME_TIMEOUT_S = 90.0
-SHELL = shutil.which("bash") or "/bin/sh"
 OUTAGE_LINE = "Redis unavailable at REDIS_URL"
 RECOVERY_LINE = "Redis available again"
 STANDBY_OUTAGE_S = 7.0  # > beat_max_loop_interval (5 s): RedBeat's blocking lock wait tries once meanwhile
@@ -64,15 +59,6 @@ def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
         r.stop()
 
 
-def start_procfile_beat(env: dict[str, str], log_path: Path) -> Proc:
-    """The Procfile's own ``beat`` line (the RedBeat scheduler that keeps its lock), ``celery`` from this venv."""
-    env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
-    return spawn([SHELL, "-c", procfile_entries()["beat"]], env, log_path)
-
-
-def assert_alive(procs: dict[str, Callable[[], int | None]], logs: Callable[[], str]) -> None:
-    dead = {name: code for name, poll in procs.items() if (code := poll()) is not None}
-    assert not dead, f"exited: {dead}\n{logs()[-4000:]}"
 
 
 # ----------------------------------------------------------------------------------- Voicy
