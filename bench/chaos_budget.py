@@ -43,6 +43,9 @@ ALLOW: tuple[Allow, ...] = (
     Allow(r"lease renewal for job \S+ failed \(\w+\); retrying|lease of job \S+ re-taken after a Redis outage",
           reason="a running job's lease could not be renewed while Redis was away, then is set back",
           provoked_by=REDIS_RESTART),
+    Allow(r"job \S+: Redis unreachable \(\w+\) when taking its lease; waiting up to",
+          reason="a task started as Redis went away: it waits for Redis to take its job instead of stranding "
+          "the grant (tests/test_lease.py)", provoked_by=REDIS_RESTART),
     Allow(r"Redis unavailable: recording the outcome of|outcome of \S+ recorded after Redis came back",
           reason="a job finished during the outage: its outcome is recorded once Redis answers",
           provoked_by=REDIS_RESTART),

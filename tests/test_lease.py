@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
+from pathlib import Path
 
 import pytest
 import redis
 
+from deploy.devstack import services
+from tests.kit.waiting import wait_until
 from workers.lease import LeaseKeeper, Leases, new_token
 
 
@@ -141,3 +146,93 @@ def test_confirm_extends_only_a_matching_grant(fresh_redis: str) -> None:
     # a grant that is gone (expired, or the job already ended) is not recreated
     assert not leases.confirm("job9", new_token(), queued_s)
     assert not leases.alive("job9")
+
+
+# --------------------------------------------------------------- a take across a Redis outage
+OUTAGE_SEEN_S = 10.0
+
+
+def test_a_take_waits_out_a_redis_outage_instead_of_stranding_the_grant(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A task acked by Celery whose take hits a dead Redis must take the job once Redis is back.
+
+    Raising instead (what a Sentinel failover under load did) leaves the job granted for the
+    queued TTL to a task that no longer exists: nobody runs it and the reaper never sees it.
+    """
+    svc = services.start_redis(tmp_path, appendonly=True, appendfsync="always")
+    try:
+        leases = Leases(redis.Redis.from_url(svc.url, socket_connect_timeout=0.5), "outage")
+        token = new_token()
+        leases.grant("job-o", token, 60)
+        services.kill(svc)
+        result: list[str | None] = []
+        taker = threading.Thread(target=lambda: result.append(leases.take("job-o", token, 30)))
+        taker.start()
+        wait_until(lambda: not taker.is_alive() or "when taking its lease" in caplog.text, OUTAGE_SEEN_S,
+                   "the take to meet the outage")
+        assert taker.is_alive(), "the take gave up while Redis was down"
+        services.start_again(svc)
+        taker.join(OUTAGE_SEEN_S * 2)
+        assert result and result[0] is not None, "the take did not get the job after Redis came back"
+        assert leases.holder("job-o") == result[0]
+    finally:
+        svc.stop()
+
+
+def test_a_take_whose_reply_was_lost_is_still_this_executions(fresh_redis: str) -> None:
+    """The take's write lands and its reply is lost (the connection drops in between, as when a
+    master dies): the retry, redis-py's or the take's own, finds its own running value there and
+    must not read it as another owner's, or the job is left running for nobody."""
+    port = int(fresh_redis.rsplit(":", 1)[1].split("/")[0])
+    with ReplyDropper(port) as relay:
+        leases = Leases(redis.Redis(port=relay.port), "lost-reply")
+        warm, token = new_token(), new_token()
+        leases.grant("job-w", warm, 60)
+        assert leases.take("job-w", warm, 30)  # the script is loaded: the next take is one EVALSHA
+        leases.grant("job-r", token, 60)
+        relay.drop_next_reply.set()
+        taken = leases.take("job-r", token, 30)
+        assert relay.dropped, "no reply was dropped: the test proved nothing"
+    assert taken is not None, "the retried take mistook its own landed write for another owner"
+    assert leases.holder("job-r") == taken
+
+
+class ReplyDropper:
+    """A loopback relay to Redis that can cut a connection between a command's run and its reply."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self._upstream_port = upstream_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.drop_next_reply = threading.Event()
+        self.dropped = False
+
+    def __enter__(self) -> ReplyDropper:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._upstream_port))
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if replies and self.drop_next_reply.is_set():
+                    self.drop_next_reply.clear()
+                    self.dropped = True
+                    break
+                dst.sendall(data)
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()

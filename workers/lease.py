@@ -42,9 +42,22 @@ RENEWALS_PER_TTL = 3  # renew three times per TTL so one late renewal never lose
 ENDED_REMEMBERED = 1024  # leases a process remembers ending itself (one per job it ran, the latest)
 FENCE_TIMEOUT_S = 30.0  # how long a fence waits for an unreachable Redis before it says "not ours"
 FENCE_RETRY_S = 0.5
+# A task waits this long for an unreachable Redis to take its grant (R1: a restart, a Sentinel
+# failover, an outage of up to a minute). Giving up sooner would strand the job: its grant lives
+# for the queued TTL (hours), and Celery has already acked the message that carried it.
+TAKE_OUTAGE_WAIT_S = 300.0
+TAKE_RETRY_INITIAL_S = 0.2
+TAKE_RETRY_MAX_S = 5.0
+# The errors a take waits out: no connection (also no Sentinel master yet, a master still loading),
+# no answer, or a demoted master that now answers read-only. Anything else is raised at once.
+OUTAGE_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError)
 
+# Swap ARGV[1] for ARGV[2]; finding ARGV[2] already there is success too, so a call retried after
+# its reply was lost (the write landed, the connection dropped) does not mistake its own write for
+# another owner's.
 _TAKE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] or v == ARGV[2] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) return 1 end
 return 0
 """
@@ -149,12 +162,37 @@ class Leases:
         """
         return bool(self._grant_unless_running(keys=[self.key(job_id)], args=[granted(token), _ms(ttl_s)]))
 
-    def take(self, job_id: str, token: str, ttl_s: float) -> str | None:
-        """Start running the job if it is granted to ``token``; return the running value or None."""
+    def take(self, job_id: str, token: str, ttl_s: float, *,
+             outage_wait_s: float = TAKE_OUTAGE_WAIT_S) -> str | None:
+        """Start running the job if it is granted to ``token``; return the running value or None.
+
+        An unreachable Redis is waited out (up to ``outage_wait_s``), not raised: the
+        task carrying ``token`` has been acked already, so a take that fails on a
+        dropped connection would leave the job granted, for the queued TTL, to a task
+        that no longer exists (a Sentinel failover under load did exactly that). The
+        retry uses the same running value, and the script accepts finding it: a take
+        whose write landed before the connection dropped is still this execution's.
+        """
         running = f"{RUNNING_PREFIX}{token}:{uuid.uuid4().hex}"
-        if self._take(keys=[self.key(job_id)], args=[granted(token), running, _ms(ttl_s)]):
-            return running
-        return None
+        deadline = time.monotonic() + outage_wait_s
+        pause_s = TAKE_RETRY_INITIAL_S
+        waited = False
+        while True:
+            try:
+                taken = self._take(keys=[self.key(job_id)], args=[granted(token), running, _ms(ttl_s)])
+            except OUTAGE_ERRORS as exc:
+                if time.monotonic() + pause_s > deadline:
+                    raise
+                if not waited:
+                    log.warning("job %s: Redis unreachable (%s) when taking its lease; waiting up to %.0fs",
+                                job_id, type(exc).__name__, outage_wait_s)
+                    waited = True
+                time.sleep(pause_s)  # Redis unreachable: nothing to await but its return
+                pause_s = min(pause_s * 2, TAKE_RETRY_MAX_S)
+                continue
+            if waited:
+                log.info("job %s: Redis reachable again; lease %s", job_id, "taken" if taken else "not ours")
+            return running if taken else None
 
     def hand_over(self, job_id: str, running: str, token: str, ttl_s: float) -> bool:
         """Atomically pass a running lease to the next queued task (download → transcribe)."""
