@@ -78,9 +78,13 @@ def test_a_failover_under_voicy_load_loses_nothing(tmp_path: Path, topology: ser
             held = sync_client(topology.url, master_name=topology.master_name).zcard("sy:voicy:held")
             topology.kill_master()
             topology.wait_failover()
-            jobs = wait_until(lambda: (js := [server.get_job(j) for j in ids]) and
-                              all(j["status"] in FINAL for j in js) and js,
-                              JOB_DONE_TIMEOUT_S * 2, "every job to end after the failover", interval_s=0.2)
+            try:
+                jobs = wait_until(lambda: (js := [server.get_job(j) for j in ids]) and
+                                  all(j["status"] in FINAL for j in js) and js,
+                                  JOB_DONE_TIMEOUT_S * 2, "every job to end after the failover", interval_s=0.2)
+            except AssertionError as exc:  # say which job is stuck where, with the fleet's logs
+                states = {j: server.get_job(j)["status"] for j in ids}
+                raise AssertionError(f"{exc}: {states}\n{logs()}") from None
             assert_alive(procs, logs)
         finally:
             for proc in (bridge, beat):
