@@ -62,7 +62,9 @@ def run_job(ctx: JobContext, leases: Leases, ledger: OutcomeLedger, lease_ttl_s:
     """
     key = MessageKey.from_meta(meta, default_stream=JOBS_STREAM)
     try:
-        running = leases.take(key.id, str(meta["lease_token"]), lease_ttl_s)
+        # No waiting out the outage (Voicy's tasks do): this job's message is still the bridge's,
+        # unacked in NATS, so handing it back at once loses nothing and frees the process.
+        running = leases.take(key.id, str(meta["lease_token"]), lease_ttl_s, outage_wait_s=0.0)
     except redis.RedisError as exc:
         # Nothing has run and nothing is recorded: the job is handed back, as an ungranted copy is.
         # Redis is away, not the job (R1); the outage itself is reported once by the result backend
