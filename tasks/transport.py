@@ -28,16 +28,33 @@ bridge and the worker (issue 15 §3). The client holds no connection of its own
 (each command borrows one from the channel's pool), so the channels here build
 it once per pool and hand the same one out; a pool that kombu replaces (after a
 disconnect) gets a new client with it.
+
+**Reading the broker's messages.** :func:`task_messages` is the one place that
+knows kombu's Redis layout: a queue is a list per priority step (``io``,
+``io\x06\x163`` ...), a delivered message waits for its ack in the ``unacked``
+hash as ``[message, exchange, routing_key]``, and a message is Celery's JSON
+envelope whose ``body`` is base64 of ``[args, kwargs, embed]``. The Voicy grant
+audit (``workers.voicy.grants``) uses it to tell a task waiting in a queue from
+one no worker will run. It assumes kombu's default key names (no
+``global_keyprefix``, no renamed ``unacked_key``), which ``tasks.settings`` keeps.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 from kombu.transport import redis as kombu_redis
 
 CLOSED_MESSAGE = "broker connection already closed"
+UNACKED_KEY = kombu_redis.Channel.unacked_key
+PRIORITY_SEP = kombu_redis.Channel.sep
+PRIORITY_STEPS = tuple(kombu_redis.PRIORITY_STEPS)
 
 
 class _GuardedConnparams:
@@ -89,3 +106,67 @@ class SentinelTransport(kombu_redis.SentinelTransport):
 
 REDIS_TRANSPORT = f"{__name__}:RedisTransport"
 SENTINEL_TRANSPORT = f"{__name__}:SentinelTransport"
+
+
+@dataclass(frozen=True)
+class TaskMessage:
+    """One task message in the broker: the task's name and its positional arguments."""
+
+    task: str
+    args: tuple[Any, ...]
+
+
+def queue_keys(queue: str) -> list[str]:
+    """The Redis lists of ``queue``, one per kombu priority step (the step 0 list is the queue's name)."""
+    return [f"{queue}{PRIORITY_SEP}{step}" if step else queue for step in PRIORITY_STEPS]
+
+
+def task_messages(client: redis.Redis, queues: Iterable[str],
+                  tasks: frozenset[str]) -> tuple[list[TaskMessage], list[TaskMessage]]:
+    """The messages of ``tasks`` waiting in ``queues``, and those delivered and not acked (any queue).
+
+    One ``MULTI`` reads every list and the ``unacked`` hash, so a message moving
+    between them is not seen in both or missed by both at once. A message that
+    does not decode is skipped: it is not one of ours to judge.
+    """
+    keys = [key for queue in queues for key in queue_keys(queue)]
+    with client.pipeline(transaction=True) as pipe:
+        for key in keys:
+            pipe.lrange(key, 0, -1)
+        pipe.hvals(UNACKED_KEY)
+        *lists, unacked = pipe.execute()
+    waiting = [m for items in lists for raw in items if (m := _decode(raw, tasks))]
+    delivered = [m for raw in unacked if (m := _decode_unacked(raw, tasks))]
+    return waiting, delivered
+
+
+def _decode_unacked(raw: bytes | str, tasks: frozenset[str]) -> TaskMessage | None:
+    try:
+        message = json.loads(raw)[0]
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
+    return _decode_envelope(message, tasks)
+
+
+def _decode(raw: bytes | str, tasks: frozenset[str]) -> TaskMessage | None:
+    try:
+        return _decode_envelope(json.loads(raw), tasks)
+    except ValueError:
+        return None
+
+
+def _decode_envelope(message: Any, tasks: frozenset[str]) -> TaskMessage | None:
+    """A Celery (protocol 2) JSON message of one of ``tasks``, decoded; None for anything else."""
+    if not isinstance(message, dict):
+        return None
+    name = (message.get("headers") or {}).get("task")
+    if name not in tasks or message.get("content-type") != "application/json":
+        return None
+    try:
+        body = message["body"]
+        if (message.get("properties") or {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+    except (KeyError, ValueError, TypeError, IndexError, binascii.Error):
+        return None
+    return TaskMessage(name, tuple(args)) if isinstance(args, list) else None

@@ -25,11 +25,13 @@ from celery.signals import celeryd_after_setup, worker_process_init
 
 from tasks.routes import QUEUE_GPU, QUEUE_IO
 from tasks.settings import FleetSettings
+from tasks.transport import TaskMessage, task_messages
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import setup_logging
 from workers.transcribe import engine
 from workers.voicy import pipeline, transcription
+from workers.voicy.grants import BrokerMessages
 from workers.voicy.runtime import VoicyRuntime
 from workers.voicy.settings import load_voicy_settings
 
@@ -40,6 +42,7 @@ DOWNLOAD_TASK = "voicy.download"
 HEARTBEAT_TASK = "voicy.heartbeat"  # beat, on the io pool
 REAP_TASK = "voicy.reap"  # beat, on the io pool
 HIDDEN_TOKEN = "…"  # what Flower and task events show in place of the lease token
+JOB_TASKS = frozenset({DOWNLOAD_TASK, TRANSCRIBE_TASK})  # the tasks that carry a job's grant: (job id, token)
 
 _runtime: VoicyRuntime | None = None
 _runtime_lock = threading.Lock()
@@ -149,11 +152,22 @@ def heartbeat() -> int:
     return pipeline.heartbeat_held(runtime())
 
 
+def broker_messages(rt: VoicyRuntime) -> BrokerMessages:
+    """The grant tokens of the job tasks in the broker (the broker is the fleet's Redis, ``REDIS_URL``)."""
+    waiting, delivered = task_messages(rt.redis, (QUEUE_IO, QUEUE_GPU), JOB_TASKS)
+    return BrokerMessages(queued=_tokens(waiting), delivered=_tokens(delivered))
+
+
+def _tokens(messages: list[TaskMessage]) -> frozenset[str]:
+    return frozenset(str(m.args[1]) for m in messages if len(m.args) == 2)
+
+
 @shared_task(name=REAP_TASK, ignore_result=True)
 def reap() -> int:
-    """Recover jobs whose worker died: redispatch with media, else a retryable failure."""
+    """Recover jobs whose worker died, or whose task no worker will run: redispatch with media, else a
+    retryable failure."""
     rt = runtime()
-    recoveries = pipeline.reap(rt)
+    recoveries = pipeline.reap(rt, lambda: broker_messages(rt))
     for rec in recoveries:
         dispatch_transcription(rt, rec.job_id, rec.token)
     return len(recoveries)

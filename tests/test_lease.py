@@ -42,6 +42,24 @@ def test_only_one_execution_takes_a_granted_lease(fresh_redis: str) -> None:
     assert leases.holder("job1") == winners[0]
 
 
+def test_a_grant_is_replaced_only_while_it_still_names_the_old_token(fresh_redis: str) -> None:
+    """The grant audit's compare-and-set: a task that took its grant keeps it; a late old task finds it gone."""
+    leases = _leases(fresh_redis)
+    old, new, other = new_token(), new_token(), new_token()
+    leases.grant("jobr", old, 3600)
+    assert leases.replace_grant("jobr", old, new, 30)
+    assert leases.holder("jobr") == f"granted:{new}"
+    assert 0 < leases._r.pttl(leases.key("jobr")) <= 30_000  # pending again: confirmed after its send
+    assert leases.take("jobr", old, 30) is None  # the stranded task, delivered late, does nothing
+    assert not leases.replace_grant("jobr", old, other, 30)
+    running = leases.take("jobr", new, 30)
+    assert running and not leases.replace_grant("jobr", new, other, 30)  # taken: never replaced
+    assert leases.holder("jobr") == running
+    states = leases.states_with_ttl(["jobr", "absent"])
+    assert [v.state.value for v, _ in states] == ["running", "absent"]
+    assert 0 < states[0][1] <= 30_000 and states[1][1] < 0
+
+
 def test_wrong_token_cannot_take_and_hand_over_requires_the_running_value(fresh_redis: str) -> None:
     leases = _leases(fresh_redis)
     token = new_token()

@@ -76,6 +76,18 @@ def test_clip_batching_variables_are_checked_and_named(env) -> None:
         env.delenv(f"VOICY_WORKER_{name}")
 
 
+def test_the_stranded_grant_grace_defaults_to_a_minute_and_refuses_less_than_a_second(env) -> None:
+    env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1")
+    env.setenv("VOICY_WORKER_TOKEN", TOKEN)
+    assert load_voicy_settings().stranded_grant_s == 60.0
+    env.setenv("VOICY_WORKER_STRANDED_GRANT_MS", "5000")
+    assert load_voicy_settings().stranded_grant_s == 5.0
+    for bad in ("999", "-1", "soon"):
+        env.setenv("VOICY_WORKER_STRANDED_GRANT_MS", bad)
+        with pytest.raises(ConfigError, match="VOICY_WORKER_STRANDED_GRANT_MS"):
+            load_voicy_settings()
+
+
 def test_numbers_follow_voicys_rule_and_fractional_slots_round_up(env) -> None:
     """§6.1: empty → default, else ``Number(v)``; not finite or < 0 → error naming it; fractions allowed."""
     env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1")

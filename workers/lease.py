@@ -194,6 +194,14 @@ class Leases:
                 log.info("job %s: Redis reachable again; lease %s", job_id, "taken" if taken else "not ours")
             return running if taken else None
 
+    def replace_grant(self, job_id: str, token: str, new_token: str, ttl_s: float) -> bool:
+        """Re-grant a job granted to ``token`` to ``new_token`` for ``ttl_s``, only if it still says so.
+
+        The grant audit's compare-and-set (``workers.voicy.grants``): a task that took the
+        grant meanwhile keeps it, and a late task carrying ``token`` finds it changed (V2).
+        """
+        return bool(self._take(keys=[self.key(job_id)], args=[granted(token), granted(new_token), _ms(ttl_s)]))
+
     def hand_over(self, job_id: str, running: str, token: str, ttl_s: float) -> bool:
         """Atomically pass a running lease to the next queued task (download → transcribe)."""
         return self._ending(job_id, running,
@@ -243,6 +251,16 @@ class Leases:
     def states(self, job_ids: list[str]) -> list[LeaseView]:
         """The leases of ``job_ids`` read in one round trip."""
         return [view(v) for v in self._r.mget([self.key(j) for j in job_ids])] if job_ids else []
+
+    def states_with_ttl(self, job_ids: list[str]) -> list[tuple[LeaseView, int]]:
+        """Each job's lease and its remaining life in ms (negative when absent), in one round trip."""
+        if not job_ids:
+            return []
+        with self._r.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.get(self.key(job_id)).pttl(self.key(job_id))
+            raw = pipe.execute()
+        return [(view(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2)]
 
     def alive(self, job_id: str) -> bool:
         return bool(self._r.exists(self.key(job_id)))

@@ -42,6 +42,7 @@ from workers.errors import JobError, RetryableJobError, StaleJobError
 from workers.lease import LeaseKeeper, granted, new_token
 from workers.logs import redact
 from workers.transcribe.probe import media_seconds
+from workers.voicy import grants
 from workers.voicy.fleet import HeldJob, Stage
 from workers.voicy.outcomes import LeaseLost, guarded, report_failure
 from workers.voicy.runtime import QUEUED_LEASE_TTL_S, VoicyRuntime
@@ -205,12 +206,15 @@ def recover(rt: VoicyRuntime, job_id: str, token: str, *, no_media: str) -> Reco
     return None
 
 
-def reap(rt: VoicyRuntime) -> list[Recovery]:
+def reap(rt: VoicyRuntime, broker: grants.BrokerScan | None = None) -> list[Recovery]:
     """Find held jobs whose lease expired (their worker died) and recover each one once (:func:`recover`).
 
     The grant is taken only if no lease exists. A reaper killed half-way
     leaves pending grants only, which expire so the next pass retries. A job
     that ended while the pass walked its list (no record any more) is skipped.
+    With ``broker`` (the reap task passes it) confirmed grants are audited too:
+    one whose task's message no worker will run is recovered the same way
+    (:func:`_recover_stranded`).
     """
     if not rt.redis.set(REAP_LOCK_KEY, "1", nx=True, px=int(REAP_LOCK_TTL_S * 1000)):
         return []
@@ -231,6 +235,29 @@ def reap(rt: VoicyRuntime) -> list[Recovery]:
             if recovery is not None:
                 log.warning("job %s: worker lost; redispatching transcription", job_id)
                 recoveries.append(recovery)
+        if broker is not None:
+            recoveries += _recover_stranded(rt, broker)
     finally:
         rt.redis.delete(REAP_LOCK_KEY)
+    return recoveries
+
+
+def _recover_stranded(rt: VoicyRuntime, broker: grants.BrokerScan) -> list[Recovery]:
+    """Recover each job whose confirmed grant no queued task will take (``workers.voicy.grants``).
+
+    The grant is replaced by compare-and-set, only if it still names the
+    stranded token: a task that took it meanwhile keeps its job, and the lost
+    task, should it ever run, finds its grant gone and does nothing (V2).
+    """
+    recoveries: list[Recovery] = []
+    for lost in grants.stranded(rt, broker):
+        token = new_token()
+        if not rt.leases.replace_grant(lost.job_id, lost.token, token, rt.pending_grant_ttl_s):
+            continue  # taken, ended or recovered since the audit read it
+        rt.redis.delete(grants.mark_key(lost.job_id))
+        log.warning("job %s: grant stranded (%s); recovering", lost.job_id, lost.describe())
+        recovery = recover(rt, lost.job_id, token, no_media=grants.STRANDED_TASK)
+        if recovery is not None:
+            log.warning("job %s: redispatching transcription", lost.job_id)
+            recoveries.append(recovery)
     return recoveries

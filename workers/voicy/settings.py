@@ -33,7 +33,7 @@ unrelated variables. Differences, on purpose:
 * ``CLIP_BATCH_WAIT_MS`` (ours, default 250) bounds how long a gpu slot waits
   for more short jobs to fill its batch, and it waits only while more are on
   their way (claimed jobs still downloading), so a lone voice is not delayed.
-* ``LEASE_TTL_MS``, ``MEDIA_STORE`` are ours; the transcriber-command variables
+* ``LEASE_TTL_MS``, ``MEDIA_STORE``, ``STRANDED_GRANT_MS`` are ours; the transcriber-command variables
   of Voicy's client are gone (the engine runs in-process).
 
 Numbers follow the client's rule (§6.1): unset or empty means the default;
@@ -76,6 +76,10 @@ MIN_LEASE_TTL_MS = 100.0
 DEFAULT_DOWNLOAD_CONCURRENCY = 2.0  # downloads in flight
 DEFAULT_TRANSCRIPTION_CONCURRENCY = 1.0  # gpu slots in the fleet
 DEFAULT_CLIP_BATCH_WAIT_MS = 250.0  # the most a gpu slot waits for batch-mates that are on their way
+# A confirmed grant whose task's message has been out of every queue this long is stranded: under early
+# ack with prefetch disabled a delivered message is started within milliseconds (workers.voicy.grants).
+DEFAULT_STRANDED_GRANT_MS = 60000.0
+MIN_STRANDED_GRANT_MS = 1000.0
 READY_PER_SLOT_WITHOUT_BATCHING = 2  # Voicy's default backlog: two per gpu slot
 MIN_SLOTS = 1.0  # Voicy: max(1, v) for every slot count
 CLOUD_BOT_API_MAX_BYTES = 20 * 1024 * 1024  # the cloud Bot API refuses larger downloads
@@ -210,6 +214,7 @@ class VoicySettings(VoicyTimings, EngineSettings):
     engine: str = DEFAULT_ENGINE  # the label sent with progress/result (workerEngine), not a selector
     progress_interval_ms: NonNegative = DEFAULT_PROGRESS_INTERVAL_MS
     clip_batch_wait_ms: NonNegative = DEFAULT_CLIP_BATCH_WAIT_MS
+    stranded_grant_ms: NonNegative = DEFAULT_STRANDED_GRANT_MS
 
     @field_validator("api_url", "telegram_api_url")
     @classmethod
@@ -237,6 +242,13 @@ class VoicySettings(VoicyTimings, EngineSettings):
     @classmethod
     def _clamp_progress(cls, value: float) -> float:
         return max(MIN_PROGRESS_INTERVAL_MS, value)
+
+    @field_validator("stranded_grant_ms")
+    @classmethod
+    def _stranded_floor(cls, value: float) -> float:
+        if value < MIN_STRANDED_GRANT_MS:  # shorter would mistake a delivery being started for a lost one
+            raise ValueError(f"must be at least {MIN_STRANDED_GRANT_MS:g}")
+        return value
 
     @field_validator("max_media_bytes")
     @classmethod
@@ -293,6 +305,10 @@ class VoicySettings(VoicyTimings, EngineSettings):
     @property
     def clip_batch_wait_s(self) -> float:
         return self.clip_batch_wait_ms / 1000.0
+
+    @property
+    def stranded_grant_s(self) -> float:
+        return self.stranded_grant_ms / 1000.0
 
 
 def load_voicy_settings(**overrides: object) -> VoicySettings:
