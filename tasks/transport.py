@@ -135,9 +135,17 @@ def task_messages(client: redis.Redis, queues: Iterable[str],
             pipe.lrange(key, 0, -1)
         pipe.hvals(UNACKED_KEY)
         *lists, unacked = pipe.execute()
-    waiting = [m for items in lists for raw in items if (m := _decode(raw, tasks))]
-    delivered = [m for raw in unacked if (m := _decode_unacked(raw, tasks))]
+    names = tuple(name.encode() for name in tasks)
+    waiting = [m for items in lists for raw in items if _names_one(raw, names) and (m := _decode(raw, tasks))]
+    delivered = [m for raw in unacked if _names_one(raw, names) and (m := _decode_unacked(raw, tasks))]
     return waiting, delivered
+
+
+def _names_one(raw: bytes | str, names: tuple[bytes, ...]) -> bool:
+    """Whether the raw message may be one of ours: beat's housekeeping piles up in ``io`` while its
+    workers are busy, and a byte search skips it several times faster than decoding it."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    return any(name in data for name in names)
 
 
 def _decode_unacked(raw: bytes | str, tasks: frozenset[str]) -> TaskMessage | None:
