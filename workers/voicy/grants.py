@@ -87,9 +87,11 @@ def stranded(rt: VoicyRuntime, scan: BrokerScan) -> list[Stranded]:
     messages = scan()
     grace_s = rt.settings.stranded_grant_s
     found: list[Stranded] = []
+    waiting = [job_id for job_id, token in grants if token in messages.queued]
+    if waiting:
+        rt.redis.delete(*(mark_key(job_id) for job_id in waiting))  # back in (or still in) a queue
     for job_id, token in grants:
         if token in messages.queued:
-            rt.redis.delete(mark_key(job_id))
             continue
         out_for_s = _out_of_queue_for(rt, job_id, token, grace_s)
         if out_for_s >= grace_s:
