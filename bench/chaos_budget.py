@@ -77,6 +77,16 @@ ALLOW: tuple[Allow, ...] = (
     Allow(r"job \w+ failed \(retryable=True\): worker lost before the media was stored",
           reason="the reaper hands a job back to Voicy (which requeues it) when its io process died, or its "
           "records waited for Redis, before its media was stored", provoked_by=f"{KILLS}; {REDIS_RESTART}"),
+    Allow(r"job \w+: grant stranded \(its task's message out of every queue for \d+s, ",
+          reason="a worker's main process took a task's message and was killed, or lost Redis, before its pool "
+          "started it (kombu keeps it unacked for 12 h): the reaper's grant audit recovers the job "
+          "(workers/voicy/grants.py)", provoked_by=f"{KILLS}; {REDIS_RESTART}; tests/test_voicy_stranded.py"),
+    Allow(r"job \w+: redispatching transcription",
+          reason="that stranded job's media was stored: its transcription is sent again",
+          provoked_by=f"{KILLS}; {REDIS_RESTART}; tests/test_voicy_stranded.py"),
+    Allow(r"job \w+ failed \(retryable=True\): task lost by the broker before any worker ran it",
+          reason="that stranded job had no media yet: handed back to Voicy, which requeues it",
+          provoked_by=f"{KILLS}; {REDIS_RESTART}; tests/test_voicy_stranded.py"),
     Allow(r"job \w+: Voicy never recorded /downloaded; completing the handshake",
           reason="an io process killed between storing the media and POST /downloaded", provoked_by=KILLS),
 )

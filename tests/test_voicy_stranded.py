@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 import redis
 
+from deploy.devstack.log_budget import Allow
 from deploy.devstack.stack import ROOT, start_bridge
 from tasks.transport import PRIORITY_SEP
 from tests.kit.procfile import start_procfile_beat
@@ -55,7 +56,8 @@ from tests.kit.waiting import wait_until
 from workers.voicy import grants
 from workers.voicy.runtime import QUEUED_LEASE_TTL_S, VoicyRuntime
 
-pytestmark = pytest.mark.slow
+# H1: each test ends with the log budget of its processes (tests/conftest.py ``log_budget``).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("log_budget")]
 
 GRACE_MS = 5000  # VOICY_WORKER_STRANDED_GRANT_MS here: production's is a minute
 GRACE_S = GRACE_MS / 1000
@@ -68,6 +70,16 @@ THIEF_TIMEOUT_S = 30.0
 REAP_PASSES = 2  # reaper passes that must find the waiting message queued once it is older than the grace
 REAP_DONE = re.compile(r"Task voicy\.reap\[[^\]]+\] succeeded in")  # the io worker's line for each pass
 RECOVERY_LOG = "grant stranded"
+_A = "test_a_download_taken_by_a_worker_killed_before_it_started_is_recovered"
+_B = "test_a_transcription_lost_by_the_broker_is_redispatched_and_completes_once"
+LOG_BUDGET_ALLOW = (  # each applies to the test it names only (tests/conftest.py ``log_budget``)
+    Allow(r"job \w+: grant stranded \(its task's message out of every queue for \d+s, ", logs=("worker-",),
+          reason="the recovery each of these tests provokes", provoked_by=f"{_A} {_B}"),
+    Allow(r"job \w+ failed \(retryable=True\): task lost by the broker before any worker ran it",
+          logs=("worker-",), reason="the stranded download had no media: handed back to Voicy", provoked_by=_A),
+    Allow(r"job \w+: redispatching transcription", logs=("worker-",),
+          reason="the stranded transcription's media is stored: sent again", provoked_by=_B),
+)
 
 
 @pytest.fixture()
