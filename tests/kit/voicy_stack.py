@@ -39,8 +39,8 @@ SUITE_CPU_THREADS = 1
 # How often the suite's Voicy bridges ask for work (ms; production's default is 1000, the demo's 200).
 # Each ask is an HTTP round trip to the dev Voicy API (served in the pytest process) and the bridge's
 # Redis bookkeeping: at 200 ms an idle bridge and its server burnt 0.038 CPU-s per second, at 400 ms
-# 0.025, and make test keeps a Voicy bridge running for about half an hour in all. A claim then waits
-# at most 0.2 s longer; no test bounds a claim that tightly.
+# 0.025, and make test starts about 40 Voicy bridges, each running for tens of seconds. A claim then
+# waits at most 0.2 s longer; no test bounds a claim that tightly.
 SUITE_POLL_INTERVAL_MS = 400
 
 
