@@ -21,6 +21,7 @@ import pytest
 
 from bench.words import normalise, score
 from tests.kit.same_words import assert_same_words
+from tests.kit.voicy_stack import SUITE_CPU_THREADS
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.transcribe.batched import BatchedWhisperEngine
 from workers.transcribe.engine import create_engine
@@ -44,7 +45,7 @@ SAMPLE_RATE = 16000
 
 
 def _settings(**kw: object) -> EngineSettings:
-    base: dict[str, object] = {"model": TINY_MODEL_DIR, "device": "cpu"}
+    base: dict[str, object] = {"model": TINY_MODEL_DIR, "device": "cpu", "cpu_threads": SUITE_CPU_THREADS}
     base.update(kw)
     return EngineSettings(**base)  # type: ignore[arg-type]
 

@@ -19,6 +19,7 @@ import pytest
 from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR, audio_manifest
 from deploy.devstack.synth_media import SpeechSynth, write_repeated_speech_ogg, write_video_only_mp4
 from tests.kit.same_words import assert_same_words
+from tests.kit.voicy_stack import SUITE_CPU_THREADS
 from workers.errors import PermanentJobError
 from workers.transcribe.engine import create_engine
 from workers.transcribe.probe import media_seconds
@@ -37,7 +38,8 @@ pytestmark = pytest.mark.model
 
 @pytest.fixture(scope="module")
 def engine() -> ClipBatchingEngine:
-    built = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", clip_batch_size=CLIPS_PER_PASS))
+    built = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", cpu_threads=SUITE_CPU_THREADS,
+                                         clip_batch_size=CLIPS_PER_PASS))
     assert isinstance(built, ClipBatchingEngine) and built.max_clips == CLIPS_PER_PASS
     return built
 

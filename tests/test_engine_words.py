@@ -27,6 +27,7 @@ from faster_whisper.audio import decode_audio
 from bench.recordings import Recording, demo_long_message, perturbed
 from bench.words import normalise, score
 from deploy.devstack.stack import TINY_MODEL_DIR
+from tests.kit.voicy_stack import SUITE_CPU_THREADS
 from workers.transcribe.batched import BatchedWhisperEngine
 from workers.transcribe.engine import create_engine
 from workers.transcribe.seek import SAMPLE_RATE, SeekingBatchDecoder, Speech, Window, plan_windows
@@ -50,12 +51,14 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Recording:
 
 @pytest.fixture(scope="module")
 def sequential() -> WhisperEngine:
-    return WhisperEngine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", batch_size=0))
+    return WhisperEngine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", cpu_threads=SUITE_CPU_THREADS,
+                                        batch_size=0))
 
 
 @pytest.fixture(scope="module")
 def batched() -> Iterator[BatchedWhisperEngine]:
-    engine = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", batch_size=BATCH_SIZE))
+    engine = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", cpu_threads=SUITE_CPU_THREADS,
+                                          batch_size=BATCH_SIZE))
     assert isinstance(engine, BatchedWhisperEngine)
     yield engine
 

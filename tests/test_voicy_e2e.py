@@ -35,6 +35,7 @@ from tests.kit.voicy_stack import (
 )
 from tests.kit.waiting import wait_until
 from workers.transcribe.device import usable_cores
+from workers.transcribe.settings import AUTO_CPU_THREADS
 from workers.voicy.client import VoicyClient
 
 # H1: each test ends with the log budget of its processes (tests/conftest.py ``log_budget``).
@@ -71,7 +72,8 @@ def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_wo
     manifest = sorted(audio_manifest(), key=lambda m: m["duration_s"])
     items = manifest[-5:]
     celery_workers("io", env, concurrency=2)
-    gpu = celery_workers("gpu", env, concurrency=2)  # the CPU-host recommendation: threads auto-split
+    # the CPU-host recommendation, threads left to auto (not the suite's fixed count): auto-split
+    gpu = celery_workers("gpu", {**env, "VOICY_WORKER_CPU_THREADS": str(AUTO_CPU_THREADS)}, concurrency=2)
     bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
         ids = {enqueue_fixture(server, telegram, item): item for item in items}

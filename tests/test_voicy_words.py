@@ -3,7 +3,7 @@
 Issue 15 §2: a transcript that went through the bridge, the io and gpu
 workers, the media store and Voicy's API must hold the same words as the
 fleet's engine called in this process on the same file, with the default
-settings and the thread count the fleet's one gpu process resolves; and, for
+settings and the thread count the fleet's one gpu process runs with; and, for
 a recording of one window, as ``WhisperModel.transcribe`` itself with the
 sequential engine's options (``workers.transcribe.whisper.decode_options``).
 Compared as normalised words (``bench.words``), never punctuation.
@@ -18,12 +18,11 @@ from faster_whisper import WhisperModel
 
 from bench.words import normalise
 from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR, audio_manifest, start_bridge
-from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.voicy_stack import SUITE_CPU_THREADS, voicy_dev_stack
 from tests.kit.waiting import wait_until
 from workers.transcribe.batched import ONE_WINDOW_S
-from workers.transcribe.device import resolve_cpu_threads, usable_cores
 from workers.transcribe.engine import create_engine
-from workers.transcribe.settings import AUTO_CPU_THREADS, DEFAULT_BEAM_SIZE, EngineSettings
+from workers.transcribe.settings import DEFAULT_BEAM_SIZE, EngineSettings
 from workers.transcribe.whisper import decode_options
 
 pytestmark = pytest.mark.slow
@@ -51,7 +50,7 @@ def test_the_fleet_transcribes_the_words_direct_faster_whisper_gives(
         finally:
             bridge.stop()
         fleet = {item["name"]: server.get_job(job_id) for job_id, item in ids.items()}
-    threads = resolve_cpu_threads(AUTO_CPU_THREADS, "cpu", GPU_PROCESSES, usable_cores())
+    threads = SUITE_CPU_THREADS  # the fleet's gpu process ran with these (tests/kit/voicy_stack.py)
     engine = create_engine(EngineSettings(model=TINY_MODEL_DIR, device="cpu", cpu_threads=threads))
     model = WhisperModel(TINY_MODEL_DIR, device="cpu", compute_type="int8", cpu_threads=threads,
                          local_files_only=True)

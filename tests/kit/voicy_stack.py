@@ -29,13 +29,28 @@ FINAL = ("completed", "failed")
 # (4 s: a process starved or holding the GIL on a loaded 2-core box; 2 s TTLs lost leases at load 15),
 # and a pending grant must be confirmed within one TTL. Every other test runs production's 30 s.
 RECOVERY_LEASE_TTL_MS = 6000
+# CTranslate2 threads of every engine the suite loads (gpu fleet processes and in-process engines).
+# ``make test`` runs several xdist workers, each with its fleet, on the 2-core box: the cores are
+# already shared between processes, as the auto rule (workers.transcribe.device) would share them in a
+# pool that large. Two threads (what auto gives one process on 2 cores) cost 15-30 % more CPU for the
+# same transcripts (tiny.en, the fixtures and the demo's message: identical text with 1 and 2) and
+# no faster wall clock on a busy box. Tests of the auto rule itself pass ``AUTO_CPU_THREADS``.
+SUITE_CPU_THREADS = 1
+# How often the suite's Voicy bridges ask for work (ms; production's default is 1000, the demo's 200).
+# Each ask is an HTTP round trip to the dev Voicy API (served in the pytest process) and the bridge's
+# Redis bookkeeping: at 200 ms an idle bridge and its server burnt 0.038 CPU-s per second, at 400 ms
+# 0.025, and make test starts about 40 Voicy bridges, each running for tens of seconds. A claim then
+# waits at most 0.2 s longer; no test bounds a claim that tightly.
+SUITE_POLL_INTERVAL_MS = 400
 
 
 @contextmanager
 def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
                     **env_overrides: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
     """A started dev Voicy API and fake Telegram, a worker client named ``client`` with a
-    distinctive token (``VOICY_TOKEN_MARK-<client>``), and the fleet environment for them."""
+    distinctive token (``VOICY_TOKEN_MARK-<client>``), and the fleet environment for them (engines on
+    :data:`SUITE_CPU_THREADS`, bridges polling every :data:`SUITE_POLL_INTERVAL_MS`, unless
+    ``env_overrides`` says otherwise)."""
     from deploy.devstack.telegram import FakeTelegram
     from deploy.devstack.voicy_api import DevVoicyServer
 
@@ -45,7 +60,9 @@ def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
     try:
         token = server.create_client(f"switchyard-{client}", token=f"{VOICY_TOKEN_MARK}-{client}")
         env = fleet_env(redis_url=redis_url, api_url=server.url, token=token, telegram_url=telegram.url,
-                        work_dir=tmp_path / "work", **env_overrides)
+                        work_dir=tmp_path / "work",
+                        **{"VOICY_WORKER_CPU_THREADS": str(SUITE_CPU_THREADS),
+                           "VOICY_WORKER_POLL_INTERVAL_MS": str(SUITE_POLL_INTERVAL_MS), **env_overrides})
         yield server, telegram, env
     finally:
         telegram.clear_faults()
