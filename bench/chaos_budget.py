@@ -38,6 +38,9 @@ ALLOW: tuple[Allow, ...] = (
     Allow(r"consumer: Cannot connect to \S+: Error 111 connecting to",
           reason="Celery logs each reconnect attempt at ERROR while Redis is down (docs/operations.md §7)",
           provoked_by=REDIS_RESTART),
+    Allow(r"message \S+ not acked: the broker connection dropped \(\w+\)",
+          reason="a task started as Redis went away: its early ack failed, its job's recovery runs it "
+          "(tasks/lost_acks.py)", provoked_by=REDIS_RESTART),
     Allow(r"Connection to Redis lost: Retry \(\d+/\d+\)", reason="Celery's result backend reconnecting",
           provoked_by=REDIS_RESTART),
     Allow(r"lease renewal for job \S+ failed \(\w+\); retrying|lease of job \S+ re-taken after a Redis outage",
