@@ -41,6 +41,10 @@ CAIRN_IN_FLIGHT = 2  # per bridge: neither can take the whole burst
 START_WAIT_S = 60.0
 DONE_WAIT_S = 240.0
 FINAL = ("completed", "failed")
+# The demo's poll, not the suite's slower one: with instant jobs, the bridge a freed backlog slot wakes
+# (BLPOP serves the longest waiter) tends to be the one that just claimed, and at 400 ms the other one
+# re-entered its wait too seldom to get a turn (a quiet full run: claims [0, 24]).
+DEMO_POLL_INTERVAL_MS = "200"
 READY = " ready."  # a Celery worker's start-up line
 VOICY_CLAIMED = re.compile(r"claimed job (\w+) for download")
 CAIRN_ACKED = re.compile(r"ack fetch_source seq (\d+) \(delivery (\d+)\)")
@@ -55,7 +59,8 @@ def test_two_voicy_bridges_claim_each_job_once_and_every_job_completes(tmp_path:
                                                                       null_site: Path) -> None:
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])  # a line says celery
     with voicy_dev_stack(tmp_path, fresh_redis, "two-bridges", VOICY_WORKER_TRANSCRIBER=NULL,
-                         PYTHONPATH=str(null_site), PATH=path) as (server, telegram, env):
+                         PYTHONPATH=str(null_site), PATH=path,
+                         VOICY_WORKER_POLL_INTERVAL_MS=DEMO_POLL_INTERVAL_MS) as (server, telegram, env):
         workers = [_line(name, env, tmp_path) for name in ("io", "gpu")]
         bridges: list[Proc] = []
         try:
