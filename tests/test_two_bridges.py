@@ -41,10 +41,12 @@ CAIRN_IN_FLIGHT = 2  # per bridge: neither can take the whole burst
 START_WAIT_S = 60.0
 DONE_WAIT_S = 240.0
 FINAL = ("completed", "failed")
-# The demo's poll, not the suite's slower one: with instant jobs, the bridge a freed backlog slot wakes
-# (BLPOP serves the longest waiter) tends to be the one that just claimed, and at 400 ms the other one
-# re-entered its wait too seldom to get a turn (a quiet full run: claims [0, 24]).
+# The demo's poll, not the suite's slower one, and every download held a moment: with instant jobs a
+# slot freed while the bridge that just claimed was still in its claim loop, so that bridge took the
+# next claim too and, in two quiet full runs, all 24 ([0, 24], [24, 0]). Held, the downloads keep the
+# backlog full: each bridge ends up waiting, and a freed slot wakes the longest waiter (BLPOP).
 DEMO_POLL_INTERVAL_MS = "200"
+DOWNLOAD_HOLD_S = 0.3
 READY = " ready."  # a Celery worker's start-up line
 VOICY_CLAIMED = re.compile(r"claimed job (\w+) for download")
 CAIRN_ACKED = re.compile(r"ack fetch_source seq (\d+) \(delivery (\d+)\)")
@@ -73,6 +75,7 @@ def test_two_voicy_bridges_claim_each_job_once_and_every_job_completes(tmp_path:
             ids = []
             for n in range(VOICY_JOBS):
                 telegram.add_file(f"fid-two-{n}", data)
+                telegram.delay(f"fid-two-{n}", DOWNLOAD_HOLD_S)
                 ids.append(server.enqueue_job(f"fid-two-{n}", file_size=len(data), mime_type="audio/ogg"))
             wait_until(lambda: all(server.get_job(j)["status"] in FINAL for j in ids), DONE_WAIT_S,
                        "every job to end")
