@@ -30,10 +30,14 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
 import redis
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_before_delay, wait_exponential
+
+from workers.outage import REDIS_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +52,6 @@ FENCE_RETRY_S = 0.5
 TAKE_OUTAGE_WAIT_S = 300.0
 TAKE_RETRY_INITIAL_S = 0.2
 TAKE_RETRY_MAX_S = 5.0
-# The errors a take waits out: no connection (also no Sentinel master yet, a master still loading),
-# no answer, or a demoted master that now answers read-only. Anything else is raised at once.
-OUTAGE_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError)
 
 # Swap ARGV[1] for ARGV[2]; finding ARGV[2] already there is success too, so a call retried after
 # its reply was lost (the write landed, the connection dropped) does not mistake its own write for
@@ -174,25 +175,19 @@ class Leases:
         whose write landed before the connection dropped is still this execution's.
         """
         running = f"{RUNNING_PREFIX}{token}:{uuid.uuid4().hex}"
-        deadline = time.monotonic() + outage_wait_s
-        pause_s = TAKE_RETRY_INITIAL_S
-        waited = False
-        while True:
-            try:
+        # Only ``REDIS_UNAVAILABLE`` is waited out (no connection, no Sentinel master yet, a master
+        # still loading or demoted to read-only); anything else is raised at once. ``stop_before_delay``:
+        # no pause reaches past ``outage_wait_s``, and 0 is one attempt.
+        attempts = Retrying(retry=retry_if_exception_type(REDIS_UNAVAILABLE),
+                            wait=wait_exponential(multiplier=TAKE_RETRY_INITIAL_S, max=TAKE_RETRY_MAX_S),
+                            stop=stop_before_delay(outage_wait_s), before_sleep=_take_waits(job_id, outage_wait_s),
+                            reraise=True)
+        for attempt in attempts:
+            with attempt:
                 taken = self._take(keys=[self.key(job_id)], args=[granted(token), running, _ms(ttl_s)])
-            except OUTAGE_ERRORS as exc:
-                if time.monotonic() + pause_s > deadline:
-                    raise
-                if not waited:
-                    log.warning("job %s: Redis unreachable (%s) when taking its lease; waiting up to %.0fs",
-                                job_id, type(exc).__name__, outage_wait_s)
-                    waited = True
-                time.sleep(pause_s)  # Redis unreachable: nothing to await but its return
-                pause_s = min(pause_s * 2, TAKE_RETRY_MAX_S)
-                continue
-            if waited:
-                log.info("job %s: Redis reachable again; lease %s", job_id, "taken" if taken else "not ours")
-            return running if taken else None
+        if attempt.retry_state.attempt_number > 1:
+            log.info("job %s: Redis reachable again; lease %s", job_id, "taken" if taken else "not ours")
+        return running if taken else None
 
     def replace_grant(self, job_id: str, token: str, new_token: str, ttl_s: float) -> bool:
         """Re-grant a job granted to ``token`` to ``new_token`` for ``ttl_s``, only if it still says so.
@@ -264,6 +259,15 @@ class Leases:
 
     def alive(self, job_id: str) -> bool:
         return bool(self._r.exists(self.key(job_id)))
+
+
+def _take_waits(job_id: str, wait_s: float) -> Callable[[RetryCallState], None]:
+    """A take's first failed attempt says, once, that it waits for Redis (tenacity's ``before_sleep``)."""
+    def before_sleep(state: RetryCallState) -> None:
+        if state.attempt_number == 1 and state.outcome is not None:
+            log.warning("job %s: Redis unreachable (%s) when taking its lease; waiting up to %.0fs",
+                        job_id, type(state.outcome.exception()).__name__, wait_s)
+    return before_sleep
 
 
 class LeaseKeeper:
