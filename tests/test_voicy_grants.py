@@ -20,8 +20,6 @@ sent messages off the broker: grants are confirmed after the send, and the
 
 from __future__ import annotations
 
-import base64
-import json
 import subprocess
 import sys
 import time
@@ -38,6 +36,7 @@ from tests.kit.voicy_stack import (
     claim_without_sending,
     enqueue_fixture,
     fleet_runtime,
+    queued_tasks,
     requests_for,
     short_item,
     voicy_dev_stack,
@@ -186,13 +185,6 @@ def test_reaper_killed_before_sending_the_redispatch_the_next_pass_recovers_it_o
 
 
 # ------------------------------------------- the real dispatch path: confirmed grants, hidden tokens
-def _queued(r: redis.Redis, queue: str) -> tuple[str, list[str], str]:
-    """(argsrepr header, real args, task name) of the one message waiting in ``queue``."""
-    message = json.loads(r.lindex(queue, 0))
-    args = json.loads(base64.b64decode(message["body"]))[0]
-    return message["headers"]["argsrepr"], args, message["headers"]["task"]
-
-
 def test_sent_tasks_hide_the_token_from_flower_and_their_grants_are_confirmed(
         voicy, celery_workers, tmp_path, fresh_redis):
     server, telegram, env = voicy
@@ -205,7 +197,8 @@ def test_sent_tasks_hide_the_token_from_flower_and_their_grants_are_confirmed(
             if starts:
                 celery_workers(starts, env)  # runs the download, which sends the transcription
             wait_until(lambda q=queue: r.llen(q) == 1, JOB_SEND_TIMEOUT_S, f"the {task} message")
-            argsrepr, args, name = _queued(r, queue)
+            queued = queued_tasks(r, queue)[0]
+            argsrepr, args, name = queued.argsrepr, queued.args, queued.task
             assert name == task and args[0] == job_id
             token = args[1]
             assert argsrepr == repr((job_id, "…")) and token not in argsrepr

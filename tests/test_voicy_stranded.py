@@ -23,7 +23,6 @@ Procfile's bridge and beat lines; the grace is shortened through its variable.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import select
@@ -36,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from deploy.devstack.log_budget import Allow
 from deploy.devstack.stack import ROOT, start_bridge
@@ -46,6 +44,7 @@ from tests.kit.voicy_stack import (
     assert_completed_once,
     enqueue_fixture,
     fleet_runtime,
+    queued_tasks,
     requests_for,
     short_item,
     voicy_dev_stack,
@@ -94,21 +93,12 @@ def rt(voicy, monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
         yield runtime
 
 
-def queued(r: redis.Redis, queue: str) -> list[tuple[bytes, str, list[str]]]:
-    """(raw message, task name, args) of every message waiting in ``queue``."""
-    out = []
-    for raw in r.lrange(queue, 0, -1):
-        message = json.loads(raw)
-        out.append((raw, message["headers"]["task"], json.loads(base64.b64decode(message["body"]))[0]))
-    return out
-
-
 def wait_sent_and_confirmed(rt: VoicyRuntime, queue: str, task: str, job_id: str) -> tuple[bytes, str]:
     """The one ``task`` message for ``job_id`` waiting in ``queue``, once its grant is confirmed; its token."""
     def found() -> tuple[bytes, str] | None:
-        for raw, name, args in queued(rt.redis, queue):
-            if name == task and args[0] == job_id:
-                return raw, args[1]
+        for queued in queued_tasks(rt.redis, queue):
+            if queued.task == task and queued.args[0] == job_id:
+                return queued.raw, queued.args[1]
         return None
     raw, token = wait_until(found, SEND_TIMEOUT_S, f"the {task} message")  # type: ignore[misc]
     wait_until(lambda: rt.redis.pttl(rt.leases.key(job_id)) > rt.pending_grant_ttl_s * 1000,
@@ -231,7 +221,7 @@ def test_a_transcription_waiting_in_its_queue_past_the_grace_is_left_alone(
         wait_until(lambda: len(REAP_DONE.findall(io.log())) >= passes + REAP_PASSES, SEND_TIMEOUT_S,
                    "the reaper to audit the waiting grant")
         assert rt.leases.holder(job_id) == f"granted:{token}"  # still the queued task's
-        assert [args for _r, _n, args in queued(rt.redis, "gpu")] == [[job_id, token]]
+        assert [t.args for t in queued_tasks(rt.redis, "gpu")] == [[job_id, token]]
         celery_workers("gpu", env)
         wait_final(server, [job_id])
     finally:
@@ -261,7 +251,7 @@ def test_a_download_waiting_in_its_queue_past_the_grace_is_left_alone(voicy, rt,
                        "the grant to outlive the grace")
             assert tasks.voicy.reap() == 0
         assert rt.leases.holder(job_id) == f"granted:{token}"
-        assert [args for _r, name, args in queued(rt.redis, "io") if name == "voicy.download"] == [[job_id, token]]
+        assert [t.args for t in queued_tasks(rt.redis, "io") if t.task == "voicy.download"] == [[job_id, token]]
     finally:
         bridge.stop()
     assert not requests_for(server, job_id, "failure") and server.get_job(job_id)["status"] == "downloading"

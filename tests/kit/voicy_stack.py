@@ -1,6 +1,6 @@
 """A Voicy test stack: the dev Worker API and fake Telegram for one test, this process as a fleet member,
 and the helpers the Voicy end-to-end tests share (enqueue a fixture, read the server's request log, a grant
-taken by a process that died before sending its task).
+taken by a process that died before sending its task, the task messages waiting in a broker queue).
 
 The pieces the demo and the benchmarks share with the tests (fixtures, tiny
 model, ``fleet_env``, ``start_bridge``, ``start_beat``) live in
@@ -9,11 +9,16 @@ model, ``fleet_env``, ``start_bridge``, ``start_beat``) live in
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import redis
 
 from bridges.voicy import VoicyBridge
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env
@@ -153,3 +158,25 @@ def assert_completed_once(server: Any, job_id: str) -> None:
 def short_item() -> dict:
     """The shortest audio fixture (the quickest job)."""
     return min(audio_manifest(), key=lambda m: m["duration_s"])
+
+
+@dataclass(frozen=True)
+class QueuedTask:
+    """A Celery task message waiting in a broker queue, as a test reads it."""
+
+    raw: bytes  # the list item itself (a test that plays the broker losing it removes exactly this)
+    task: str
+    argsrepr: str  # what Flower and task events show
+    args: list[Any]
+
+
+def queued_tasks(r: redis.Redis, queue: str) -> list[QueuedTask]:
+    """Every task message waiting in ``queue`` (kombu's Redis list), oldest last, decoded independently
+    of ``tasks.transport`` so a test of the grant audit does not read the broker through the code it tests."""
+    tasks = []
+    for raw in r.lrange(queue, 0, -1):
+        message = json.loads(raw)
+        headers = message["headers"]
+        tasks.append(QueuedTask(raw, headers["task"], headers.get("argsrepr", ""),
+                                json.loads(base64.b64decode(message["body"]))[0]))
+    return tasks
