@@ -30,7 +30,7 @@ import nats
 import pytest
 import redis
 
-from deploy.devstack.procs import Proc
+from deploy.devstack.procs import Proc, freeze
 from tests.kit.cairn_stack import PROVIDER, WAIT_S, CairnStack
 from tests.kit.waiting import wait_until
 from workers.cairn import subjects
@@ -177,7 +177,7 @@ def test_a_bridge_killed_between_result_and_ack_is_settled_from_the_ledger(stack
     stack.gate.arm()
     stack.core.enqueue_job("fetch_source", job)
     assert stack.gate.arrived.wait(WAIT_S), "the job never reached Strava"
-    os.kill(doomed.proc.pid, signal.SIGSTOP)  # the bridge hears nothing from here on...
+    freeze(doomed.proc.pid)  # the bridge hears nothing from here on...
     try:
         stack.gate.open()
         stack.core.router.wait(lambda: bool(result_ids(stack, job["job_id"])), WAIT_S, "the task's result")

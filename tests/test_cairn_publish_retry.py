@@ -12,7 +12,6 @@ JetStream's duplicate window): whichever copy lands first is the only one stored
 from __future__ import annotations
 
 import json
-import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from deploy.devstack import services
+from deploy.devstack.procs import frozen
 from tests.kit.cairn_ctx import core_bucket
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.routing import PublishError, PublishRouter
@@ -126,9 +126,5 @@ def test_a_budget_reservation_nats_cannot_answer_is_transient_not_unexpected(
     limiter = RateLimiter(thread, CairnSettings(nats_url=nats_svc.url, worker_name="retry-test"), RATE_WINDOWS)
     limiter.reserve_all("app", ["daily", "short"])  # the bucket opened while NATS answers
     assert nats_svc.proc is not None
-    nats_svc.proc.send_signal(signal.SIGSTOP)
-    try:
-        with pytest.raises(BudgetUnavailable):
-            limiter.reserve_all("app", ["daily", "short"])
-    finally:
-        nats_svc.proc.send_signal(signal.SIGCONT)
+    with frozen(nats_svc.proc.pid), pytest.raises(BudgetUnavailable):
+        limiter.reserve_all("app", ["daily", "short"])

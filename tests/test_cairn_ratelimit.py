@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import uuid
 from collections.abc import Iterator
@@ -14,6 +12,7 @@ from typing import Any
 import pytest
 
 from deploy.devstack import services
+from deploy.devstack.procs import frozen
 from deploy.devstack.strava import FakeStrava
 from tests.kit.cairn_ctx import core_bucket
 from workers.cairn import ratelimit, subjects
@@ -282,14 +281,12 @@ def test_a_kv_call_nats_never_answers_is_a_transient_budget_error(monkeypatch: p
         hook.reserve(["daily", "short"])  # connected, bucket open
         monkeypatch.setattr(ratelimit, "KV_TIMEOUT_S", NO_ANSWER_BOUND_S)  # the wait, not what it proves
         assert svc.proc is not None
-        os.kill(svc.proc.pid, signal.SIGSTOP)
         try:
-            for call in (lambda: limiter.snapshot(app_id),
-                         lambda: hook.observe([WindowUsage("short", limit=100, used=1,
-                                                           reset_at=datetime.now(UTC) + timedelta(minutes=5))], {})):
-                with pytest.raises(BudgetUnavailable, match="TimeoutError") as err:
-                    call()
-                assert err.value.retryable
+            with frozen(svc.proc.pid):
+                usage = [WindowUsage("short", limit=100, used=1, reset_at=datetime.now(UTC) + timedelta(minutes=5))]
+                for call in (lambda: limiter.snapshot(app_id), lambda: hook.observe(usage, {})):
+                    with pytest.raises(BudgetUnavailable, match="TimeoutError") as err:
+                        call()
+                    assert err.value.retryable
         finally:
-            os.kill(svc.proc.pid, signal.SIGCONT)
             thread.close()

@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from deploy.devstack.log_budget import Allow
+from deploy.devstack.procs import frozen
 from deploy.devstack.services import Service, free_port, nats_login
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.procfile import READY_TIMEOUT_S, ROOT, VENV_BIN, ProcfileProcess, fleet_env, procfile_entries
@@ -423,15 +424,12 @@ def test_a_worker_stopped_mid_turn_of_its_event_loop_stops_cleanly(
         assert own.proc is not None
         worker = launch("io", fleet_env(own.url, HONCHO_PROCESS_NAME=f"io.{uuid.uuid4().hex[:8]}"))
         worker.wait_for_output(r" ready\.")
-        os.kill(own.proc.pid, signal.SIGSTOP)
-        try:
+        with frozen(own.proc.pid):  # on leaving: the pool's stop fires the loop's timers (on Redis)
             wait_until(lambda: waits_on_a_socket(worker.proc.pid), MAIN_THREAD_WAIT_TIMEOUT_S,
                        "the worker's main thread to wait on Redis inside its event loop's turn", interval_s=0.05)
             # As honcho and the dyno manager stop it. Its handler runs inside that round trip even once
             # Redis answers again: Python handles a signal at the main thread's next bytecode.
             os.killpg(worker.proc.pid, signal.SIGTERM)
-        finally:
-            os.kill(own.proc.pid, signal.SIGCONT)  # now: the pool's stop fires the loop's timers (on Redis)
         code = worker.wait_exit()
     output = worker.output()
     assert code == 0, output[-4000:]

@@ -10,14 +10,20 @@ the benchmarks stop processes the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT_S = 15.0  # grace between the stop signal and SIGKILL, unless a caller says otherwise
+FREEZE_TIMEOUT_S = 10.0  # how long every thread of a SIGSTOPped process may take to stop (a loaded box)
+FREEZE_POLL_S = 0.001  # between reads of the threads' states while they stop
+STOPPED_STATES = frozenset("Tt")  # /proc/<pid>/task/<tid>/stat: group-stopped, or stopped by a tracer
 
 
 def signal_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
@@ -44,6 +50,41 @@ def stop_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
     if proc.poll() is None:
         signal_group(proc, sig, grace_s)
     return proc.returncode
+
+
+def thread_states(pid: int) -> list[str]:
+    """The scheduler state of every thread of ``pid`` (``R``, ``S``, ``T``...), from ``/proc``."""
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(FileNotFoundError):  # a thread that exited meanwhile
+            states.append(stat.read_text().rpartition(")")[2].split()[0])  # the name may hold spaces
+    return states
+
+
+def freeze(pid: int) -> None:
+    """Stop ``pid`` (SIGSTOP) and return once every thread of it has stopped.
+
+    Why wait after the signal: ``kill`` returns once SIGSTOP is pending, and Linux wakes one
+    thread to begin the group stop, which then stops the others. Until that thread is
+    scheduled, the others run on. On a loaded box a frozen nats-server answered a KV call
+    sent right after ``kill`` (test_cairn_publish_retry, test_cairn_ratelimit, a 1-in-6 flake).
+    """
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + FREEZE_TIMEOUT_S
+    while not all(state in STOPPED_STATES for state in thread_states(pid)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {pid} still has running threads {FREEZE_TIMEOUT_S}s after SIGSTOP")
+        time.sleep(FREEZE_POLL_S)
+
+
+@contextlib.contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """``pid`` frozen (:func:`freeze`) for the block, then continued (SIGCONT), however the block ends."""
+    try:
+        freeze(pid)
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 @dataclass
