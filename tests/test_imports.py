@@ -390,3 +390,13 @@ def test_only_the_processes_that_probe_media_import_pyav() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'av'))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout[:500]
+
+
+def test_no_process_imports_the_httpx_command_line_client() -> None:
+    """httpx imports its CLI (rich, pygments) whenever rich is installed, and logfire installs it: 0.07 s
+    of CPU in every fleet process for a command none of them runs (workers/__init__.py)."""
+    code = ("import sys, tasks, bridges.cairn.bridge, bridges.voicy, ops.cli, httpx; "
+            "assert httpx.Client is not None; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[:500]
