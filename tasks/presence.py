@@ -29,22 +29,23 @@ import logging
 import os
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 from celery.worker.control import control_command
 
 from tasks import app
-from tasks.cairn import cairn_configured
+from tasks.cairn import cairn_configured, load_job_code
 from tasks.routes import LEGACY_PROVIDER_QUEUE, PROVIDER_QUEUE_PREFIX, pool_of_queue, provider_queue
 from tasks.startup_stop import stopping
-from workers.cairn.presence import PresenceContext, PresenceTimer, write_manifest, write_presence
 from workers.cairn.refusals import POOL_ROLE, fault_component
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
 from workers.faults import clear_fault
-from workers.providers.registry import get_provider
 from workers.redisconn import sync_client
+
+if TYPE_CHECKING:  # imported where a provider worker starts its timer: see tasks/cairn.py, "Imported lazily"
+    from workers.cairn.presence import PresenceContext, PresenceTimer
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,8 @@ def _check_cairn_settings_at_start(instance: Any, **_: object) -> None:
     queues = consumed_queues(instance.app)
     settings: CairnSettings | None = None
     if cairn_configured() and (serves_a_pool(queues) or LEGACY_PROVIDER_QUEUE in queues):
+        from workers.providers.registry import get_provider
+
         try:
             settings = load_cairn_settings()
             get_provider(settings.provider, settings)  # the provider's own variables (CAIRN_STRAVA_*) too
@@ -145,6 +148,7 @@ def _check_cairn_settings_at_start(instance: Any, **_: object) -> None:
         return
     if not queues:  # every queue: its own pool's too (the routes create pool queues only as they are used)
         instance.app.amqp.queues.select_add(provider_queue(settings.worker_name))
+    load_job_code()  # before the pool forks: its children inherit the job code
     _settings = settings
 
 
@@ -154,6 +158,8 @@ def _start_presence(sender: Any = None, **_: object) -> None:
     global _timer, _context, _instance
     if _settings is None or _timer is not None or stopping():  # stopping: told to stop while it started
         return
+    from workers.cairn.presence import PresenceContext, PresenceTimer, write_manifest, write_presence
+
     _clear_refusal_fault(_settings)
     ctx = PresenceContext.from_settings(_settings)
     iid = instance_id(getattr(sender, "hostname", None))

