@@ -11,7 +11,9 @@ is measured by ``python -m bench voicy-burst`` (docs/BENCHMARKS.md).
 
 from __future__ import annotations
 
+import functools
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,20 +59,30 @@ def short_clips(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return voices + fixtures
 
 
-def test_each_clip_gets_the_words_and_parts_it_gets_alone(engine: ClipBatchingEngine,
+Alone = Callable[[Path], Transcript]
+
+
+@pytest.fixture(scope="module")
+def alone(engine: ClipBatchingEngine) -> Alone:
+    """What the engine gives for a recording transcribed on its own, each decoded once per module (a
+    window of the model costs about a CPU-second), the same whichever test asks first."""
+    return functools.cache(engine.transcribe)
+
+
+def test_each_clip_gets_the_words_and_parts_it_gets_alone(engine: ClipBatchingEngine, alone: Alone,
                                                           short_clips: list[Path]) -> None:
-    alone = [engine.transcribe(path) for path in short_clips]
+    references = [alone(path) for path in short_clips]
     batched = engine.transcribe_clips([Clip(path) for path in short_clips])  # several passes of 4
     assert len(batched) == len(short_clips)
-    for path, one, other in zip(short_clips, alone, batched):
+    for path, one, other in zip(short_clips, references, batched):
         assert isinstance(other, Transcript), (path.name, other)
         assert_same_words(one, other, path.name)  # words and timing: punctuation varies with the CPU's kernels
         assert (other.language, other.duration) == (one.language, one.duration) == ("en", other.duration)
         assert other.duration == pytest.approx(media_seconds(path), abs=0.05)
 
 
-def test_a_clip_that_cannot_be_decoded_fails_alone(engine: ClipBatchingEngine, short_clips: list[Path],
-                                                   tmp_path: Path) -> None:
+def test_a_clip_that_cannot_be_decoded_fails_alone(engine: ClipBatchingEngine, alone: Alone,
+                                                   short_clips: list[Path], tmp_path: Path) -> None:
     video_only = write_video_only_mp4(tmp_path / "screen.mp4")
     clips = [short_clips[0], AUDIO_DIR / "undecodable.ogg", short_clips[1], video_only]
     outcomes = engine.transcribe_clips([Clip(path) for path in clips])
@@ -78,7 +90,7 @@ def test_a_clip_that_cannot_be_decoded_fails_alone(engine: ClipBatchingEngine, s
     assert isinstance(outcomes[3], PermanentJobError) and "no audio stream" in str(outcomes[3])
     for index in (0, 2):
         assert isinstance(outcomes[index], Transcript)
-        assert_same_words(engine.transcribe(clips[index]), outcomes[index], clips[index].name)  # type: ignore[arg-type]
+        assert_same_words(alone(clips[index]), outcomes[index], clips[index].name)  # type: ignore[arg-type]
 
 
 def test_a_recording_longer_than_one_window_is_left_to_the_caller(engine: ClipBatchingEngine,
@@ -91,14 +103,14 @@ def test_a_recording_longer_than_one_window_is_left_to_the_caller(engine: ClipBa
 
 
 def test_a_decode_the_sequential_engine_would_retry_is_left_to_the_caller(
-        engine: ClipBatchingEngine, short_clips: list[Path], tmp_path: Path) -> None:
+        engine: ClipBatchingEngine, alone: Alone, short_clips: list[Path], tmp_path: Path) -> None:
     """The batched pass has no temperature fallback; the sequential engine decodes a too repetitive
     window again. So such a clip is not answered from the batch: the caller transcribes it alone."""
     repeated = write_repeated_speech_ogg(tmp_path / "again.ogg", REPEATED_VOICE_S)
     outcomes = engine.transcribe_clips([Clip(short_clips[0]), Clip(repeated)])
     assert outcomes[1] is None
     assert isinstance(outcomes[0], Transcript)
-    assert_same_words(engine.transcribe(short_clips[0]), outcomes[0], short_clips[0].name)
+    assert_same_words(alone(short_clips[0]), outcomes[0], short_clips[0].name)
 
 
 class Gone(Exception):
