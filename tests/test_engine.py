@@ -51,6 +51,12 @@ def engine() -> WhisperEngine:
     return WhisperEngine(_settings())
 
 
+@pytest.fixture(scope="module")
+def weather_en(engine: WhisperEngine) -> Transcript:
+    """The weather fixture transcribed in English, once for the module: what a body is made from."""
+    return engine.transcribe(AUDIO_DIR / _fixture("weather")["file"], language="en")
+
+
 def _body(engine: WhisperEngine, transcript: Transcript, label: str = DEFAULT_ENGINE) -> dict:
     """What the pipeline posts as ``progress``/``result`` for ``transcript`` (``workers.voicy.bodies``)."""
     return transcript_body(transcript, label, engine.metadata).body()
@@ -96,10 +102,8 @@ def test_streams_a_growing_transcript(engine: WhisperEngine) -> None:
 
 
 @pytest.mark.model
-def test_result_body_has_no_nulls_and_the_contract_shape(engine: WhisperEngine) -> None:
-    weather = _fixture("weather")
-    transcript = engine.transcribe(AUDIO_DIR / weather["file"], language="en")
-    body = _body(engine, transcript)
+def test_result_body_has_no_nulls_and_the_contract_shape(engine: WhisperEngine, weather_en: Transcript) -> None:
+    body = _body(engine, weather_en)
     assert set(body) == {"text", "parts", "language", "engine", "duration", "metadata"}
     assert body["engine"] == "faster-whisper" and body["language"] == "en"
     assert set(body["metadata"]) == {"model", "device", "computeType"}
@@ -110,7 +114,7 @@ def test_result_body_has_no_nulls_and_the_contract_shape(engine: WhisperEngine) 
 
 
 @pytest.mark.model
-def test_the_configured_engine_name_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_configured_engine_name_is_reported(monkeypatch: pytest.MonkeyPatch, weather_en: Transcript) -> None:
     """§6.7: ``engine`` is VOICY_WORKER_ENGINE (Voicy stores it as ``workerEngine``), default faster-whisper."""
     monkeypatch.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:9/worker/v1")
     monkeypatch.setenv("VOICY_WORKER_TOKEN", "unused-token")
@@ -120,8 +124,7 @@ def test_the_configured_engine_name_is_reported(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("VOICY_WORKER_ENGINE", "switchyard-whisper-fleet-b")
     settings = load_voicy_settings()
     named = WhisperEngine(settings)
-    transcript = named.transcribe(AUDIO_DIR / _fixture("weather")["file"], language="en")
-    assert _body(named, transcript, settings.engine)["engine"] == "switchyard-whisper-fleet-b"
+    assert _body(named, weather_en, settings.engine)["engine"] == "switchyard-whisper-fleet-b"
     assert _body(named, Transcript(), settings.engine)["engine"] == "switchyard-whisper-fleet-b"
 
 
