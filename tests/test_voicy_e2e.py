@@ -13,6 +13,7 @@ import base64
 import json
 import shutil
 import signal
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from deploy.devstack.log_budget import Allow
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge
 from deploy.devstack.synth_media import write_video_only_mp4
 from tests.kit.gate import Gate
+from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.voicy_stack import (
     FINAL,
     JOB_DONE_TIMEOUT_S,
@@ -65,6 +67,24 @@ def voicy(tmp_path: Path, fresh_redis: str):
     """A dev Voicy API with a distinctive token, a fake Telegram, and the fleet environment."""
     with voicy_dev_stack(tmp_path, fresh_redis, "test") as stack:
         yield stack
+
+
+@pytest.fixture(scope="module")
+def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVoicyFleet]:
+    """The running fleet (io worker of two processes, gpu worker, bridge) of the tests that only send it
+    jobs and read what happened to them (tests/kit/shared_fleet.py): started once, not once per test. At
+    DEBUG, so S1's test reads every line any of them logged. A test that kills, restarts or orders the
+    start of a fleet process, or needs other settings, starts its own."""
+    with shared_voicy_fleet(tmp_path_factory.mktemp("voicy-e2e-fleet"), "test", io_concurrency=2,
+                            LOG_LEVEL="DEBUG") as fleet:
+        yield fleet
+
+
+@pytest.fixture()
+def shared(shared_fleet: SharedVoicyFleet, tmp_path: Path) -> Iterator[SharedVoicyFleet]:
+    """The shared fleet for one test; what it logs meanwhile goes to this test's log budget."""
+    with shared_fleet.attributed(tmp_path) as fleet:
+        yield fleet
 
 
 def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_workers, tmp_path):
@@ -130,23 +150,16 @@ def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_
     assert sum(len(b) for b in sequences) >= limit
 
 
-def test_failures_are_reported_with_the_right_retryable_flag(voicy, celery_workers, tmp_path):
-    server, telegram, env = voicy
-    manifest = audio_manifest()
+def test_failures_are_reported_with_the_right_retryable_flag(shared, tmp_path):
+    server, telegram = shared.server, shared.telegram
     missing = server.enqueue_job("fid-not-on-telegram", mime_type="audio/ogg")
     telegram.add_file("fid-garbage", (AUDIO_DIR / "undecodable.ogg").read_bytes())
     garbage = server.enqueue_job("fid-garbage", mime_type="audio/ogg")
     # a screen recording sent as a video: decodable, but there is no audio to transcribe
     telegram.add_file("fid-video-only", write_video_only_mp4(tmp_path / "video-only.mp4").read_bytes())
     video = server.enqueue_job("fid-video-only", mime_type="video/mp4", source_kind="video")
-    celery_workers("io", env, concurrency=2)
-    celery_workers("gpu", env, concurrency=1)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
-        wait_until(lambda: all(requests_for(server, j, "failure") for j in (missing, garbage, video)),
-                   JOB_DONE_TIMEOUT_S, "the three failures")
-    finally:
-        bridge.stop()
+    wait_until(lambda: all(requests_for(server, j, "failure") for j in (missing, garbage, video)),
+               JOB_DONE_TIMEOUT_S, "the three failures")
     assert requests_for(server, missing, "failure")[0]["json"]["retryable"] is True
     assert requests_for(server, garbage, "failure")[0]["json"]["retryable"] is False
     assert server.get_job(garbage)["status"] == "failed"
@@ -156,21 +169,14 @@ def test_failures_are_reported_with_the_right_retryable_flag(voicy, celery_worke
     # a failure message never carries the bot token
     for r in requests_for(server, missing, "failure"):
         assert BOT_TOKEN not in json.dumps(r["json"])
-    del manifest
 
 
-def test_voicy_5xx_on_result_is_retried_not_lost(voicy, celery_workers, tmp_path):
-    server, telegram, env = voicy
+def test_voicy_5xx_on_result_is_retried_not_lost(shared):
+    server, telegram = shared.server, shared.telegram
     item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
-    server.inject_failure("result", status=503, times=2)
+    server.inject_failure("result", status=503, times=2)  # no other job is in flight: the fleet is quiet
     job_id = enqueue_fixture(server, telegram, item)
-    celery_workers("io", env)
-    celery_workers("gpu", env)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
-        jobs = wait_final(server, [job_id])
-    finally:
-        bridge.stop()
+    jobs = wait_final(server, [job_id])
     assert jobs[job_id]["status"] == "completed"
     statuses = [r["status"] for r in requests_for(server, job_id, "result")]
     assert statuses[:2] == [503, 503] and statuses[-1] == 200
@@ -351,31 +357,26 @@ def redis_plaintext(r: redis.Redis) -> list[bytes]:
     return out
 
 
-def test_secrets_never_reach_logs_task_messages_or_results(voicy, celery_workers, tmp_path, fresh_redis):
+def test_secrets_never_reach_logs_task_messages_or_results(shared):
     """S1: the Voicy token and the bot token appear in no log, task message or Redis value."""
-    server, telegram, env = voicy
+    server, telegram, env = shared.server, shared.telegram, shared.env
     item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
-    env = dict(env, LOG_LEVEL="DEBUG")
-    r = redis.Redis.from_url(fresh_redis)
+    assert env["LOG_LEVEL"] == "DEBUG"  # every process of the fleet logs everything it may
+    r = redis.Redis.from_url(shared.redis_url)
     seen: list[bytes] = []
     job_id = enqueue_fixture(server, telegram, item)
     bad = server.enqueue_job("fid-missing-for-s1", mime_type="audio/ogg")
-    celery_workers("io", env)
-    celery_workers("gpu", env)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
 
-        def scanned_until_final() -> bool:  # every value Redis holds while the jobs run, not one snapshot
-            seen.extend(redis_plaintext(r))
-            return all(server.get_job(j)["status"] in FINAL for j in (job_id, bad))
+    def scanned_until_final() -> bool:  # every value Redis holds while the jobs run, not one snapshot
+        seen.extend(redis_plaintext(r))
+        return all(server.get_job(j)["status"] in FINAL for j in (job_id, bad))
 
-        wait_until(scanned_until_final, 120, "both jobs to end, scanning Redis meanwhile")
-    finally:
-        bridge.stop()
+    wait_until(scanned_until_final, 120, "both jobs to end, scanning Redis meanwhile")
     seen.extend(redis_plaintext(r))
     blobs = b"".join(seen).decode(errors="replace")
     assert job_id in blobs  # the scan reads values as text: the job's own records and task messages show
-    logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))
+    logs = shared.text()  # every line the fleet logged since it started, this test's and the others'
+    assert f"job {job_id}" in logs
     failures = json.dumps([q["json"] for q in server.requests if q["path"].endswith("/failure")])
     bot_secret = BOT_TOKEN.split(":", 1)[1]
     for secret in (env["VOICY_WORKER_TOKEN"], BOT_TOKEN, bot_secret):
