@@ -44,8 +44,8 @@ QUIET_TIMEOUT_S = 60.0
 
 @dataclass
 class SharedVoicyFleet:
-    """A running io worker, gpu worker and (unless the module plays the bridge itself) Voicy bridge, with the
-    dev Voicy API and fake Telegram they use."""
+    """A running io worker, gpu worker and Voicy bridge (or the ones of these a module shares), with the dev
+    Voicy API and fake Telegram they use."""
 
     server: Any
     telegram: Any
@@ -106,18 +106,20 @@ class SharedVoicyFleet:
 
 
 @contextmanager
-def shared_voicy_fleet(tmp: Path, client: str, *, io_concurrency: int = 1, bridge: bool = True,
+def shared_voicy_fleet(tmp: Path, client: str, *, io_concurrency: int = 1, gpu: bool = True, bridge: bool = True,
                        **env_overrides: str) -> Iterator[SharedVoicyFleet]:
-    """Start the fleet under ``tmp`` (its own Redis, dev Voicy API, fake Telegram, io and gpu workers
-    and, unless ``bridge`` is false, the bridge); stop it on leaving, then check the log budget of what
-    no test took."""
+    """Start the fleet under ``tmp`` (its own Redis, dev Voicy API, fake Telegram, the io worker and,
+    unless told not to, the gpu worker and the bridge: a module whose tests each start one at a moment
+    of their own keeps that one per test); stop it on leaving, then check the log budget of what no
+    test took."""
     redis_svc = services.start_redis(tmp / "redis")
     procs: list[CeleryWorker | Proc] = []
     try:
         with voicy_dev_stack(tmp, redis_svc.url, client, **env_overrides) as (server, telegram, env):
-            logs = [tmp / "worker-io.log", tmp / "worker-gpu.log"]
-            for queue, concurrency, log in (("io", io_concurrency, logs[0]), ("gpu", 1, logs[1])):
-                worker = CeleryWorker(queue, env, log, concurrency=concurrency)
+            logs: list[Path] = []
+            for queue, concurrency in (("io", io_concurrency), ("gpu", 1))[:2 if gpu else 1]:
+                logs.append(tmp / f"worker-{queue}.log")
+                worker = CeleryWorker(queue, env, logs[-1], concurrency=concurrency)
                 procs.append(worker)
                 worker.wait_ready(redis_svc.url)
             if bridge:
