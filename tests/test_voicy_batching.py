@@ -66,7 +66,8 @@ def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVoi
     """The io worker (two processes) and the bridge, batching on, every test's alike (tests/kit/shared_fleet.py):
     started once, not once per test. The gpu worker, and beat, are each test's own: a test starts its gpu
     worker once its jobs wait ready, or kills it, and sets the gpu side's batch wait or heartbeat cadence."""
-    with shared_voicy_fleet(tmp_path_factory.mktemp("batching-fleet"), "batching", io_concurrency=2, gpu=False,
+    with shared_voicy_fleet(tmp_path_factory.mktemp("batching-fleet"), "batching", io_concurrency=2,
+                            members=("io", "bridge"),
                             VOICY_WORKER_CLIP_BATCH_SIZE=CLIPS_PER_PASS) as fleet:  # a CPU's default is off: opt in
         yield fleet
 

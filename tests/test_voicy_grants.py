@@ -71,7 +71,7 @@ def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVoi
     """The io and gpu workers (the recovery lease TTL) of the tests where this process plays the killed
     bridge, io task or reaper (tests/kit/shared_fleet.py): started once, not once per test. No bridge:
     a test that needs one starts it, and beat is each test's own (one test starts it late)."""
-    with shared_voicy_fleet(tmp_path_factory.mktemp("grants-fleet"), "grants", bridge=False,
+    with shared_voicy_fleet(tmp_path_factory.mktemp("grants-fleet"), "grants", members=("io", "gpu"),
                             VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as fleet:
         yield fleet
 
