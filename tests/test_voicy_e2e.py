@@ -73,36 +73,42 @@ def voicy(tmp_path: Path, fresh_redis: str):
 def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVoicyFleet]:
     """The running fleet (io worker of two processes, gpu worker, bridge) of the tests that only send it
     jobs and read what happened to them (tests/kit/shared_fleet.py): started once, not once per test. At
-    DEBUG, so S1's test reads every line any of them logged. A test that kills, restarts or orders the
-    start of a fleet process, or needs other settings, starts its own."""
-    with shared_voicy_fleet(tmp_path_factory.mktemp("voicy-e2e-fleet"), "test", io_concurrency=2,
-                            LOG_LEVEL="DEBUG") as fleet:
+    DEBUG, so S1's test reads every line any of them logged. A test whose gpu worker is its own (two
+    processes, or started once a duplicate waits) runs without the shared one; a test that kills,
+    restarts or orders the start of a fleet process, or needs other settings, starts its whole fleet."""
+    with shared_voicy_fleet(tmp_path_factory.mktemp("voicy-e2e-fleet"), "test", io_concurrency=2, members=(),
+                            LOG_LEVEL="DEBUG") as fleet:  # each test's fixture starts the members it shares
         yield fleet
 
 
 @pytest.fixture()
 def shared(shared_fleet: SharedVoicyFleet, tmp_path: Path) -> Iterator[SharedVoicyFleet]:
-    """The shared fleet for one test; what it logs meanwhile goes to this test's log budget."""
+    """The whole shared fleet for one test; what it logs meanwhile goes to this test's log budget."""
+    shared_fleet.only("io", "gpu", "bridge")
     with shared_fleet.attributed(tmp_path) as fleet:
         yield fleet
 
 
-def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_workers, tmp_path):
-    server, telegram, env = voicy
+@pytest.fixture()
+def shared_but_gpu(shared_fleet: SharedVoicyFleet, tmp_path: Path) -> Iterator[SharedVoicyFleet]:
+    """The shared io worker and bridge for a test that starts its own gpu worker (none shared runs)."""
+    shared_fleet.only("io", "bridge")
+    with shared_fleet.attributed(tmp_path) as fleet:
+        yield fleet
+
+
+def test_five_jobs_complete_with_transcripts_parts_and_progress(shared_but_gpu, celery_workers):
+    server, telegram, env = shared_but_gpu.server, shared_but_gpu.telegram, shared_but_gpu.env
     manifest = sorted(audio_manifest(), key=lambda m: m["duration_s"])
     items = manifest[-5:]
-    celery_workers("io", env, concurrency=2)
     # the CPU-host recommendation, threads left to auto (not the suite's fixed count): auto-split
     gpu = celery_workers("gpu", {**env, "VOICY_WORKER_CPU_THREADS": str(AUTO_CPU_THREADS)}, concurrency=2)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
-        ids = {enqueue_fixture(server, telegram, item): item for item in items}
-        jobs = wait_final(server, list(ids))
-    finally:
-        bridge.stop()
+    ids = {enqueue_fixture(server, telegram, item): item for item in items}
+    jobs = wait_final(server, list(ids))
     for job_id, item in ids.items():
         job = jobs[job_id]
-        assert job["status"] == "completed", (item["name"], job.get("lastError"), bridge.log()[-2000:])
+        assert job["status"] == "completed", (item["name"], job.get("lastError"),
+                                              shared_but_gpu.log_of("bridge")[-2000:])
         text = job["resultText"].lower()
         for word in item["keywords"]:
             assert word.lower() in text, (item["name"], word, text)
@@ -112,7 +118,9 @@ def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_wo
     longest = max(ids, key=lambda j: ids[j]["duration_s"])
     assert len(requests_for(server, longest, "progress")) >= 1
     # media is deleted after the result (just after the /result response: await it)
-    wait_until(lambda: not any((tmp_path / "work").glob("*.o*")), 30, "the media to be deleted")
+    work = Path(env["VOICY_WORKER_WORK_DIR"])
+    assert work.is_dir()
+    wait_until(lambda: not any(next(work.glob(f"{j}.*"), None) for j in ids), 30, "the media to be deleted")
     # the worker's parent handed its pool size to the engine: the cores are split between both processes
     cores = usable_cores()
     assert f"cpu_threads={max(1, cores // 2)} (auto: {cores} usable cores / 2 pool processes)" in gpu.log()
@@ -304,30 +312,6 @@ def test_sigkill_mid_transcription_recovers_and_completes_once(voicy_mid_transcr
         p.read_text() for p in tmp_path.glob("worker-*.log"))
 
 
-def test_duplicate_delivery_transcribes_once(voicy, celery_workers, tmp_path, fresh_redis):
-    """V2: a second copy of the same gpu task message does nothing."""
-    server, telegram, env = voicy
-    item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
-    job_id = enqueue_fixture(server, telegram, item)
-    r = redis.Redis.from_url(fresh_redis)
-    celery_workers("io", env)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
-        wait_until(lambda: r.llen("gpu") == 1, 60, "the transcription task to be queued")
-        message = r.lindex("gpu", 0)
-        r.lpush("gpu", message)  # exactly what a broker redelivery looks like
-        celery_workers("gpu", env)
-        jobs = wait_final(server, [job_id])
-        wait_until(lambda: r.llen("gpu") == 0, 30, "the duplicate to be consumed")
-    finally:
-        bridge.stop()
-    assert jobs[job_id]["status"] == "completed"
-    assert len(requests_for(server, job_id, "transcribe")) <= 1
-    assert len(requests_for(server, job_id, "result")) == 1
-    logs = "".join(p.read_text() for p in tmp_path.glob("worker-*gpu*.log"))
-    assert "already owned by another execution" in logs
-
-
 def redis_plaintext(r: redis.Redis) -> list[bytes]:
     """Every value in Redis as readable bytes: strings, hashes, lists, sets and sorted sets read
     member by member (``DUMP`` is compressed, so a secret inside it would not show), and kombu
@@ -383,3 +367,23 @@ def test_secrets_never_reach_logs_task_messages_or_results(shared):
         assert secret not in logs
         assert secret not in blobs
         assert secret not in failures
+
+
+def test_duplicate_delivery_transcribes_once(shared_but_gpu, celery_workers, tmp_path):
+    """V2: a second copy of the same gpu task message does nothing."""
+    server, telegram, env = shared_but_gpu.server, shared_but_gpu.telegram, shared_but_gpu.env
+    item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
+    r = redis.Redis.from_url(shared_but_gpu.redis_url)
+    assert r.llen("gpu") == 0
+    job_id = enqueue_fixture(server, telegram, item)
+    wait_until(lambda: r.llen("gpu") == 1, 60, "the transcription task to be queued")
+    message = r.lindex("gpu", 0)
+    r.lpush("gpu", message)  # exactly what a broker redelivery looks like
+    celery_workers("gpu", env)
+    jobs = wait_final(server, [job_id])
+    wait_until(lambda: r.llen("gpu") == 0, 30, "the duplicate to be consumed")
+    assert jobs[job_id]["status"] == "completed"
+    assert len(requests_for(server, job_id, "transcribe")) <= 1
+    assert len(requests_for(server, job_id, "result")) == 1
+    logs = "".join(p.read_text() for p in tmp_path.glob("worker-*gpu*.log"))
+    assert "already owned by another execution" in logs
