@@ -9,7 +9,11 @@ dev Cairn core, fake Strava). A *gate* in front of one fake endpoint holds a
 request for as long as a test needs, so "mid-transcription" and "mid-download"
 are states the test waits for, not timing guesses.
 
-Lease TTLs are long (60 s) in the worker tests: a job recovered within the test
+The Voicy processes a test does not signal are the module's shared fleet
+(``tests/kit/shared_fleet.py``: started once, not once per test); the one it
+signals, and its replacement, are the test's own.
+
+Lease TTLs are long (60 s) in the Voicy tests: a job recovered within the test
 deadline proves it was *handed back* at shutdown, not found after its lease expired.
 """
 
@@ -33,7 +37,7 @@ from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_beat, start_b
 from tasks.routes import provider_queue
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.gate import Gate
-from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -62,8 +66,9 @@ def requests_for(server: Any, job_id: str, endpoint: str) -> list[dict]:
     return [r for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/{endpoint}")]
 
 
-def claims(server: Any) -> list[dict]:
-    return [r for r in server.requests if r["path"].endswith(("/claim-download", "/claim-ready"))]
+def claims(server: Any, since: int = 0) -> list[dict]:
+    """The claims the dev Voicy API received, from its ``since``-th request on."""
+    return [r for r in server.requests[since:] if r["path"].endswith(("/claim-download", "/claim-ready"))]
 
 
 def enqueue(server: Any, telegram: Any, item: dict, file_id: str) -> tuple[str, str]:
@@ -101,19 +106,27 @@ def short_items(n: int) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- Voicy stack
-@pytest.fixture()
-def voicy(tmp_path: Path, fresh_redis: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, dict]]:
-    """Dev Voicy API (with a gate on ``progress``), fake Telegram, and the fleet environment."""
-    from deploy.devstack.voicy_api import server as server_module
-
+@pytest.fixture(scope="module")
+def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SharedVoicyFleet, Gate]]:
+    """Dev Voicy API (with a gate on ``progress``), fake Telegram, and the fleet members a test does not stop
+    (tests/kit/shared_fleet.py): each test runs ``only`` the shared kinds it keeps, and starts its own of
+    the kind it SIGTERMs, so no shared process takes that one's work. Long leases for every process."""
     gate = Gate.path_suffix("/progress", once=True)  # once: a replacement worker must get through
-    build_app = server_module.build_app
-    monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
-    with voicy_dev_stack(tmp_path, fresh_redis, "shutdown") as (server, telegram, env):
+    with shared_voicy_fleet(tmp_path_factory.mktemp("shutdown-fleet"), "shutdown", io_concurrency=2, members=(),
+                            gate=gate, VOICY_WORKER_LEASE_TTL_MS=LONG_LEASE_TTL_MS) as fleet:
+        yield fleet, gate
+
+
+@pytest.fixture()
+def voicy(shared_fleet: tuple[SharedVoicyFleet, Gate],
+          tmp_path: Path) -> Iterator[tuple[Any, Any, Gate, dict, SharedVoicyFleet]]:
+    """The shared dev Voicy API, fake Telegram, gate, fleet environment and fleet, for one test."""
+    fleet, gate = shared_fleet
+    with fleet.attributed(tmp_path):
         try:
-            yield server, telegram, gate, env
+            yield fleet.server, fleet.telegram, gate, fleet.env, fleet
         finally:
-            gate.open()  # before the server stops: a held request must not keep it waiting
+            gate.open()  # before the fleet waits for its jobs: a held request must not keep it waiting
 
 
 def procfile_worker_env(env: dict[str, str], soft_shutdown_s: float) -> dict[str, str]:
@@ -122,18 +135,17 @@ def procfile_worker_env(env: dict[str, str], soft_shutdown_s: float) -> dict[str
 
 
 # --------------------------------------------------------------------------- Voicy bridge
-def test_sigterm_bridge_under_load_stops_claiming_and_claimed_jobs_complete_once(voicy, celery_workers,
-                                                                               tmp_path):
-    server, telegram, _gate, env = voicy
+def test_sigterm_bridge_under_load_stops_claiming_and_claimed_jobs_complete_once(voicy, tmp_path):
+    server, telegram, _gate, env, fleet = voicy
+    fleet.only("io", "gpu")  # the bridge is this test's own
     env = dict(env, VOICY_WORKER_READY_QUEUE_LIMIT="2")
+    start = len(server.requests)
     ids = [enqueue(server, telegram, item, f"fid-b{n}")[0] for n, item in enumerate(short_items(8))]
-    celery_workers("io", env, concurrency=2)
-    celery_workers("gpu", env)
     bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
-        wait_until(lambda: sum(1 for r in claims(server) if r["endpoint"] == "claim-download"
+        wait_until(lambda: sum(1 for r in claims(server, start) if r["endpoint"] == "claim-download"
                                and r["status"] == 200) >= 3, MODEL_READY_TIMEOUT_S, "three claims")
-        seen = len(claims(server))
+        seen = len(claims(server, start))
         exited_s, killed = terminate(bridge.proc, BRIDGE_EXIT_LIMIT_S)
     finally:
         bridge.stop()
@@ -141,7 +153,7 @@ def test_sigterm_bridge_under_load_stops_claiming_and_claimed_jobs_complete_once
     assert bridge.proc.returncode == 0, bridge.log()[-2000:]
     assert "voicy bridge stopped" in bridge.log()
     # At most the one claim already on the wire when the signal landed; none started later.
-    assert len(claims(server)) - seen <= 1, claims(server)[seen:]
+    assert len(claims(server, start)) - seen <= 1, claims(server, start)[seen:]
 
     claimed = [j for j in ids if server.get_job(j)["status"] != "queued_for_download"]
     waiting = [j for j in ids if j not in claimed]
@@ -165,15 +177,14 @@ def test_sigterm_gpu_mid_transcription_hands_the_job_back_and_it_completes_once(
                                                                                tmp_path):
     """Cold shutdown with no soft window: the task is cancelled, releases its lease, the reaper
     redispatches at once (well before the 60 s lease would expire), a replacement finishes it."""
-    server, telegram, gate, env = voicy
-    env = dict(env, VOICY_WORKER_LEASE_TTL_MS=LONG_LEASE_TTL_MS)
+    server, telegram, gate, env, fleet = voicy
+    fleet.only("io", "bridge")  # the gpu worker is this test's own
+    assert env["VOICY_WORKER_LEASE_TTL_MS"] == LONG_LEASE_TTL_MS
+    gate.arm()
     job_id, _ = enqueue(server, telegram, long_item(), "fid-gpu")
-    celery_workers("io", env)
     gpu = celery_workers("gpu", procfile_worker_env(env, 0))
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
-    bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
-        gate.arm()
         assert gate.arrived.wait(MODEL_READY_TIMEOUT_S), "transcription never sent progress"
         exited_s, killed = terminate(gpu.proc)
         gate.open()
@@ -183,33 +194,28 @@ def test_sigterm_gpu_mid_transcription_hands_the_job_back_and_it_completes_once(
         celery_workers("gpu", env)  # the replacement dyno
         jobs = wait_final(server, [job_id], RECOVERY_DEADLINE_S)
     finally:
-        bridge.stop()
         beat.stop()
     assert_completed_once(server, jobs, all_logs(tmp_path))
     assert not requests_for(server, job_id, "failure")
-    assert "redispatching transcription" in all_logs(tmp_path)
+    assert re.search(rf"job {job_id}: .*redispatching transcription", all_logs(tmp_path) + fleet.text())
 
 
 def test_sigterm_gpu_within_the_soft_window_finishes_the_job_on_the_dying_worker(voicy, celery_workers,
                                                                                 tmp_path):
     """The soft window lets a running transcription finish; nothing is redispatched or repeated."""
-    server, telegram, gate, env = voicy
-    env = dict(env, VOICY_WORKER_LEASE_TTL_MS=LONG_LEASE_TTL_MS)
+    server, telegram, gate, env, fleet = voicy
+    fleet.only("io", "bridge")  # the gpu worker is this test's own; no beat: only the dying worker can finish it
+    assert env["VOICY_WORKER_LEASE_TTL_MS"] == LONG_LEASE_TTL_MS
     soft_s = 5.0
+    gate.arm()
     job_id, _ = enqueue(server, telegram, long_item(), "fid-soft")
-    celery_workers("io", env)
     gpu = celery_workers("gpu", procfile_worker_env(env, soft_s))
-    bridge = start_bridge(env, tmp_path / "bridge.log")  # no beat: only the dying worker can finish it
-    try:
-        gate.arm()
-        assert gate.arrived.wait(MODEL_READY_TIMEOUT_S), "transcription never sent progress"
-        os.killpg(gpu.proc.pid, signal.SIGTERM)
-        wait_until(lambda: "Initiating Soft Shutdown" in gpu.log(), 10, "the soft shutdown")
-        gate.open()  # Voicy answers the held progress call; the task runs on
-        jobs = wait_final(server, [job_id], soft_s + 10)
-        gpu.proc.wait(WORKER_EXIT_GRACE_S)
-    finally:
-        bridge.stop()
+    assert gate.arrived.wait(MODEL_READY_TIMEOUT_S), "transcription never sent progress"
+    os.killpg(gpu.proc.pid, signal.SIGTERM)
+    wait_until(lambda: "Initiating Soft Shutdown" in gpu.log(), 10, "the soft shutdown")
+    gate.open()  # Voicy answers the held progress call; the task runs on
+    jobs = wait_final(server, [job_id], soft_s + 10)
+    gpu.proc.wait(WORKER_EXIT_GRACE_S)
     assert_completed_once(server, jobs, gpu.log())
     assert "handed back" not in gpu.log()
     assert len(requests_for(server, job_id, "transcribe")) == 1
@@ -217,16 +223,15 @@ def test_sigterm_gpu_within_the_soft_window_finishes_the_job_on_the_dying_worker
 
 # --------------------------------------------------------------------------- io worker
 def test_sigterm_io_mid_download_hands_jobs_back_and_each_completes_once(voicy, celery_workers, tmp_path):
-    server, telegram, _gate, env = voicy
-    env = dict(env, VOICY_WORKER_LEASE_TTL_MS=LONG_LEASE_TTL_MS)
+    server, telegram, _gate, env, fleet = voicy
+    fleet.only("gpu", "bridge")  # the io worker is this test's own
+    assert env["VOICY_WORKER_LEASE_TTL_MS"] == LONG_LEASE_TTL_MS
     pairs = [enqueue(server, telegram, item, f"fid-io{n}") for n, item in enumerate(short_items(2))]
     ids = [job_id for job_id, _ in pairs]
     for n in range(len(pairs)):
         telegram.delay(f"fid-io{n}", 10.0)  # a slow Telegram file server
     io = celery_workers("io", procfile_worker_env(env, 0), concurrency=2)
-    celery_workers("gpu", env)
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
-    bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
         paths = {path for _, path in pairs}
         wait_until(lambda: paths <= {r["path"] for r in telegram.requests_of("download") if r["status"] == 0},
@@ -239,7 +244,6 @@ def test_sigterm_io_mid_download_hands_jobs_back_and_each_completes_once(voicy, 
         celery_workers("io", env, concurrency=2)  # the replacement dyno
         jobs = wait_final(server, ids, RECOVERY_DEADLINE_S)
     finally:
-        bridge.stop()
         beat.stop()
     assert_completed_once(server, jobs, all_logs(tmp_path))
     for job_id in ids:

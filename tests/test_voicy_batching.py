@@ -17,22 +17,26 @@ its start for a known while: long enough to see all its leases running, and
 to make each job's first progress post due (the throttle starts with the
 step and posts only after ``VOICY_WORKER_PROGRESS_INTERVAL_MS``, 1 s here).
 Batching is off by default on a CPU (``EngineSettings.clip_batch_on``), so
-every test here turns it on with ``VOICY_WORKER_CLIP_BATCH_SIZE=4``.
+every test here turns it on with ``VOICY_WORKER_CLIP_BATCH_SIZE=4``. The io
+worker and the bridge, alike in every test, are the module's (started once:
+``tests/kit/shared_fleet.py``); each test starts its own gpu worker and beat.
 """
 
 from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
 from deploy.devstack.log_budget import Allow
-from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge
+from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_beat
 from deploy.devstack.synth_media import write_repeated_speech_ogg
-from tests.kit.voicy_stack import enqueue_fixture, requests_for, voicy_dev_stack, wait_final
+from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
+from tests.kit.voicy_stack import enqueue_fixture, requests_for, wait_final
 from tests.kit.waiting import wait_until
 from workers.lease import LEASE_PREFIX, LeaseState, view
 from workers.voicy.runtime import LEASE_NAMESPACE
@@ -57,11 +61,23 @@ BOUNDED_WAIT_MS = 1500
 HEARTBEAT_EVERY_MS = "1000"  # production's 30 s would send none while the batch is held
 
 
+@pytest.fixture(scope="module")
+def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVoicyFleet]:
+    """The io worker (two processes) and the bridge, batching on, every test's alike (tests/kit/shared_fleet.py):
+    started once, not once per test. The gpu worker, and beat, are each test's own: a test starts its gpu
+    worker once its jobs wait ready, or kills it, and sets the gpu side's batch wait or heartbeat cadence."""
+    with shared_voicy_fleet(tmp_path_factory.mktemp("batching-fleet"), "batching", io_concurrency=2,
+                            members=("io", "bridge"),
+                            VOICY_WORKER_CLIP_BATCH_SIZE=CLIPS_PER_PASS) as fleet:  # a CPU's default is off: opt in
+        yield fleet
+
+
 @pytest.fixture()
-def voicy(tmp_path: Path, fresh_redis: str):  # type: ignore[no-untyped-def]
-    """A dev Voicy API, a fake Telegram, and the fleet environment."""
-    with voicy_dev_stack(tmp_path, fresh_redis, "batching") as stack:
-        yield stack
+def voicy(shared_fleet: SharedVoicyFleet, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The shared fleet's dev Voicy API, fake Telegram and environment, for one test (what the io worker and
+    the bridge log meanwhile goes to this test's log budget), and the fleet itself."""
+    with shared_fleet.attributed(tmp_path) as fleet:
+        yield fleet.server, fleet.telegram, fleet.env, fleet
 
 
 def _shorts(count: int) -> list[dict]:
@@ -85,21 +101,18 @@ def _wait_ready(server, job_ids: list[str]) -> None:  # type: ignore[no-untyped-
                            for j in job_ids), READY_TIMEOUT_S, "every job to be downloaded")
 
 
-def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, celery_workers, tmp_path,
-                                                                        fresh_redis):
+def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, celery_workers, tmp_path):
     """Four ready jobs, one gpu process: one batch. Each job runs under its own lease and gets its own
     heartbeats, progress and result; the undecodable one fails alone, its batch-mates complete."""
-    server, telegram, env = voicy
-    env = dict(env, VOICY_WORKER_CLIP_BATCH_SIZE=CLIPS_PER_PASS)  # a CPU's default is off: opt in
+    server, telegram, env, fleet = voicy
+    assert env["VOICY_WORKER_CLIP_BATCH_SIZE"] == CLIPS_PER_PASS
     env = dict(env, VOICY_WORKER_HEARTBEAT_INTERVAL_MS=HEARTBEAT_EVERY_MS)  # heartbeats within the held batch
-    r = redis.Redis.from_url(fresh_redis)
+    r = redis.Redis.from_url(fleet.redis_url)
     items = {enqueue_fixture(server, telegram, item): item for item in _shorts(3)}
     telegram.add_file("fid-corrupt", (AUDIO_DIR / "undecodable.ogg").read_bytes())
     bad = server.enqueue_job("fid-corrupt", mime_type="audio/ogg")
     ids = [*items, bad]
-    celery_workers("io", env, concurrency=2)
-    beat = start_beat(env, tmp_path, tmp_path / "beat.log")
-    bridge = start_bridge(env, tmp_path / "bridge.log")
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")  # sends the heartbeats, at this test's cadence
     try:
         _wait_ready(server, ids)
         server.delay("transcribe", TRANSCRIBE_HOLD_S)
@@ -107,7 +120,6 @@ def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, ce
         running = wait_until(lambda: _all_running(r, ids), READY_TIMEOUT_S, "all four leases running at once")
         jobs = wait_final(server, ids)
     finally:
-        bridge.stop()
         beat.stop()
     # one gpu process held four running leases at the same moment: a batch, each job under its own lease
     assert len(set(running)) == 4  # type: ignore[arg-type]
@@ -136,22 +148,16 @@ def test_a_long_recording_goes_alone_and_the_short_ones_still_batch(voicy, celer
     """The 35.6 s story never joins a batch (its length is known from the download); a short voice
     the batch does not answer (too repetitive: the sequential engine would decode it again) is
     transcribed alone after its batch-mates' results; the other short ones share one pass."""
-    server, telegram, env = voicy
-    env = dict(env, VOICY_WORKER_CLIP_BATCH_SIZE=CLIPS_PER_PASS)  # a CPU's default is off: opt in
+    server, telegram, env, _fleet = voicy
     story = max(audio_manifest(), key=lambda m: m["duration_s"])
     assert story["duration_s"] > 30
     long_id = enqueue_fixture(server, telegram, story)
     short_ids = [enqueue_fixture(server, telegram, item) for item in _shorts(3)]
     telegram.add_file("fid-again", write_repeated_speech_ogg(tmp_path / "again.ogg", REPEATED_VOICE_S).read_bytes())
     again_id = server.enqueue_job("fid-again", mime_type="audio/ogg")
-    celery_workers("io", env, concurrency=2)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
-        _wait_ready(server, [long_id, again_id, *short_ids])
-        gpu = celery_workers("gpu", env)
-        jobs = wait_final(server, [long_id, again_id, *short_ids])
-    finally:
-        bridge.stop()
+    _wait_ready(server, [long_id, again_id, *short_ids])
+    gpu = celery_workers("gpu", env)
+    jobs = wait_final(server, [long_id, again_id, *short_ids])
     assert all(job["status"] == "completed" for job in jobs.values()), {j: d.get("lastError") for j, d in jobs.items()}
     lines = {job_id: [line for line in gpu.log().splitlines() if f"job {job_id} transcribed in" in line]
              for job_id in jobs}
@@ -167,13 +173,10 @@ def test_a_long_recording_goes_alone_and_the_short_ones_still_batch(voicy, celer
 
 def test_the_wait_for_batch_mates_is_bounded_and_a_lone_voice_does_not_wait(voicy, celery_workers,
                                                                              tmp_path):
-    server, telegram, env = voicy
-    env = dict(env, VOICY_WORKER_CLIP_BATCH_SIZE=CLIPS_PER_PASS)  # a CPU's default is off: opt in
-    env = dict(env, VOICY_WORKER_CLIP_BATCH_WAIT_MS=str(BOUNDED_WAIT_MS))  # and the size, just above
+    server, telegram, env, _fleet = voicy
+    env = dict(env, VOICY_WORKER_CLIP_BATCH_WAIT_MS=str(BOUNDED_WAIT_MS))  # the gpu side's wait for batch-mates
     first, lone, slow_item, late = _shorts(4)
-    celery_workers("io", env, concurrency=2)
     gpu = celery_workers("gpu", env)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
         wait_final(server, [enqueue_fixture(server, telegram, first)])  # the model is loaded now
         # nothing else on its way: transcribed at once, alone
@@ -191,7 +194,7 @@ def test_the_wait_for_batch_mates_is_bounded_and_a_lone_voice_does_not_wait(voic
         # the slow voice still completes; and no worker stops under a job in flight
         assert wait_final(server, [slow_id])[slow_id]["status"] == "completed"
     finally:
-        bridge.stop()
+        telegram.clear_faults()
     assert jobs[late_id]["status"] == "completed"
     log = gpu.log()
     assert f"job {lone_id} transcribed in" in log and f"job {lone_id}: waited" not in log
@@ -202,16 +205,13 @@ def test_the_wait_for_batch_mates_is_bounded_and_a_lone_voice_does_not_wait(voic
 
 
 def test_a_worker_killed_mid_batch_loses_nothing_and_each_job_is_recovered_once(voicy, celery_workers,
-                                                                               tmp_path, fresh_redis):
+                                                                               tmp_path):
     """V1 + V2 for a batch: SIGKILL the gpu worker while four jobs are in one batch; the reaper
     recovers each job once, a new worker completes each once."""
-    server, telegram, env = voicy
-    env = dict(env, VOICY_WORKER_CLIP_BATCH_SIZE=CLIPS_PER_PASS)  # a CPU's default is off: opt in
-    r = redis.Redis.from_url(fresh_redis)
+    server, telegram, env, fleet = voicy
+    r = redis.Redis.from_url(fleet.redis_url)
     ids = [enqueue_fixture(server, telegram, item) for item in _shorts(4)]
-    io = celery_workers("io", env, concurrency=2)
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
-    bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
         _wait_ready(server, ids)
         server.delay("transcribe", TRANSCRIBE_HOLD_S)
@@ -222,10 +222,10 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_each_job_is_recovered_once(
         celery_workers("gpu", env)  # a replacement host comes up
         jobs = wait_final(server, ids)
     finally:
-        bridge.stop()
         beat.stop()
+    io_log = fleet.log_of("io")
     for job_id in ids:
         assert jobs[job_id]["status"] == "completed", jobs[job_id].get("lastError")
         assert [req["status"] for req in requests_for(server, job_id, "result")] == [200]
         assert not requests_for(server, job_id, "failure")
-        assert io.log().count(f"job {job_id}: worker lost; redispatching transcription") == 1
+        assert io_log.count(f"job {job_id}: worker lost; redispatching transcription") == 1

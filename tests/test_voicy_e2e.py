@@ -13,6 +13,7 @@ import base64
 import json
 import shutil
 import signal
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from deploy.devstack.log_budget import Allow
 from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge
 from deploy.devstack.synth_media import write_video_only_mp4
 from tests.kit.gate import Gate
+from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.voicy_stack import (
     FINAL,
     JOB_DONE_TIMEOUT_S,
@@ -67,22 +69,46 @@ def voicy(tmp_path: Path, fresh_redis: str):
         yield stack
 
 
-def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_workers, tmp_path):
-    server, telegram, env = voicy
+@pytest.fixture(scope="module")
+def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVoicyFleet]:
+    """The running fleet (io worker of two processes, gpu worker, bridge) of the tests that only send it
+    jobs and read what happened to them (tests/kit/shared_fleet.py): started once, not once per test. At
+    DEBUG, so S1's test reads every line any of them logged. A test whose gpu worker is its own (two
+    processes, or started once a duplicate waits) runs without the shared one; a test that kills,
+    restarts or orders the start of a fleet process, or needs other settings, starts its whole fleet."""
+    with shared_voicy_fleet(tmp_path_factory.mktemp("voicy-e2e-fleet"), "test", io_concurrency=2, members=(),
+                            LOG_LEVEL="DEBUG") as fleet:  # each test's fixture starts the members it shares
+        yield fleet
+
+
+@pytest.fixture()
+def shared(shared_fleet: SharedVoicyFleet, tmp_path: Path) -> Iterator[SharedVoicyFleet]:
+    """The whole shared fleet for one test; what it logs meanwhile goes to this test's log budget."""
+    shared_fleet.only("io", "gpu", "bridge")
+    with shared_fleet.attributed(tmp_path) as fleet:
+        yield fleet
+
+
+@pytest.fixture()
+def shared_but_gpu(shared_fleet: SharedVoicyFleet, tmp_path: Path) -> Iterator[SharedVoicyFleet]:
+    """The shared io worker and bridge for a test that starts its own gpu worker (none shared runs)."""
+    shared_fleet.only("io", "bridge")
+    with shared_fleet.attributed(tmp_path) as fleet:
+        yield fleet
+
+
+def test_five_jobs_complete_with_transcripts_parts_and_progress(shared_but_gpu, celery_workers):
+    server, telegram, env = shared_but_gpu.server, shared_but_gpu.telegram, shared_but_gpu.env
     manifest = sorted(audio_manifest(), key=lambda m: m["duration_s"])
     items = manifest[-5:]
-    celery_workers("io", env, concurrency=2)
     # the CPU-host recommendation, threads left to auto (not the suite's fixed count): auto-split
     gpu = celery_workers("gpu", {**env, "VOICY_WORKER_CPU_THREADS": str(AUTO_CPU_THREADS)}, concurrency=2)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
-        ids = {enqueue_fixture(server, telegram, item): item for item in items}
-        jobs = wait_final(server, list(ids))
-    finally:
-        bridge.stop()
+    ids = {enqueue_fixture(server, telegram, item): item for item in items}
+    jobs = wait_final(server, list(ids))
     for job_id, item in ids.items():
         job = jobs[job_id]
-        assert job["status"] == "completed", (item["name"], job.get("lastError"), bridge.log()[-2000:])
+        assert job["status"] == "completed", (item["name"], job.get("lastError"),
+                                              shared_but_gpu.log_of("bridge")[-2000:])
         text = job["resultText"].lower()
         for word in item["keywords"]:
             assert word.lower() in text, (item["name"], word, text)
@@ -92,7 +118,9 @@ def test_five_jobs_complete_with_transcripts_parts_and_progress(voicy, celery_wo
     longest = max(ids, key=lambda j: ids[j]["duration_s"])
     assert len(requests_for(server, longest, "progress")) >= 1
     # media is deleted after the result (just after the /result response: await it)
-    wait_until(lambda: not any((tmp_path / "work").glob("*.o*")), 30, "the media to be deleted")
+    work = Path(env["VOICY_WORKER_WORK_DIR"])
+    assert work.is_dir()
+    wait_until(lambda: not any(next(work.glob(f"{j}.*"), None) for j in ids), 30, "the media to be deleted")
     # the worker's parent handed its pool size to the engine: the cores are split between both processes
     cores = usable_cores()
     assert f"cpu_threads={max(1, cores // 2)} (auto: {cores} usable cores / 2 pool processes)" in gpu.log()
@@ -130,23 +158,16 @@ def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_
     assert sum(len(b) for b in sequences) >= limit
 
 
-def test_failures_are_reported_with_the_right_retryable_flag(voicy, celery_workers, tmp_path):
-    server, telegram, env = voicy
-    manifest = audio_manifest()
+def test_failures_are_reported_with_the_right_retryable_flag(shared, tmp_path):
+    server, telegram = shared.server, shared.telegram
     missing = server.enqueue_job("fid-not-on-telegram", mime_type="audio/ogg")
     telegram.add_file("fid-garbage", (AUDIO_DIR / "undecodable.ogg").read_bytes())
     garbage = server.enqueue_job("fid-garbage", mime_type="audio/ogg")
     # a screen recording sent as a video: decodable, but there is no audio to transcribe
     telegram.add_file("fid-video-only", write_video_only_mp4(tmp_path / "video-only.mp4").read_bytes())
     video = server.enqueue_job("fid-video-only", mime_type="video/mp4", source_kind="video")
-    celery_workers("io", env, concurrency=2)
-    celery_workers("gpu", env, concurrency=1)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
-        wait_until(lambda: all(requests_for(server, j, "failure") for j in (missing, garbage, video)),
-                   JOB_DONE_TIMEOUT_S, "the three failures")
-    finally:
-        bridge.stop()
+    wait_until(lambda: all(requests_for(server, j, "failure") for j in (missing, garbage, video)),
+               JOB_DONE_TIMEOUT_S, "the three failures")
     assert requests_for(server, missing, "failure")[0]["json"]["retryable"] is True
     assert requests_for(server, garbage, "failure")[0]["json"]["retryable"] is False
     assert server.get_job(garbage)["status"] == "failed"
@@ -156,21 +177,14 @@ def test_failures_are_reported_with_the_right_retryable_flag(voicy, celery_worke
     # a failure message never carries the bot token
     for r in requests_for(server, missing, "failure"):
         assert BOT_TOKEN not in json.dumps(r["json"])
-    del manifest
 
 
-def test_voicy_5xx_on_result_is_retried_not_lost(voicy, celery_workers, tmp_path):
-    server, telegram, env = voicy
+def test_voicy_5xx_on_result_is_retried_not_lost(shared):
+    server, telegram = shared.server, shared.telegram
     item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
-    server.inject_failure("result", status=503, times=2)
+    server.inject_failure("result", status=503, times=2)  # no other job is in flight: the fleet is quiet
     job_id = enqueue_fixture(server, telegram, item)
-    celery_workers("io", env)
-    celery_workers("gpu", env)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
-        jobs = wait_final(server, [job_id])
-    finally:
-        bridge.stop()
+    jobs = wait_final(server, [job_id])
     assert jobs[job_id]["status"] == "completed"
     statuses = [r["status"] for r in requests_for(server, job_id, "result")]
     assert statuses[:2] == [503, 503] and statuses[-1] == 200
@@ -298,30 +312,6 @@ def test_sigkill_mid_transcription_recovers_and_completes_once(voicy_mid_transcr
         p.read_text() for p in tmp_path.glob("worker-*.log"))
 
 
-def test_duplicate_delivery_transcribes_once(voicy, celery_workers, tmp_path, fresh_redis):
-    """V2: a second copy of the same gpu task message does nothing."""
-    server, telegram, env = voicy
-    item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
-    job_id = enqueue_fixture(server, telegram, item)
-    r = redis.Redis.from_url(fresh_redis)
-    celery_workers("io", env)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
-        wait_until(lambda: r.llen("gpu") == 1, 60, "the transcription task to be queued")
-        message = r.lindex("gpu", 0)
-        r.lpush("gpu", message)  # exactly what a broker redelivery looks like
-        celery_workers("gpu", env)
-        jobs = wait_final(server, [job_id])
-        wait_until(lambda: r.llen("gpu") == 0, 30, "the duplicate to be consumed")
-    finally:
-        bridge.stop()
-    assert jobs[job_id]["status"] == "completed"
-    assert len(requests_for(server, job_id, "transcribe")) <= 1
-    assert len(requests_for(server, job_id, "result")) == 1
-    logs = "".join(p.read_text() for p in tmp_path.glob("worker-*gpu*.log"))
-    assert "already owned by another execution" in logs
-
-
 def redis_plaintext(r: redis.Redis) -> list[bytes]:
     """Every value in Redis as readable bytes: strings, hashes, lists, sets and sorted sets read
     member by member (``DUMP`` is compressed, so a secret inside it would not show), and kombu
@@ -351,34 +341,49 @@ def redis_plaintext(r: redis.Redis) -> list[bytes]:
     return out
 
 
-def test_secrets_never_reach_logs_task_messages_or_results(voicy, celery_workers, tmp_path, fresh_redis):
+def test_secrets_never_reach_logs_task_messages_or_results(shared):
     """S1: the Voicy token and the bot token appear in no log, task message or Redis value."""
-    server, telegram, env = voicy
+    server, telegram, env = shared.server, shared.telegram, shared.env
     item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
-    env = dict(env, LOG_LEVEL="DEBUG")
-    r = redis.Redis.from_url(fresh_redis)
+    assert env["LOG_LEVEL"] == "DEBUG"  # every process of the fleet logs everything it may
+    r = redis.Redis.from_url(shared.redis_url)
     seen: list[bytes] = []
     job_id = enqueue_fixture(server, telegram, item)
     bad = server.enqueue_job("fid-missing-for-s1", mime_type="audio/ogg")
-    celery_workers("io", env)
-    celery_workers("gpu", env)
-    bridge = start_bridge(env, tmp_path / "bridge.log")
-    try:
 
-        def scanned_until_final() -> bool:  # every value Redis holds while the jobs run, not one snapshot
-            seen.extend(redis_plaintext(r))
-            return all(server.get_job(j)["status"] in FINAL for j in (job_id, bad))
+    def scanned_until_final() -> bool:  # every value Redis holds while the jobs run, not one snapshot
+        seen.extend(redis_plaintext(r))
+        return all(server.get_job(j)["status"] in FINAL for j in (job_id, bad))
 
-        wait_until(scanned_until_final, 120, "both jobs to end, scanning Redis meanwhile")
-    finally:
-        bridge.stop()
+    wait_until(scanned_until_final, 120, "both jobs to end, scanning Redis meanwhile")
     seen.extend(redis_plaintext(r))
     blobs = b"".join(seen).decode(errors="replace")
     assert job_id in blobs  # the scan reads values as text: the job's own records and task messages show
-    logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))
+    logs = shared.text()  # every line the fleet logged since it started, this test's and the others'
+    assert f"job {job_id}" in logs
     failures = json.dumps([q["json"] for q in server.requests if q["path"].endswith("/failure")])
     bot_secret = BOT_TOKEN.split(":", 1)[1]
     for secret in (env["VOICY_WORKER_TOKEN"], BOT_TOKEN, bot_secret):
         assert secret not in logs
         assert secret not in blobs
         assert secret not in failures
+
+
+def test_duplicate_delivery_transcribes_once(shared_but_gpu, celery_workers, tmp_path):
+    """V2: a second copy of the same gpu task message does nothing."""
+    server, telegram, env = shared_but_gpu.server, shared_but_gpu.telegram, shared_but_gpu.env
+    item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
+    r = redis.Redis.from_url(shared_but_gpu.redis_url)
+    assert r.llen("gpu") == 0
+    job_id = enqueue_fixture(server, telegram, item)
+    wait_until(lambda: r.llen("gpu") == 1, 60, "the transcription task to be queued")
+    message = r.lindex("gpu", 0)
+    r.lpush("gpu", message)  # exactly what a broker redelivery looks like
+    celery_workers("gpu", env)
+    jobs = wait_final(server, [job_id])
+    wait_until(lambda: r.llen("gpu") == 0, 30, "the duplicate to be consumed")
+    assert jobs[job_id]["status"] == "completed"
+    assert len(requests_for(server, job_id, "transcribe")) <= 1
+    assert len(requests_for(server, job_id, "result")) == 1
+    logs = "".join(p.read_text() for p in tmp_path.glob("worker-*gpu*.log"))
+    assert "already owned by another execution" in logs

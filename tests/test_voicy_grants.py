@@ -20,16 +20,18 @@ sent messages off the broker: grants are confirmed after the send, and the
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
 from deploy.devstack.stack import ROOT, start_beat, start_bridge
+from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.voicy_stack import (
     RECOVERY_LEASE_TTL_MS,
     assert_completed_once,
@@ -41,7 +43,6 @@ from tests.kit.voicy_stack import (
     short_item,
     voicy_dev_stack,
     wait_final,
-    worker_logs,
 )
 from tests.kit.waiting import wait_until
 from workers.voicy import pipeline
@@ -65,10 +66,27 @@ def voicy(tmp_path: Path, fresh_redis: str):
         yield stack
 
 
+@pytest.fixture(scope="module")
+def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVoicyFleet]:
+    """The io and gpu workers (the recovery lease TTL) of the tests where this process plays the killed
+    bridge, io task or reaper (tests/kit/shared_fleet.py): started once, not once per test. No bridge:
+    a test that needs one starts it, and beat is each test's own (one test starts it late)."""
+    with shared_voicy_fleet(tmp_path_factory.mktemp("grants-fleet"), "grants", members=("io", "gpu"),
+                            VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as fleet:
+        yield fleet
+
+
 @pytest.fixture()
-def rt(voicy, monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
+def shared(shared_fleet: SharedVoicyFleet, tmp_path: Path) -> Iterator[SharedVoicyFleet]:
+    """The shared workers for one test; what they log meanwhile is copied into its ``tmp_path``."""
+    with shared_fleet.attributed(tmp_path) as fleet:
+        yield fleet
+
+
+@pytest.fixture()
+def rt(shared: SharedVoicyFleet, monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
     """This test process as one more fleet process: same Redis, Voicy server, media store."""
-    with fleet_runtime(voicy[2], monkeypatch) as runtime:
+    with fleet_runtime(shared.env, monkeypatch) as runtime:
         yield runtime
 
 
@@ -86,18 +104,15 @@ def send_stale(env: dict[str, str], task: str, job_id: str, token: str) -> None:
                    check=True, timeout=STALE_TASK_TIMEOUT_S, capture_output=True)
 
 
-def wait_stale_skipped(tmp_path: Path, job_id: str, stage: str) -> None:
+def wait_stale_skipped(logs: Callable[[], str], job_id: str, stage: str) -> None:
     line = f"job {job_id}: " + STALE_SKIP.format(stage=stage)
-    wait_until(lambda: line in worker_logs(tmp_path), STALE_TASK_TIMEOUT_S, f"the stale {stage} task to skip")
+    wait_until(lambda: line in logs(), STALE_TASK_TIMEOUT_S, f"the stale {stage} task to skip")
 
 
 # ------------------------------------------------------------------ site 1: the bridge's claim
-def test_bridge_killed_before_sending_the_download_job_is_requeued_and_completes_once(
-        voicy, rt, celery_workers, tmp_path):
-    server, telegram, env = voicy
+def test_bridge_killed_before_sending_the_download_job_is_requeued_and_completes_once(shared, rt, tmp_path):
+    server, telegram, env = shared.server, shared.telegram, shared.env
     job_id_expected = enqueue_fixture(server, telegram, short_item())
-    celery_workers("io", env)
-    celery_workers("gpu", env)
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
     bridge = None
     try:
@@ -112,7 +127,7 @@ def test_bridge_killed_before_sending_the_download_job_is_requeued_and_completes
         (failure,) = requests_for(server, job_id, "failure")
         assert failure["json"]["retryable"] is True and failure["status"] == 200
         send_stale(env, "download", job_id, token)
-        wait_stale_skipped(tmp_path, job_id, "download")
+        wait_stale_skipped(shared.text, job_id, "download")
         assert not requests_for(server, job_id, "source")  # the late task touched nothing
         bridge = start_bridge(env, tmp_path / "bridge.log")  # claims the requeued job again
         wait_final(server, [job_id])
@@ -126,12 +141,9 @@ def test_bridge_killed_before_sending_the_download_job_is_requeued_and_completes
 
 
 # ------------------------------------------------- site 2: the download's hand-over to transcription
-def test_io_worker_killed_after_the_hand_over_the_reaper_redispatches_and_it_completes_once(
-        voicy, rt, celery_workers, tmp_path):
-    server, telegram, env = voicy
+def test_io_worker_killed_after_the_hand_over_the_reaper_redispatches_and_it_completes_once(shared, rt, tmp_path):
+    server, telegram, env = shared.server, shared.telegram, shared.env
     enqueue_fixture(server, telegram, short_item())
-    celery_workers("io", env)
-    celery_workers("gpu", env)
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
     try:
         job_id, token = claim_without_sending(rt)
@@ -145,22 +157,19 @@ def test_io_worker_killed_after_the_hand_over_the_reaper_redispatches_and_it_com
         assert time.monotonic() - handed_over_at < RECOVERY_BOUND_S
         wait_final(server, [job_id])
         send_stale(env, "transcribe", job_id, next_token)
-        wait_stale_skipped(tmp_path, job_id, "transcription")
+        wait_stale_skipped(shared.text, job_id, "transcription")
     finally:
         beat.stop()
     assert_completed_once(server, job_id)
     assert len(requests_for(server, job_id, "transcribe")) == 1
     assert not requests_for(server, job_id, "failure")
-    assert "redispatching transcription" in worker_logs(tmp_path)
+    assert re.search(rf"job {job_id}: .*redispatching transcription", shared.text())
 
 
 # ------------------------------------------------------------ site 3: the reaper's redispatch
-def test_reaper_killed_before_sending_the_redispatch_the_next_pass_recovers_it_once(
-        voicy, rt, celery_workers, tmp_path):
-    server, telegram, env = voicy
+def test_reaper_killed_before_sending_the_redispatch_the_next_pass_recovers_it_once(shared, rt, tmp_path):
+    server, telegram, env = shared.server, shared.telegram, shared.env
     enqueue_fixture(server, telegram, short_item())
-    celery_workers("io", env)
-    celery_workers("gpu", env)
     job_id, token = claim_without_sending(rt)
     next_token = pipeline.run_download(rt, job_id, token)
     assert next_token
@@ -176,7 +185,7 @@ def test_reaper_killed_before_sending_the_redispatch_the_next_pass_recovers_it_o
     try:
         wait_final(server, [job_id])
         send_stale(env, "transcribe", job_id, recovery.token)
-        wait_stale_skipped(tmp_path, job_id, "transcription")
+        wait_stale_skipped(shared.text, job_id, "transcription")
     finally:
         beat.stop()
     assert_completed_once(server, job_id)
