@@ -385,5 +385,6 @@ def test_duplicate_delivery_transcribes_once(shared_but_gpu, celery_workers, tmp
     assert jobs[job_id]["status"] == "completed"
     assert len(requests_for(server, job_id, "transcribe")) <= 1
     assert len(requests_for(server, job_id, "result")) == 1
-    logs = "".join(p.read_text() for p in tmp_path.glob("worker-*gpu*.log"))
-    assert "already owned by another execution" in logs
+    # The queue empties when the worker fetches the duplicate, before it refuses it: await the refusal.
+    wait_until(lambda: "already owned by another execution" in "".join(
+        p.read_text() for p in tmp_path.glob("worker-*gpu*.log")), 30, "the duplicate's refusal in the gpu log")
