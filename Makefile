@@ -7,7 +7,8 @@ ARGS   ?=
 # pytest-xdist workers. Most tests wait on a service or a fleet process, so more workers than the
 # 2 cores of the reference box pay off; measured in README "Tests" (make test: with 4 the two cores
 # were idle 17 % of the run; with 6 the suite's CPU did not grow, about 6 CPU-s per extra worker for its
-# collection and session services, and the six workers' last modules ended within 10 s of each other).
+# collection and session services, and the six workers' last modules ended within 10 s of each other;
+# eight gave the same wall time for 26 CPU-s more).
 # make check stays at 4: its tests mostly wait, and it is done in a minute. Tests are handed out by module
 # (--dist loadfile): a module-scoped stack starts on one worker only. (--dist loadgroup with the
 # modules' xdist_group marks did not: pytest 9.2 made an item's nodeid read-only, xdist 3.8 still
