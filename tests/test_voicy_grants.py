@@ -121,7 +121,8 @@ def test_bridge_killed_before_sending_the_download_job_is_requeued_and_completes
         assert job_id == job_id_expected
         assert_pending(rt, job_id, token)
         # no media was stored: the reaper reports a retryable failure so Voicy requeues the job
-        wait_until(lambda: requests_for(server, job_id, "failure"), RECOVERY_BOUND_S,
+        # answered, not only received: the dev Voicy API records a request with status 0 until it has replied
+        wait_until(lambda: [q for q in requests_for(server, job_id, "failure") if q["status"]], RECOVERY_BOUND_S,
                    "the reaper to hand the job back")
         assert time.monotonic() - granted_at < RECOVERY_BOUND_S
         (failure,) = requests_for(server, job_id, "failure")
