@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from typing import Any
 
@@ -59,6 +60,7 @@ SENTINEL_LEDGER_REPLICAS = 1  # the replica Sentinel would promote
 EXCHANGE_REPLY_TTL_S = 30.0  # the parked token reply waits this long for the bridge
 ARGSREPR_MAX_CHARS = 1024  # Celery's own bound on a task's shown arguments
 HIDDEN = "…"  # what Flower shows instead of a lease token
+CONTEXT_MODULE = "workers.cairn.handlers.context"  # the per-process Cairn context a forked child drops
 
 
 def load_job_code() -> None:
@@ -100,10 +102,9 @@ def _reset_after_fork(**_: object) -> None:
     """A forked child must not reuse the parent's NATS loop thread or sockets."""
     global _runtime
     _runtime = None
-    if cairn_configured():
-        from workers.cairn.handlers.context import reset_context
-
-        reset_context()
+    context = sys.modules.get(CONTEXT_MODULE)  # imported only where Cairn jobs run (see "Imported lazily")
+    if context is not None:
+        context.reset_context()
     setup_logging(own_handler=False)  # Celery installed the handlers; ours would print twice
 
 

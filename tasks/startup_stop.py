@@ -81,8 +81,25 @@ def _flag_cold_shutdown(worker: Any) -> Any:
             signals.worker_shutting_down.send(sender=worker.hostname, sig=name, how=COLD, exitcode=EX_FAILURE)
         finally:
             state.should_terminate = EX_FAILURE  # whatever a receiver did: Celery stops at its next check
+            _expect_children_stopped(worker)
 
     return handler
+
+
+def _expect_children_stopped(worker: Any) -> None:
+    """A stop sent to the worker's group (as honcho and the dyno manager send it) reaches the pool's
+    children too, and Celery's pool children take SIGTERM's default action. One killed before the event
+    loop's first check of the pool (``did_start_ok``, just after the "ready" line) failed that check:
+    ``Process 'ForkPoolWorker-1' exited with 'signal 15'``, ``Unrecoverable error: WorkerLostError``
+    and exit 1 (a quiet full run, stopped at "ready"). Once the stop is flagged, the worker is ending
+    anyway: the check passes, and Celery's cold shutdown terminates the pool as after any stop."""
+    pool = getattr(worker, "pool", None)
+    if pool is not None:
+        pool.did_start_ok = _stopping_anyway
+
+
+def _stopping_anyway() -> bool:
+    return True
 
 
 def install(app: Any) -> None:
