@@ -88,7 +88,8 @@ def _flag_cold_shutdown(worker: Any) -> Any:
 
 def _expect_children_stopped(worker: Any) -> None:
     """A stop sent to the worker's group (as honcho and the dyno manager send it) reaches the pool's
-    children too, and Celery's pool children take SIGTERM's default action. One killed before the event
+    children too, and a child still initialising takes SIGTERM's default action (an initialised one
+    ignores it under the Procfile's ``REMAP_SIGTERM``). One killed before the event
     loop's first check of the pool (``did_start_ok``, just after the "ready" line) failed that check:
     ``Process 'ForkPoolWorker-1' exited with 'signal 15'``, ``Unrecoverable error: WorkerLostError``
     and exit 1 (a quiet full run, stopped at "ready"). Once the stop is flagged, the worker is ending

@@ -7,6 +7,7 @@ answered, and the test would see a healthy server where it meant a silent one.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -42,8 +43,6 @@ def _ticking_child() -> subprocess.Popen[bytes]:
 
 def _drain(child: subprocess.Popen[bytes]) -> int:
     """How many ticks are waiting in the pipe (read without blocking)."""
-    import os
-
     assert child.stdout is not None
     os.set_blocking(child.stdout.fileno(), False)
     total = 0
