@@ -30,7 +30,7 @@ from pathlib import Path
 
 import redis
 
-from deploy.devstack import nats_auth
+from deploy.devstack import nats_auth, ports
 from deploy.devstack.procs import Proc, spawn
 
 SERVICE_START_TIMEOUT_S = 20.0
@@ -54,10 +54,8 @@ def set_listen_host(host: str) -> None:
 
 
 def free_port() -> int:
-    """Ask the kernel for a free port on the listen address."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((listen_host(), 0))
-        return int(sock.getsockname()[1])
+    """A free port on the listen address, from this process's block (``deploy.devstack.ports``)."""
+    return ports.free_port(listen_host())
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None,
