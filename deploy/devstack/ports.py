@@ -11,8 +11,8 @@ Redis, then "Connection closed by server" just after the real restart.
 
 So every process allocates from its own block of ports (the xdist worker's
 number picks the block; a process outside xdist, such as the demo, a bench run
-or pytest without ``-n``, uses block 0), walks it in order instead of reusing
-the lowest free port, and checks each with a ``bind`` before handing it out.
+or pytest without ``-n``, uses block 0), walks it in order from a random start (a
+port it handed out comes round again only after the whole block), and checks each with a ``bind`` before handing it out.
 The blocks lie below the ephemeral range, so no outgoing connection's source
 port can take a service's port either.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import re
 import socket
 from pathlib import Path
@@ -77,15 +78,16 @@ def _kernel_port(host: str) -> int:
 
 def free_port(host: str) -> int:
     """A port on ``host`` that nothing is bound to, from this process's block, never the same twice
-    in a row: the walk goes on from the last port handed out, starting at a place set by the pid
-    (so two runs that share a machine and a block rarely walk the same ports)."""
+    in a row: the walk goes on from the last port handed out. It starts at a random place, so two
+    runs that share a machine and a block (say CI and a developer's run) walk apart: a walk seeded by
+    the pid made three runs started together pick the same ports within a second."""
     index = block_index()
     ports = block(index)
     if ports is None:
         return _kernel_port(host)
     key = (host, index)
     if key not in _cursor:
-        offset = os.getpid() % len(ports)
+        offset = random.SystemRandom().randrange(len(ports))
         _cursor[key] = itertools.cycle([*ports[offset:], *ports[:offset]])
     walk = _cursor[key]
     for _ in range(len(ports)):
