@@ -50,10 +50,10 @@ MAX_IN_FLIGHT = 4  # CAIRN_MAX_IN_FLIGHT of tests.cairn_stack
 POOL_PROCESSES = 2  # the provider worker's -c: each holds its own NATS connection
 SHORT_LEASE_TTL_S = 0.5  # expires long before Redis is back
 SETTLE_S = WAIT_S * 3 + OUTAGE_S  # redeliveries after an outage wait their NAK delays
-# "Once", not a flood: allowing one more if a retry straddles the recovery, and one more for a pooled
-# connection opened before the restart that is found closed on its first use just after it (a quiet-box
-# full run saw result pub/sub, then the message-history read, each report one)
-MAX_UNAVAILABLE_LINES = 3
+# "Once", not a flood. Failures just after the recovery (a pooled connection from before the restart
+# found closed on first use: a CI run saw three) are blips at DEBUG (workers.outage.SAME_OUTAGE_S);
+# one more warning is allowed for a retry that straddles the recovery on a loaded box and goes on.
+MAX_UNAVAILABLE_LINES = 2
 
 
 @dataclass

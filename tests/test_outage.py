@@ -14,7 +14,7 @@ import redis
 
 from workers.cairn.presence import PresenceTimer
 from workers.logs import register_secret
-from workers.outage import Outage
+from workers.outage import BLIP_S, SAME_OUTAGE_S, Outage
 
 LOGGER = "test.outage.cause"
 
@@ -25,11 +25,13 @@ def _records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 def test_the_warning_carries_the_message_and_each_outage_one_traceback(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    outage = Outage("Redis", logging.getLogger(LOGGER))
+    clock = FakeClock()
+    outage = Outage("Redis", logging.getLogger(LOGGER), clock=clock)
     refused = "Error 111 connecting to 127.0.0.1:6390. Connection refused."
     for _ in range(3):
         outage.failed("lease read", redis.ConnectionError(refused))
     outage.ok()
+    clock.now += SAME_OUTAGE_S + 1  # a new outage, not the tail of the last one
     outage.failed("lease read", redis.ConnectionError(refused))
 
     warnings = [r for r in _records(caplog) if r.levelno == logging.WARNING and "unavailable" in r.getMessage()]
@@ -40,6 +42,55 @@ def test_the_warning_carries_the_message_and_each_outage_one_traceback(caplog: p
     assert all(r.levelno == logging.DEBUG for r in tracebacks)  # the warning itself stays one line
     assert all("still unavailable" not in r.getMessage() or "Error 111" in r.getMessage()
                for r in _records(caplog))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_failure_just_after_the_recovery_is_a_blip_unless_it_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    """After a restart each pooled connection from before it fails once on first use: blips, at
+    DEBUG. A new outage that starts just after a recovery is still reported, once failures have
+    gone on for BLIP_S, naming its first failure; later than SAME_OUTAGE_S, at once."""
+    caplog.set_level(logging.DEBUG)
+    clock = FakeClock()
+    outage = Outage("Redis", logging.getLogger(LOGGER), clock=clock)
+
+    def loud() -> list[str]:
+        return [r.getMessage() for r in _records(caplog) if r.levelno >= logging.WARNING]
+
+    outage.failed("result pub/sub", redis.ConnectionError("Error 111 connecting"))
+    clock.now += 4.0
+    outage.ok()
+    for _ in range(2):  # two stale connections, each found closed on first use and replaced
+        clock.now += 0.5
+        outage.failed("message history read", redis.ConnectionError("Connection closed by server."))
+        assert outage.down  # a waiter still counts it (Outage.recently)
+        clock.now += 0.01
+        outage.ok()
+    assert loud() == ["Redis unavailable (result pub/sub: ConnectionError: Error 111 connecting); "
+                      "retrying with backoff until it is back", "Redis available again after 4.0s"]
+    assert outage.outages == 1
+    # a real outage 2 s after the last blip: the first failure waits, the one BLIP_S later reports it
+    clock.now += 2.0
+    outage.failed("lease read", redis.ConnectionError("Error 111 first"))
+    assert len(loud()) == 2
+    clock.now += BLIP_S
+    outage.failed("liveness record", redis.ConnectionError("Error 111 later"))
+    assert loud()[2] == "Redis unavailable (lease read: ConnectionError: Error 111 first); " \
+                        "retrying with backoff until it is back"
+    outage.failed("lease read", redis.ConnectionError("Error 111 again"))
+    clock.now += 3.0
+    outage.ok()
+    assert loud()[3:] == ["Redis available again after 4.0s"] and outage.outages == 2
+    # long after the recovery a failure is reported at once
+    clock.now += SAME_OUTAGE_S
+    outage.failed("lease read", redis.ConnectionError("Error 111"))
+    assert len(loud()) == 5 and outage.outages == 3
 
 
 def test_the_loop_wording_carries_the_message_too(caplog: pytest.LogCaptureFixture) -> None:

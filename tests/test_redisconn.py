@@ -22,7 +22,7 @@ from tasks.settings import FleetSettings, celery_config
 from tasks.transport import REDIS_TRANSPORT
 from workers.config import load_settings
 from workers.errors import ConfigError
-from workers.outage import Outage
+from workers.outage import SAME_OUTAGE_S, Outage
 from workers.redisconn import RedisSettings, parse_sentinel_url, sync_client
 
 SENTINELS = "sentinel://:pw@10.0.0.1:26379/2;sentinel://10.0.0.2:26380;sentinel://10.0.0.3"
@@ -90,12 +90,14 @@ def test_sync_client_on_a_plain_url_talks_to_that_server(redis_url: str) -> None
 
 def test_an_outage_is_logged_once_backs_off_and_logs_its_end(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
+    now = [1000.0]
     outage = Outage("Redis", logging.getLogger("test.outage"), loop="the loop", setting="REDIS_URL",
-                    initial_s=1.0, max_s=4.0)
+                    initial_s=1.0, max_s=4.0, clock=lambda: now[0])
     delays = [outage.failed("poll", redis.ConnectionError("boom")) for _ in range(5)]
     assert delays == [1.0, 2.0, 4.0, 4.0, 4.0]
     outage.ok()
     outage.ok()
+    now[0] += SAME_OUTAGE_S + 1  # later than the tail of the outage that just ended
     assert outage.failed("poll", redis.ConnectionError("again")) == 1.0  # the backoff starts over
     text = [r.getMessage() for r in caplog.records if r.name == "test.outage"]
     assert sum("Redis unavailable at REDIS_URL (ConnectionError: " in t for t in text) == 2  # two outages
