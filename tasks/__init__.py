@@ -61,6 +61,7 @@ try:
     # Importing registers the tasks and signal handlers with ``app``; beat reads its periods.
     from tasks import beat as _beat  # noqa: E402,F401
     from tasks import cairn as _cairn  # noqa: E402,F401
+    from tasks import prefork as _prefork  # noqa: E402,F401
     from tasks import presence as _presence  # noqa: E402,F401
     from tasks import registration as _registration  # noqa: E402,F401  (after presence: its instance id)
     from tasks import voicy as _voicy  # noqa: E402,F401

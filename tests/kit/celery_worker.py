@@ -31,11 +31,12 @@ class CeleryWorker:
     """A real ``celery -A tasks worker`` process with its own log file."""
 
     def __init__(self, queues: str, env: dict[str, str], log_path: Path, *,
-                 pool: str = "prefork", concurrency: int = 1, name: str | None = None) -> None:
+                 pool: str = "prefork", concurrency: int = 1, name: str | None = None,
+                 loglevel: str = "INFO") -> None:
         self.queues, self.log_path = queues, log_path
         self.name = name or f"{queues.replace(',', '-')}-{os.getpid()}-{time.monotonic_ns()}@test"
         cmd = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", queues,
-               "-P", pool, "-c", str(concurrency), "-n", self.name, "-l", "INFO",
+               "-P", pool, "-c", str(concurrency), "-n", self.name, "-l", loglevel,
                "--without-mingle", "--without-gossip"]
         self.proc = spawn(cmd, env, log_path).proc  # stopped by stop() / kill() below
 
