@@ -34,8 +34,10 @@ def test_the_first_fork_freezes_the_heap_and_later_forks_leave_new_objects_colle
     worker_before_create_process.send(sender=None)  # what AsynPool sends before its gc.collect() and fork
     frozen = gc.get_freeze_count()
     assert frozen > 10_000  # the imported code
+    later = [[n] for n in range(5_000)]  # tracked objects made after the first fork
     worker_before_create_process.send(sender=None)  # a replacement child later: nothing more is frozen
-    assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() <= frozen  # (frozen objects may be freed by refcount meanwhile)
+    assert len(later) == 5_000
 
 
 @pytest.mark.slow
