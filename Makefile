@@ -24,7 +24,7 @@ PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 # hundred in `make test`) compiled the project's modules again. An empty value means unset.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: setup lint check test demo bench proto clean
+.PHONY: setup bytecode lint check test demo bench proto clean
 
 setup: $(STAMP)
 
@@ -34,15 +34,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# The project's modules compiled once, in parallel, before the tests. A fresh clone has no __pycache__:
+# every xdist worker compiled them all again, and so did each fleet process a test started before one
+# had written them (make check from a fresh clone: 58.3 s against 48.1 s once compiled). pip compiled
+# the installed packages already.
+bytecode: setup
+	$(BIN)/python -m compileall -q -j 0 tasks workers bridges ops deploy bench tests/kit
+
 lint: setup
 	$(BIN)/ruff check .
 
 # The edit loop's tier: lint, then every test that starts no fleet process and loads no model.
-check: lint
+check: lint bytecode
 	$(PYTEST) -m "not slow and not model" -n $(CHECK_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # Everything, as CI runs it (.ci/run): lint, then the whole suite.
-test: lint
+test: lint bytecode
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 demo: setup
