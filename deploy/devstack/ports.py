@@ -5,9 +5,9 @@ out again as soon as it is free. The outage tests kill a Redis or nats-server
 and keep its port free for seconds while the fleet keeps reconnecting to it.
 In that window another xdist worker's ``bind(0)`` could be given the same port
 and start its own service there, and the fleet under test would talk to
-another test's Redis. A quiet-box CI run saw what looks like exactly that: a
-Cairn bridge reported "Redis available again" 0.6 s into a 4 s outage of its
-Redis, then "Connection closed by server" just after the real restart.
+another test's Redis. A CI run saw something this would explain, though no
+other test's log named the port: a Cairn bridge reported "Redis available
+again" 0.6 s into a 4 s outage of its Redis.
 
 So every process allocates from its own block of ports (the xdist worker's
 number picks the block; a process outside xdist, such as the demo, a bench run
@@ -19,6 +19,7 @@ port can take a service's port either.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import random
@@ -36,6 +37,7 @@ XDIST_WORKER = re.compile(r"gw(\d+)$")
 _cursor: dict[tuple[str, int], itertools.cycle[int]] = {}
 
 
+@functools.cache  # read once per process: free_port() asks on every call
 def ephemeral_low() -> int:
     """The first port of the kernel's ephemeral range (32768 where it cannot be read)."""
     try:
