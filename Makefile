@@ -35,9 +35,10 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # The project's modules compiled once, in parallel, before the tests. A fresh clone has no __pycache__:
-# every xdist worker compiled them all again, and so did each fleet process a test started before one
-# had written them (make check from a fresh clone: 58.3 s against 48.1 s once compiled). pip compiled
-# the installed packages already.
+# otherwise every xdist worker, and each fleet process a test starts before one has written them,
+# compiles them again. pip compiled the installed packages already. Its gain is within the noise
+# (make check from fresh clones: 58.3 s without, 56.3 and 58.3 s with; 48.1 s in a tree already run):
+# most of a fresh clone's extra time is pytest rewriting the test modules' asserts in each worker.
 bytecode: setup
 	$(BIN)/python -m compileall -q -j 0 tasks workers bridges ops deploy bench tests/kit
 
