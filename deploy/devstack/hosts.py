@@ -49,9 +49,14 @@ _NAME = re.compile(rf"^{NAME_PREFIX}(\d+)r([0-9a-f]+)-")
 IP_TIMEOUT_S = 30.0  # one `ip` or nft call; far above what any takes
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUTS = 0x04000000
-HOST_SETUP = (  # runs inside the host's fresh namespaces, then execs the command
-    'hostname "$1" && mount --bind "$2" /tmp && mount -t tmpfs tmpfs /dev/shm'
-    ' && mount --bind -o ro "$3" "$3" && shift 3 && exec "$@"')
+# Runs inside the host's fresh namespaces, then execs the command. The repository is held open (fd 9)
+# before the host's own disk covers /tmp, and mounted back read-only from that fd: a checkout under
+# /tmp (``git clone . "$(mktemp -d)"``) was hidden by the new /tmp ("mount point does not exist").
+# ``--no-canonicalize`` keeps mount from resolving the fd's path, which now names the covered place.
+HOST_SETUP = (
+    'hostname "$1" && exec 9<"$3" && mount --bind "$2" /tmp && mount -t tmpfs tmpfs /dev/shm'
+    ' && mkdir -p "$3" && mount --no-canonicalize --bind "/proc/$$/fd/9" "$3"'
+    ' && mount --no-canonicalize -o remount,bind,ro "$3" && exec 9<&- && shift 3 && exec "$@"')
 
 
 class HostsError(RuntimeError):
