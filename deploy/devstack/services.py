@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from deploy.devstack import nats_auth, ports
 from deploy.devstack.procs import Proc, spawn
@@ -69,6 +71,25 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None,
             return
         time.sleep(PORT_POLL_INTERVAL_S)
     raise TimeoutError(f"nothing listened on {listen_host()}:{port} within {timeout_s}s")
+
+
+def wait_redis_loaded(port: int, proc: subprocess.Popen[bytes] | None = None,
+                      timeout_s: float = SERVICE_START_TIMEOUT_S) -> None:
+    """Block until the Redis on ``port`` answers PING: a restart listens before it has loaded its AOF,
+    and until then every command gets ``BusyLoadingError`` (a test reading it then reads no state)."""
+    client = redis.Redis(host=listen_host(), port=port, socket_timeout=timeout_s, retry=Retry(NoBackoff(), 0))
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.exceptions.BusyLoadingError:
+                if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
+                    raise
+                time.sleep(PORT_POLL_INTERVAL_S)  # loading has no event to await
+    finally:
+        client.close()
 
 
 def find_binary(name: str) -> str:
@@ -127,6 +148,7 @@ def start_redis(workdir: Path | None = None, port: int | None = None, *, appendo
     if replicaof is not None:
         argv += ["--replicaof", host, str(replicaof)]
     proc = _launch(argv, port)
+    wait_redis_loaded(port, proc)
     svc = Service("redis", f"redis://{host}:{port}/0", port, proc, workdir, {"argv": argv})
     svc.extra.update(appendonly=appendonly, appendfsync=appendfsync, replicaof=replicaof)
     return svc
@@ -169,6 +191,8 @@ def start_again(svc: Service) -> None:
     if not isinstance(argv, list):
         raise ValueError(f"{svc.name} was not started by this module; cannot restart it")
     svc.proc = _launch(argv, svc.port)
+    if svc.name == "redis":
+        wait_redis_loaded(svc.port, svc.proc)
 
 
 def restart(svc: Service, *, lose_data: bool = False, graceful: bool = False, down_s: float = 0.0) -> Service:
