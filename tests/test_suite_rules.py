@@ -1,4 +1,4 @@
-"""Rules for the test suite itself that a test can check (the README's "Tests" lists the rest).
+"""Rules for the test suite itself that a test can check (docs/TESTING.md lists the rest).
 
 A test that sets up shared state the way production never would tests a different system, and under
 xdist it also leaks that state into whichever test its worker runs next: a ``cairn_core`` bucket made
