@@ -40,7 +40,7 @@ ALLOW: tuple[Allow, ...] = (
           provoked_by=REDIS_RESTART),
     Allow(r"message \S+ not acked: the broker connection dropped \(\w+\)",
           reason="a task started as Redis went away: its early ack failed, its job's recovery runs it "
-          "(tasks/lost_acks.py)", provoked_by=REDIS_RESTART),
+          "(tasks/hardening/lost_acks.py)", provoked_by=REDIS_RESTART),
     Allow(r"Connection to Redis lost: Retry \(\d+/\d+\)", reason="Celery's result backend reconnecting",
           provoked_by=REDIS_RESTART),
     Allow(r"lease renewal for job \S+ failed \(\w+\); retrying|lease of job \S+ re-taken after a Redis outage",

@@ -9,7 +9,7 @@ processes keep themselves, never by asking them:
   Cairn bridge reports its own NATS connection down;
 * ``pool gpu`` / ``pool io`` / ``pool provider``: a Celery worker consumes each queue
   the configured sides need (``workers.liveness`` records, ``tasks.registration``);
-* ``beat lock``: a beat holds the RedBeat lock (``tasks.scheduler``);
+* ``beat lock``: a beat holds the RedBeat lock (``tasks.hardening.scheduler``);
 * ``voicy bridge``: a Voicy bridge is polling (its liveness record says ``ok``);
 * ``cairn presence``: every provider worker of the pool last wrote its presence
   record within ``CAIRN_PRESENCE_LIVE_S`` (core's 45 s), at least one did, and

@@ -21,7 +21,7 @@ no Voicy variable at all.
 Beat sends no ``task-sent`` events (:func:`_quiet_housekeeping`), and the
 workers send none for these tasks (``tasks.settings.QUIET_TASKS``): a reap
 every few seconds would otherwise push the real jobs off Flower's first page.
-The process runs ``tasks.scheduler.ResilientRedBeatScheduler`` (the Procfile's
+The process runs ``tasks.hardening.scheduler.ResilientRedBeatScheduler`` (the Procfile's
 ``beat`` line), which rides out Redis restarts.
 """
 

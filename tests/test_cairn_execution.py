@@ -27,7 +27,7 @@ from bridges.cairn.consumers import JobConsumer
 from bridges.cairn.execution import Execution, Shutdown
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import Held
-from tasks.result_backend import result_backend_url
+from tasks.hardening.result_backend import result_backend_url
 from workers.cairn.disposition import ack, term
 from workers.cairn.outcomes import LEASE_NAMESPACE, MessageKey, OutcomeLedger
 from workers.cairn.subjects import JOBS_STREAM

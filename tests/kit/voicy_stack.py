@@ -172,7 +172,7 @@ class QueuedTask:
 
 def queued_tasks(r: redis.Redis, queue: str) -> list[QueuedTask]:
     """Every task message waiting in ``queue`` (kombu's Redis list), oldest last, decoded independently
-    of ``tasks.transport`` so a test of the grant audit does not read the broker through the code it tests."""
+    of ``tasks.hardening.transport`` so a test of the grant audit does not read the broker through the code it tests."""
     tasks = []
     for raw in r.lrange(queue, 0, -1):
         message = json.loads(raw)

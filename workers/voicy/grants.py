@@ -12,7 +12,7 @@ stays granted, heartbeated and never reaped, for hours, to a task nobody runs.
 
 So the reaper audits every *confirmed* grant (a remaining TTL longer than a
 pending grant's) against the broker's messages, read by the tasks layer
-(:data:`BrokerScan`, ``tasks.transport``: Celery and kombu stay out of here). A
+(:data:`BrokerScan`, ``tasks.hardening.transport``: Celery and kombu stay out of here). A
 grant whose message waits in a queue is fine, however long it waits. A grant
 whose message has been out of every queue for ``VOICY_WORKER_STRANDED_GRANT_MS``
 is stranded: under early ack with prefetch disabled a delivered message is

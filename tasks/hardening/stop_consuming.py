@@ -24,7 +24,7 @@ from typing import Any
 
 from celery import bootsteps
 
-from tasks.startup_stop import stopping
+from tasks.hardening.startup_stop import stopping
 
 CELERY_TASKS_STEP = "celery.worker.consumer.tasks:Tasks"  # opens the task channel, adds Celery's limit
 

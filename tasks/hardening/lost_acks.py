@@ -16,6 +16,7 @@ Celery's CRITICAL and traceback, because that one is news.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import redis
 from kombu.exceptions import OperationalError
@@ -41,7 +42,7 @@ class LostAckFilter(logging.Filter):
         return True
 
 
-def install() -> None:
+def install(app: Any = None) -> None:
     """Attach the filter to Celery's request logger (idempotent): every record passes through it."""
     logger = logging.getLogger(ACK_LOGGER)
     if not any(isinstance(f, LostAckFilter) for f in logger.filters):

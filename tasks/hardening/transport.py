@@ -106,6 +106,13 @@ class SentinelTransport(kombu_redis.SentinelTransport):
 
 REDIS_TRANSPORT = f"{__name__}:RedisTransport"
 SENTINEL_TRANSPORT = f"{__name__}:SentinelTransport"
+TRANSPORTS = {"redis": REDIS_TRANSPORT, "rediss": REDIS_TRANSPORT, "sentinel": SENTINEL_TRANSPORT}
+
+
+def install(app: Any) -> None:
+    """Run ``app``'s broker on our transport of the configured kind (``redis`` or ``sentinel``)."""
+    kind = app.conf.broker_transport or str(app.conf.broker_url).partition("://")[0]
+    app.conf.broker_transport = TRANSPORTS.get(kind, kind)
 
 
 @dataclass(frozen=True)

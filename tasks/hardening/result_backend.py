@@ -137,3 +137,8 @@ def result_backend_url(url: str) -> str:
     if backend is None:
         return url
     return f"{backend.__module__}:{backend.__qualname__}+{url}"
+
+
+def install(app: Any) -> None:
+    """Store ``app``'s results through our backend class for its Redis URL (idempotent)."""
+    app.conf.result_backend = result_backend_url(str(app.conf.result_backend))

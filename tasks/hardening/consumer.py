@@ -18,6 +18,7 @@ gpu, provider).
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from celery.worker.consumer import Consumer as CeleryConsumer
 
@@ -57,4 +58,11 @@ class Consumer(CeleryConsumer):
 
 
 CONSUMER = f"{__name__}:{Consumer.__qualname__}"
-__all__ = ["CONSUMER", "Consumer", "EVENT_FLUSH_INTERVAL_S"]
+
+
+def install(app: Any) -> None:
+    """Every worker of ``app`` (io, gpu, provider) runs this consumer."""
+    app.conf.worker_consumer = CONSUMER
+
+
+__all__ = ["CONSUMER", "Consumer", "EVENT_FLUSH_INTERVAL_S", "install"]

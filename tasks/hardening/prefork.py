@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 _frozen = [False]
 
 
-@worker_before_create_process.connect
 def freeze_heap_before_first_fork(**_: Any) -> None:
     """Freeze the main process's heap before the first pool child is forked (once per process)."""
     if _frozen[0]:
@@ -39,3 +38,8 @@ def freeze_heap_before_first_fork(**_: Any) -> None:
     _frozen[0] = True
     gc.freeze()
     log.debug("froze %d objects before forking the pool", gc.get_freeze_count())
+
+
+def install(app: Any) -> None:
+    """Freeze the heap before ``app``'s workers fork their pool (a strong reference: it must stay connected)."""
+    worker_before_create_process.connect(freeze_heap_before_first_fork, weak=False)

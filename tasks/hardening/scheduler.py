@@ -1,6 +1,6 @@
 """Beat's scheduler: celery-redbeat, made to ride out Redis outages (invariant R1).
 
-``celery -A tasks beat -S tasks.scheduler.ResilientRedBeatScheduler`` (the Procfile line).
+``celery -A tasks beat -S tasks.hardening.scheduler.ResilientRedBeatScheduler`` (the Procfile line).
 
 Stock ``redbeat.RedBeatScheduler`` exits beat on a Redis restart: ``tick()``
 extends the lock first, and a ``ConnectionError`` there (Redis down), or a
@@ -142,3 +142,11 @@ def _acquire_lock_at_start(sender: Any = None, **kwargs: Any) -> None:
             log.warning("beat: could not take the RedBeat lock at start (%s)", type(exc).__name__)
         else:
             outage.failed("lock at start", exc)
+
+
+SCHEDULER = f"{__name__}:{ResilientRedBeatScheduler.__qualname__}"
+
+
+def install(app: Any) -> None:
+    """``celery -A tasks beat`` runs this scheduler even without the Procfile's ``-S``."""
+    app.conf.beat_scheduler = SCHEDULER
