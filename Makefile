@@ -43,7 +43,7 @@ bench: setup
 	$(BIN)/python -m bench $(ARGS)
 
 proto: setup
-	$(BIN)/python -m workers.cairn.proto_build
+	$(BIN)/python -m workers.cairn.contract.proto_build
 
 clean:
 	rm -rf $(VENV) .pytest_cache

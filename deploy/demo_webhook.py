@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 
 ENV_VERIFY_TOKEN = "CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN"
 SUBSCRIBE_DEADLINE_S = 60.0  # the bridge may still be starting

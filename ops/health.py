@@ -50,10 +50,10 @@ from bridges.cairn.consumers import JobConsumer, pool_consumers
 from bridges.cairn.webhooks import webhook_consumer
 from ops.doctor import FAIL, OK, SKIP, Check
 from workers import faults, liveness
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
+from workers.cairn.handlers.webhooks import enabled as webhooks_enabled
 from workers.cairn.nats_conn import connect_options
 from workers.cairn.settings import POOL_CREDENTIALS, CairnSettings, load_cairn_settings, pool_variable
-from workers.cairn.webhooks import enabled as webhooks_enabled
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import redact, setup_logging

@@ -239,7 +239,7 @@ FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("bridges.__main__", "bridges.cairn"): "the Cairn bridge's side only (nats-py, the contract code)",
     ("ops.doctor", "tasks"): "importing tasks reads the fleet's settings; a bad value must be the check's FAIL line",
     ("ops.health", "tasks"): "importing tasks reads the fleet's settings; a bad value must be the verdict's FAIL line",
-    ("workers.cairn.proto_build", "grpc_tools"): "grpcio-tools is a dev dependency, needed only to rebuild pb/",
+    ("workers.cairn.contract.proto_build", "grpc_tools"): "grpcio-tools is a dev dependency, only to rebuild pb/",
     ("workers.voicy.settings", "workers.transcribe.device"):
         "ctranslate2 (~200 ms) only to look for a GPU, when neither VOICY_WORKER_CLIP_BATCH_SIZE nor _DEVICE is set",
     ("workers.transcribe.languages", "faster_whisper"): "faster-whisper (~240 ms) only where a language is checked",

@@ -30,7 +30,7 @@ from deploy.devstack import services
 from deploy.devstack.cairn_core.accounts import utcnow
 from tests.kit.cairn_stack import ATHLETE_BASE, PROVIDER, WAIT_S, CairnStack
 from tests.kit.waiting import wait_until
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.faults import read_faults
 
 # slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose

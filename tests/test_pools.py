@@ -47,7 +47,7 @@ from deploy.devstack.strava.kit import StravaKit
 from tasks.routes import UnroutedPoolTask, provider_queue, route_cairn
 from tests.kit.filedrop import DISTRIBUTION, FileDropKit, install_distribution
 from tests.kit.waiting import wait_until
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.run import wrong_pool
 from workers.cairn.settings import CairnSettings, load_cairn_settings, pool_variable

@@ -303,7 +303,7 @@ def test_parse_blob_of_the_archive_is_byte_identical(strava: FakeStrava, http: h
     dump = lambda events: json.dumps(events, sort_keys=True).encode()  # noqa: E731
     assert dump(reparsed.wire_events) == dump(imported.wire_events)
     assert reparsed.archive is None
-    pb = pytest.importorskip("workers.cairn.pb")
+    pb = pytest.importorskip("workers.cairn.contract.pb")
     assert pb is not None
     assert ([e.SerializeToString(deterministic=True) for e in reparsed.events]
             == [e.SerializeToString(deterministic=True) for e in imported.events])

@@ -21,7 +21,7 @@ import pytest
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.strava import FakeStrava
 from tests.kit.cairn_ctx import Athlete, RecordingHook, admit_and_run, forget_budget, ingested_since, segments_since
-from workers.cairn import wire
+from workers.cairn.contract import wire
 from workers.cairn.handlers import Delivery, JobContext
 from workers.cairn.presence import manifest_record, presence_record
 from workers.cairn.settings import CairnSettings

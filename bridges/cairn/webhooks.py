@@ -8,7 +8,7 @@ tells the bridge what to consume and how admission reads it.
   ``CAIRN_WEBHOOKS``, filtered on ``cairn.webhooks.<worker_key>.event`` and
   shared by every instance (a work queue, like CAIRN_JOBS). Its messages go
   through the same admission, ledger, lease, failure count and settle as jobs;
-  admission parses them with ``workers.cairn.webhooks.parse_event`` (an
+  admission parses them with ``workers.cairn.handlers.webhooks.parse_event`` (an
   undecodable envelope or event is poison: a term, and no failure envelope,
   because a webhook event has no import-queue item and no result subject),
   and the pool
@@ -31,8 +31,8 @@ from typing import Any
 from bridges.cairn.admission import MessageKind
 from bridges.cairn.bridge import Consumption, Reply
 from bridges.cairn.consumers import JobConsumer
-from workers.cairn import subjects
-from workers.cairn import webhooks as wh
+from workers.cairn.contract import subjects
+from workers.cairn.handlers import webhooks as wh
 from workers.providers.base import Provider
 
 STREAM_WEBHOOKS = subjects.WEBHOOKS_STREAM

@@ -44,7 +44,7 @@ from deploy.devstack.nats_auth import NatsAuth
 from deploy.devstack.procs import Proc
 from deploy.devstack.provider_fake import Connected, Pool, ProviderFake
 from deploy.devstack.strava.kit import StravaKit
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.settings import pool_variable
 
 __all__ = ["CairnStack", "Connected", "Pool", "ProviderFake", "clean_env"]

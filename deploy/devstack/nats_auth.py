@@ -22,7 +22,7 @@ The server logs to ``nats.log`` in its directory; :meth:`NatsAuth.violations`
 returns every refusal it logged (``Publish Violation``/``Subscription
 Violation``), which the permission tests assert is empty.
 
-Durable names are pinned to the pool's own (``workers.cairn.subjects``):
+Durable names are pinned to the pool's own (``workers.cairn.contract.subjects``):
 ``<worker_name>_<kind>`` and ``<worker_name>__webhook_event``. Core's template
 allows filtered creation of the pool's job subjects whatever the name; pinning
 the name is stricter, so a pool that passes here passes there.
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import httpx
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 
 CORE_USER = "core"
 WORKER_USER = "worker"

@@ -12,7 +12,7 @@ Both carry the same ``capabilities`` map, from one source
 pool gets ``import_gear`` / ``import_metrics`` jobs (contract §3, §4: "declares
 Gear in its manifest"), and shows the presence copy in its worker list.
 
-Both records go through the pydantic models in :mod:`workers.cairn.messages`
+Both records go through the pydantic models in :mod:`workers.cairn.contract.messages`
 (every contract field, parser version ``N.M``, https-only provider meta), so a
 malformed record fails here, loudly, instead of silently hiding the pool from
 core's worker list or connect form.
@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from workers.cairn import subjects
-from workers.cairn.messages import ManifestRecord, PresenceRecord
+from workers.cairn.contract import subjects
+from workers.cairn.contract.messages import ManifestRecord, PresenceRecord
+from workers.cairn.handlers.webhooks import presence_flag
 from workers.cairn.nats_conn import NATS_UNAVAILABLE, NatsThread, NatsUnavailableError
 from workers.cairn.pool import PoolContext
 from workers.cairn.refusals import PermissionRefused
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
-from workers.cairn.webhooks import presence_flag
 from workers.logs import describe
 from workers.providers.registry import get_provider
 
@@ -64,7 +64,7 @@ def declared_capabilities(provider: Any) -> dict[str, Any] | None:
 
 def presence_record(settings: Any, provider: Any, instance_id: str, webhooks: bool = False) -> dict[str, Any]:
     """Contract §2: worker_name, worker_key, instance_id, version, release, provider, package,
-    webhooks (``workers.cairn.webhooks.presence_flag``), capabilities, last_seen."""
+    webhooks (``workers.cairn.handlers.webhooks.presence_flag``), capabilities, last_seen."""
     record = {
         "worker_name": settings.worker_name, "worker_key": subjects.worker_key(settings.worker_name,
                                                                              settings.provider),

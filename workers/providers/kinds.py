@@ -4,7 +4,7 @@ A kind is the token after ``cairn.jobs.`` in a job subject
 (``cairn.jobs.<kind>.<provider>.<worker_name>``). It lives here, with the
 provider contract, because a provider declares which kinds it serves
 (``Capabilities.jobs``) and must not import the NATS layer to do so;
-``workers/cairn/subjects.py`` imports these names to build subjects, and the
+``workers/cairn/contract/subjects.py`` imports these names to build subjects, and the
 handlers, admission, the conformance check and the dev tools name kinds
 through them, never as typed strings.
 

@@ -3,7 +3,7 @@
 Contract §9a / reference §2.13: core relays a provider's subscription
 handshake and its push events to the pool. What a handshake must answer and
 what an event *means* is the provider's; decoding core's envelope, looking the
-owner up and publishing is the generic path's (``workers.cairn.webhooks``). The
+owner up and publishing is the generic path's (``workers.cairn.handlers.webhooks``). The
 two meet here, on the provider's side of the boundary, so a provider never
 imports the NATS layer: it returns :class:`WebhookRules` from
 ``Provider.webhook_rules()`` (None: the pool takes no webhooks), and its rules

@@ -28,7 +28,7 @@ from nats.js.api import (
 )
 from nats.js.errors import BadRequestError, NotFoundError
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 
 MINUTE_S = 60.0
 HOUR_S = 3600.0
@@ -45,7 +45,7 @@ KV_MANIFESTS = subjects.MANIFEST_BUCKET
 KV_RATE_LIMITS = subjects.RATE_LIMIT_BUCKET
 KV_CORE = subjects.CORE_BUCKET
 KV_CORE_INFO_KEY = subjects.CORE_INFO_KEY
-# LOCAL (not in workers/cairn/subjects.py: workers never touch them): core-only buckets.
+# LOCAL (not in workers/cairn/contract/subjects.py: workers never touch them): core-only buckets.
 KV_BLOB_HANDLES = "cairn_blob_handles"
 OBJECT_STORE_TRANSIENT = "cairn_transient"
 OBJECT_STORE_TRANSIENT_MAX_BYTES = 1 << 30

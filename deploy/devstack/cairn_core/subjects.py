@@ -1,7 +1,7 @@
 """Subject names and the strict JobResult decoder, taken from the wire layer.
 
-The names live in ``workers/cairn/subjects.py`` and the protojson codec in
-``workers/cairn/wire.py``; the dev core must speak exactly what the workers
+The names live in ``workers/cairn/contract/subjects.py`` and the protojson codec in
+``workers/cairn/contract/wire.py``; the dev core must speak exactly what the workers
 speak, so it imports them instead of spelling subjects again. Only the
 core-side wildcards (what core *subscribes* to) are defined here.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.cairn import subjects as _wire_subjects
-from workers.cairn import wire as _wire
+from workers.cairn.contract import subjects as _wire_subjects
+from workers.cairn.contract import wire as _wire
 
-# LOCAL (core-side only, so not in workers/cairn/subjects.py): the wildcards core
+# LOCAL (core-side only, so not in workers/cairn/contract/subjects.py): the wildcards core
 # subscribes to, covering every provider / pool.
 RESULTS_ALL = "cairn.results.>"
 TOKENS_ALL = "cairn.tokens.*.*"

@@ -1,6 +1,6 @@
 """Pydantic models for the JSON request/reply bodies and KV records of contract 0.7.
 
-Job payloads are in :mod:`workers.cairn.jobs`; this module holds everything
+Job payloads are in :mod:`workers.cairn.contract.jobs`; this module holds everything
 else that crosses the wire as plain JSON: the OAuth exchange request and
 error (§9b), token/creds replies (§9, reference §2.5), presign (reference
 §2.6), account lookup (§9a), and the presence (§2) and manifest (§1) records.
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_serializer, field_validator
 
-from workers.cairn.wire import parse_rfc3339, rfc3339
+from workers.cairn.contract.wire import parse_rfc3339, rfc3339
 from workers.providers.base import AUTH_OAUTH2
 
 SHA256_HEX_PATTERN = r"^[0-9a-f]{64}$"

@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from pydantic import TypeAdapter
 
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
 
 JobResult = pb.JobResult
 ERROR_CLASS_BY_CODE = {"needs_reauth": "ERROR_CLASS_AUTH_EXPIRED", "not_found": "ERROR_CLASS_NOT_FOUND",

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from workers.cairn import subjects
-from workers.cairn.messages import GoTime  # Go's zero time.Time (and "") mean unset
+from workers.cairn.contract import subjects
+from workers.cairn.contract.messages import GoTime  # Go's zero time.Time (and "") mean unset
 
 
 class _Job(BaseModel):
@@ -159,7 +159,7 @@ def parser_refusal(job: Any, parser_version: str) -> str | None:
 
 # Request/reply bodies and KV records live in ``messages`` (one concept per module);
 # re-exported here so callers find every contract JSON shape under ``jobs``.
-from workers.cairn.messages import (  # noqa: E402
+from workers.cairn.contract.messages import (  # noqa: E402
     AccountLookupReply,
     AccountLookupRequest,
     AccountRequest,

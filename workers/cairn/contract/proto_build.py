@@ -1,10 +1,10 @@
-"""Regenerate ``workers/cairn/pb`` from ``proto/`` (``make proto``, or
-``python -m workers.cairn.proto_build [--out DIR]``).
+"""Regenerate ``workers/cairn/contract/pb`` from ``proto/`` (``make proto``, or
+``python -m workers.cairn.contract.proto_build [--out DIR]``).
 
 protoc emits ``from cairn.v1 import activity_pb2``; we rewrite those imports
-to ``workers.cairn.pb.cairn.v1`` so the generated package works in place
-(``import workers.cairn.pb.cairn.worker.v1.worker_pb2``) without putting
-``workers/cairn/pb`` on ``sys.path``. ``--out`` writes elsewhere (the test
+to ``workers.cairn.contract.pb.cairn.v1`` so the generated package works in place
+(``import workers.cairn.contract.pb.cairn.worker.v1.worker_pb2``) without putting
+``workers/cairn/contract/pb`` on ``sys.path``. ``--out`` writes elsewhere (the test
 regenerates into a temporary directory and compares with the committed files,
 so a .proto edit without regeneration fails CI).
 """
@@ -16,10 +16,10 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROTO_DIR = ROOT / "proto"
-OUT_DIR = ROOT / "workers" / "cairn" / "pb"
-PACKAGE = "workers.cairn.pb"
+OUT_DIR = ROOT / "workers" / "cairn" / "contract" / "pb"
+PACKAGE = "workers.cairn.contract.pb"
 
 
 def build(out_dir: Path = OUT_DIR) -> int:

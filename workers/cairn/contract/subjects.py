@@ -41,7 +41,7 @@ CORE_INFO_KEY = "info"
 DISCOVER_QUEUE = "discover"
 OAUTH_EXCHANGE_QUEUE = "oauth_exchange"
 # No cairn.events.* subject is the pool's: the published worker's ``source.deleted_upstream`` is
-# outside core's 0.7 template (a deletion travels as a fetch_source: workers.cairn.webhooks._apply).
+# outside core's 0.7 template (a deletion travels as a fetch_source: workers.cairn.handlers.webhooks._apply).
 NEEDS_REAUTH_EVENT = "cairn.events.external_account.needs_reauth"
 
 

@@ -38,12 +38,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.disposition import COALESCE_MIN_NAK_DELAY_S, WEBHOOK_PUBLISH_NAK_DELAY_S, Disposition, ack, nak, term
+from workers.cairn.handlers.context import JobContext
 from workers.cairn.pool import PoolContext
 from workers.cairn.refusals import PermissionRefused
 from workers.logs import describe
@@ -58,21 +59,6 @@ NEEDS_REAUTH_TIMEOUT_S = 5.0
 DEAUTHORIZED_REASON = "deauthorized"
 DELETE_TAG_PREFIX = "d"  # a deletion's fetch: ``webhook:…:<object>:d<event_time>``
 MAX_LOG_TOKEN_CHARS = 64
-
-
-class JobContext(Protocol):
-    """What the handler needs of ``workers.cairn.handlers.context.JobContext`` (named here, not
-    imported: the handlers package registers this module, so an import back would be a cycle)."""
-
-    provider_name: str
-    worker_name: str
-    settings: Any
-    nats: Any
-    provider: Any  # workers.providers.base.Provider
-
-    def request(self, subject: str, body: dict[str, Any], timeout_s: float = ...) -> dict[str, Any]: ...
-
-    def publish(self, subject: str, data: bytes, msg_id: str, timeout_s: float = ...) -> None: ...
 
 
 # --------------------------------------------------------------------------- wire
