@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 
 # Compile the project once before pytest, not once per worker and fleet process.
 bytecode: setup
-	$(BIN)/python -m compileall -q -j 0 tasks workers bridges ops deploy bench tests/kit
+	$(BIN)/python -m compileall -q -j 0 tasks workers bridges ops devstack bench tests/kit
 
 lint: setup
 	$(BIN)/ruff check .
@@ -37,7 +37,7 @@ test: lint bytecode
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 demo: setup
-	$(BIN)/python -m deploy.demo $(ARGS)
+	$(BIN)/python -m devstack.demo $(ARGS)
 
 bench: setup
 	$(BIN)/python -m bench $(ARGS)

@@ -29,7 +29,7 @@ import nats
 import pytest
 import redis
 
-from deploy.devstack.cairn_core import DevCairnCore
+from devstack.fakes.cairn_core import DevCairnCore
 from tests.kit.cairn_stack import LEASE_TTL_S, PROVIDER, WAIT_S, CairnStack
 from tests.kit.celery_worker import CeleryWorker
 from tests.kit.waiting import wait_until

@@ -18,9 +18,9 @@ import nats
 import pytest
 import redis
 
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.services import free_port
-from deploy.devstack.strava import FakeStrava
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.strava import FakeStrava
+from devstack.infra.services import free_port
 from tests.kit.cairn_ctx import (
     PACKAGE,
     PROVIDER,

@@ -30,7 +30,7 @@ import nats
 import pytest
 import redis
 
-from deploy.devstack.procs import Proc, freeze
+from devstack.infra.procs import Proc, freeze
 from tests.kit.cairn_stack import PROVIDER, WAIT_S, CairnStack
 from tests.kit.waiting import wait_until
 from workers.cairn.contract import subjects

@@ -11,7 +11,7 @@ from typing import Any
 import nats
 import pytest
 
-from deploy.devstack import services
+from devstack.infra import services
 from tests.kit.cairn_ctx import core_bucket
 from workers.cairn import presence
 from workers.cairn.contract import subjects

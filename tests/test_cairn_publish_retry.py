@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from nats.js.api import StreamConfig
 
-from deploy.devstack import services
-from deploy.devstack.procs import frozen
+from devstack.infra import services
+from devstack.infra.procs import frozen
 from tests.kit.cairn_ctx import core_bucket
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.routing import PublishError, PublishRouter

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from deploy.devstack import services
-from deploy.devstack.procs import frozen
-from deploy.devstack.strava import FakeStrava
+from devstack.fakes.strava import FakeStrava
+from devstack.infra import services
+from devstack.infra.procs import frozen
 from tests.kit.cairn_ctx import core_bucket
 from workers.cairn import ratelimit
 from workers.cairn.contract import subjects

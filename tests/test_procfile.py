@@ -26,9 +26,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.devstack.log_budget import Allow
-from deploy.devstack.procs import frozen
-from deploy.devstack.services import Service, free_port, nats_login
+from devstack.infra.log_budget import Allow
+from devstack.infra.procs import frozen
+from devstack.infra.services import Service, free_port, nats_login
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.procfile import READY_TIMEOUT_S, ROOT, VENV_BIN, ProcfileProcess, fleet_env, procfile_entries
 from tests.kit.waiting import wait_until
@@ -418,7 +418,7 @@ def test_a_worker_stopped_mid_turn_of_its_event_loop_stops_cleanly(
     AttributeError("'NoneType' object has no attribute '_processes'")``, a traceback and exit 1 (issue 14's
     full-suite run, the pools test's garmin worker). A worker told to stop consumes nothing more
     (tasks/hardening/stop_consuming.py): exit 0, no traceback, an empty log budget."""
-    from deploy.devstack import services
+    from devstack.infra import services
 
     with services.redis_server() as own:  # its own Redis: the test freezes it
         assert own.proc is not None

@@ -1,4 +1,4 @@
-"""The Strava provider against the fake Strava API (deploy/devstack/strava/) on loopback.
+"""The Strava provider against the fake Strava API (devstack/fakes/strava/) on loopback.
 
 Nothing of ours is mocked: the provider, its httpx client, usage parsing,
 mapping and archive run for real; only Strava is a fake (it speaks the real
@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from deploy.devstack.strava import FakeStrava
-from deploy.devstack.strava.data import blank_samples
+from devstack.fakes.strava import FakeStrava
+from devstack.fakes.strava.data import blank_samples
 from tests.kit.cairn_ctx import RecordingHook
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.providers.context import ProviderContext

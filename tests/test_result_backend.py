@@ -14,7 +14,7 @@ import redis
 from celery import Celery, states
 from celery.app.backends import by_url
 
-from deploy.devstack import services
+from devstack.infra import services
 from tasks import hardening
 from tasks.hardening.result_backend import RedisBackend, SentinelBackend, result_backend_url
 from tasks.routes import provider_queue

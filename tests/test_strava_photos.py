@@ -18,9 +18,9 @@ import httpx
 import pytest
 from google.protobuf import json_format
 
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.strava import FakeStrava
-from deploy.devstack.strava.media import image_bytes
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.strava import FakeStrava
+from devstack.fakes.strava.media import image_bytes
 from tests.kit.cairn_ctx import Athlete, RecordingHook, admit_and_run, ingested_since
 from workers.cairn.claimcheck import UserBlobSink
 from workers.cairn.contract import wire

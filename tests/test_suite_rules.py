@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-# Core creates every KV bucket (deploy/devstack/cairn_core/bootstrap.py, as nats.go does: direct get on).
+# Core creates every KV bucket (devstack/fakes/cairn_core/bootstrap.py, as nats.go does: direct get on).
 RAW_KV_CREATE = re.compile(r"\.create_key_value\(")
 
 

@@ -25,9 +25,9 @@ import httpx
 import nats
 import pytest
 
-from deploy.devstack import services
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.cairn_core.accounts import utcnow
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.cairn_core.accounts import utcnow
+from devstack.infra import services
 from ops.cairn_check import CheckOptions, run_checks
 from ops.cli import main
 from tests.kit.cairn_ctx import job_context

@@ -33,9 +33,9 @@ from nats.js.kv import KeyValue
 
 from bridges.cairn.admission import DeliveryMeta, Dispatch, History, Rules, Settle, admit, job_kind
 from bridges.cairn.consumers import pool_consumers
-from deploy.devstack import services
-from deploy.devstack.cairn_core import DevCairnCore, bootstrap
-from deploy.devstack.strava import FakeStrava
+from devstack.fakes.cairn_core import DevCairnCore, bootstrap
+from devstack.fakes.strava import FakeStrava
+from devstack.infra import services
 from workers.cairn.contract import subjects
 from workers.cairn.contract.subjects import RATE_LIMIT_BUCKET
 from workers.cairn.disposition import ENVELOPE_FAILED_NAK_DELAY_S, Disposition, nak
