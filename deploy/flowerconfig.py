@@ -25,7 +25,7 @@ Why each choice (reference/ecosystem.md §1.9):
   type (``provider.1@host``, ``garmin.1@host``) and consume only their pool's
   queue, ``provider.<pool>``; a Cairn task's routing key is that queue, its id
   starts ``cairn-<pool>-`` and a job's arguments name the pool
-  (``tasks.routes``, ``tests/test_pools.py`` reads them back from Flower's API).
+  (``tasks.routes``, ``tests/providers/test_pools.py`` reads them back from Flower's API).
 * **A job can be found.** The ``args`` column is on by default: a Voicy task
   shows ``('<job id>', '…')``, a Cairn ``cairn.job`` its kind and job id first
   (``['fetch_source', {'job_id': ...}, ...]``), and Flower's search box finds

@@ -271,12 +271,12 @@ FLOWER_NO_REPLY = Allow(
            "it starts, and a formation starts every process at once (workers still loading) and stops them "
            "at once; Flower lists workers from their events meanwhile. A failure with a cause (': <error>', "
            "a broker error) stays over budget",
-    provoked_by="every start and stop of a whole formation with Flower: make demo (tests/test_demo.py)")
+    provoked_by="every start and stop of a whole formation with Flower: make demo (tests/fleet/test_demo.py)")
 WORKER_SHUTDOWN_REQUEUE = Allow(
     r"Requeuing undeliverable message for queue '\w+': No consumers", after=r"worker: (Cold|Warm) shutdown",
     reason="a message the worker's Redis consumer fetched while it was stopping (its consumer already "
            "cancelled) is put back on its queue by kombu: nothing is lost; only after the worker's own shutdown",
-    provoked_by="stopping a worker while beat sends: every fleet stop, tests/test_health.py's stop tests")
+    provoked_by="stopping a worker while beat sends: every fleet stop, tests/ops/test_health.py's stop tests")
 RUN_AS_ROOT = Allow(
     r"SecurityWarning: You're running the worker with superuser privileges",
     reason="Celery warns when a worker runs as root; this box and CI run everything as root (the host "

@@ -6,7 +6,7 @@ pool on the spot; arriving between the pool's start and the consumer's event loo
 dyno restart, ``make demo``'s Ctrl-C while a worker still starts: on a loaded box that window lasts
 seconds), it left the consumer to start on a stopped pool, and the loop's first check of the pool
 ended the worker with ``Unrecoverable error: AttributeError(... 'did_start_ok')``, a traceback and
-exit 1 (``tests/test_procfile.py``, a worker stopped at each moment of its start-up).
+exit 1 (``tests/fleet/test_procfile.py``, a worker stopped at each moment of its start-up).
 
 So from just before the pool starts until the event loop runs, a stop signal (SIGTERM, SIGINT,
 SIGQUIT) does what Celery's cold shutdown does except stopping the pool from inside the handler:

@@ -8,7 +8,7 @@ next step asks kombu's Redis poller whether the task channel may consume. With
 ``worker_disable_prefetch`` (tasks/settings.py) Celery answers from the pool's size, and the stopped
 pool has none: ``Unrecoverable error: AttributeError("'NoneType' object has no attribute
 '_processes'")``, a traceback and exit 1 instead of a clean stop (issue 14's full-suite run;
-``tests/test_procfile.py``, a worker stopped while its main thread waits on a frozen Redis).
+``tests/fleet/test_procfile.py``, a worker stopped while its main thread waits on a frozen Redis).
 
 So once the worker is stopping, the channel has no credit, before Celery's check is asked. That is
 what a stop means anyway (Celery has cancelled the task consumer by then): kombu leaves a BRPOP

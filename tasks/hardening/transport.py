@@ -1,7 +1,7 @@
 """kombu's Redis and Sentinel transports: a crash on a broker failure turned into a reconnect, and
 one blocking client per channel instead of one per command.
 
-Found by ``tests/test_sentinel.py`` (about one failover in four): a message
+Found by ``tests/fleet/test_sentinel.py`` (about one failover in four): a message
 arrives just as the master dies, so its ack fails and it stays in kombu's
 unacked set. Celery's consumer then collects the broken connection: closing
 the channel disconnects its pool and tries to restore that message, which

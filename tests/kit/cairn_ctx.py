@@ -90,7 +90,7 @@ async def core_bucket(js: JetStreamContext, name: str) -> KeyValue:
     Never ``js.create_key_value`` with nats-py's defaults: without direct get a worker's read goes to
     ``STREAM.MSG.GET``, which core's worker template refuses, so the test would run a read path
     production never takes, and on a session nats-server every later test would inherit the bucket
-    (tests/test_suite_rules.py).
+    (tests/meta/test_suite_rules.py).
     """
     await bootstrap.create_bucket(js, next(spec for spec in bootstrap.BUCKETS if spec.name == name))
     return await js.key_value(name)

@@ -11,8 +11,8 @@ installed package. Its "API" is a file drop on loopback (:class:`FileDrop`:
 :class:`FileDropKit` is the drop as the Cairn stack kit's ``ProviderFake``
 (``devstack/fakes/provider_fake.py``): the variables a pool needs (the drop's
 URL, the site directory, the distribution's package name) and accounts
-connected on a pool. Used by tests/test_second_provider.py and
-tests/test_pools.py (a second real pool beside Strava's).
+connected on a pool. Used by tests/providers/test_second_provider.py and
+tests/providers/test_pools.py (a second real pool beside Strava's).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The vocabulary lives next door, one concept per module: job kinds in
 ``kinds``, errors in ``errors``, the per-call context in ``context``, rate
 windows in ``windows``, data shapes in ``models``, webhook rules in
 ``webhooks``. Nothing under ``workers/providers`` imports ``workers/cairn``
-(tests/test_imports.py): a provider speaks this vocabulary, never the NATS layer. How a new provider plugs in
+(tests/meta/test_imports.py): a provider speaks this vocabulary, never the NATS layer. How a new provider plugs in
 (an entry point, no generic module touched) is in docs/DESIGN.md.
 """
 

@@ -129,7 +129,7 @@ def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
             held.duration_s = _media_seconds(rt, key)
         rt.fleet.update(held)
         # On the gpu set *before* Voicy calls the job ready: a bridge pass in between would find a free
-        # slot and claim-ready the job's own ready state back from Voicy (tests/test_voicy_gpu_slot.py).
+        # slot and claim-ready the job's own ready state back from Voicy (tests/voicy/test_voicy_gpu_slot.py).
         rt.fleet.enter_gpu(job_id)
         rt.client.downloaded(job_id, rt.store.describe(key))
         next_token = new_token()

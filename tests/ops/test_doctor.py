@@ -91,7 +91,7 @@ def test_doctor_names_each_broken_piece(stack) -> None:
 
 
 # ------------------------------------------------------------------ a doctor that always ends
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 120  # far above the doctor's own timeouts; only a hang reaches it
 
 
@@ -151,7 +151,7 @@ def test_doctor_names_a_bad_value_every_celery_process_would_stop_on(redis_url: 
     """The doctor loads the Celery app as ``celery -A tasks`` does: a bad beat period is named there,
     and Redis (whose URL the same settings give) is skipped rather than blamed."""
     # Beat reads Voicy's periods when Voicy is configured (a Cairn period is read only by the provider
-    # worker itself, at its start: tests/test_start_config.py).
+    # worker itself, at its start: tests/fleet/test_start_config.py).
     out = doctor_process({"REDIS_URL": redis_url, "VOICY_WORKER_API_URL": f"http://127.0.0.1:{free_port()}",
                           "VOICY_WORKER_TOKEN": "unused-token", "VOICY_WORKER_HEARTBEAT_INTERVAL_MS": "abc"})
     assert out.returncode == 1, out.stdout + out.stderr

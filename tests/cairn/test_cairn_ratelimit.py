@@ -269,7 +269,7 @@ def test_a_kv_call_nats_never_answers_is_a_transient_budget_error(monkeypatch: p
     """A NATS restart under an in-flight KV call (its reply never comes) is the budget being unavailable,
     a transient NAK like every NATS outage, not an ``unexpected failure TimeoutError`` (found by the chaos
     run's log budget). A frozen server is that, deterministically: the call is sent, no reply comes. The
-    reads and the stored usage here; the reservation in tests/test_cairn_publish_retry.py."""
+    reads and the stored usage here; the reservation in tests/cairn/test_cairn_publish_retry.py."""
     with services.nats_server() as svc:  # a server of its own: this test freezes it
         admin = NatsThread(CairnSettings(nats_url=svc.url, worker_name="cairn-core"))
         admin.run(core_bucket(admin.js, subjects.RATE_LIMIT_BUCKET), 10)

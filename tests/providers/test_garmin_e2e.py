@@ -229,7 +229,7 @@ def _check(stack: GarminStack, *extra: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("with_user", [True, False], ids=["active", "active-without-user-id"])
 def test_the_conformance_check_passes_against_the_garmin_pool(stack: GarminStack, with_user: bool) -> None:
-    """The suite the Strava pool passes (tests/test_cairn_check.py), against the Garmin pool; without
+    """The suite the Strava pool passes (tests/ops/test_cairn_check.py), against the Garmin pool; without
     ``--user-id`` (the Go harness's own reconcile body) the pool answers without listing anyone."""
     assert stack.core is not None
     wait_until(lambda: stack.core.live_presence(stack.pool), WAIT_S, "the pool's presence")  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ operator met is a rule here (issue 14 §5):
 * the Redis plan keeps an append-only file, as docs/operations.md §2.4 asks.
 
 The media store's enforcement on Heroku is a start-up rule of the Voicy
-settings, proven by running the Procfile's bridge in ``tests/test_procfile.py``.
+settings, proven by running the Procfile's bridge in ``tests/fleet/test_procfile.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP_JSON = ROOT / "app.json"
 OPERATIONS_MD = ROOT / "docs" / "operations.md"
 # The code every dyno runs (the operator tools in ops/ run on the operator's machine, not in the app).

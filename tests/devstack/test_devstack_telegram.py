@@ -13,7 +13,7 @@ from devstack.fakes.telegram import FakeTelegram
 
 pytestmark = pytest.mark.timeout(30)
 BOT_TOKEN = "123456789:AAE-fake-SECRET-token-for-tests"
-AUDIO_DIR = Path(__file__).resolve().parent / "fixtures" / "audio"
+AUDIO_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "audio"
 DATA = b"OggS" + b"\x00" * 60
 
 

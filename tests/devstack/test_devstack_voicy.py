@@ -24,7 +24,7 @@ from devstack.fakes.voicy_api import DevVoicyServer, DuplicateClientError
 from devstack.fakes.voicy_api.store import now
 
 pytestmark = pytest.mark.timeout(60)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STALE_S = 30 * 60  # a heartbeat 30 minutes old against the 15-minute default cutoff
 
 

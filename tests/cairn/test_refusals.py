@@ -1,7 +1,7 @@
 """``Refusals``: how one connection turns nats-py's error callback into a permanent, once-reported failure.
 
 The end-to-end proof runs the fleet against nats-server with core's template
-(``tests/test_nats_permissions.py``); these pin the rules on the exact text
+(``tests/cairn/test_nats_permissions.py``); these pin the rules on the exact text
 nats-py hands the error callback (lower-cased, ``nats.errors.Error``).
 """
 

@@ -274,7 +274,7 @@ def test_voicy_bridge_starts_with_a_valid_config(redis_url: str, tmp_path: Path,
 @pytest.mark.slow
 def test_voicy_bridge_on_heroku_starts_with_an_s3_media_store(redis_url: str, tmp_path: Path,
                                                              launch: Callable[..., ProcfileProcess]) -> None:
-    """The other half of the Heroku rule (tests/test_start_config.py): an s3:// store passes it."""
+    """The other half of the Heroku rule (tests/fleet/test_start_config.py): an s3:// store passes it."""
     bridge = launch("voicy_bridge", fleet_env(
         redis_url, DYNO="voicy_bridge.1", VOICY_WORKER_MEDIA_STORE="s3://media/voicy",
         VOICY_WORKER_API_URL=f"http://127.0.0.1:{free_port()}/worker/v1", VOICY_WORKER_TOKEN=f"vw_{uuid.uuid4().hex}",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 # Core creates every KV bucket (devstack/fakes/cairn_core/bootstrap.py, as nats.go does: direct get on).
 RAW_KV_CREATE = re.compile(r"\.create_key_value\(")
 

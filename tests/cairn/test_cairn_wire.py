@@ -22,7 +22,7 @@ from workers.providers.registry import get_provider
 from workers.providers.strava.dataset import PARSER_VERSION
 from workers.providers.strava.settings import StravaSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 USER = "5b0c8f7e-6a43-4c1e-9a55-0f1f2f3a4b5c"
 ACCOUNT = "9e3f1a2b-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 

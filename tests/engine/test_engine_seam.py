@@ -26,7 +26,7 @@ from workers.transcribe.settings import DEFAULT_BATCH_SIZE, EngineSettings, load
 from workers.voicy.bodies import transcript_body
 from workers.voicy.settings import load_voicy_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIBE_DIR = ROOT / "workers" / "transcribe"
 TRANSCRIBE_PACKAGE = "workers.transcribe"
 FORBIDDEN_PACKAGE = "workers.voicy"

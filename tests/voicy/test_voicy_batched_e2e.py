@@ -2,7 +2,7 @@
 
 Real Redis, the dev Voicy API, fake Telegram, real io/gpu Celery workers and
 the bridge, as in test_voicy_e2e; only the environment differs. Engine-level
-parity and progress streaming are in tests/test_engine_batched.py.
+parity and progress streaming are in tests/engine/test_engine_batched.py.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 from ops import cli
 from ops.commands import COMMANDS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_console_script_is_ops_cli_main_and_ops_is_packaged() -> None:

@@ -65,7 +65,7 @@ def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
 def test_voicy_bridge_workers_and_beat_ride_out_redis_restarts(tmp_path: Path, own_redis: RestartableRedis) -> None:
     with voicy_dev_stack(tmp_path, own_redis.url, "restart") as (server, telegram, env):
         item = min(audio_manifest(), key=lambda m: m["duration_s"])
-        data = (Path(__file__).parent / "fixtures" / "audio" / item["file"]).read_bytes()
+        data = (Path(__file__).parents[1] / "fixtures" / "audio" / item["file"]).read_bytes()
         io = CeleryWorker("io", env, tmp_path / "io.log")
         gpu = CeleryWorker("gpu", env, tmp_path / "gpu.log")
         for worker in (io, gpu):
@@ -210,7 +210,7 @@ def test_every_process_rides_out_a_60s_outage_and_serves_jobs_sent_during_it(
                 own_redis.svc.proc.wait()  # type: ignore[union-attr]
                 down_at = time.monotonic()
                 item = min(audio_manifest(), key=lambda m: m["duration_s"])
-                data = (Path(__file__).parent / "fixtures" / "audio" / item["file"]).read_bytes()
+                data = (Path(__file__).parents[1] / "fixtures" / "audio" / item["file"]).read_bytes()
                 telegram.add_file("fid-outage", data)
                 voicy_job = server.enqueue_job("fid-outage", file_size=len(data), mime_type="audio/ogg")
                 cairn_job = stack.fetch_job(acct, stack.first_activity_id(acct))

@@ -39,7 +39,7 @@ from workers.cairn.outcomes import FAILURES_PREFIX
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXIT_CONFIG_ERROR = 2  # bridges.__main__
 
 

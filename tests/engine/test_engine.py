@@ -26,7 +26,7 @@ from workers.voicy.bodies import engine_metadata, transcript_body
 from workers.voicy.progress import ProgressThrottle
 from workers.voicy.settings import DEFAULT_ENGINE, VoicySettings, load_voicy_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
 MANIFEST = json.loads((AUDIO_DIR / "manifest.json").read_text())
 TIME_CODE_RE = re.compile(r"^\d{2,}:[0-5]\d$")

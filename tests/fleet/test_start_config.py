@@ -21,7 +21,7 @@ from devstack.infra.services import free_port
 
 pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
 SHELL = shutil.which("bash") or "/bin/sh"
 EXIT_CONFIG_ERROR = 2  # tasks.EXIT_CONFIG_ERROR, as python -m bridges

@@ -325,10 +325,10 @@ def test_no_imports_inside_functions_outside_the_allow_list() -> None:
 # A test module is a list of tests: what two of them share lives in tests/kit/, so moving, renaming or
 # deleting a test module never breaks another, and pytest never collects a module twice under xdist.
 TESTS = ROOT / "tests"
-TEST_SUPPORT = {"__init__.py", "conftest.py"}  # the only non-test modules at tests/'s top level
-_TEST_MODULE_NAME = re.compile(r"^tests\.(test_\w+|conftest)(\.|$)")
+TEST_SUPPORT = {"__init__.py", "conftest.py"}  # the only non-test modules outside tests/kit/ (and fixtures/)
+_TEST_MODULE_NAME = re.compile(r"^tests\.(\w+\.)?(test_\w+|conftest)(\.|$)")
 # Code run in a subprocess (``python -c`` text) imports too; this finds it in the source text.
-_TEST_MODULE_IN_TEXT = re.compile(r"\b(?:from|import)\s+tests\.(?:test_\w+|conftest)\b")
+_TEST_MODULE_IN_TEXT = re.compile(r"\b(?:from|import)\s+tests\.(?:\w+\.)?(?:test_\w+|conftest)\b")
 
 
 def imports_of_test_modules(root: Path) -> list[str]:
@@ -372,8 +372,12 @@ def test_no_test_module_imports_another_test_module() -> None:
 
 
 def test_shared_test_code_lives_in_the_kit() -> None:
-    stray = sorted(p.name for p in TESTS.glob("*.py") if p.name not in TEST_SUPPORT and not p.name.startswith("test_"))
-    assert not stray, f"helper modules at tests/'s top level (move them to tests/kit/): {stray}"
+    stray = sorted(str(p.relative_to(TESTS)) for p in TESTS.rglob("*.py")
+                   if p.parts[len(TESTS.parts)] not in ("kit", "fixtures")
+                   and p.name not in TEST_SUPPORT and not p.name.startswith("test_"))
+    assert not stray, f"helper modules beside the tests (move them to tests/kit/): {stray}"
+    loose = sorted(p.name for p in TESTS.glob("test_*.py"))
+    assert not loose, f"test modules at tests/'s top level (put each in the folder of the code it tests): {loose}"
 
 
 FLEET_ENTRY_POINTS = "tasks, bridges.cairn.bridge, bridges.voicy, ops.cli"  # what the fleet's processes import

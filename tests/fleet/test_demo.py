@@ -16,7 +16,7 @@ import pytest
 from devstack.demo import activity_payloads, bar
 from devstack.infra import procfile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT_S = 420
 
 # One xdist worker runs the demos: each binds Flower to the fixed demo port 5555.
