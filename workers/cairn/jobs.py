@@ -1,9 +1,4 @@
-"""Pydantic models for the JSON job bodies core publishes (contract §4, reference §2.9).
-
-Unknown fields are ignored (core adds ``webhook_seen``, ``reason``,
-``issued_at``...). Required fields are validated, so a poison payload fails
-here and the bridge terms it with a failure envelope.
-"""
+"""Pydantic models for the JSON job bodies core publishes (contract §4, reference §2.9)."""
 
 from __future__ import annotations
 
@@ -18,6 +13,8 @@ from workers.cairn.messages import GoTime  # Go's zero time.Time (and "") mean u
 
 
 class _Job(BaseModel):
+    """Unknown fields ignored (core adds more); required ones validated, so a poison payload fails here."""
+
     model_config = ConfigDict(extra="ignore")
 
     job_id: str = ""
