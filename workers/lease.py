@@ -155,9 +155,9 @@ class Leases:
         An unreachable Redis is waited out (up to ``outage_wait_s``), not raised: the
         task carrying ``token`` has been acked already, so a take that fails on a
         dropped connection would leave the job granted, for the queued TTL, to a task
-        that no longer exists. The
-        retry uses the same running value, and the script accepts finding it: a take
-        whose write landed before the connection dropped is still this execution's.
+        that no longer exists. The retry uses the same running value, and the script accepts
+        finding it: a take whose write landed before the connection dropped is still this
+        execution's.
         """
         running = f"{RUNNING_PREFIX}{token}:{uuid.uuid4().hex}"
         # Only ``REDIS_UNAVAILABLE`` is waited out (no connection, no Sentinel master yet, a master

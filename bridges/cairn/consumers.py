@@ -60,7 +60,7 @@ def consumer_config(consumer: JobConsumer, ack_wait_s: float, max_deliver: int) 
     """``name`` (= the durable) and the filter make nats-py send the filtered
     ``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`` (:func:`create_subject`); with
     ``durable_name`` alone it sends the legacy ``CONSUMER.DURABLE.CREATE``, which the template
-    refuses (issue 14: under production permissions the pool did not start).
+    refuses, so under production permissions the pool would not start.
 
     MaxDeliver is always sent, ``-1`` (unlimited, the default, as the Strava worker's) included,
     so a restart moves an existing durable back to it. Unlimited because rate-limit waits do not

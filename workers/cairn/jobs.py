@@ -70,7 +70,7 @@ class ParseBlobJob(FetchSourceJob):
         """A legacy bare integer ``N`` reads as ``N.0`` (contract §1); anything but ``N.M`` is poison.
 
         Checked here, at admission, so ``"one.two"`` or ``"1.x"`` is a bad payload (envelope +
-        term) and never reaches the version comparison, where it used to raise on every delivery.
+        term) and never reaches the version comparison, which would raise on every delivery.
         """
         if value is None or str(value).strip() == "":
             return None

@@ -185,8 +185,8 @@ class RateLimiter:
 
         Why the exception: every call first reserves (the budget's ``used`` goes up by one) and the
         provider then reports its own count, which is that same number whenever no other call of
-        the app slipped in between; storing it again was two KV writes per API call that changed
-        nothing (issue 15 §3). Whenever the report differs (another process spent meanwhile, the
+        the app slipped in between; storing it again would be two KV writes per API call that
+        change nothing. Whenever the report differs (another process spent meanwhile, the
         provider counted calls we did not, a window rolled over), it is stored as before. A skipped
         report never lowers the budget below what other processes reserved since. The windows'
         puts go out together in one hand-off to the NATS loop.
