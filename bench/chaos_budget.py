@@ -1,7 +1,7 @@
 """The chaos run's log budget (H1): what a run of SIGKILLs and service restarts is *expected* to log.
 
 ``python -m bench chaos`` ends, like every run that starts the fleet, by reading
-every dyno's log (``deploy.devstack.log_budget``). A chaos run provokes faults
+every dyno's log (``devstack.infra.log_budget``). A chaos run provokes faults
 on purpose, so the outage and recovery lines they cause are allowed here, each
 with its reason and the fault that provokes it; anything else (a traceback, a
 process complaining about something no fault explains) is a finding, counted in
@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from deploy.devstack import log_budget
-from deploy.devstack.log_budget import Allow, Budget
+from devstack.infra import log_budget
+from devstack.infra.log_budget import Allow, Budget
 
 SHOWN_FINDINGS = 20  # the figures keep this many unexplained lines (the report prints them all)
 REDIS_RESTART = "python -m bench chaos: the Redis restart of the window"
@@ -40,7 +40,7 @@ ALLOW: tuple[Allow, ...] = (
           provoked_by=REDIS_RESTART),
     Allow(r"message \S+ not acked: the broker connection dropped \(\w+\)",
           reason="a task started as Redis went away: its early ack failed, its job's recovery runs it "
-          "(tasks/lost_acks.py)", provoked_by=REDIS_RESTART),
+          "(tasks/hardening/lost_acks.py)", provoked_by=REDIS_RESTART),
     Allow(r"Connection to Redis lost: Retry \(\d+/\d+\)", reason="Celery's result backend reconnecting",
           provoked_by=REDIS_RESTART),
     Allow(r"lease renewal for job \S+ failed \(\w+\); retrying|lease of job \S+ re-taken after a Redis outage",

@@ -56,7 +56,7 @@ def section(f: dict[str, Any]) -> str:
                else "not measured: this tree has no `switchyard health` yet")
     lines = [
         "`python -m bench partitions` (also `make bench ARGS=partitions`) runs the Procfile fleet on hosts:",
-        "Linux network namespaces of one machine on one switch (`deploy/devstack/hosts.py`), each with its",
+        "Linux network namespaces of one machine on one switch (`devstack/netsim/hosts.py`), each with its",
         "own address, hostname, pid numbering and `/tmp`, the repository read-only, S3 the only shared",
         f"storage. Core ({', '.join(['Redis (AOF)', 'NATS', 'S3', 'the dev Voicy API', 'the dev Cairn core'])},",
         "and the Telegram and Strava fakes, Strava over https) is one host; the fleet's dynos are placed",
@@ -64,7 +64,7 @@ def section(f: dict[str, Any]) -> str:
         "",
         "Each partition lands while its own jobs are in flight, lasts a fixed time, heals, and is judged on",
         "its own jobs, counted as the chaos run counts them. A link cut takes the host's veth down at the",
-        "switch; a DROP is an nftables rule in the host's namespace (`deploy/devstack/netfilter.py`):",
+        "switch; a DROP is an nftables rule in the host's namespace (`devstack/netsim/netfilter.py`):",
         "packets vanish, so TCP hangs as in a real partition. Partitions: `--only a,b`; one per side:",
         f"`--short`; none (the fleet across hosts, one job per side): `--smoke`. Voicy lease "
         f"{chaos_rig.VOICY_LEASE_TTL_MS / 1000:g} s, Cairn AckWait {chaos_rig.CAIRN_ACK_WAIT_S:g} s.",

@@ -30,8 +30,8 @@ import nats
 import redis
 from huggingface_hub.errors import LocalEntryNotFoundError
 
-from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
+from workers.cairn.contract import subjects
 from workers.cairn.nats_conn import connect_options
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.config import load_settings

@@ -9,7 +9,7 @@ processes keep themselves, never by asking them:
   Cairn bridge reports its own NATS connection down;
 * ``pool gpu`` / ``pool io`` / ``pool provider``: a Celery worker consumes each queue
   the configured sides need (``workers.liveness`` records, ``tasks.registration``);
-* ``beat lock``: a beat holds the RedBeat lock (``tasks.scheduler``);
+* ``beat lock``: a beat holds the RedBeat lock (``tasks.hardening.scheduler``);
 * ``voicy bridge``: a Voicy bridge is polling (its liveness record says ``ok``);
 * ``cairn presence``: every provider worker of the pool last wrote its presence
   record within ``CAIRN_PRESENCE_LIVE_S`` (core's 45 s), at least one did, and
@@ -50,10 +50,10 @@ from bridges.cairn.consumers import JobConsumer, pool_consumers
 from bridges.cairn.webhooks import webhook_consumer
 from ops.doctor import FAIL, OK, SKIP, Check
 from workers import faults, liveness
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
+from workers.cairn.handlers.webhooks import enabled as webhooks_enabled
 from workers.cairn.nats_conn import connect_options
 from workers.cairn.settings import POOL_CREDENTIALS, CairnSettings, load_cairn_settings, pool_variable
-from workers.cairn.webhooks import enabled as webhooks_enabled
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import redact, setup_logging

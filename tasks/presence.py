@@ -13,8 +13,8 @@ from celery.worker.control import control_command
 
 from tasks import app
 from tasks.cairn import cairn_configured, load_job_code
+from tasks.hardening.startup_stop import stopping
 from tasks.routes import LEGACY_PROVIDER_QUEUE, PROVIDER_QUEUE_PREFIX, pool_of_queue, provider_queue
-from tasks.startup_stop import stopping
 from workers.cairn.refusals import POOL_ROLE, fault_component
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError

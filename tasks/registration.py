@@ -7,7 +7,7 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from tasks import presence
-from tasks.startup_stop import stopping
+from tasks.hardening.startup_stop import stopping
 from workers import liveness
 from workers.redisconn import sync_client
 

@@ -1,6 +1,6 @@
 """The real deployment, every feature on at once (issue 14 §2, H1, C5).
 
-The Procfile's own command lines under the supervisor (``deploy/devstack/supervisor.py``),
+The Procfile's own command lines under the supervisor (``devstack/infra/supervisor.py``),
 with everything a production deployment switches on together:
 
 * Redis through Sentinel (master, replica, three Sentinels: ``REDIS_URL=sentinel://...``);
@@ -35,9 +35,9 @@ import pytest
 
 from bench import chaos_count
 from bench.chaos_rig import PROVIDER, ChaosRig
-from deploy import demo_webhook
-from deploy.devstack import services
-from deploy.devstack.services import SentinelTopology, free_port
+from devstack import demo_webhook
+from devstack.infra import services
+from devstack.infra.services import SentinelTopology, free_port
 from tests.kit.waiting import wait_until
 from workers.providers.strava.dataset import PARSER_VERSION  # the Strava pool's own parser version
 

@@ -29,11 +29,11 @@ import nats
 import pytest
 import redis
 
-from deploy.devstack.cairn_core import DevCairnCore
+from devstack.fakes.cairn_core import DevCairnCore
 from tests.kit.cairn_stack import LEASE_TTL_S, PROVIDER, WAIT_S, CairnStack
 from tests.kit.celery_worker import CeleryWorker
 from tests.kit.waiting import wait_until
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.outcomes import FAILURES_PREFIX
 from workers.cairn.ratelimit import WindowState
 

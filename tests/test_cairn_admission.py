@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridges.cairn.admission import Adopt, DeliveryMeta, Dispatch, RedisRecall, Rules, Settle, admit, gives_up, job_kind
+from workers.cairn.contract.jobs import parse_job
+from workers.cairn.contract.subjects import JOB_KINDS, JOBS_STREAM
 from workers.cairn.disposition import ack, nak, term
-from workers.cairn.jobs import parse_job
 from workers.cairn.outcomes import LEASE_NAMESPACE, MessageKey, OutcomeLedger, failures_key
-from workers.cairn.subjects import JOB_KINDS, JOBS_STREAM
 from workers.lease import Leases, new_token
 
 PARSER_VERSION = "1.4"

@@ -30,7 +30,7 @@ from bridges.cairn.consumers import STREAM_JOBS, consumer_config, ensure_consume
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import FAILURE_COUNT_TTL_S, FailureCounts, Held, settle
 from ops.cairn_check import subject_matches
-from tasks.result_backend import result_backend_url
+from tasks.hardening.result_backend import result_backend_url
 from tests.kit.cairn_ctx import core_bucket
 from workers.cairn.compat import IncompatibleCoreError, check_core_release, compatible, decode_info, is_dev_build
 from workers.cairn.disposition import MIN_NAK_DELAY_S, ack, nak

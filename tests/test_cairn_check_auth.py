@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from deploy.devstack import services
+from devstack.infra import services
 from tests.kit.cairn_stack import PROVIDER, ROOT, WAIT_S, CairnStack
 from tests.kit.waiting import wait_until
 from workers.cairn.settings import pool_variable

@@ -19,11 +19,11 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from deploy.devstack import services
-from workers.cairn import subjects, wire
+from devstack.infra import services
 from workers.cairn.claimcheck import ClaimCheck, PresignError, UploadError, WorkerStamp
+from workers.cairn.contract import subjects, wire
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.nats_conn import NatsThread
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.settings import CairnSettings
 
 BUCKET = "cairn-test"

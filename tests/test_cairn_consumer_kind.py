@@ -26,11 +26,11 @@ from nats.js.api import RetentionPolicy, StreamConfig
 from bridges.cairn.admission import MessageKind, decode_object
 from bridges.cairn.bridge import CairnBridge, TaskSenders
 from bridges.cairn.consumers import JobConsumer
-from tasks.result_backend import result_backend_url
+from tasks.hardening.result_backend import result_backend_url
+from workers.cairn.contract.subjects import JOBS_STREAM, WEBHOOKS_STREAM
 from workers.cairn.disposition import ack
 from workers.cairn.outcomes import LEASE_NAMESPACE, MessageKey, OutcomeLedger
 from workers.cairn.settings import CairnSettings
-from workers.cairn.subjects import JOBS_STREAM, WEBHOOKS_STREAM
 from workers.lease import Leases
 
 KIND = "webhook_event"

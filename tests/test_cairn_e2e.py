@@ -28,9 +28,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deploy.devstack import log_budget
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.log_budget import Allow
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.infra import log_budget
+from devstack.infra.log_budget import Allow
 from tests.kit.cairn_stack import (
     ACK_WAIT_S,
     ATHLETE_BASE,

@@ -27,10 +27,10 @@ from bridges.cairn.consumers import JobConsumer
 from bridges.cairn.execution import Execution, Shutdown
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import Held
-from tasks.result_backend import result_backend_url
+from tasks.hardening.result_backend import result_backend_url
+from workers.cairn.contract.subjects import JOBS_STREAM
 from workers.cairn.disposition import ack, term
 from workers.cairn.outcomes import LEASE_NAMESPACE, MessageKey, OutcomeLedger
-from workers.cairn.subjects import JOBS_STREAM
 from workers.lease import LeaseKeeper, Leases, LeaseState
 from workers.redisconn import async_client
 

@@ -18,9 +18,9 @@ import nats
 import pytest
 import redis
 
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.services import free_port
-from deploy.devstack.strava import FakeStrava
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.strava import FakeStrava
+from devstack.infra.services import free_port
 from tests.kit.cairn_ctx import (
     PACKAGE,
     PROVIDER,
@@ -30,13 +30,14 @@ from tests.kit.cairn_ctx import (
     forget_budget,
     ingested_since,
 )
-from workers.cairn import sealed, wire
+from workers.cairn import sealed
+from workers.cairn.contract import wire
+from workers.cairn.contract.subjects import JOBS_STREAM
 from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.handlers import Delivery, JobContext, discover, exchange
 from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, coalesce_key, window_start
 from workers.cairn.handlers.run import run_job
 from workers.cairn.outcomes import LEASE_NAMESPACE, OutcomeLedger
-from workers.cairn.subjects import JOBS_STREAM
 from workers.lease import Leases
 from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
 

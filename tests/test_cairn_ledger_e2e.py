@@ -30,10 +30,10 @@ import nats
 import pytest
 import redis
 
-from deploy.devstack.procs import Proc, freeze
+from devstack.infra.procs import Proc, freeze
 from tests.kit.cairn_stack import PROVIDER, WAIT_S, CairnStack
 from tests.kit.waiting import wait_until
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.outcomes import OUTCOME_PREFIX
 
 # slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose

@@ -11,9 +11,10 @@ from typing import Any
 import nats
 import pytest
 
-from deploy.devstack import services
+from devstack.infra import services
 from tests.kit.cairn_ctx import core_bucket
-from workers.cairn import presence, subjects
+from workers.cairn import presence
+from workers.cairn.contract import subjects
 from workers.cairn.nats_conn import NatsThread, connect_options
 from workers.cairn.routing import PublishRouter
 from workers.cairn.settings import CairnSettings

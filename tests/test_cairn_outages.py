@@ -5,7 +5,7 @@ Real processes only (``tests.cairn_stack``): ``python -m bridges cairn``, a
 the dev Cairn core, the fake Strava behind a gate, and a Redis of this module's
 own with an append-only file (the session Redis cannot be restarted under the
 other tests). Redis or NATS is SIGKILLed and started again on the same port
-(``deploy.devstack.services.restart``), with its data and, for Redis, without.
+(``devstack.infra.services.restart``), with its data and, for Redis, without.
 
 Jobs are submitted before the outage (held mid-flight at Strava by the gate,
 released while the service is down, so they finish during the outage),
@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from deploy.devstack import services
+from devstack.infra import services
 from tests.kit.cairn_stack import WAIT_S, CairnStack
 from tests.kit.waiting import wait_until
 from workers.lease import LeaseKeeper, Leases

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.strava import FakeStrava
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.strava import FakeStrava
 from tests.kit.cairn_ctx import PROVIDER, Athlete, job_context
 from workers.cairn import presence
 from workers.cairn.compat import CORE_CHECK_TTL_S, CoreGate

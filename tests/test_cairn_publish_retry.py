@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from nats.js.api import StreamConfig
 
-from deploy.devstack import services
-from deploy.devstack.procs import frozen
+from devstack.infra import services
+from devstack.infra.procs import frozen
 from tests.kit.cairn_ctx import core_bucket
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.routing import PublishError, PublishRouter
@@ -116,7 +116,8 @@ def test_a_budget_reservation_nats_cannot_answer_is_transient_not_unexpected(
     bare TimeoutError, which the job's disposition took for an unexpected bug (a 30 s NAK counted toward
     the job's termination), so a long enough partition would have termed good jobs with an envelope.
     A frozen nats-server (SIGSTOP) is what a DROP looks like from the client: connected, no answer."""
-    from workers.cairn import ratelimit, subjects
+    from workers.cairn import ratelimit
+    from workers.cairn.contract import subjects
     from workers.cairn.ratelimit import BudgetUnavailable, RateLimiter
     from workers.providers.strava.usage import RATE_WINDOWS
 

@@ -11,16 +11,17 @@ from typing import Any
 
 import pytest
 
-from deploy.devstack import services
-from deploy.devstack.procs import frozen
-from deploy.devstack.strava import FakeStrava
+from devstack.fakes.strava import FakeStrava
+from devstack.infra import services
+from devstack.infra.procs import frozen
 from tests.kit.cairn_ctx import core_bucket
-from workers.cairn import ratelimit, subjects
+from workers.cairn import ratelimit
+from workers.cairn.contract import subjects
+from workers.cairn.contract.jobs import FetchSourceJob
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.fetch_source import build_provider_context
-from workers.cairn.jobs import FetchSourceJob
 from workers.cairn.nats_conn import NatsThread
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.ratelimit import BudgetUnavailable, RateLimiter, WindowState, nak_delay_s
 from workers.cairn.settings import CairnSettings
 from workers.providers.errors import ProviderRateLimited

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.strava import FakeStrava
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.strava import FakeStrava
 from tests.kit.cairn_ctx import PROVIDER, Athlete, admit_and_run, ingested_since, job_context
 from tests.kit.gate import Gate, GateMiddleware
 from tests.kit.waiting import wait_until

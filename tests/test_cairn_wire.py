@@ -11,9 +11,9 @@ import pytest
 from google.protobuf import json_format
 from pydantic import ValidationError
 
-from workers.cairn import jobs, messages, proto_build, subjects, wire
-from workers.cairn.pb.cairn.v1 import activity_pb2 as apb
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.contract import jobs, messages, proto_build, subjects, wire
+from workers.cairn.contract.pb.cairn.v1 import activity_pb2 as apb
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.settings import WORKER_VERSION, load_cairn_settings
 from workers.errors import ConfigError
 from workers.logs import RedactingFilter, redact
@@ -130,7 +130,7 @@ def test_sha256_and_time_helpers() -> None:
 
 def test_generated_modules_match_the_protos(tmp_path: Path) -> None:
     assert proto_build.build(tmp_path) == 0
-    committed = ROOT / "workers/cairn/pb"
+    committed = ROOT / "workers/cairn/contract/pb"
     for generated in tmp_path.rglob("*_pb2.py"):
         rel = generated.relative_to(tmp_path)
         assert generated.read_text() == (committed / rel).read_text(), f"regenerate {rel}"

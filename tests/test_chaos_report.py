@@ -19,7 +19,7 @@ from bench import chaos_report
 from bench.chaos import targets_met
 from bench.chaos_count import _executions, count_voicy
 from bench.chaos_rig import VoicyJob
-from deploy.devstack.voicy_api import DevVoicyServer
+from devstack.fakes.voicy_api import DevVoicyServer
 
 
 def test_a_delivery_and_its_segment_companion_are_one_execution() -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.demo import activity_payloads, bar
-from deploy.devstack import procfile
+from devstack.demo import activity_payloads, bar
+from devstack.infra import procfile
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_TIMEOUT_S = 420
@@ -31,7 +31,7 @@ def _port_free(port: int) -> bool:
 @pytest.mark.skipif(not _port_free(5555), reason="Flower's demo port 5555 is in use on this machine")
 def test_demo_short_mode_completes_both_sides() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
-    proc = subprocess.run([sys.executable, "-m", "deploy.demo", "--short", "--timeout", "300"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "devstack.demo", "--short", "--timeout", "300"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
@@ -83,7 +83,7 @@ def test_ctrl_c_stops_the_fleet_first_then_nats_and_redis_without_a_traceback() 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
     # SIGINT back to its default in the demo: a run started in the background (nohup, `cmd &` in a
     # script) inherits it ignored, and Python then installs no KeyboardInterrupt handler at all.
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.demo", "--short", "--timeout", "300"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "devstack.demo", "--short", "--timeout", "300"], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, preexec_fn=_sigint_default)
     seen: list[str] = []
@@ -121,7 +121,7 @@ def test_ctrl_c_stops_the_fleet_first_then_nats_and_redis_without_a_traceback() 
 
 
 def test_help_reads_as_help() -> None:
-    out = subprocess.run([sys.executable, "-m", "deploy.demo", "--help"], cwd=ROOT, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "devstack.demo", "--help"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "--timeout SECONDS" in out.stdout and "after this many seconds" in out.stdout

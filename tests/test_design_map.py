@@ -23,6 +23,7 @@ DESIGN = ROOT / "docs" / "DESIGN.md"
 MAP_HEADING = "## Module map"
 MAX_ROW_CHARS = 170  # a row reads in one glance; details belong in the module's docstring
 _TOKEN = re.compile(r"`([^`]+)`")
+_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\(\))?$")  # a back-quoted Python name, `f()` or `Thing`
 
 
 def map_rows(text: str) -> list[str]:
@@ -91,6 +92,30 @@ def test_every_path_the_map_names_exists() -> None:
     named = [p for row in map_rows(DESIGN.read_text(encoding="utf-8")) for p in row_paths(row)]
     gone = [p for p in named if not (ROOT / p).exists() or (p.endswith("/") and not (ROOT / p).is_dir())]
     assert not gone, f"docs/DESIGN.md's module map names paths that do not exist: {gone}"
+
+
+def test_each_module_has_one_row() -> None:
+    named = [p for row in map_rows(DESIGN.read_text(encoding="utf-8")) for p in row_paths(row)]
+    twice = sorted({p for p in named if named.count(p) > 1})
+    assert not twice, f"docs/DESIGN.md's module map has more than one row for: {twice}"
+
+
+def names_not_in_code(row: str, sources: str) -> list[str]:
+    """The back-quoted Python names (with ``_``, ``()`` or a capital) of a row's concept that no product
+    source contains: a row that names a function the code does not have misleads."""
+    names = [m.group(1) for tok in _TOKEN.findall("|".join(row.split("|")[2:])) if (m := _NAME.match(tok))]
+    wanted = [n for n in names if "_" in n.strip("_") or n[0].isupper() or f"`{n}()`" in row]
+    return [n for n in wanted if not re.search(rf"\b{re.escape(n)}\b", sources)]
+
+
+def test_the_names_a_row_gives_exist_in_the_code() -> None:
+    sources = "\n".join(p.read_text(encoding="utf-8") for pkg in PRODUCT_PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+    assert names_not_in_code("| `m.py` | `record_fault`, `clear_faults()`, `Fault`, `bridges` |",
+                             "def record_fault(): ...\nclass Fault: ...") == ["clear_faults"]
+    stale = {row.split("|")[1].strip(): names_not_in_code(row, sources)
+             for row in map_rows(DESIGN.read_text(encoding="utf-8"))}
+    stale = {path: names for path, names in stale.items() if names}
+    assert not stale, f"docs/DESIGN.md's module map names what the code does not have: {stale}"
 
 
 def test_each_row_is_one_short_concept() -> None:

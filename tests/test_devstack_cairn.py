@@ -21,8 +21,8 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, DiscardPolicy, RetentionPolicy
 
-from deploy.devstack.cairn_core import DevCairnCore, app_id_for
-from deploy.devstack.cairn_core import bootstrap as bs
+from devstack.fakes.cairn_core import DevCairnCore, app_id_for
+from devstack.fakes.cairn_core import bootstrap as bs
 
 PROVIDER = "strava"
 PACKAGE = "switchyard.providers.strava"

@@ -9,7 +9,7 @@ from pathlib import Path
 import nats
 import redis
 
-from deploy.devstack import services
+from devstack.infra import services
 
 
 def test_a_redis_restart_in_place_keeps_the_data_and_the_address(tmp_path: Path) -> None:

@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from deploy.devstack.http_server import BackgroundServer, loopback_listener
-from deploy.devstack.strava import FakeStrava
-from deploy.devstack.telegram import FakeTelegram
-from deploy.devstack.voicy_api import DevVoicyServer
+from devstack.fakes.http_server import BackgroundServer, loopback_listener
+from devstack.fakes.strava import FakeStrava
+from devstack.fakes.telegram import FakeTelegram
+from devstack.fakes.voicy_api import DevVoicyServer
 
 KEEPALIVE_REQUESTS = 3  # the delay hit the second and later responses on one connection
 REQUEST_TIMEOUT_S = 5.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import socket
 
-from deploy.devstack import ports
-from deploy.devstack.services import LOOPBACK
+from devstack.infra import ports
+from devstack.infra.services import LOOPBACK
 
 
 def test_each_xdist_worker_has_its_own_block_below_the_ephemeral_range() -> None:

@@ -1,4 +1,4 @@
-"""deploy/devstack/procs: freezing a process means every thread of it, not the signal being pending.
+"""devstack/infra/procs: freezing a process means every thread of it, not the signal being pending.
 
 The chaos tests freeze nats-server and Redis (SIGSTOP) to stand for a server that is connected and
 silent. If a thread of the frozen process could still run, a request the test sends next could be
@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from deploy.devstack.procs import STOPPED_STATES, freeze, frozen, thread_states
+from devstack.infra.procs import STOPPED_STATES, freeze, frozen, thread_states
 
 THREADS = 8  # busy threads in the child: more than the box's cores, so some wait to run when it is stopped
 TICK_WAIT_S = 10.0  # how long the child may take to start counting

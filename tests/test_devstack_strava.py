@@ -8,7 +8,7 @@ from itertools import pairwise
 import httpx
 import pytest
 
-from deploy.devstack.strava import SHORT_WINDOW_S, FakeStrava
+from devstack.fakes.strava import SHORT_WINDOW_S, FakeStrava
 
 ATHLETE = 7001
 ANCHOR = 1_790_000_000.0  # fixed newest start time → fully deterministic data

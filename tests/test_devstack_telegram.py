@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.devstack.telegram import FakeTelegram
+from devstack.fakes.telegram import FakeTelegram
 
 pytestmark = pytest.mark.timeout(30)
 BOT_TOKEN = "123456789:AAE-fake-SECRET-token-for-tests"

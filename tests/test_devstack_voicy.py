@@ -20,8 +20,8 @@ import httpx
 import pytest
 from bson import ObjectId
 
-from deploy.devstack.voicy_api import DevVoicyServer, DuplicateClientError
-from deploy.devstack.voicy_api.store import now
+from devstack.fakes.voicy_api import DevVoicyServer, DuplicateClientError
+from devstack.fakes.voicy_api.store import now
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[1]
@@ -338,7 +338,7 @@ def test_fault_injection_answers_n_times_then_recovers(server: DevVoicyServer, a
 
 def test_cli_seeds_a_running_server_over_the_dev_endpoints(server: DevVoicyServer) -> None:
     def cli(*args: str) -> str:
-        return subprocess.run([sys.executable, "-m", "deploy.devstack.voicy_api", *args, "--server",
+        return subprocess.run([sys.executable, "-m", "devstack.fakes.voicy_api", *args, "--server",
                                server.base_url], check=True, capture_output=True, text=True,
                               env={"PATH": "/usr/bin:/bin"}, cwd=ROOT, timeout=30).stdout
 

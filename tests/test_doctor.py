@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack import services
-from deploy.devstack.services import free_port
-from deploy.devstack.stack import BOT_TOKEN, TINY_MODEL_DIR
-from deploy.devstack.telegram import FakeTelegram
-from deploy.devstack.voicy_api import DevVoicyServer
+from devstack.fakes.telegram import FakeTelegram
+from devstack.fakes.voicy_api import DevVoicyServer
+from devstack.infra import services
+from devstack.infra.services import free_port
+from devstack.infra.stack import BOT_TOKEN, TINY_MODEL_DIR
 from ops import doctor
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture()
 def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str, nats_url: str, s3_endpoint: str):
-    from deploy.devstack.cairn_core import DevCairnCore
+    from devstack.fakes.cairn_core import DevCairnCore
 
     for key in list(os.environ):
         if key.startswith(("VOICY_", "CAIRN_", "AWS_")) or key == "TOKEN":
@@ -189,7 +189,7 @@ class RecordingHub:
         from starlette.responses import JSONResponse
         from starlette.routing import Route
 
-        from deploy.devstack.http_server import BackgroundServer
+        from devstack.fakes.http_server import BackgroundServer
 
         self.requests: list[str] = []
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack.synth_media import write_video_only_mp4
+from devstack.fakes.synth_media import write_video_only_mp4
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.transcribe import engine as engine_mod
 from workers.transcribe.device import pick_device, resolve_cpu_threads, usable_cores
@@ -276,7 +276,7 @@ def test_cpu_threads_setting_defaults_to_auto_and_a_bad_value_names_the_variable
 
 _THREADS_PROBE = """
 import json, os, sys
-from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR
+from devstack.infra.stack import AUDIO_DIR, TINY_MODEL_DIR
 from workers.transcribe.whisper import WhisperEngine
 from workers.voicy.settings import VoicySettings
 

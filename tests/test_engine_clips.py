@@ -1,7 +1,7 @@
 """``transcribe_clips``: short recordings of separate jobs in one batched pass, each as it would be alone.
 
 The offline tiny.en model, real media (the committed fixtures and voices
-spoken by them, deploy/devstack/synth_media.py). The words and the parts of
+spoken by them, devstack/fakes/synth_media.py). The words and the parts of
 every clip must be exactly what the engine gives for it alone; failures and a
 raising progress callback stay with their own clip; a clip longer than one
 window, or whose decode the sequential engine would retry at a higher
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR, audio_manifest
-from deploy.devstack.synth_media import SpeechSynth, write_repeated_speech_ogg, write_video_only_mp4
+from devstack.fakes.synth_media import SpeechSynth, write_repeated_speech_ogg, write_video_only_mp4
+from devstack.infra.stack import AUDIO_DIR, TINY_MODEL_DIR, audio_manifest
 from tests.kit.same_words import assert_same_words
 from tests.kit.voicy_stack import SUITE_CPU_THREADS
 from workers.errors import PermanentJobError

@@ -26,7 +26,7 @@ from faster_whisper.audio import decode_audio
 
 from bench.recordings import Recording, demo_long_message, perturbed
 from bench.words import normalise, score
-from deploy.devstack.stack import TINY_MODEL_DIR
+from devstack.infra.stack import TINY_MODEL_DIR
 from tests.kit.voicy_stack import SUITE_CPU_THREADS
 from workers.transcribe.batched import BatchedWhisperEngine
 from workers.transcribe.engine import create_engine

@@ -18,9 +18,9 @@ import httpx
 import pytest
 import redis
 
-from deploy.devstack.procfile import entries
-from deploy.devstack.procs import Proc, spawn
-from deploy.devstack.services import free_port
+from devstack.infra.procfile import entries
+from devstack.infra.procs import Proc, spawn
+from devstack.infra.services import free_port
 from tests.kit.cairn_stack import ROOT, WAIT_S, CairnStack, running_stack
 from tests.kit.waiting import wait_until
 

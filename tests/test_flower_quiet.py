@@ -66,7 +66,7 @@ def test_beat_housekeeping_sends_no_task_events_but_real_tasks_do(tmp_path: Path
 
 def test_task_events_reach_flower_in_batches_and_none_is_lost(tmp_path: Path, fresh_redis: str) -> None:
     """Every task's received/started/succeeded events arrive, in far fewer messages than events: the
-    consumer flushes them on a short timer (tasks/consumer.py), not one publish per event (issue 15 §3)."""
+    consumer flushes them on a short timer (tasks/hardening/consumer.py), not one publish per event (issue 15 §3)."""
     with voicy_dev_stack(tmp_path, fresh_redis, "events") as (_server, _telegram, env):
         io = CeleryWorker("io", env, tmp_path / "io.log", concurrency=2)
         io.wait_ready(fresh_redis)

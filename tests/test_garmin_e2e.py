@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from deploy.devstack import cairn_stack
-from deploy.devstack.cairn_core import DevCairnCore
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.infra import cairn_stack
 from tests.kit.cairn_stack import ROOT, WAIT_S
 from tests.kit.garmin_stack import GARMIN, GARMIN_PACKAGE, GarminStack
 from tests.kit.waiting import wait_until

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from deploy.devstack.garmin import FakeGarmin
+from devstack.fakes.garmin import FakeGarmin
 from workers.errors import ConfigError
 from workers.providers.context import Login, ProviderContext
 from workers.providers.errors import (

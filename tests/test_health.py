@@ -34,17 +34,17 @@ import pytest
 import redis
 
 from bridges.cairn.consumers import ensure_consumers
-from deploy.devstack import log_budget, services
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.log_budget import Allow
-from deploy.devstack.nats_auth import Pool
-from deploy.devstack.procfile import SHELL
-from deploy.devstack.procfile import entries as procfile_entries
-from deploy.devstack.procs import Proc, spawn
-from deploy.devstack.stack import BOT_TOKEN, ROOT, TINY_MODEL_DIR
-from deploy.devstack.strava import FakeStrava
-from deploy.devstack.telegram import FakeTelegram
-from deploy.devstack.voicy_api import DevVoicyServer
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.strava import FakeStrava
+from devstack.fakes.telegram import FakeTelegram
+from devstack.fakes.voicy_api import DevVoicyServer
+from devstack.infra import log_budget, services
+from devstack.infra.log_budget import Allow
+from devstack.infra.nats_auth import Pool
+from devstack.infra.procfile import SHELL
+from devstack.infra.procfile import entries as procfile_entries
+from devstack.infra.procs import Proc, spawn
+from devstack.infra.stack import BOT_TOKEN, ROOT, TINY_MODEL_DIR
 from ops import health
 from ops.doctor import Check
 from workers import faults, liveness

@@ -1,6 +1,6 @@
 """Several hosts on one machine (R2): network namespaces, partitions by link and by DROP, the fleet across them.
 
-* The rig itself (``deploy/devstack/hosts.py``): each host has its own hostname,
+* The rig itself (``devstack/netsim/hosts.py``): each host has its own hostname,
   pid numbering and ``/tmp``, sees the repository read-only, and reaches the others
   only over its veth; a DROP makes one service hang (not refuse), a link cut makes
   everything hang, and both heal; nothing of the run is left behind.
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack import netfilter
-from deploy.devstack.hosts import ROOT, Network, ip, network
+from devstack.netsim import netfilter
+from devstack.netsim.hosts import ROOT, Network, ip, network
 
 CONNECT_TIMEOUT_S = 1.0
 RECONNECT_BOUND_S = 30.0  # ARP re-resolving after a link comes back: seconds

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from deploy.devstack import services
+from devstack.infra import services
 from tests.kit.waiting import wait_until
 from workers.lease import LeaseKeeper, Leases, new_token
 

@@ -25,7 +25,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from bridges.voicy import VoicyBridge
-from deploy.devstack.stack import AUDIO_DIR, audio_manifest
+from devstack.infra.stack import AUDIO_DIR, audio_manifest
 from tests.kit.voicy_stack import fleet_runtime, voicy_dev_stack
 from workers.lease import LeaseKeeper, Leases, new_token
 from workers.voicy import pipeline, transcription

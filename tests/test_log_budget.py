@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack import log_budget
-from deploy.devstack.log_budget import Allow, LogBudgetExceeded
+from devstack.infra import log_budget
+from devstack.infra.log_budget import Allow, LogBudgetExceeded
 
 PRESENCE_BUG = ("[2026-12-03 14:05:08,466: WARNING/MainProcess] presence write failed (AttributeError); "
                 "retrying every 20s")

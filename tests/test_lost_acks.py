@@ -14,8 +14,8 @@ import pytest
 from kombu import Connection
 
 import tasks  # noqa: F401  (installs the filter, as in every fleet process)
-from deploy.devstack import services
-from tasks.lost_acks import ACK_LOGGER, LostAckFilter
+from devstack.infra import services
+from tasks.hardening.lost_acks import ACK_LOGGER, LostAckFilter
 
 QUEUE = "lost-ack-test"
 GET_TIMEOUT_S = 10.0

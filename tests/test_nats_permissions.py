@@ -3,7 +3,7 @@
 Under auth-callout a worker MUST stay within core's standard permission
 template; anything else is refused with ``Permissions Violation``. The dev
 stack's nats-server holds exactly that template for the pool's ``worker`` user
-(``deploy.devstack.nats_auth``), and the fleet logs in as that user. Here every
+(``devstack.infra.nats_auth``), and the fleet logs in as that user. Here every
 job kind the pool serves, both responders and every webhook path run through
 the real bridge and provider workers, and the server's log must show no
 refusal at all; then a subject the template withholds must be reported once,
@@ -26,11 +26,11 @@ import nats
 import pytest
 import redis
 
-from deploy.devstack import services
-from deploy.devstack.cairn_core.accounts import utcnow
+from devstack.fakes.cairn_core.accounts import utcnow
+from devstack.infra import services
 from tests.kit.cairn_stack import ATHLETE_BASE, PROVIDER, WAIT_S, CairnStack
 from tests.kit.waiting import wait_until
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.faults import read_faults
 
 # slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose

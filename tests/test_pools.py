@@ -38,16 +38,16 @@ import pytest
 import redis
 from celery import Celery
 
-from deploy.devstack import procfile
-from deploy.devstack.cairn_stack import CairnStack, Connected, Pool, ProviderFake
-from deploy.devstack.garmin.kit import GarminKit
-from deploy.devstack.procs import Proc
-from deploy.devstack.services import free_port
-from deploy.devstack.strava.kit import StravaKit
+from devstack.fakes.garmin.kit import GarminKit
+from devstack.fakes.strava.kit import StravaKit
+from devstack.infra import procfile
+from devstack.infra.cairn_stack import CairnStack, Connected, Pool, ProviderFake
+from devstack.infra.procs import Proc
+from devstack.infra.services import free_port
 from tasks.routes import UnroutedPoolTask, provider_queue, route_cairn
 from tests.kit.filedrop import DISTRIBUTION, FileDropKit, install_distribution
 from tests.kit.waiting import wait_until
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.handlers.context import JobContext
 from workers.cairn.handlers.run import wrong_pool
 from workers.cairn.settings import CairnSettings, load_cairn_settings, pool_variable

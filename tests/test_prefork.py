@@ -1,4 +1,4 @@
-"""The worker's heap is frozen once before the pool forks (``tasks/prefork.py``).
+"""The worker's heap is frozen once before the pool forks (``tasks/hardening/prefork.py``).
 
 Celery collects garbage before it forks each pool child; with the imported code frozen, that
 collection and the children's own walk only what is new. A real worker at DEBUG logs the
@@ -16,7 +16,7 @@ import pytest
 from celery.signals import worker_before_create_process
 
 import tasks  # noqa: F401 - connects the handler, as in every Celery process
-from tasks import prefork
+from tasks.hardening import prefork
 from tests.kit.celery_worker import CeleryWorker
 
 

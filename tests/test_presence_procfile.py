@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import redis
 
-from deploy.devstack.cairn_core.scheduler import PRESENCE_LIVE_S
+from devstack.fakes.cairn_core.scheduler import PRESENCE_LIVE_S
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.procfile import ProcfileProcess, fleet_env
 from tests.kit.waiting import wait_until

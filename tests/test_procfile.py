@@ -26,9 +26,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.devstack.log_budget import Allow
-from deploy.devstack.procs import frozen
-from deploy.devstack.services import Service, free_port, nats_login
+from devstack.infra.log_budget import Allow
+from devstack.infra.procs import frozen
+from devstack.infra.services import Service, free_port, nats_login
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.procfile import READY_TIMEOUT_S, ROOT, VENV_BIN, ProcfileProcess, fleet_env, procfile_entries
 from tests.kit.waiting import wait_until
@@ -87,7 +87,7 @@ def test_worker_lines_declare_queue_pool_events_node_name_and_cold_shutdown() ->
     assert " -Q provider.garmin-fetcher " in entries["garmin"]
     assert " -Q provider.${CAIRN_WORKER_NAME:-strava-fetcher} " in entries["provider"]
     assert " -c 1 " in entries["gpu"]  # one model per GPU; the parent stays free for inspect
-    assert "-S tasks.scheduler.ResilientRedBeatScheduler" in entries["beat"]  # RedBeat, riding out Redis restarts
+    assert "-S tasks.hardening.scheduler.ResilientRedBeatScheduler" in entries["beat"]  # RedBeat, riding out outages
     assert "REMAP_SIGTERM" not in entries["beat"]
     assert "--port=${PORT" in entries["web"] and "--conf=deploy/flowerconfig.py" in entries["web"]
 
@@ -368,7 +368,7 @@ def test_a_worker_stopped_while_it_starts_stops_cleanly(ptype: str, moment: str,
                                                          launch: Callable[..., ProcfileProcess]) -> None:
     """``make demo``'s Ctrl-C once caught a worker starting on a loaded box: Celery's cold shutdown
     stopped the pool under the starting consumer, which died with ``Unrecoverable error:
-    AttributeError(... 'did_start_ok')``, a traceback and exit 1 (tasks/startup_stop.py). A stop at any
+    AttributeError(... 'did_start_ok')``, a traceback and exit 1 (tasks/hardening/startup_stop.py). A stop at any
     moment of the start-up is a clean one: exit 0, no traceback, an empty log budget, and no liveness
     record left to say the worker is up. Both sides configured, as the Procfile fleet runs."""
     import redis
@@ -417,8 +417,8 @@ def test_a_worker_stopped_mid_turn_of_its_event_loop_stops_cleanly(
     task channel may consume, and Celery's prefetch limit read the stopped pool: ``Unrecoverable error:
     AttributeError("'NoneType' object has no attribute '_processes'")``, a traceback and exit 1 (issue 14's
     full-suite run, the pools test's garmin worker). A worker told to stop consumes nothing more
-    (tasks/stop_consuming.py): exit 0, no traceback, an empty log budget."""
-    from deploy.devstack import services
+    (tasks/hardening/stop_consuming.py): exit 0, no traceback, an empty log budget."""
+    from devstack.infra import services
 
     with services.redis_server() as own:  # its own Redis: the test freezes it
         assert own.proc is not None

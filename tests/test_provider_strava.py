@@ -1,4 +1,4 @@
-"""The Strava provider against the fake Strava API (deploy/devstack/strava/) on loopback.
+"""The Strava provider against the fake Strava API (devstack/fakes/strava/) on loopback.
 
 Nothing of ours is mocked: the provider, its httpx client, usage parsing,
 mapping and archive run for real; only Strava is a fake (it speaks the real
@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from deploy.devstack.strava import FakeStrava
-from deploy.devstack.strava.data import blank_samples
+from devstack.fakes.strava import FakeStrava
+from devstack.fakes.strava.data import blank_samples
 from tests.kit.cairn_ctx import RecordingHook
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
 from workers.providers.context import ProviderContext
@@ -303,7 +303,7 @@ def test_parse_blob_of_the_archive_is_byte_identical(strava: FakeStrava, http: h
     dump = lambda events: json.dumps(events, sort_keys=True).encode()  # noqa: E731
     assert dump(reparsed.wire_events) == dump(imported.wire_events)
     assert reparsed.archive is None
-    pb = pytest.importorskip("workers.cairn.pb")
+    pb = pytest.importorskip("workers.cairn.contract.pb")
     assert pb is not None
     assert ([e.SerializeToString(deterministic=True) for e in reparsed.events]
             == [e.SerializeToString(deterministic=True) for e in imported.events])

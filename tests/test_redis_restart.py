@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack import services
-from deploy.devstack.log_budget import Allow
-from deploy.devstack.stack import audio_manifest, start_bridge
+from devstack.infra import services
+from devstack.infra.log_budget import Allow
+from devstack.infra.stack import audio_manifest, start_bridge
 from tests.kit.cairn_stack import WAIT_S, CairnStack
 from tests.kit.celery_worker import CeleryWorker
 from tests.kit.procfile import assert_alive, fleet_env, start_procfile_beat

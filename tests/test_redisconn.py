@@ -14,12 +14,15 @@ import uuid
 
 import pytest
 import redis
+from celery import Celery
 from kombu import Connection, Queue
 from kombu.transport.redis import Transport as KombuTransport
 
-from tasks.result_backend import result_backend_url
+from tasks import hardening
+from tasks.hardening.consumer import CONSUMER
+from tasks.hardening.result_backend import result_backend_url
+from tasks.hardening.transport import REDIS_TRANSPORT, SENTINEL_TRANSPORT
 from tasks.settings import FleetSettings, celery_config
-from tasks.transport import REDIS_TRANSPORT
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.outage import SAME_OUTAGE_S, Outage
@@ -61,9 +64,13 @@ def test_celery_follows_the_sentinels_for_broker_and_result_backend(env: pytest.
     env.setenv("REDIS_URL", SENTINELS)
     env.setenv("REDIS_SENTINEL_MASTER", "switchyard")
     conf = celery_config()
-    assert conf["broker_url"] == conf["redbeat_redis_url"] == SENTINELS
-    assert conf["result_backend"] == result_backend_url(SENTINELS)  # Celery's Sentinel backend, writing SET EX
-    assert conf["result_backend"].endswith("+" + SENTINELS) and "SentinelBackend" in conf["result_backend"]
+    assert conf["broker_url"] == conf["redbeat_redis_url"] == conf["result_backend"] == SENTINELS
+    app = Celery("sentinel-config")
+    app.conf.update(conf)
+    hardening.install(app)  # our Sentinel transport and backend, writing SET EX
+    assert app.conf.result_backend == result_backend_url(SENTINELS)
+    assert app.conf.result_backend.endswith("+" + SENTINELS) and "SentinelBackend" in app.conf.result_backend
+    assert app.conf.broker_transport == SENTINEL_TRANSPORT and app.conf.worker_consumer == CONSUMER
     for key in ("broker_transport_options", "result_backend_transport_options"):
         assert conf[key]["master_name"] == "switchyard", key
         assert conf[key]["password"] == "pw", key  # kombu reads the master's password only from here
@@ -105,7 +112,7 @@ def test_an_outage_is_logged_once_backs_off_and_logs_its_end(caplog: pytest.LogC
 
 
 def test_a_collected_broker_channel_reports_a_connection_error_not_a_crash(redis_url: str) -> None:
-    """The race of ``tasks/transport.py``: a second close of a channel whose connection was collected.
+    """The race of ``tasks/hardening/transport.py``: a second close of a channel whose connection was collected.
 
     Celery's close path ignores connection errors only; kombu's own channel raised AttributeError
     there and Celery stopped the worker ("Unrecoverable error").

@@ -14,21 +14,23 @@ import redis
 from celery import Celery, states
 from celery.app.backends import by_url
 
-from deploy.devstack import services
-from tasks.result_backend import RedisBackend, SentinelBackend, result_backend_url
+from devstack.infra import services
+from tasks import hardening
+from tasks.hardening.result_backend import RedisBackend, SentinelBackend, result_backend_url
 from tasks.routes import provider_queue
 from tasks.settings import RESULT_EXPIRES_S, FleetSettings, celery_config
 from tests.kit.waiting import wait_until
 
 SUBSCRIBE_WAIT_S = 5.0
 OUTAGE_WAIT_S = 30.0
-RETRY_LOGGERS = ("celery.backends", "tasks.result_backend")  # Celery's retry loop, or ours reporting it
+RETRY_LOGGERS = ("celery.backends", "tasks.hardening.result_backend")  # Celery's retry loop, or ours reporting it
 RETRIES_SEEN = 3  # the write is retried a few times while Redis is down: one warning, not one per retry
 
 
 def test_results_are_stored_with_expiry_and_published_without_a_deprecation_warning(fresh_redis: str) -> None:
     app = Celery("result-backend-test")
     app.conf.update(celery_config(FleetSettings(redis_url=fresh_redis)))
+    hardening.install(app)
     assert isinstance(app.backend, RedisBackend)
     task_id = f"rb-{uuid.uuid4().hex}"
     key = f"celery-task-meta-{task_id}"
@@ -64,6 +66,7 @@ def test_sending_a_task_subscribes_nobody_and_get_still_hears_its_result(fresh_r
     bridge never does, so each job left a subscription on a connection nobody read (issue 15 §3)."""
     app = Celery("result-backend-send")
     app.conf.update(celery_config(FleetSettings(redis_url=fresh_redis)))
+    hardening.install(app)
     client = redis.Redis.from_url(fresh_redis)
     sent = [app.send_task("cairn.job", args=["fetch_source", {}, {}], task_id=f"rb-{uuid.uuid4().hex}",
                           queue=provider_queue("rb")) for _ in range(3)]
@@ -95,6 +98,7 @@ def test_a_redis_outage_under_a_result_write_is_logged_once_without_a_traceback(
     try:
         app = Celery("result-backend-outage")
         app.conf.update(celery_config(FleetSettings(redis_url=svc.url)))
+        hardening.install(app)
         backend = app.backend
         task_id = f"rb-{uuid.uuid4().hex}"
         backend.store_result(f"{task_id}-before", {"action": "ack"}, states.SUCCESS)  # connected before the outage

@@ -1,7 +1,7 @@
 """High availability: ``REDIS_URL`` names Redis Sentinel, and a failover under load loses nothing.
 
 Real redis-server processes on loopback: a master (AOF ``everysec``), a
-replica and three Sentinels (``deploy.devstack.services.sentinel_topology``).
+replica and three Sentinels (``devstack.infra.services.sentinel_topology``).
 The whole Voicy side runs on it (``REDIS_URL=sentinel://...;...``,
 ``REDIS_SENTINEL_MASTER``): the bridge, the io and gpu pools and the
 Procfile's beat. With jobs in flight the master is SIGKILLed; the Sentinels
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack import services
-from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_bridge
+from devstack.infra import services
+from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_bridge
 from tasks.routes import provider_queue
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.celery_worker import CeleryWorker

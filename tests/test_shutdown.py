@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 import redis
 
-from deploy.devstack.procs import signal_group
-from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge
+from devstack.infra.procs import signal_group
+from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge
 from tasks.routes import provider_queue
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.gate import Gate

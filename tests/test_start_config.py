@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack.services import free_port
+from devstack.infra.services import free_port
 
 pytestmark = pytest.mark.slow  # starts fleet processes (tests/kit/fleet_guard.py)
 

@@ -18,14 +18,14 @@ import httpx
 import pytest
 from google.protobuf import json_format
 
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.strava import FakeStrava
-from deploy.devstack.strava.media import image_bytes
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.strava import FakeStrava
+from devstack.fakes.strava.media import image_bytes
 from tests.kit.cairn_ctx import Athlete, RecordingHook, admit_and_run, ingested_since
-from workers.cairn import wire
 from workers.cairn.claimcheck import UserBlobSink
+from workers.cairn.contract import wire
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.handlers import JobContext
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.providers.context import ProviderContext
 from workers.providers.strava.dataset import PARSER_VERSION
 from workers.providers.strava.photos import (

@@ -1,6 +1,6 @@
 """Segments and segment efforts (issue 10 §2; reference §3.6 step 9, §4.6) against real services.
 
-The provider runs against the fake Strava (deploy/devstack/strava/); the
+The provider runs against the fake Strava (devstack/fakes/strava/); the
 handler tests add nats-server with JetStream, moto S3, Redis and the dev core,
 which ingests strictly (protojson with unknown fields rejected, claim-check
 verified) and resolves every effort against its segment and activity source as
@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.strava import FakeStrava
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.strava import FakeStrava
 from tests.kit.cairn_ctx import Athlete, RecordingHook, admit_and_run, forget_budget, ingested_since, segments_since
-from workers.cairn import wire
+from workers.cairn.contract import wire
 from workers.cairn.handlers import Delivery, JobContext
 from workers.cairn.presence import manifest_record, presence_record
 from workers.cairn.settings import CairnSettings

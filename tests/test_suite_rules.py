@@ -1,4 +1,4 @@
-"""Rules for the test suite itself that a test can check (the README's "Tests" lists the rest).
+"""Rules for the test suite itself that a test can check (docs/TESTING.md lists the rest).
 
 A test that sets up shared state the way production never would tests a different system, and under
 xdist it also leaks that state into whichever test its worker runs next: a ``cairn_core`` bucket made
@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-# Core creates every KV bucket (deploy/devstack/cairn_core/bootstrap.py, as nats.go does: direct get on).
+# Core creates every KV bucket (devstack/fakes/cairn_core/bootstrap.py, as nats.go does: direct get on).
 RAW_KV_CREATE = re.compile(r"\.create_key_value\(")
 
 

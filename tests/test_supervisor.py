@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deploy.devstack.procfile import entries as read_procfile
-from deploy.devstack.supervisor import Supervisor
+from devstack.infra.procfile import entries as read_procfile
+from devstack.infra.supervisor import Supervisor
 from tests.kit.waiting import wait_until
 
 WAIT_S = 20.0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack.telegram import FakeTelegram
+from devstack.fakes.telegram import FakeTelegram
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.voicy.media_store import LocalMediaStore, MediaTooLarge
 from workers.voicy.models import Source

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from bench.plugins import NULL, NullKit, install_null
-from deploy.devstack import procfile
-from deploy.devstack.cairn_stack import CairnStack
-from deploy.devstack.procs import Proc
-from deploy.devstack.stack import AUDIO_DIR, audio_manifest
+from devstack.infra import procfile
+from devstack.infra.cairn_stack import CairnStack
+from devstack.infra.procs import Proc
+from devstack.infra.stack import AUDIO_DIR, audio_manifest
 from tests.kit.voicy_stack import voicy_dev_stack
 from tests.kit.waiting import wait_until
 from workers.providers.kinds import FETCH_SOURCE

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from deploy.devstack.stack import audio_manifest, start_bridge
+from devstack.infra.stack import audio_manifest, start_bridge
 from tests.kit.voicy_stack import enqueue_fixture, requests_for, voicy_dev_stack, wait_final
 from workers.transcribe.registry import BATCHED_ENGINE
 

@@ -32,9 +32,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from deploy.devstack.log_budget import Allow
-from deploy.devstack.stack import AUDIO_DIR, audio_manifest, start_beat
-from deploy.devstack.synth_media import write_repeated_speech_ogg
+from devstack.fakes.synth_media import write_repeated_speech_ogg
+from devstack.infra.log_budget import Allow
+from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_beat
 from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.voicy_stack import enqueue_fixture, requests_for, wait_final
 from tests.kit.waiting import wait_until

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from deploy.devstack.voicy_api import DevVoicyServer
+from devstack.fakes.voicy_api import DevVoicyServer
 from workers.errors import AuthError, PermanentJobError, RetryableJobError, StaleJobError
 from workers.logs import register_secret
 from workers.voicy.client import AUTH_MESSAGE, VoicyApiError, VoicyClient

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from deploy.devstack.log_budget import Allow
-from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge
-from deploy.devstack.synth_media import write_video_only_mp4
+from devstack.fakes.synth_media import write_video_only_mp4
+from devstack.infra.log_budget import Allow
+from devstack.infra.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge
 from tests.kit.gate import Gate
 from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.voicy_stack import (

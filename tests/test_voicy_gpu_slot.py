@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import redis
 
-from deploy.devstack.http_server import BackgroundServer
-from deploy.devstack.stack import BOT_TOKEN, fleet_env
-from deploy.devstack.telegram import FakeTelegram
-from deploy.devstack.voicy_api import DevVoicyServer
-from deploy.devstack.voicy_api.app import build_app
+from devstack.fakes.http_server import BackgroundServer
+from devstack.fakes.telegram import FakeTelegram
+from devstack.fakes.voicy_api import DevVoicyServer
+from devstack.fakes.voicy_api.app import build_app
+from devstack.infra.stack import BOT_TOKEN, fleet_env
 from tests.kit.voicy_stack import claim_without_sending, enqueue_fixture, fleet_runtime, requests_for, short_item
 from workers.voicy import pipeline
 from workers.voicy.fleet import GPU_KEY

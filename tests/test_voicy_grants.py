@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from deploy.devstack.stack import ROOT, start_beat, start_bridge
+from devstack.infra.stack import ROOT, start_beat, start_bridge
 from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.voicy_stack import (
     RECOVERY_LEASE_TTL_MS,

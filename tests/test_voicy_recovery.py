@@ -32,8 +32,8 @@ import pytest
 import redis
 
 from bridges.voicy import VoicyBridge
-from deploy.devstack import services
-from deploy.devstack.stack import start_beat, start_bridge
+from devstack.infra import services
+from devstack.infra.stack import start_beat, start_bridge
 from tests.kit.gate import Gate
 from tests.kit.voicy_stack import (
     JOB_DONE_TIMEOUT_S,

@@ -36,9 +36,9 @@ from typing import Any
 
 import pytest
 
-from deploy.devstack.log_budget import Allow
-from deploy.devstack.stack import ROOT, start_bridge
-from tasks.transport import PRIORITY_SEP
+from devstack.infra.log_budget import Allow
+from devstack.infra.stack import ROOT, start_bridge
+from tasks.hardening.transport import PRIORITY_SEP
 from tests.kit.procfile import start_procfile_beat
 from tests.kit.voicy_stack import (
     assert_completed_once,

@@ -8,9 +8,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
-from deploy.devstack.telegram import FakeTelegram
-from deploy.devstack.voicy_api import DevVoicyServer
+from devstack.fakes.telegram import FakeTelegram
+from devstack.fakes.voicy_api import DevVoicyServer
+from devstack.infra.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
 from workers.errors import AuthError, ConfigError, PermanentJobError, RetryableJobError, StaleJobError
 from workers.transcribe.device import pick_device
 from workers.transcribe.whisper import WhisperEngine

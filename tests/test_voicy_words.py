@@ -17,7 +17,7 @@ import pytest
 from faster_whisper import WhisperModel
 
 from bench.words import normalise
-from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR, audio_manifest, start_bridge
+from devstack.infra.stack import AUDIO_DIR, TINY_MODEL_DIR, audio_manifest, start_bridge
 from tests.kit.voicy_stack import SUITE_CPU_THREADS, voicy_dev_stack
 from tests.kit.waiting import wait_until
 from workers.transcribe.batched import ONE_WINDOW_S

@@ -25,16 +25,17 @@ import httpx
 import nats
 import pytest
 
-from deploy.devstack import services
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.cairn_core.accounts import utcnow
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.cairn_core.accounts import utcnow
+from devstack.infra import services
 from ops.cairn_check import CheckOptions, run_checks
 from ops.cli import main
 from tests.kit.cairn_ctx import job_context
 from tests.kit.cairn_stack import PROVIDER, CairnStack
 from tests.kit.waiting import wait_until
-from workers.cairn import presence, subjects
-from workers.cairn import webhooks as wh
+from workers.cairn import presence
+from workers.cairn.contract import subjects
+from workers.cairn.handlers import webhooks as wh
 
 # slow: starts fleet processes (tests/kit/fleet_guard.py); one xdist worker runs the module, whose
 # module-scoped stack is then started once

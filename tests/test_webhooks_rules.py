@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from workers.cairn import webhooks as wh
+from workers.cairn.handlers import webhooks as wh
 from workers.providers.strava.webhooks import COALESCE_GRACE_S, StravaWebhookRules, StravaWebhookSettings
 
 TOKEN = "verify-token-0123456789"

@@ -13,6 +13,8 @@ from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
 
 from workers.cairn import outcomes
+from workers.cairn.contract.jobs import parse_job, parser_refusal
+from workers.cairn.contract.subjects import PARSE_BLOB
 from workers.cairn.disposition import (
     HISTORY_UNAVAILABLE_NAK_DELAY_S,
     PARSER_REFUSED_NAK_DELAY_S,
@@ -20,9 +22,7 @@ from workers.cairn.disposition import (
     nak,
     term,
 )
-from workers.cairn.jobs import parse_job, parser_refusal
 from workers.cairn.outcomes import MessageKey
-from workers.cairn.subjects import PARSE_BLOB
 from workers.lease import LeaseState, LeaseView, view
 from workers.outage import REDIS_UNAVAILABLE, Outage
 

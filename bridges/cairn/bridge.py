@@ -64,8 +64,8 @@ from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Respo
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import FailureCounts, Held, settle
 from workers import liveness
-from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
+from workers.cairn.contract import subjects
 from workers.cairn.disposition import (
     ENVELOPE_FAILED_NAK_DELAY_S,
     HANDOVER_NAK_DELAY_S,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.refusals import Refusals
 from workers.cairn.settings import CairnSettings
 from workers.providers.base import Provider

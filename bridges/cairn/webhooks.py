@@ -7,8 +7,8 @@ from typing import Any
 from bridges.cairn.admission import MessageKind
 from bridges.cairn.bridge import Consumption, Reply
 from bridges.cairn.consumers import JobConsumer
-from workers.cairn import subjects
-from workers.cairn import webhooks as wh
+from workers.cairn.contract import subjects
+from workers.cairn.handlers import webhooks as wh
 from workers.providers.base import Provider
 
 STREAM_WEBHOOKS = subjects.WEBHOOKS_STREAM

@@ -81,7 +81,7 @@ _EXAMPLE_VALUE = re.compile(
     r"|[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+"  # TimeoutError, UnexpectedEOF, ConnectError
     r"|[A-Z][A-Z0-9_]{2,}"                    # CAIRN_JOBS, REDIS_URL
     r"|True|False|None"
-    r"|\S*://\S*"                             # redis://:**@host:6379/0, tasks.transport:SentinelTransport://...
+    r"|\S*://\S*"                             # redis://:**@host:6379/0, tasks.hardening.transport:SentinelTransport://...
 )
 _VALUE = re.compile(r"[A-Za-z_][\w.:/-]{0,47}")
 # A logger, task or NATS subject: workers.outage, cairn.job, $KV.cairn_worker_presence.<pool>

@@ -11,15 +11,15 @@ import httpx
 from google.protobuf import json_format
 from pydantic import ValidationError
 
-from workers.cairn import subjects, wire
-from workers.cairn.messages import (
+from workers.cairn.contract import subjects, wire
+from workers.cairn.contract.messages import (
     PresignDownloadReply,
     PresignDownloadRequest,
     PresignUploadReply,
     PresignUploadRequest,
 )
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.nats_conn import CoreRequestError, CoreUnanswered, request_json
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.routing import PUBLISH_RETRY_BOUND_S, PUBLISH_RETRY_INITIAL_S, PUBLISH_RETRY_MAX_S, PublishRouter
 from workers.errors import PermanentJobError, RetryableJobError
 

@@ -14,7 +14,7 @@ from typing import Any
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.settings import is_dev_build  # the one dev-build rule, shared with CAIRN_RELEASE
 from workers.errors import SwitchyardError
 

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workers.cairn.messages import CredsReply, TokenReply, TokenStoreRequest
+from workers.cairn.contract.messages import CredsReply, TokenReply, TokenStoreRequest
+from workers.cairn.contract.subjects import creds_subject, token_subject
 from workers.cairn.nats_conn import CoreRequestError
-from workers.cairn.subjects import creds_subject, token_subject
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import register_secret
 from workers.providers.errors import ProviderAuthError, ProviderError

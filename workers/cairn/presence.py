@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from workers.cairn import subjects
-from workers.cairn.messages import ManifestRecord, PresenceRecord
+from workers.cairn.contract import subjects
+from workers.cairn.contract.messages import ManifestRecord, PresenceRecord
+from workers.cairn.handlers.webhooks import presence_flag
 from workers.cairn.nats_conn import NATS_UNAVAILABLE, NatsThread, NatsUnavailableError
 from workers.cairn.pool import PoolContext
 from workers.cairn.refusals import PermissionRefused
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
-from workers.cairn.webhooks import presence_flag
 from workers.logs import describe
 from workers.providers.registry import get_provider
 
@@ -41,7 +41,7 @@ def declared_capabilities(provider: Any) -> dict[str, Any] | None:
 
 def presence_record(settings: Any, provider: Any, instance_id: str, webhooks: bool = False) -> dict[str, Any]:
     """Contract §2: worker_name, worker_key, instance_id, version, release, provider, package,
-    webhooks (``workers.cairn.webhooks.presence_flag``), capabilities, last_seen."""
+    webhooks (``workers.cairn.handlers.webhooks.presence_flag``), capabilities, last_seen."""
     record = {
         "worker_name": settings.worker_name, "worker_key": subjects.worker_key(settings.worker_name,
                                                                              settings.provider),
@@ -125,7 +125,7 @@ class PresenceTimer:
     is logged once and retried next interval. The manifest is written at start and again once
     ``manifest_interval_s`` has passed since the last write that landed (bucket TTL 15 min).
     Both records carry :func:`declared_capabilities` (core decides Gear/Metrics jobs from the
-    manifest, contract §3, §4), go through the models of :mod:`workers.cairn.messages`, and are
+    manifest, contract §3, §4), go through the models of :mod:`workers.cairn.contract.messages`, and are
     skipped against an incompatible core (:class:`~workers.cairn.compat.CoreGate`).
     """
 

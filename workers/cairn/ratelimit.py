@@ -14,9 +14,9 @@ import nats.errors
 from google.protobuf import json_format
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.disposition import MIN_NAK_DELAY_S
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.refusals import PermissionRefused
 from workers.providers.errors import ProviderRateLimited, ProviderTransientError
 from workers.providers.windows import RateWindow, WindowUsage

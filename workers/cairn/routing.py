@@ -12,7 +12,7 @@ from typing import Any
 
 import nats.errors
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.refusals import PermissionRefused, guarded
 from workers.errors import RetryableJobError
 

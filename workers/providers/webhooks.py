@@ -52,7 +52,7 @@ class WebhookRules(Protocol):
 
     Contract §9a / reference §2.13: what a handshake answers and what an event means is the
     provider's; decoding core's envelope, finding the owner and publishing is the generic path's
-    (``workers.cairn.webhooks``). They meet here, so a provider never imports the NATS layer.
+    (``workers.cairn.handlers.webhooks``). They meet here, so a provider never imports the NATS layer.
 
     ``enabled``: the pool takes events (e.g. a verify token is configured);
     ``handshake_token``: the secret the handshake expects, None when unset (the

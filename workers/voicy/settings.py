@@ -173,7 +173,7 @@ class VoicySettings(VoicyTimings, EngineSettings):
     telegram_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("VOICY_WORKER_TELEGRAM_BOT_TOKEN", "TOKEN"))
     max_media_bytes: NonNegativeInt | None = None  # ours (Voicy streams unbounded, §6.4)
-    engine: str = DEFAULT_ENGINE  # the label sent with progress/result (workerEngine), not a selector
+    engine: str = DEFAULT_ENGINE  # ENGINE: only the workerEngine label sent with results (§6.7), selects nothing
     progress_interval_ms: NonNegative = DEFAULT_PROGRESS_INTERVAL_MS  # ours; clamped like the server's edits (§4)
     clip_batch_wait_ms: NonNegative = DEFAULT_CLIP_BATCH_WAIT_MS  # ours
     stranded_grant_ms: NonNegative = DEFAULT_STRANDED_GRANT_MS  # ours (workers.voicy.grants)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from workers.cairn import webhooks
 from workers.cairn.disposition import Disposition, ack, nak, term
-from workers.cairn.handlers import fetch_source, gear_metrics, parse_blob, reconcile
+from workers.cairn.handlers import fetch_source, gear_metrics, parse_blob, reconcile, webhooks
 from workers.cairn.handlers.context import Delivery, JobContext, build_context, reset_context
 from workers.cairn.handlers.discover import discover
 from workers.cairn.handlers.exchange import exchange

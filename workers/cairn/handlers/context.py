@@ -131,8 +131,8 @@ def _build(settings: Any) -> JobContext:
 
 
 # --------------------------------------------------------------------------- subjects
-# Re-exported from ``workers.cairn.subjects`` so handlers import one place.
-from workers.cairn.subjects import (  # noqa: E402
+# Re-exported from ``workers.cairn.contract.subjects`` so handlers import one place.
+from workers.cairn.contract.subjects import (  # noqa: E402
     creds_subject,
     job_subject,
     presign_download_subject,

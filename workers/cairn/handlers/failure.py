@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from workers.cairn import wire
 from workers.cairn.claimcheck import ClaimCheckError
+from workers.cairn.contract import wire
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.contract.subjects import failure_msg_id
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, report_needs_reauth
 from workers.cairn.disposition import (
     ENVELOPE_FAILED_NAK_DELAY_S,
@@ -17,9 +19,7 @@ from workers.cairn.disposition import (
     term,
 )
 from workers.cairn.handlers.context import Delivery, JobContext, reconcile_result_subject, result_subject
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.refusals import PermissionRefused
-from workers.cairn.subjects import failure_msg_id
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import redact
 from workers.providers.errors import (

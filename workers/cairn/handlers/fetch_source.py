@@ -6,11 +6,11 @@ import logging
 from typing import Any
 
 from workers.cairn.claimcheck import KIND_RAW, UserBlobSink, segment_result_msg_id, strict_result
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.contract.subjects import activity_result_msg_id, result_subject
 from workers.cairn.credentials import fetch_creds, fetch_tokens
 from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, ack, nak
 from workers.cairn.handlers.context import Delivery, JobContext
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
-from workers.cairn.subjects import activity_result_msg_id, result_subject
 from workers.providers.base import AUTH_CREDENTIALS
 from workers.providers.context import Login, ProviderContext
 from workers.providers.kinds import FETCH_SOURCE

@@ -6,11 +6,11 @@ import logging
 from typing import Any
 
 from workers.cairn.claimcheck import strict_result
+from workers.cairn.contract.subjects import result_msg_id
 from workers.cairn.disposition import Disposition, ack
 from workers.cairn.handlers.context import Delivery, JobContext, result_subject
 from workers.cairn.handlers.failure import Permanent
 from workers.cairn.handlers.fetch_source import provider_context
-from workers.cairn.subjects import result_msg_id
 from workers.providers.kinds import IMPORT_GEAR, IMPORT_METRICS
 
 log = logging.getLogger(__name__)

@@ -6,12 +6,12 @@ import logging
 from datetime import UTC, datetime
 
 from workers.cairn.claimcheck import DownloadError
+from workers.cairn.contract.jobs import ParseBlobJob
+from workers.cairn.contract.subjects import activity_result_msg_id
 from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, ack, nak
 from workers.cairn.handlers.context import Delivery, JobContext, result_subject
 from workers.cairn.handlers.failure import Permanent
 from workers.cairn.handlers.fetch_source import publish_results
-from workers.cairn.jobs import ParseBlobJob
-from workers.cairn.subjects import activity_result_msg_id
 from workers.providers.kinds import PARSE_BLOB
 
 log = logging.getLogger(__name__)

@@ -6,14 +6,14 @@ import json
 import logging
 from datetime import UTC, datetime, timedelta
 
-from workers.cairn import wire
+from workers.cairn.contract import wire
+from workers.cairn.contract.jobs import ReconcileJob
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.contract.subjects import reconcile_subjob_msg_id, result_msg_id
 from workers.cairn.disposition import Disposition, ack
 from workers.cairn.handlers.context import Delivery, JobContext, job_subject, reconcile_result_subject
 from workers.cairn.handlers.fetch_source import provider_context
-from workers.cairn.jobs import ReconcileJob
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.routing import PublishError
-from workers.cairn.subjects import reconcile_subjob_msg_id, result_msg_id
 from workers.providers.kinds import FETCH_SOURCE
 
 log = logging.getLogger(__name__)

@@ -7,12 +7,12 @@ from typing import Any
 
 import redis
 
+from workers.cairn.contract.jobs import JOB_MODELS, parse_job
+from workers.cairn.contract.subjects import JOBS_STREAM
 from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, nak
 from workers.cairn.handlers import run_admitted
 from workers.cairn.handlers.context import Delivery, JobContext
-from workers.cairn.jobs import JOB_MODELS, parse_job
 from workers.cairn.outcomes import MessageKey, OutcomeLedger
-from workers.cairn.subjects import JOBS_STREAM
 from workers.lease import LeaseKeeper, Leases
 
 log = logging.getLogger(__name__)
