@@ -1,12 +1,4 @@
-"""The Celery application: ``celery -A tasks worker -Q gpu`` finds ``tasks.app``.
-
-Task modules are thin: parse input, call ``workers/``, map the outcome.
-
-Importing this package reads the fleet's settings (``REDIS_URL``, the beat
-periods). A bad value raises ``ConfigError`` naming the variable; under the
-``celery`` command line it ends the command with that one line instead (see
-``_stop_celery_command``).
-"""
+"""The Celery application: ``celery -A tasks worker -Q gpu`` finds ``tasks.app``."""
 
 from __future__ import annotations
 
@@ -25,6 +17,8 @@ from workers.logs import adopt_handlers
 EXIT_CONFIG_ERROR = 2  # as ``python -m bridges`` and the Voicy worker's start check
 CELERY_COMMAND = "celery"  # the click group of Celery's command line
 
+# Task modules are thin: parse input, call ``workers/``, map the outcome. Importing this package reads
+# the fleet's settings; a bad value is a ConfigError naming the variable (_stop_celery_command).
 app = Celery("switchyard")
 
 

@@ -1,19 +1,4 @@
-"""The workers' consumer: task events go out in batches, at most ``EVENT_FLUSH_INTERVAL_S`` late.
-
-Flower builds its task list from task events (``task-received``, ``-started``,
-``-succeeded``: three per job). Celery's consumer already buffers them and sends
-a buffer as one ``task.multi`` message, but it flushes on the next turn of its
-event loop, so under load nearly every event went out alone: a kombu publish and
-a Redis ``PUBLISH`` each, about a third of a provider worker's main process
-(issue 15 §3). Here the first buffered event schedules one flush
-``EVENT_FLUSH_INTERVAL_S`` later and every event until then rides along: a busy
-worker sends a few messages a second whatever its job rate, Flower shows a task
-at most that much later, and nothing is dropped (a buffer that fills up is still
-flushed at once, and what is buffered goes out before the consumer stops).
-
-``tasks.settings`` selects it with ``worker_consumer`` for every worker (io,
-gpu, provider).
-"""
+"""The workers' consumer: task events go out in batches, at most ``EVENT_FLUSH_INTERVAL_S`` late."""
 
 from __future__ import annotations
 
@@ -26,7 +11,13 @@ EVENT_FLUSH_INTERVAL_S = 0.1  # how late a task event may reach Flower; a tenth 
 
 
 class Consumer(CeleryConsumer):
-    """Celery's consumer with task events flushed on a short timer instead of every loop turn."""
+    """Celery's consumer with task events flushed on a short timer instead of every loop turn.
+
+    Flower lists tasks from their events, three per job. Celery buffers them but flushes on the
+    next loop turn, so under load nearly each went out alone as its own publish. Here the first
+    buffered event schedules one flush and every event until then rides along; a full buffer is
+    still flushed at once and what is buffered goes out before the consumer stops.
+    """
 
     _event_flush_scheduled = False
 

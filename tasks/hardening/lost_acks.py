@@ -1,17 +1,4 @@
-"""An ack lost with the broker connection is an outage line, not a CRITICAL with a traceback.
-
-Celery acks a message as its task starts (early ack, ``tasks.settings``). When
-Redis goes away at that instant (a restart, a Sentinel failover), kombu logs
-``Couldn't ack '<tag>', reason: ...`` at CRITICAL with the connection error's
-full traceback, from the worker's main process. Nothing is lost and nothing
-needs an operator: the task runs anyway, and the message kombu keeps unacked
-is either run by its job's recovery path (a Voicy job's lease and the grant
-audit, ``workers.voicy.grants``; a Cairn job's NATS redelivery) or, restored
-after the visibility timeout, finds its job's lease changed and does nothing.
-So a *connection* error there becomes one WARNING line naming the message and
-the error, like every other outage line (R1, H1); any other ack failure keeps
-Celery's CRITICAL and traceback, because that one is news.
-"""
+"""An ack lost with the broker connection is an outage line, not a CRITICAL with a traceback."""
 
 from __future__ import annotations
 
@@ -28,7 +15,13 @@ CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OperationalError
 
 
 class LostAckFilter(logging.Filter):
-    """Rewrite kombu's failed-ack record, when a connection error caused it, as an outage WARNING."""
+    """Rewrite kombu's failed-ack record, when a connection error caused it, as an outage WARNING.
+
+    Under early ack, Redis going away as a task starts loses the ack; nothing is lost and no
+    operator is needed: the task runs, and the unacked message is run by its job's recovery or,
+    restored later, finds its lease changed and does nothing. Any other ack failure keeps
+    Celery's CRITICAL and traceback, because that one is news (R1, H1).
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None

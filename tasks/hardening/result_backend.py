@@ -1,39 +1,4 @@
-"""The Redis result backend: each result written with ``SET ... EX`` instead of ``SETEX``, and no
-subscription per task sent.
-
-Why: redis-py 8 marks ``setex`` deprecated and warns (``DeprecationWarning:
-Call to deprecated setex. (Use 'set' instead.)``), following Redis, which has
-regarded SETEX as superseded by ``SET key value EX seconds`` since 2.6.12 but
-keeps serving it. Celery 5.7's ``RedisBackend._set`` still calls
-``pipe.setex`` for every result stored with an expiry, and every one of ours
-has one (``RESULT_EXPIRES_S``). Nothing breaks today; the warning only shows
-where results are stored in a process that displays DeprecationWarnings (the
-test run), but it would become an error the day redis-py drops ``setex``.
-
-These subclasses keep Celery's write exactly: one pipeline, value and TTL set
-atomically, then the ``PUBLISH`` the Cairn bridge's result waiter listens to.
-``result_backend_url`` selects them from the plain ``REDIS_URL`` through
-Celery's ``<class>+<url>`` form of ``result_backend``; any other scheme is
-left to Celery.
-
-**No subscription per task sent.** Celery's Redis backend subscribes to a
-task's result channel the moment the task is sent (``on_task_call``), in case
-the sender calls ``AsyncResult.get()`` later. Nothing in the fleet does: the
-Cairn bridge waits on its own pub/sub (``bridges.cairn.results``), the Voicy
-bridge and beat never wait. So every ``cairn.job`` the bridge sent cost a
-``SUBSCRIBE`` on a connection nobody read: Redis pushed every result to it,
-the set of subscribed task ids grew for the life of the bridge, and the server
-drops such a connection once its unread output passes the pub/sub buffer
-limit (``client-output-buffer-limit pubsub``; issue 15 §3). ``AsyncResult.get()`` still works: it subscribes
-itself and reads the stored state first (``add_pending_result``), so a result
-published before it started waiting is not lost.
-
-They also report Celery's retries of a backend call through a Redis outage
-(``result_backend_always_retry``) the way every other Redis client of the fleet
-does (R1, :class:`workers.outage.Outage`): Celery logs each retry as a WARNING
-with the connection error's traceback, so a worker finishing a job while Redis
-restarts filled its log with tracebacks. The retry policy stays Celery's.
-"""
+"""The Redis result backend: results written with ``SET ... EX``, and no subscription per task sent."""
 
 from __future__ import annotations
 
@@ -53,7 +18,12 @@ log = logging.getLogger(__name__)
 
 
 class _SetWithExpiry:
-    """Celery's ``_set`` with ``SET ... EX`` in place of the deprecated ``SETEX``."""
+    """Celery's ``_set`` with ``SET ... EX`` in place of the deprecated ``SETEX``.
+
+    redis-py 8 warns on ``setex`` and Celery still calls it for every result with an expiry
+    (all of ours). The write is otherwise Celery's: one pipeline, value and TTL set atomically,
+    then the ``PUBLISH`` the Cairn bridge's result waiter listens to.
+    """
 
     client: Any
     expires: Any
@@ -71,7 +41,13 @@ class _SetWithExpiry:
 
 
 class _NoSubscriptionAtSend:
-    """No ``SUBSCRIBE`` when a task is sent; a caller of ``AsyncResult.get()`` subscribes then."""
+    """No ``SUBSCRIBE`` when a task is sent; a caller of ``AsyncResult.get()`` subscribes then.
+
+    Nothing in the fleet waits through Celery (the Cairn bridge has its own pub/sub,
+    ``bridges.cairn.results``), so a subscription per send is a connection nobody reads, which
+    Redis drops once it passes ``client-output-buffer-limit pubsub``. ``get()`` still works: it
+    subscribes and reads the stored state first.
+    """
 
     def on_task_call(self, producer: Any, task_id: str) -> None:
         return None
@@ -132,7 +108,10 @@ BACKENDS: dict[str, type] = {"redis": RedisBackend, "rediss": RedisBackend, "sen
 
 
 def result_backend_url(url: str) -> str:
-    """Celery's ``result_backend`` value for ``url``: our class for a Redis scheme, else ``url`` itself."""
+    """Celery's ``result_backend`` value for ``url``: our class for a Redis scheme, else ``url`` itself.
+
+    Celery's ``<class>+<url>`` form of ``result_backend``.
+    """
     backend = BACKENDS.get(url.partition("://")[0])
     if backend is None:
         return url

@@ -1,35 +1,4 @@
-"""Beat's scheduler: celery-redbeat, made to ride out Redis outages (invariant R1).
-
-``celery -A tasks beat -S tasks.hardening.scheduler.ResilientRedBeatScheduler`` (the Procfile line).
-
-Stock ``redbeat.RedBeatScheduler`` exits beat on a Redis restart: ``tick()``
-extends the lock first, and a ``ConnectionError`` there (Redis down), or a
-``LockNotOwnedError`` (Redis came back without its data, or the lock expired
-during an outage longer than ``redbeat_lock_timeout``) escapes Celery's beat
-loop. A supervisor restarts it, but a Procfile platform does so with growing
-delays, and a crash loop during an outage is noise.
-
-This subclass, without forking RedBeat:
-
-* builds RedBeat's Redis client with :func:`workers.redisconn.sync_client`, so
-  beat follows a Sentinel failover like every other client of the fleet;
-* on a Redis error in ``tick`` logs once, returns a backoff delay as the time
-  to sleep, and tries again, never raising into the beat loop;
-* when the lock was lost (``LockNotOwnedError``, or never acquired because Redis
-  was down at start) tries to take it again without blocking, and re-installs
-  the static schedule (a Redis that lost its data lost the entries too, and
-  beat would otherwise run on, sending nothing); while another beat holds the
-  lock, this one schedules nothing and just retries, as a standby beat does;
-* wraps RedBeat's start-up hook (``acquire_distributed_beat_lock`` on
-  ``beat_init``, which blocks while another beat holds the lock): a Redis
-  outage during that wait is reported once through the scheduler's outage,
-  instead of escaping as Celery's ERROR with a traceback, and ``tick`` takes
-  the lock once Redis is back.
-
-What a lost lock costs: while Redis is down nothing can be sent anyway; entries
-due during the outage run once when it is back (RedBeat keeps ``last_run_at``
-in Redis; with data loss the entries are re-created and run on their period).
-"""
+"""Beat's scheduler: celery-redbeat, made to ride out Redis outages (invariant R1)."""
 
 from __future__ import annotations
 
@@ -54,7 +23,15 @@ SETUP_RETRY_DEADLINE_S = 300.0
 
 
 class ResilientRedBeatScheduler(RedBeatScheduler):
-    """RedBeat that keeps or re-acquires its lock across Redis restarts instead of exiting."""
+    """RedBeat that keeps or re-acquires its lock across Redis restarts instead of exiting.
+
+    Stock ``tick()`` extends the lock first, and a ``ConnectionError`` or ``LockNotOwnedError``
+    there escapes beat's loop. Here the client comes from ``workers.redisconn`` (follows a
+    Sentinel failover), a Redis error in ``tick`` is one outage line and a backoff, and a lost
+    lock is retaken without blocking with the static schedule re-installed (a Redis that lost
+    its data lost the entries); while another beat holds it this one stands by. Entries due
+    during an outage run once it is over (``last_run_at`` lives in Redis).
+    """
 
     def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
         if getattr(app, REDBEAT_REDIS_ATTR, None) is None:

@@ -1,9 +1,4 @@
-"""Pydantic models for the JSON job bodies core publishes (contract §4, reference §2.9).
-
-Unknown fields are ignored (core adds ``webhook_seen``, ``reason``,
-``issued_at``...). Required fields are validated, so a poison payload fails
-here and the bridge terms it with a failure envelope.
-"""
+"""Pydantic models for the JSON job bodies core publishes (contract §4, reference §2.9)."""
 
 from __future__ import annotations
 
@@ -18,6 +13,8 @@ from workers.cairn.contract.messages import GoTime  # Go's zero time.Time (and "
 
 
 class _Job(BaseModel):
+    """Unknown fields ignored (core adds more); required ones validated, so a poison payload fails here."""
+
     model_config = ConfigDict(extra="ignore")
 
     job_id: str = ""
@@ -73,7 +70,7 @@ class ParseBlobJob(FetchSourceJob):
         """A legacy bare integer ``N`` reads as ``N.0`` (contract §1); anything but ``N.M`` is poison.
 
         Checked here, at admission, so ``"one.two"`` or ``"1.x"`` is a bad payload (envelope +
-        term) and never reaches the version comparison, where it used to raise on every delivery.
+        term) and never reaches the version comparison, which would raise on every delivery.
         """
         if value is None or str(value).strip() == "":
             return None

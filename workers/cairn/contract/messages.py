@@ -1,19 +1,4 @@
-"""Pydantic models for the JSON request/reply bodies and KV records of contract 0.7.
-
-Job payloads are in :mod:`workers.cairn.contract.jobs`; this module holds everything
-else that crosses the wire as plain JSON: the OAuth exchange request and
-error (§9b), token/creds replies (§9, reference §2.5), presign (reference
-§2.6), account lookup (§9a), and the presence (§2) and manifest (§1) records.
-The bodies a provider itself returns (the discover request and reply, §8, and
-the exchange reply, ``OAuthTokens``) are defined once, with the provider
-contract, in :mod:`workers.providers.models`.
-
-Inbound models ignore unknown fields (core adds fields between releases);
-outbound models are built by us and serialized with :func:`to_wire`, which
-drops unset optionals and renders timestamps as RFC 3339 UTC with ``Z`` (Go
-parses nothing without a zone). Secret-bearing fields are ``repr=False`` so a
-model never prints a token, code or client secret.
-"""
+"""Pydantic models for the JSON request/reply bodies and KV records of contract 0.7."""
 
 from __future__ import annotations
 
@@ -32,13 +17,17 @@ EXCHANGE_ERRORS = ("exchange_failed", "bad_request", "transient")
 
 
 class Inbound(BaseModel):
-    """A body core sends us: unknown fields ignored, never an error."""
+    """A body core sends us: unknown fields ignored (core adds some between releases), never an error.
+
+    Job payloads are :mod:`workers.cairn.contract.jobs`; provider bodies (discover, ``OAuthTokens``) are
+    :mod:`workers.providers.models`. Secret-bearing fields are ``repr=False``.
+    """
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
 
 class Outbound(BaseModel):
-    """A body we send: no extra fields, timestamps as RFC 3339 ``Z``."""
+    """A body we send: no extra fields, timestamps as RFC 3339 ``Z`` (Go parses nothing without a zone)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -1,13 +1,4 @@
-"""Regenerate ``workers/cairn/contract/pb`` from ``proto/`` (``make proto``, or
-``python -m workers.cairn.contract.proto_build [--out DIR]``).
-
-protoc emits ``from cairn.v1 import activity_pb2``; we rewrite those imports
-to ``workers.cairn.contract.pb.cairn.v1`` so the generated package works in place
-(``import workers.cairn.contract.pb.cairn.worker.v1.worker_pb2``) without putting
-``workers/cairn/contract/pb`` on ``sys.path``. ``--out`` writes elsewhere (the test
-regenerates into a temporary directory and compares with the committed files,
-so a .proto edit without regeneration fails CI).
-"""
+"""Regenerate ``workers/cairn/contract/pb`` from ``proto/`` (``make proto``)."""
 
 from __future__ import annotations
 
@@ -23,7 +14,13 @@ PACKAGE = "workers.cairn.contract.pb"
 
 
 def build(out_dir: Path = OUT_DIR) -> int:
-    """Compile every ``proto/**/*.proto`` into ``out_dir``; returns protoc's exit code."""
+    """Compile every ``proto/**/*.proto`` into ``out_dir``; returns protoc's exit code.
+
+    protoc's ``from cairn.v1 import`` lines are rewritten to ``workers.cairn.contract.pb.cairn.v1``
+    so the package works in place without ``workers/cairn/contract/pb`` on ``sys.path``. A test
+    regenerates into a temporary ``out_dir`` and compares, so a .proto edit without regeneration
+    fails. ``python -m workers.cairn.contract.proto_build [--out DIR]`` runs it.
+    """
     # Function-level on purpose: grpcio-tools is a dev dependency, needed only to rebuild pb/.
     import grpc_tools
     from grpc_tools import protoc

@@ -1,12 +1,4 @@
-"""Every contract 0.7 subject, bucket and message-id format, in one place.
-
-Pool-scoped (0.7): jobs ``cairn.jobs.<job>.<provider>.<worker_name>``, results
-``cairn.results.<job>.<provider>.<worker_name>`` (reconcile: account-suffixed),
-discover ``cairn.discover.<provider>.<worker_name>``, OAuth exchange
-``cairn.oauth.<provider>.<worker_name>.exchange``, lookup
-``cairn.accounts.lookup.<provider>.<worker_name>``. Tokens, creds and presign
-are provider-scoped request/reply subjects.
-"""
+"""Every contract 0.7 subject, bucket and message-id format, in one place."""
 
 from __future__ import annotations
 
@@ -45,6 +37,8 @@ OAUTH_EXCHANGE_QUEUE = "oauth_exchange"
 NEEDS_REAUTH_EVENT = "cairn.events.external_account.needs_reauth"
 
 
+# Pool-scoped (0.7): jobs, results (reconcile: account-suffixed), discover, OAuth exchange and
+# account lookup carry ``<provider>.<worker_name>``; tokens, creds and presign are provider-scoped.
 def job_subject(kind: str, provider: str, worker_name: str) -> str:
     return f"cairn.jobs.{kind}.{provider}.{worker_name}"
 

@@ -1,17 +1,4 @@
-"""protojson for ``cairn.worker.v1.JobResult``, and the failure envelope (contract §6).
-
-Encoding with protobuf's ``json_format``: lowerCamel names (the default; never
-``preserving_proto_field_name``), enums as names, int64 as strings,
-Timestamps as RFC 3339 UTC with ``Z``, Durations as ``"3600s"``, zero-valued
-non-optional scalars omitted (reference §1.1, §6 "Encoding pitfalls").
-Decoding is strict (unknown fields, oneof members or enum names are an
-error), exactly as core parses: a result that would be Term'd by core as
-``bad_payload`` fails here first.
-
-Go's protojson varies whitespace between builds, so nothing ever compares
-serialized bytes; the sha256 of the exact uploaded body is what matters, which
-is why :func:`encode_result` is the one place bytes are produced.
-"""
+"""protojson for ``cairn.worker.v1.JobResult``, and the failure envelope (contract §6)."""
 
 from __future__ import annotations
 
@@ -36,7 +23,11 @@ M = TypeVar("M", bound=Message)
 
 
 def encode_message(message: Message) -> bytes:
-    """Compact protojson of any contract message (lowerCamel, enum names, int64 strings)."""
+    """Compact protojson of any contract message (lowerCamel, enum names, int64 strings).
+
+    ``json_format`` defaults, never ``preserving_proto_field_name``: Timestamps RFC 3339 ``Z``,
+    Durations ``"3600s"``, zero scalars omitted (reference §1.1, §6 "Encoding pitfalls").
+    """
     return json.dumps(json_format.MessageToDict(message), separators=(",", ":")).encode()
 
 
@@ -46,12 +37,19 @@ def decode_message(data: bytes | str, message: M) -> M:
 
 
 def encode_result(result: pb.JobResult) -> bytes:
-    """Compact protojson bytes; hash and upload exactly these bytes."""
+    """Compact protojson bytes; hash and upload exactly these bytes.
+
+    The one place result bytes are produced: Go's protojson varies whitespace, so nothing
+    compares serialized bytes, only the sha256 of the exact uploaded body.
+    """
     return json.dumps(json_format.MessageToDict(result), separators=(",", ":")).encode()
 
 
 def decode_job_result(data: bytes | str) -> pb.JobResult:
-    """Strict protojson → JobResult; unknown fields, enum names or members raise ``ParseError``."""
+    """Strict protojson → JobResult; unknown fields, enum names or members raise ``ParseError``.
+
+    As strict as core's parse, so a result core would Term as ``bad_payload`` fails here first.
+    """
     return json_format.Parse(data, pb.JobResult(), ignore_unknown_fields=False)
 
 
