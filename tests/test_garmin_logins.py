@@ -25,7 +25,6 @@ import pytest
 import redis
 
 from deploy.devstack.garmin import FakeGarmin
-from tests.test_garmin_provider import Budget
 from workers.providers.context import Login, ProviderContext
 from workers.providers.garmin.login_gate import LOCK_PREFIX, LoginGate
 from workers.providers.garmin.provider import GarminProvider
@@ -69,7 +68,7 @@ def host(garmin: FakeGarmin, fresh_redis: str) -> Callable[..., GarminProvider]:
 
 def ctx(password: str = PASSWORD, account_id: str = "acct-1", email: str = EMAIL) -> ProviderContext:
     return ProviderContext(access_token="", http=httpx.Client(), login=Login(email, password),
-                           account_id=account_id, rate_limit=Budget())
+                           account_id=account_id)  # no shared budget: these tests count logins, not windows
 
 
 def job(ext_id: int | str, account_id: str = "acct-1") -> SimpleNamespace:
