@@ -46,6 +46,10 @@ EXPECTED_TYPES = {"web", "voicy_bridge", "cairn_bridge", "gpu", "io", "provider"
 WORKER_TYPES = ("gpu", "io", "provider", "garmin")
 # The queue each worker line consumes (the Strava pool's name is CAIRN_WORKER_NAME, default strava-fetcher).
 WORKER_QUEUES = {"gpu": "gpu", "io": "io", "provider": "provider.strava-fetcher", "garmin": "provider.garmin-fetcher"}
+# Each worker line's Celery pool: the Garmin pool runs its I/O-bound jobs on threads, so one process (one
+# in-memory Garmin session per account) serves a host and a burst logs in once per host (P1).
+WORKER_POOLS = {"gpu": "prefork", "io": "prefork", "provider": "prefork", "garmin": "threads"}
+POOL_IMPLEMENTATIONS = {"prefork": "prefork", "threads": "thread"}  # what ``inspect stats`` names each
 POOL_LINES = {"provider": "cairn_bridge", "garmin": "garmin_bridge"}  # each pool: its workers' line, its bridge's
 ADDON_VARS = {"REDIS_URL"}  # set by the heroku-redis add-on; app.json must not declare it
 # Variables the platform (Heroku, honcho) sets, not the operator.
@@ -78,7 +82,7 @@ def test_worker_lines_declare_queue_pool_events_node_name_and_cold_shutdown() ->
         cmd = entries[ptype]
         assert "REMAP_SIGTERM=SIGQUIT celery -A tasks worker " in cmd, cmd
         queue = " -Q provider." if ptype in POOL_LINES else f" -Q {ptype} "
-        assert queue in cmd and " -P prefork " in cmd and " -E " in cmd, cmd
+        assert queue in cmd and f" -P {WORKER_POOLS[ptype]} " in cmd and " -E " in cmd, cmd
         assert re.search(r" -n \S*@%h", cmd), cmd
     # A pool's worker and bridge lines name the same pool: the garmin lines set theirs, the Strava ones
     # read CAIRN_WORKER_NAME (app-wide, default strava-fetcher) for the bridge and the queue alike.
@@ -201,7 +205,7 @@ def test_each_pool_starts_consumes_its_queue_and_shuts_down_cold(
         expected_concurrency = {"gpu": 1, "io": 2, "provider": 2, "garmin": 2}
         for ptype, node in nodes.items():
             assert stats[node]["pool"]["max-concurrency"] == expected_concurrency[ptype]
-            assert "prefork" in stats[node]["pool"]["implementation"]
+            assert POOL_IMPLEMENTATIONS[WORKER_POOLS[ptype]] in stats[node]["pool"]["implementation"]
             consumed = {q["name"] for q in queues[node]}
             assert consumed == {WORKER_QUEUES[ptype]}, (ptype, consumed)  # its own queue, nobody else's
     finally:

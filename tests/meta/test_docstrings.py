@@ -42,7 +42,6 @@ NOT_YET_CONVERTED = {
     "workers/providers/garmin/fit.py",
     "workers/providers/garmin/mapping.py",
     "workers/providers/garmin/provider.py",
-    "workers/providers/garmin/session.py",
     "workers/providers/garmin/settings.py",
     "workers/providers/strava/dataset.py",
     "workers/providers/strava/provider.py",

@@ -28,6 +28,7 @@ from google.protobuf import json_format
 
 from devstack.fakes.cairn_core import DevCairnCore
 from devstack.infra import cairn_stack
+from tests.kit import fit_forms
 from tests.kit.cairn_stack import ROOT, WAIT_S
 from tests.kit.garmin_stack import GARMIN, GARMIN_PACKAGE, GarminStack
 from tests.kit.waiting import wait_until
@@ -199,6 +200,21 @@ def test_a_corrupt_original_ends_in_an_envelope(stack: GarminStack) -> None:
     garmin.set_original(account.email, activity.activity_id, b"\x0e\x10" + b"\x00" * 40)  # a truncated FIT
     core.enqueue_job(FETCH_SOURCE, _job(acct, activity.activity_id))
     assert _failure(core, activity.activity_id)["error"]["code"] == "corrupt_fit"
+
+
+def test_an_original_with_compressed_timestamps_imports(stack: GarminStack) -> None:
+    """A device that writes compressed-timestamp record headers (tests/kit/fit_forms.py): imported, not corrupt."""
+    core, garmin = stack.core, stack.garmin
+    assert core is not None and garmin is not None
+    acct, account = stack.connect_garmin(n_activities=1)
+    activity = account.newest_first()[0]
+    garmin.set_original(account.email, activity.activity_id, fit_forms.activity(compressed=True))
+    job = _job(acct, activity.activity_id)
+    core.enqueue_job(FETCH_SOURCE, job)
+    imported = _result(core, f"result:{job['job_id']}:d1").data["events"][-1]["activity"]
+    assert imported["payload"]["startTime"] == fit_forms.START.isoformat().replace("+00:00", "Z")
+    assert len(imported["payload"]["laps"]) == 2
+    assert imported["stream"]["sampleCount"] == fit_forms.LEG_S // fit_forms.STEP_S + 1
 
 
 @pytest.mark.parametrize(("endpoint", "status"), [("download", 429), ("activity", 503)])

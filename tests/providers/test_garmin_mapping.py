@@ -1,6 +1,6 @@
 """Garmin FIT → Cairn mapping, on FIT files written by an independent encoder (fit-tool).
 
-The parser under test decodes with Garmin's SDK (garmin-fit-sdk); every file
+The parser under test decodes with fitdecode; every file
 here is written with fit-tool, so an encoder and a decoder cannot share a bug.
 What must hold: sport and sub-sport, start time and time zone, distance,
 moving and elapsed time, elevation, calories, device, laps and the record
