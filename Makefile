@@ -11,7 +11,7 @@ PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 # Write bytecode: otherwise every xdist worker and fleet process compiles the project again.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: setup bytecode lint check test demo bench proto clean
+.PHONY: setup bytecode lint check test demo stack bench proto clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,10 @@ test: lint bytecode
 
 demo: setup
 	$(BIN)/python -m devstack.demo $(ARGS)
+
+# The embedded services and the .env a local `honcho start` reads, until Ctrl-C (docs/operations.md 2.1).
+stack: setup
+	$(BIN)/python -m devstack.stack $(ARGS)
 
 bench: setup
 	$(BIN)/python -m bench $(ARGS)

@@ -387,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         code = demo.summary()
         code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, STRAVA_POOL))
         verdict = demo_health.check_fleet(demo.env)
+        demo_health.show(verdict)  # now, while the fleet runs: --serve waits for Ctrl-C below
         if args.serve:
             say("serving; press Ctrl-C to stop")
             signal.pause()

@@ -50,6 +50,9 @@ class ProcessRecord(BaseModel):
     manifest_at: float | None = None  # worker: when it last wrote its pool's manifest (epoch s)
     pool: str | None = None  # worker, cairn_bridge: the Cairn pool (CAIRN_WORKER_NAME) it serves
     provider: str | None = None  # worker, cairn_bridge: that pool's provider (CAIRN_PROVIDER)
+    # cairn_bridge: every durable it serves (the pool's job durables, the webhook durable when webhooks
+    # are on), so the verdict judges the pool by what its bridges run, not by the asker's environment
+    durables: list[str] = Field(default_factory=list)
     pulling: list[str] = Field(default_factory=list)  # cairn_bridge: durables whose last fetch answered
     nats_connected: bool | None = None  # cairn_bridge: its NATS connection is up
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import ssl
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -105,6 +106,15 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     return SentinelURL(hosts=tuple(hosts), db=int(path or 0),
                        username=unquote(first.username) if first.username else None,
                        password=unquote(first.password) if first.password else None)
+
+
+_URL_PASSWORD = re.compile(r"(://[^:@/;]*:)[^;]*@")  # each user:password@ of a URL list (greedy: a raw @ in it)
+URL_PASSWORD_MASK = "***"
+
+
+def shown_url(url: str) -> str:
+    """``url`` fit to print: every password in it (each Sentinel's too) replaced by ``***``."""
+    return _URL_PASSWORD.sub(rf"\g<1>{URL_PASSWORD_MASK}@", url)
 
 
 def redis_settings() -> RedisSettings:

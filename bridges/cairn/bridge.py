@@ -320,8 +320,8 @@ class CairnBridge:
             pulling = sorted(self.pulls.pulling) if self.pulls is not None else []
             record = liveness.ProcessRecord(role=liveness.CAIRN_BRIDGE, name=self.instance,
                                             pool=self.settings.worker_name, provider=self.settings.provider,
-                                            pulling=pulling,
-                                            nats_connected=connected)
+                                            durables=[c.durable for c in self.consumers],
+                                            pulling=pulling, nats_connected=connected)
             try:
                 await asyncio.wait_for(liveness.arenew(self._aredis, record), liveness.REDIS_TIMEOUT_S)
                 self.redis_outage.ok()

@@ -29,12 +29,28 @@ def _port_free(port: int) -> bool:
 
 
 @pytest.mark.skipif(not _port_free(5555), reason="Flower's demo port 5555 is in use on this machine")
-def test_demo_short_mode_completes_both_sides() -> None:
+def test_demo_short_mode_completes_both_sides_and_serves_with_its_verdict_shown() -> None:
+    """``--serve``: the verdict is printed while the fleet still runs, before it waits for Ctrl-C; the
+    ``HEALTH`` line (which needs the stopped fleet's logs) follows the Ctrl-C."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VOICY_", "CAIRN_", "AWS_"))}
-    proc = subprocess.run([sys.executable, "-m", "devstack.demo", "--short", "--timeout", "300"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S)
-    out = proc.stdout + proc.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "devstack.demo", "--short", "--serve", "--timeout", "300"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=_sigint_default)
+    assert proc.stdout is not None
+    served: list[str] = []
+    for row in proc.stdout:
+        served.append(row)
+        if row.startswith("serving; press Ctrl-C"):
+            break
+    else:
+        proc.wait(DEMO_TIMEOUT_S)
+        pytest.fail("the demo ended without serving:\n" + "".join(served)[-4000:])
+    os.killpg(proc.pid, signal.SIGINT)
+    rest, _ = proc.communicate(timeout=DEMO_TIMEOUT_S)
+    out = "".join(served) + rest
     assert proc.returncode == 0, out[-4000:]
+    before_serving = "".join(served).splitlines()
+    assert "== health ==" in before_serving and "  HEALTHY: " in "\n".join(before_serving), out[-4000:]
     summary = [line for line in out.splitlines() if line.startswith("SUMMARY ")]
     assert summary == ["SUMMARY voicy_completed=3/3 strava_activities=5/5 garmin_activities=2/2 "
                        "cairn_rejected=0 status=ok"], out[-4000:]

@@ -12,6 +12,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -24,7 +25,7 @@ from devstack.infra.services import free_port
 from tests.kit.cairn_stack import ROOT, WAIT_S, CairnStack, running_stack
 from tests.kit.waiting import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("flower_jobs")]  # one worker runs the module's stack
+pytestmark = pytest.mark.xdist_group("flower_jobs")  # one worker runs the module's stack
 
 SHELL = shutil.which("bash") or "/bin/sh"
 HTTP_TIMEOUT_S = 5.0
@@ -87,6 +88,7 @@ def _finished_job(flower: Flower, job_id: str) -> dict[str, Any] | None:
                 None)
 
 
+@pytest.mark.slow
 def test_a_cairn_job_shows_its_kind_and_id_and_search_finds_it(stack: CairnStack, flower: Flower) -> None:
     acct = stack.connect_athlete(n_activities=1)
     job = stack.fetch_job(acct, stack.first_activity_id(acct))
@@ -105,9 +107,33 @@ def test_a_cairn_job_shows_its_kind_and_id_and_search_finds_it(stack: CairnStack
     assert "'lease_token': '…'" in task["args"]
     found = flower.search(job["job_id"])
     assert [t["uuid"] for t in found] == [task["uuid"]], found
+    # the list shows one short line: kind, the whole job id, then account, pool and delivery
+    assert found[0]["args"] == (f"fetch_source {job['job_id']} (account {acct.account_id}, "
+                                f"pool {stack.pool}, delivery 1)"), found
     page = flower.http.get("/tasks").text
     columns = re.findall(r'<th data-column="(\w+)">', page)
-    assert columns[:3] == ["name", "args", "uuid"], columns  # the job's kind and id on the list itself
+    assert columns[:4] == ["name", "state", "worker", "args"], columns  # the worker before the long args
     shown = flower.http.get("/api/tasks").text + page
     assert tokens and not [t for t in tokens if t in shown]
 
+
+
+def test_a_reconcile_child_shows_its_whole_id_first_and_other_args_unchanged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids a reconcile spawns share its id as a long prefix: the list's line leads with the whole id."""
+    monkeypatch.setenv("FLOWER_PASSWORD", "pw")  # the module refuses to load without authentication
+    from deploy import flowerconfig
+
+    reconcile = "rec-2b7f0e0c-1111-2222-3333-444455556666-1712345678"
+    payload = {"job_id": f"{reconcile}:9876543210", "account_id": "acct-1", "user_id": "user-1",
+               "provider": "strava", "ext_id": "9876543210", "fetch_streams": True, "reason": "backfill"}
+    meta = {"stream": "CAIRN_JOBS", "seq": 7, "stamp": 1.5, "delivery": 2, "subject": "cairn.jobs.x",
+            "lease_token": "…", "pool": "strava-fetcher"}
+    task = SimpleNamespace(name="cairn.job", args=repr(["fetch_source", payload, meta]), kwargs="{}", result=None)
+    shown = flowerconfig.format_task(task).args
+    assert shown == f"fetch_source {reconcile}:9876543210 (account acct-1, pool strava-fetcher, delivery 2)"
+    voicy = SimpleNamespace(name="voicy.download", args="('665f1c2e9b1e8a0012345678', '…')", kwargs="{}",
+                            result=None)
+    assert flowerconfig.format_task(voicy).args == voicy.args
+    odd = SimpleNamespace(name="cairn.job", args="['fetch_source', {'job_id': 'x'}", kwargs="{}", result=None)
+    assert flowerconfig.format_task(odd).args == odd.args  # not a literal: shown as it came

@@ -26,7 +26,7 @@ from tasks.settings import FleetSettings, celery_config
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.outage import SAME_OUTAGE_S, Outage
-from workers.redisconn import RedisSettings, parse_sentinel_url, sync_client
+from workers.redisconn import RedisSettings, parse_sentinel_url, shown_url, sync_client
 
 SENTINELS = "sentinel://:pw@10.0.0.1:26379/2;sentinel://10.0.0.2:26380;sentinel://10.0.0.3"
 
@@ -146,3 +146,15 @@ def test_the_broker_channel_builds_one_client_per_pool_not_one_per_command(redis
     with channel.conn_or_acquire() as third:
         assert third is not first and third.connection_pool is channel.pool
     conn.release()
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://:pw@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
+    ("rediss://ops:p@ss/w:rd@h:6380/1?ssl_cert_reqs=none", "rediss://ops:***@h:6380/1?ssl_cert_reqs=none"),
+    (SENTINELS.replace("10.0.0.2", "u:pw2@10.0.0.2"),
+     "sentinel://:***@10.0.0.1:26379/2;sentinel://u:***@10.0.0.2:26380;sentinel://10.0.0.3"),
+    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+], ids=["password", "user-and-odd-password", "sentinels", "none"])
+def test_a_url_is_shown_with_every_password_masked(url: str, shown: str) -> None:
+    """What the doctor and the verdict print when Redis does not answer: the URL tried, no password."""
+    assert shown_url(url) == shown

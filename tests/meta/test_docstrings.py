@@ -29,7 +29,6 @@ NOT_YET_CONVERTED = {
     "ops/commands/check.py",
     "ops/commands/strava.py",
     "ops/doctor.py",
-    "ops/health.py",
     "tasks/cairn.py",
     "tasks/hardening/startup_stop.py",
     "tasks/hardening/stop_consuming.py",

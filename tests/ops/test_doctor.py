@@ -93,6 +93,7 @@ def test_doctor_names_each_broken_piece(stack) -> None:
 # ------------------------------------------------------------------ a doctor that always ends
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD_S = 120  # far above the doctor's own timeouts; only a hang reaches it
+REDIS_PASSWORD = "sy-redis-SECRET-p@ss"  # an @ inside: the mask must cover it all
 
 
 def doctor_process(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -103,9 +104,13 @@ def doctor_process(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def test_doctor_ends_with_one_fail_line_per_unreachable_service() -> None:
     """nats-py reads max_reconnect_attempts=0 as "unlimited": the doctor used to retry for ever,
-    printing a traceback per attempt. Now: one FAIL line for Redis, one for NATS, nothing else."""
-    out = doctor_process({"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+    printing a traceback per attempt. Now: one FAIL line for Redis, one for NATS, nothing else.
+    The Redis line names the URL it tried, its password masked."""
+    redis_port = free_port()
+    out = doctor_process({"REDIS_URL": f"redis://ops:{REDIS_PASSWORD}@127.0.0.1:{redis_port}/0",
                           "CAIRN_NATS_URL": f"nats://127.0.0.1:{free_port()}"})
+    assert REDIS_PASSWORD not in out.stdout + out.stderr
+    assert f"cannot reach REDIS_URL redis://ops:***@127.0.0.1:{redis_port}/0 (" in line(out.stdout, "redis")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr, out.stderr
     assert out.stderr == "", out.stderr

@@ -264,15 +264,50 @@ def test_a_killed_provider_worker_fails_presence_after_the_cutoff(fleet: Fleet,
 
 
 def test_presence_with_the_wrong_webhooks_flag_fails(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pool runs with webhooks on; a verdict for a pool with webhooks off sees every instance's flag wrong.
-
-    Healthy first: the part also fails, with another detail, while no presence is live (a fleet just
-    started, or a late renewal on a loaded box), and only the mismatch is this test's subject."""
+    """The pool's bridge serves the webhook durable; an instance of the pool that reports webhooks=false
+    (started without the verify token) fails presence, judged by the fleet's records alone."""
     wait_for(fleet, monkeypatch, "")
-    flag = "report webhooks=true but webhooks are off"
-    checks = wait_for(fleet, monkeypatch, fleet.part("cairn presence"), because=flag,
-                      CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN="")
-    assert flag in checks[fleet.part("cairn presence")].detail
+    client = redis.Redis.from_url(fleet.redis_url)
+    odd = liveness.ProcessRecord(role=liveness.WORKER, name="provider.9@odd", queues=[f"provider.{fleet.pool}"],
+                                 pool=fleet.pool, provider="strava", cairn_instance="provider-9-odd",
+                                 presence_at=time.time(), presence_webhooks=False, manifest_at=time.time())
+    liveness.renew(client, odd)
+    try:
+        checks = verdict(fleet.health_env(), monkeypatch)
+        assert failing(checks).keys() == {fleet.part("cairn presence")}, failing(checks)
+        detail = checks[fleet.part("cairn presence")].detail
+        assert f"provider.9@odd report webhooks=false but the pool's bridge serves {fleet.pool}__webhook_event" \
+            in detail, detail
+    finally:
+        liveness.forget(client, liveness.WORKER, odd.name)
+        client.close()
+
+
+def test_the_askers_own_webhook_settings_do_not_matter(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator's shell without the pool's verify token still sees the fleet healthy: what the pool
+    runs comes from its records, not from the environment the verdict is asked from."""
+    wait_for(fleet, monkeypatch, "")
+    run = run_verb(fleet.health_env(CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN=""))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "webhooks=true" in next(line for line in run.stdout.splitlines() if "cairn presence" in line)
+
+
+def test_with_only_redis_url_the_verdict_names_what_it_could_not_check(fleet: Fleet,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: given only REDIS_URL, every part the records show is listed; the Voicy and pool parts
+    are checked from Redis, the pool's NATS parts cannot be, and the verdict says so and exits 1."""
+    wait_for(fleet, monkeypatch, "")
+    only_redis = {k: v for k, v in fleet.health_env().items() if not k.startswith(("VOICY_", "CAIRN_"))}
+    run = run_verb(only_redis)
+    lines = run.stdout.splitlines()
+    assert run.returncode == 1, run.stdout + run.stderr
+    unchecked = (fleet.part("nats"), fleet.part("cairn consumers"))
+    assert lines[-1] == f"UNVERIFIED: not checked: {', '.join(unchecked)}", lines
+    for part in unchecked:
+        line = next(line for line in lines if line.startswith(f"skip {part}: "))
+        assert "CAIRN_NATS_URL is not set here" in line, line
+    checked = {line.split(":", 1)[0].split(None, 1)[1] for line in lines[:-1] if line.startswith("ok ")}
+    assert checked >= COMMON_PARTS | {fleet.part(p) for p in ("pool provider", "cairn presence", "cairn manifest")}
 
 
 def test_another_pool_on_the_same_redis_is_judged_on_its_own(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
