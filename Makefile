@@ -41,7 +41,7 @@ demo: setup
 
 # The embedded services and the .env a local `honcho start` reads, until Ctrl-C (docs/operations.md 2.1).
 stack: setup
-	$(BIN)/python -m devstack.stack $(ARGS)
+	$(BIN)/python -m devstack.serve $(ARGS)
 
 bench: setup
 	$(BIN)/python -m bench $(ARGS)

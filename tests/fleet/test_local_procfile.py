@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devstack import stack
+from devstack import serve
 from devstack.infra.procfile import entries
 from devstack.infra.procs import Proc, spawn
 from devstack.infra.services import free_port
@@ -47,7 +47,7 @@ def honcho(args: str, env_file: Path) -> str:
 
 @pytest.fixture()
 def services(tmp_path: Path) -> Iterator[tuple[Proc, Path]]:
-    """``make stack`` (``python -m devstack.stack``), writing this test's env file, until the test ends."""
+    """``make stack`` (``python -m devstack.serve``), writing this test's env file, until the test ends."""
     env_file, port = tmp_path / "stack.env", free_port()
     proc = spawn([SHELL, "-c", f"{STACK_COMMAND} ARGS='--env {env_file} --port {port}'"], shell_env(),
                  tmp_path / "stack.out", stop_timeout_s=HONCHO_STOP_S)
@@ -101,5 +101,5 @@ def test_the_docs_give_the_tested_commands_word_for_word() -> None:
 def test_make_stack_never_replaces_an_env_file_it_did_not_write(tmp_path: Path) -> None:
     mine = tmp_path / ".env"
     mine.write_text("REDIS_URL=redis://prod.example:6379/0\n")
-    assert stack.main(["--env", str(mine)]) == stack.EXIT_REFUSED
+    assert serve.main(["--env", str(mine)]) == serve.EXIT_REFUSED
     assert mine.read_text() == "REDIS_URL=redis://prod.example:6379/0\n"

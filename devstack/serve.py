@@ -14,7 +14,7 @@ from devstack.demo import Demo, signals_ignored
 from devstack.infra.cairn_stack import CA_OVERRIDES
 
 # The first line of every .env this writes: only such a file is overwritten, or deleted at the stop.
-MARK = "# written by python -m devstack.stack (make stack); deleted when it stops"
+MARK = "# written by python -m devstack.serve (make stack); deleted when it stops"
 DEFAULT_PORT = 5000  # honcho's own default: web (Flower) listens here, the other types ignore theirs
 EXIT_REFUSED = 2
 # Variables a process gets from honcho, its shell or the venv: never written to the file.
@@ -54,7 +54,7 @@ def ours(path: Path) -> bool:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m devstack.stack", description=DESCRIPTION,
+    p = argparse.ArgumentParser(prog="python -m devstack.serve", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", type=Path, default=Path(".env"), metavar="FILE",
                    help="where to write the variables (default: %(default)s, which honcho reads); a file this "
