@@ -40,6 +40,7 @@ import nats
 from deploy.devstack import services
 from deploy.devstack.cairn_core import DevCairnCore
 from deploy.devstack.cairn_core.accounts import Account
+from deploy.devstack.garmin.kit import GarminKit
 from deploy.devstack.nats_auth import NatsAuth
 from deploy.devstack.procs import Proc
 from deploy.devstack.provider_fake import Connected, Pool, ProviderFake
@@ -55,6 +56,10 @@ FOREIGN_PREFIXES = ("VOICY_", "CAIRN_", "AWS_")
 # these would override it inside garth, so a Garmin pool refuses to start with them set elsewhere.
 CA_OVERRIDES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 DEFAULT_REASON = "backfill"
+
+
+# provider → its fake's kit (``deploy/devstack/<provider>/kit.py``): a third provider's fake is one more line
+FAKE_KITS: dict[str, type[ProviderFake]] = {StravaKit.provider: StravaKit, GarminKit.provider: GarminKit}
 
 
 def clean_env() -> dict[str, str]:
