@@ -20,10 +20,10 @@ from bridges.cairn.envelopes import Envelopes, LoopNats
 from bridges.cairn.execution import Execution, SendJob, Shutdown, job_task_prefix
 from bridges.cairn.holder import Holder
 from bridges.cairn.pull import PullLoops
+from bridges.cairn.record import BridgeRecord
 from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import FailureCounts
-from workers import liveness
 from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
 from workers.cairn.nats_conn import NATS_UNAVAILABLE, connect_options, fault_recorder
@@ -33,7 +33,7 @@ from workers.cairn.settings import CairnSettings
 from workers.faults import clear_fault
 from workers.lease import Leases
 from workers.logs import redact
-from workers.outage import REDIS_UNAVAILABLE, Outage
+from workers.outage import Outage
 from workers.providers.base import AUTH_OAUTH2, Provider
 from workers.providers.registry import get_provider
 from workers.redisconn import async_client, sync_client
@@ -111,7 +111,6 @@ class CairnBridge:
         self.nc: nats.NATS | None = None
         self.failed = False
         self.pulls: PullLoops | None = None
-        self.instance = f"{settings.worker_name}.{liveness.process_name()}"
         # R1: each outage is logged once, when it starts and when it ends (bridges.cairn.outage).
         self.redis_outage = Outage("Redis")
         self.nats_outage = Outage("NATS")
@@ -167,6 +166,8 @@ class CairnBridge:
                                  float(s.discover_deadline_s), float(s.exchange_deadline_s))
         pool = PoolCalls(self.results, self.senders.discover, self.senders.exchange, s.worker_name)
         self.responders = Responders(nc, config, pool, self._sync_redis, self.spawn)
+        self.record = BridgeRecord(self._aredis, pool=s.worker_name, provider=s.provider, shutdown=self.shutdown,
+                                   redis_outage=self.redis_outage, status=self._status)
         self.holder = Holder(kinds=self.kinds, rules=self.rules, recall=self.recall, runs=self.execution,
                              envelopes=self.envelopes, ledger=self.ledger, failures=self.failures,
                              shutdown=self.shutdown, slots=self._slots, spawn=self.spawn, ack_wait_s=self.ack_wait_s,
@@ -190,7 +191,7 @@ class CairnBridge:
             self.pulls = PullLoops(self.consumers, self._slots, self.shutdown, self.nats_outage, self.holder.take,
                                    tick_s=self.ack_wait_s / 3)
             self.pulls.start(self.js, self._loop_ended)
-            record = asyncio.create_task(self._renew_record(), name="liveness")
+            record = asyncio.create_task(self.record.renew(), name="liveness")
             log.info("cairn bridge started: pool %s, %d job subjects, in-flight limit %d, AckWait %.1fs",
                      self.settings.worker_name, len(self.consumers),
                      self.settings.max_in_flight, self.ack_wait_s)
@@ -198,7 +199,7 @@ class CairnBridge:
             log.info("cairn bridge stopping: no more pulls; %d messages held", len(self.holder.held))
             await self.pulls.stop()
             record.cancel()
-            await self._forget_record()
+            await self.record.forget()
             await self._stop_replies()
             await self.responders.stop()
             await self._drain_held()
@@ -274,32 +275,10 @@ class CairnBridge:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # ------------------------------------------------------------------ the liveness record
-    async def _renew_record(self) -> None:
-        """Every ``RENEW_INTERVAL_S``: this bridge's pool, the durables it pulls and its NATS state
-        (``switchyard health``: "every durable the pool needs is bound", "NATS is up")."""
-        while not self.shutdown.stopping:
-            connected = self.nc is not None and self.nc.is_connected and not self.nats_outage.down
-            pulling = sorted(self.pulls.pulling) if self.pulls is not None else []
-            record = liveness.ProcessRecord(role=liveness.CAIRN_BRIDGE, name=self.instance,
-                                            pool=self.settings.worker_name, provider=self.settings.provider,
-                                            pulling=pulling,
-                                            nats_connected=connected)
-            try:
-                await asyncio.wait_for(liveness.arenew(self._aredis, record), liveness.REDIS_TIMEOUT_S)
-                self.redis_outage.ok()
-            except REDIS_UNAVAILABLE as exc:  # asyncio's TimeoutError included
-                self.redis_outage.failed("liveness record", exc)
-            except Exception as exc:  # noqa: BLE001 - not an outage: say so, keep renewing
-                log.warning("liveness record not written: %s", redact(f"{type(exc).__name__}: {exc}"))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.shutdown.event.wait(), liveness.RENEW_INTERVAL_S)
-
-    async def _forget_record(self) -> None:
-        """A stopping bridge pulls nothing more: its record goes now, not when its TTL runs out."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(liveness.aforget(self._aredis, liveness.CAIRN_BRIDGE, self.instance),
-                                   liveness.REDIS_TIMEOUT_S)
+    def _status(self) -> tuple[bool, list[str]]:
+        """For the liveness record: NATS connected, and the durables whose last fetch answered."""
+        connected = self.nc is not None and self.nc.is_connected and not self.nats_outage.down
+        return connected, sorted(self.pulls.pulling) if self.pulls is not None else []
 
 
 def main(settings: CairnSettings, provider: Provider, senders: TaskSenders, backend: Any,
