@@ -1,16 +1,15 @@
 """``make demo``: the main job on the embedded stack, unattended, from a fresh machine.
 
 1. Starts deploy/devstack: Redis, nats-server (JetStream), moto S3, the dev
-   Voicy Worker API, the dev Cairn core, fake Telegram, fake Strava and fake
-   Garmin Connect.
+   Voicy Worker API, the dev Cairn core, fake Telegram and the provider fake
+   of every Cairn pool the Procfile runs (``procfile.pools``).
 2. Starts the whole Procfile fleet on loopback, one process per type, as
    Heroku runs it (``devstack.infra.procfile``; Flower on
    http://127.0.0.1:5555, user ``demo``, password printed at start). Each
    process logs to its own file in a directory kept after the demo exits.
 3. Enqueues the voice fixtures (and, in the full run, one long message stitched
-   from them), connects a fake Strava athlete on the Strava pool and a Garmin
-   Connect login on the Garmin pool (the Procfile's ``garmin_bridge`` and
-   ``garmin`` lines, on their own queue ``provider.garmin-fetcher``).
+   from them) and connects one account on each pool, at that pool's fake, with
+   as many activities as its kit's ``demo_size`` says.
 4. Draws a bar per transcription from the segments the worker streams (the
    parts of its progress posts), and labelled Cairn counters per pool; then
    prints the transcripts and each pool's imported activities in date order,
@@ -49,13 +48,11 @@ import numpy as np
 from faster_whisper.audio import decode_audio
 
 from devstack import demo_health, demo_webhook
-from devstack.fakes.garmin.kit import GarminKit
-from devstack.fakes.strava import FakeStrava
-from devstack.fakes.strava.kit import StravaKit
+from devstack.fakes.provider_fake import Connected, DemoSize, ProviderFake
 from devstack.fakes.telegram import FakeTelegram
 from devstack.fakes.voicy_api import DevVoicyServer
 from devstack.infra import procfile, services
-from devstack.infra.cairn_stack import CairnStack, Pool, clean_env
+from devstack.infra.cairn_stack import FAKE_KITS, CairnStack, Pool, clean_env
 from devstack.infra.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
 
 FLOWER_PORT = 5555
@@ -63,15 +60,9 @@ DEMO_TIMEOUT_S = 600.0
 REFRESH_S = 0.25  # redraw period on a terminal
 PLAIN_PRINT_INTERVAL_S = 5.0  # print period when stdout is not a terminal (CI, a pipe)
 BAR_WIDTH = 30
-ATHLETE_ID = 424242
-STRAVA_POOL = "strava-fetcher"  # the Procfile's default pool name (its provider line reads CAIRN_WORKER_NAME)
-GARMIN_POOL = "garmin-fetcher"  # the pool the Procfile's garmin_bridge and garmin lines name
-POOLS = (("strava", STRAVA_POOL), ("garmin", GARMIN_POOL))  # (provider, pool name) of every pool the demo runs
 DEMO_STACK_NAME = "demo"  # core's bucket is cairn-demo
-FULL_ACTIVITIES = 20
-SHORT_ACTIVITIES = 5
-GARMIN_FULL_ACTIVITIES = 6  # the Garmin login's activities (a FIT original each: heavier to write and parse)
-GARMIN_SHORT_ACTIVITIES = 2
+# Every worker line runs at its Procfile default divided by this: one box hosts the whole fleet.
+CONCURRENCY_DIVISOR = 2
 SHORT_FIXTURES = 2
 ACTIVITIES_SHOWN = 25
 TRANSCRIPT_SHOWN_CHARS = 600  # the long message's transcript is cut here in the summary
@@ -83,14 +74,15 @@ DESCRIPTION = """\
 Run the whole Switchyard fleet on an embedded stack and show both sides working.
 
 Starts Redis, NATS JetStream, S3 (moto), a dev Voicy Worker API, a dev Cairn
-core and fake Telegram, Strava and Garmin Connect APIs on 127.0.0.1, then the
-Procfile fleet, one process per type (Flower on http://127.0.0.1:5555), with a
-Strava pool and a Garmin pool side by side. Enqueues voice messages, connects
-a fake Strava athlete and a Garmin Connect login, draws a bar per
-transcription from the segments the worker streams, counts what Cairn core
-published and received per pool, and prints the transcripts and each pool's
-imported activities; then the fleet's health verdict and its log budget (the
-HEALTH line).
+core, fake Telegram and a fake API per Cairn provider on 127.0.0.1, then the
+Procfile fleet, one process per type (Flower on http://127.0.0.1:5555), with
+every Cairn pool the Procfile names side by side. Enqueues voice messages,
+connects an account on each pool, draws a bar per transcription from the
+segments the worker streams, counts what Cairn core published and received
+per pool, and prints the transcripts and each pool's imported activities;
+then the fleet's health verdict and its log budget (the HEALTH line).
+
+Cairn pools (the Procfile's): {pools}.
 
 Ctrl-C stops the fleet first, then the fake services, NATS and Redis."""
 EPILOG = """\
@@ -100,6 +92,15 @@ health, and no WARNING, ERROR or traceback in its logs beyond the allow-list),
 1 when the run timed out, a job failed or the fleet is unhealthy, 130 when
 interrupted before the summary.
 The fleet's logs (one file per process) are kept after the demo exits."""
+
+
+def procfile_pools() -> list[Pool]:
+    """The Cairn pools the demo runs: those of the Procfile whose provider is installed."""
+    return procfile.pools(procfile.runnable(procfile.entries())[0])
+
+
+def demo_size(pool: Pool) -> DemoSize:
+    return FAKE_KITS[pool.provider].demo_size
 
 
 def say(text: str) -> None:
@@ -182,8 +183,9 @@ class Demo:
         self.fleet: procfile.Fleet | None = None
         self.env: dict[str, str] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
-        self.expected = {STRAVA_POOL: SHORT_ACTIVITIES if short else FULL_ACTIVITIES,
-                         GARMIN_POOL: GARMIN_SHORT_ACTIVITIES if short else GARMIN_FULL_ACTIVITIES}
+        self.pools = procfile_pools()
+        self.expected = {p.worker_name: demo_size(p).short if short else demo_size(p).full for p in self.pools}
+        self.connected: list[Connected] = []
         self.flower_password = secrets.token_urlsafe(12)
         # (what, how to stop it), in start order; close() stops them in reverse.
         self._started: list[tuple[str, Callable[[], None]]] = []
@@ -201,18 +203,18 @@ class Demo:
         self._started_as("the dev Voicy API", self.voicy.stop)
         self.telegram = FakeTelegram(BOT_TOKEN).start()
         self._started_as("fake Telegram", self.telegram.stop)
-        self.strava_kit, self.garmin_kit = StravaKit(FakeStrava()), GarminKit()
+        self.kits: dict[str, ProviderFake] = {p.provider: FAKE_KITS[p.provider]() for p in self.pools}
         self.cairn = CairnStack(self.tmp / "cairn", redis_url=self.redis.url, s3_endpoint=self.s3.url,
-                                fakes=[self.strava_kit, self.garmin_kit], name=DEMO_STACK_NAME,
-                                pools=[Pool(provider, name) for provider, name in POOLS])  # core's worker template
+                                fakes=list(self.kits.values()), name=DEMO_STACK_NAME,
+                                pools=self.pools)  # core's worker template
         self._started_as("the Cairn stack (the fakes, the dev Cairn core, NATS)", self.cairn.stop)
         self.cairn.start()
         assert self.cairn.core is not None and self.cairn.nats is not None
-        self.core, self.strava = self.cairn.core, self.strava_kit.fake
-        self.pools = [self.cairn.pool(provider, name) for provider, name in POOLS]
+        self.core = self.cairn.core
+        fakes = ", ".join(f"fake {provider} {next(iter(kit.pool_env().values()))}"
+                          for provider, kit in self.kits.items())
         say(f"stack: Redis {self.redis.url}, NATS {self.cairn.nats.url}, S3 {self.s3.url}, "
-            f"dev Voicy {self.voicy.url}, fake Telegram {self.telegram.url}, fake Strava {self.strava.base_url}, "
-            f"fake Garmin Connect via proxy {self.garmin_kit.pool_env()['CAIRN_GARMIN_PROXY_URL']}")
+            f"dev Voicy {self.voicy.url}, fake Telegram {self.telegram.url}, {fakes}")
 
     def fleet_env(self) -> dict[str, str]:
         env = clean_env()  # no ambient deployment's variables, no CA bundle overriding the fakes'
@@ -223,9 +225,10 @@ class Demo:
             "VOICY_WORKER_MODEL": TINY_MODEL_DIR, "VOICY_WORKER_WORK_DIR": str(self.tmp / "media"),
             "VOICY_WORKER_PROGRESS_INTERVAL_MS": "1000", "VOICY_WORKER_LEASE_TTL_MS": "5000",
             "FLOWER_USER": "demo", "FLOWER_PASSWORD": self.flower_password,
-            "IO_CONCURRENCY": "2", "PROVIDER_CONCURRENCY": "4", "GARMIN_CONCURRENCY": "2",
             "PATH": f"{Path(sys.executable).parent}:" + os.environ.get("PATH", ""),
         })
+        env.update({var: str(max(1, n // CONCURRENCY_DIVISOR))
+                    for var, n in procfile.concurrency(procfile.entries()).items()})
         for pool in self.pools:  # the Procfile's lines name each pool's provider and name; its login is its own
             env.update(self.cairn.pool_env(pool, scoped=True))
         env.update(demo_webhook.fleet_env())  # the webhook leg (devstack/demo_webhook.py)
@@ -249,14 +252,13 @@ class Demo:
             data, duration_s = long_message(audio_manifest())
             self._enqueue_voice("long", data, duration_s, mime_type="audio/wav", source_kind="audio",
                                 file_name="long.wav")
-        strava_pool, garmin_pool = self.pools
-        athlete = self.strava_kit.connect(self.core, strava_pool, self.expected[STRAVA_POOL], athlete_id=ATHLETE_ID)
-        login = self.garmin_kit.connect(self.core, garmin_pool, self.expected[GARMIN_POOL])
-        for connected in (athlete, login):
+        self.connected = [self.kits[p.provider].connect(self.core, p, self.expected[p.worker_name])
+                          for p in self.pools]
+        for connected in self.connected:
             self.core.schedule_reconcile(connected.account_id)
-        say(f"enqueued {len(self.jobs)} voice messages, connected a Strava athlete with "
-            f"{self.expected[STRAVA_POOL]} activities on pool {strava_pool.worker_name} and a Garmin Connect login "
-            f"with {self.expected[GARMIN_POOL]} on pool {garmin_pool.worker_name}")
+        say(f"enqueued {len(self.jobs)} voice messages, connected " + "; ".join(
+            f"a {p.provider} account with {self.expected[p.worker_name]} activities on pool {p.worker_name}"
+            for p in self.pools))
         say("cairn: core publishes one reconcile job per account; each pool lists its account and enqueues one "
             "fetch_source job per activity itself, so core receives more results than it published jobs")
 
@@ -358,12 +360,15 @@ class Demo:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m devstack.demo", description=DESCRIPTION,
+    pools = procfile_pools()
+    names = ", ".join(f"{pool.worker_name} ({pool.provider})" for pool in pools)
+    p = argparse.ArgumentParser(prog="python -m devstack.demo", description=DESCRIPTION.format(pools=names),
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sizes = ", ".join(f"{demo_size(pool).short} instead of {demo_size(pool).full} on {pool.worker_name}"
+                      for pool in pools)
     p.add_argument("--short", action="store_true",
-                   help=f"{SHORT_FIXTURES + 1} voice messages and {SHORT_ACTIVITIES} Strava and "
-                        f"{GARMIN_SHORT_ACTIVITIES} Garmin activities instead of every fixture, a long message and "
-                        f"{FULL_ACTIVITIES} and {GARMIN_FULL_ACTIVITIES} activities (what the tests run)")
+                   help=f"{SHORT_FIXTURES + 1} voice messages instead of every fixture and a long message, and "
+                        f"fewer activities ({sizes}; what the tests run)")
     p.add_argument("--serve", action="store_true",
                    help="keep the stack and the fleet up after the run, until Ctrl-C")
     p.add_argument("--timeout", type=float, default=DEMO_TIMEOUT_S, metavar="SECONDS",
@@ -385,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         demo.enqueue()
         demo.watch(args.timeout)
         code = demo.summary()
-        code = max(code, demo_webhook.run(demo.core, demo.strava, ATHLETE_ID, STRAVA_POOL))
+        code = max(code, demo_webhook.run_for(demo.core, demo.connected, demo.kits))
         verdict = demo_health.check_fleet(demo.env)
         demo_health.show(verdict)  # now, while the fleet runs: --serve waits for Ctrl-C below
         if args.serve:

@@ -19,12 +19,15 @@ from __future__ import annotations
 import secrets
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
+from devstack.fakes.provider_fake import Connected
 from workers.cairn.contract import subjects
 
+PROVIDER = "strava"  # the leg is the fake Strava app's push subscription
 ENV_VERIFY_TOKEN = "CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN"
 SUBSCRIBE_DEADLINE_S = 60.0  # the bridge may still be starting
 SUBSCRIBE_RETRY_S = 0.5
@@ -70,7 +73,16 @@ def _event_kinds(results: list[Any]) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()) if n) or "none"
 
 
-def run(core: Any, strava: Any, athlete_id: int, worker_name: str, provider: str = "strava") -> int:
+def run_for(core: Any, connected: Sequence[Connected], kits: Mapping[str, Any]) -> int:
+    """The webhook leg on the first Strava pool the demo connected an account on; none without one."""
+    account = next((c for c in connected if c.pool.provider == PROVIDER), None)
+    if account is None:
+        print(f"WEBHOOK status=skipped reason=no {PROVIDER} pool")
+        return 0
+    return run(core, kits[PROVIDER].fake, int(account.account.external_id or 0), account.pool.worker_name)
+
+
+def run(core: Any, strava: Any, athlete_id: int, worker_name: str, provider: str = PROVIDER) -> int:
     """The webhook leg of the demo; prints one ``WEBHOOK`` line, returns 0 when the activity was ingested."""
     print("\n== webhook ==")
     callback = core.start_webhooks_http().url(subjects.worker_key(worker_name, provider))

@@ -57,10 +57,6 @@ class NullProvider(Provider):
     dataset_version = DATASET_VERSION
     parser_version = PARSER_VERSION
 
-    @classmethod
-    def from_settings(cls, settings: Any | None = None) -> NullProvider:
-        return cls()
-
     def declared_capabilities(self) -> Capabilities:
         return Capabilities(jobs=frozenset({FETCH_SOURCE}), data_types={"Activity": {"read": True}})
 

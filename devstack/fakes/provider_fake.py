@@ -16,7 +16,15 @@ from devstack.fakes.cairn_core import DevCairnCore
 from devstack.fakes.cairn_core.accounts import Account
 from devstack.infra.nats_auth import Pool  # one pool: <provider>.<worker_name>, as NATS grants it
 
-__all__ = ["Connected", "Pool", "ProviderFake"]
+__all__ = ["Connected", "DemoSize", "Pool", "ProviderFake"]
+
+
+@dataclass(frozen=True)
+class DemoSize:
+    """How many activities the account ``make demo`` connects on a pool of this provider gets."""
+
+    full: int
+    short: int  # ``--short``, what the tests run
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,7 @@ class ProviderFake(Protocol):
     """What the kit asks of one provider's fake API (``devstack/<provider>/kit.py``)."""
 
     provider: str
+    demo_size: DemoSize
 
     def start(self) -> object: ...
 

@@ -39,6 +39,7 @@ import nats
 
 from devstack.fakes.cairn_core import DevCairnCore
 from devstack.fakes.cairn_core.accounts import Account
+from devstack.fakes.garmin.kit import GarminKit
 from devstack.fakes.provider_fake import Connected, Pool, ProviderFake
 from devstack.fakes.strava.kit import StravaKit
 from devstack.infra import services
@@ -55,6 +56,10 @@ FOREIGN_PREFIXES = ("VOICY_", "CAIRN_", "AWS_")
 # these would override it inside garth, so a Garmin pool refuses to start with them set elsewhere.
 CA_OVERRIDES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 DEFAULT_REASON = "backfill"
+
+
+# provider → its fake's kit (``devstack/<provider>/kit.py``): a third provider's fake is one more line
+FAKE_KITS: dict[str, type[ProviderFake]] = {StravaKit.provider: StravaKit, GarminKit.provider: GarminKit}
 
 
 def clean_env() -> dict[str, str]:

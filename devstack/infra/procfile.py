@@ -25,7 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devstack.infra.nats_auth import Pool
 from devstack.infra.procs import Proc, spawn
+from workers.cairn.settings import CairnSettings
 from workers.providers.registry import provider_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,8 @@ SHELL = shutil.which("bash") or "/bin/sh"
 _LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(.+)$")  # honcho's own pattern
 _INLINE_PROVIDER = re.compile(r"(?:^|\s)CAIRN_PROVIDER=([a-z0-9_-]+)\s")  # a pool's line names its provider
 _INLINE_POOL = re.compile(r"(?:^|\s)CAIRN_WORKER_NAME=([A-Za-z0-9_-]+)\s")  # ... and its pool
+_CAIRN_BRIDGE = re.compile(r"(?:^|\s)python -m bridges cairn(?:\s|$)")  # one bridge line per pool
+_CONCURRENCY = re.compile(r"\s-c \$\{([A-Z_]+):-(\d+)\}")  # a worker line's ``-c ${IO_CONCURRENCY:-4}``
 
 
 def entries(path: Path = PROCFILE) -> dict[str, str]:
@@ -57,6 +61,19 @@ def pool_of(command: str) -> str | None:
     """The pool a Procfile line names for itself (``CAIRN_WORKER_NAME=garmin-fetcher …``), else None."""
     match = _INLINE_POOL.search(command)
     return match.group(1) if match else None
+
+
+def pools(found: dict[str, str]) -> list[Pool]:
+    """The Cairn pools the Procfile runs, in its order: one per bridge line, named by the line or,
+    where it names nothing, by the settings' defaults (the deployment's own ``CAIRN_*``)."""
+    provider, name = (str(CairnSettings.model_fields[f].default) for f in ("provider", "worker_name"))
+    return [Pool(provider_of(cmd) or provider, pool_of(cmd) or name) for cmd in found.values()
+            if _CAIRN_BRIDGE.search(cmd)]
+
+
+def concurrency(found: dict[str, str]) -> dict[str, int]:
+    """Every worker line's concurrency variable and the default its line gives it (``IO_CONCURRENCY: 4``)."""
+    return {m[1]: int(m[2]) for cmd in found.values() for m in _CONCURRENCY.finditer(cmd)}
 
 
 def runnable(found: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -196,9 +196,7 @@ def test_a_task_lost_mid_run_counts_as_a_failure(stack: CairnStack) -> None:
     acct = stack.connect_athlete()
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
-    stack.gate.arm()
-    stack.core.enqueue_job("fetch_source", job)
-    assert stack.gate.arrived.wait(WAIT_S), "the job never reached Strava"
+    stack.hold_at_the_gate(job)
     victim.kill()
     stack.gate.open()
     stack.core.router.wait(lambda: bool(failures_for(stack.core, ext_id)), WAIT_S + 2 * LEASE_TTL_S,

@@ -115,9 +115,7 @@ def test_a_pool_whose_only_slot_runs_a_long_job_stays_present(stack: CairnStack)
     wait_until(lambda: key in stack.core.presence(stack.pool), WAIT_S, "the start-up presence record")
     acct = stack.connect_athlete()
     job = stack.fetch_job(acct, stack.first_activity_id(acct))
-    stack.gate.arm()
-    stack.core.enqueue_job("fetch_source", job)
-    assert stack.gate.arrived.wait(WAIT_S), "the job never reached Strava"
+    stack.hold_at_the_gate(job)
     seen = [stack.core.presence(stack.pool)[key]["last_seen"]]
     try:
         for _ in range(HELD_WRITES):

@@ -100,9 +100,7 @@ def test_long_job_is_never_redelivered(stack: CairnStack) -> None:
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
     before = stack.consumer("fetch_source")
-    stack.gate.arm()
-    stack.core.enqueue_job("fetch_source", job)
-    assert stack.gate.arrived.wait(WAIT_S), "the job never reached Strava"
+    stack.hold_at_the_gate(job)
     threading.Timer(5 * ACK_WAIT_S, stack.gate.open).start()  # the provider is slow for 5 AckWaits
     stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the slow job's result")
     (result,) = stack.results_for(job["job_id"])
@@ -117,9 +115,7 @@ def test_sigkilled_worker_job_is_redelivered_and_ingested_once(stack: CairnStack
     acct = stack.connect_athlete()
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
-    stack.gate.arm()
-    stack.core.enqueue_job("fetch_source", job)
-    assert stack.gate.arrived.wait(WAIT_S)
+    stack.hold_at_the_gate(job)
     victim = stack.workers[-1]
     victim.kill(signal.SIGKILL)
     stack.gate.open()

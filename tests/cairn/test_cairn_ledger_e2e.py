@@ -31,7 +31,7 @@ import pytest
 import redis
 
 from devstack.infra.procs import Proc, freeze
-from tests.kit.cairn_stack import PROVIDER, WAIT_S, CairnStack
+from tests.kit.cairn_stack import PROVIDER, WAIT_S, CairnStack, running_stack
 from tests.kit.waiting import wait_until
 from workers.cairn.contract import subjects
 from workers.cairn.outcomes import OUTCOME_PREFIX
@@ -48,13 +48,8 @@ SETTLE_S = WAIT_S * 2
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
-    s = CairnStack(tmp_path_factory.mktemp("cairn-ledger"), redis_url, s3_endpoint).start()
-    try:
-        s.start_worker()
-        s.start_bridge()
+    with running_stack(tmp_path_factory.mktemp("cairn-ledger"), redis_url, s3_endpoint) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def failures(stack: CairnStack) -> list[Any]:
@@ -174,9 +169,7 @@ def test_a_bridge_killed_between_result_and_ack_is_settled_from_the_ledger(stack
     r = redis.Redis.from_url(stack.redis_url)
     doomed = stack.bridge
     finished = succeeded_jobs(stack)
-    stack.gate.arm()
-    stack.core.enqueue_job("fetch_source", job)
-    assert stack.gate.arrived.wait(WAIT_S), "the job never reached Strava"
+    stack.hold_at_the_gate(job)
     freeze(doomed.proc.pid)  # the bridge hears nothing from here on...
     try:
         stack.gate.open()
@@ -197,9 +190,7 @@ def test_a_task_still_running_when_its_bridge_died_is_adopted_not_run_again(stac
     acct = stack.connect_athlete()
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
-    stack.gate.arm()
-    stack.core.enqueue_job("fetch_source", job)
-    assert stack.gate.arrived.wait(WAIT_S), "the job never reached Strava"
+    stack.hold_at_the_gate(job)
     sigkill(stack.bridge)
     bridge = new_bridge(stack, f"bridge-adopting-{uuid.uuid4().hex[:4]}")
     wait_until(lambda: "adopted the running task" in bridge.log(), SETTLE_S, "the redelivery's adoption")

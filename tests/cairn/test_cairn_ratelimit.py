@@ -25,6 +25,7 @@ from workers.cairn.nats_conn import NatsThread
 from workers.cairn.ratelimit import BudgetUnavailable, RateLimiter, WindowState, nak_delay_s
 from workers.cairn.settings import CairnSettings
 from workers.providers.errors import ProviderRateLimited
+from workers.providers.models import PoolIdentity
 from workers.providers.strava.provider import StravaProvider
 from workers.providers.strava.settings import StravaSettings
 from workers.providers.strava.usage import RATE_WINDOWS, RESET_GRACE_S, next_daily_reset, next_short_reset
@@ -230,7 +231,7 @@ def test_the_provider_picks_the_window_a_job_spends(limiter: RateLimiter) -> Non
     with FakeStrava() as strava:
         strava.add_athlete(athlete, n_activities=1, with_gear=False)
         ext_id = str(next(iter(strava.athlete(athlete).activities)))
-        provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=POOL, package="p")
+        provider = StravaProvider(StravaSettings(base_url=strava.base_url), pool=PoolIdentity(POOL, "p"))
         with provider.new_http_client() as http:
             ctx = JobContext(settings=CairnSettings(worker_name=POOL), nats=None, redis=None, provider=provider,
                              http=http, limiter=limiter)

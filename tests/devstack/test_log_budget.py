@@ -24,9 +24,9 @@ HUMAN_INFO = "2026-12-03 14:05:06,851 INFO    bridges.voicy: voicy bridge starte
 HUMAN_WARNING = ("2026-12-03 14:05:17,387 WARNING workers.outage: NATS unavailable (disconnected; reconnecting: "
                  "unreachable); retrying with backoff until it is back")
 HUMAN_ERROR_WITH_TRACEBACK = [
-    "2026-12-03 14:05:09,000 ERROR   bridges.cairn.bridge: fetch_source seq 3 failed in the bridge: boom",
+    "2026-12-03 14:05:09,000 ERROR   bridges.cairn.holder: fetch_source seq 3 failed in the bridge: boom",
     "Traceback (most recent call last):",
-    '  File "/app/bridges/cairn/bridge.py", line 10, in _own',
+    '  File "/app/bridges/cairn/holder.py", line 10, in own',
     "    raise ValueError('boom')",
     "ValueError: boom",
 ]

@@ -13,14 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from devstack import demo
 from devstack.demo import activity_payloads, bar
 from devstack.infra import procfile
+from devstack.infra.cairn_stack import FAKE_KITS
+from devstack.infra.nats_auth import Pool
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT_S = 420
 
 # One xdist worker runs the demos: each binds Flower to the fixed demo port 5555.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
+pytestmark = [pytest.mark.xdist_group("demo")]
 
 
 def _port_free(port: int) -> bool:
@@ -28,6 +31,7 @@ def _port_free(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _port_free(5555), reason="Flower's demo port 5555 is in use on this machine")
 def test_demo_short_mode_completes_both_sides_and_serves_with_its_verdict_shown() -> None:
     """``--serve``: the verdict is printed while the fleet still runs, before it waits for Ctrl-C; the
@@ -91,6 +95,7 @@ def _listening(url: str) -> bool:
         return sock.connect_ex((host, int(port))) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _port_free(5555), reason="Flower's demo port 5555 is in use on this machine")
 def test_ctrl_c_stops_the_fleet_first_then_nats_and_redis_without_a_traceback() -> None:
     """Ctrl-C as a terminal sends it (SIGINT to the demo's whole process group) while jobs are in flight:
@@ -136,6 +141,7 @@ def test_ctrl_c_stops_the_fleet_first_then_nats_and_redis_without_a_traceback() 
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_help_reads_as_help() -> None:
     out = subprocess.run([sys.executable, "-m", "devstack.demo", "--help"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
@@ -161,3 +167,30 @@ def test_bars_fill_from_the_streamed_parts_and_activities_come_in_date_order() -
                                   Result("2026-11-29T16:00:00Z", "2026-12-01T12:00:00Z")])
     assert [p["startTime"] for p in payloads] == ["2026-11-29T16:00:00Z", "2026-12-01T12:00:00Z",
                                                   "2026-12-03T08:00:00Z"]
+
+
+def test_the_demo_shows_the_procfiles_pools_and_names_none_itself(tmp_path: Path) -> None:
+    """One list: the pools are the Procfile's bridge lines, each served by its provider's fake kit; the demo's
+    code names no pool and no provider, so a third pool is Procfile lines (and a kit), never a demo edit."""
+    bridge_lines = [cmd for cmd in procfile.runnable(procfile.entries())[0].values() if "-m bridges cairn" in cmd]
+    pools = demo.Demo(True, tmp_path, tmp_path).pools
+    assert pools == procfile.pools(procfile.runnable(procfile.entries())[0])
+    assert len(pools) == len(bridge_lines) >= 2 and len({p.worker_name for p in pools}) == len(pools)
+    assert all(p.provider in FAKE_KITS for p in pools)
+    source = (ROOT / "devstack" / "demo.py").read_text().lower()
+    named = {p.provider for p in pools} | {p.worker_name for p in pools} | set(FAKE_KITS)
+    assert not [name for name in named if name.lower() in source]
+
+
+def test_a_third_pool_is_counted_and_shown_like_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    third = Pool("strava", "strava-second")
+    procfile_text = tmp_path / "Procfile"
+    procfile_text.write_text((ROOT / "Procfile").read_text()
+                             + f"third_bridge: CAIRN_PROVIDER={third.provider} CAIRN_WORKER_NAME={third.worker_name} "
+                               "python -m bridges cairn\n")
+    pools = procfile.pools(procfile.entries(procfile_text))
+    assert pools[-1] == third and pools[:-1] == procfile.pools(procfile.entries())
+    monkeypatch.setattr(demo, "procfile_pools", lambda: pools)
+    run = demo.Demo(True, tmp_path, tmp_path)
+    assert run.expected[third.worker_name] == FAKE_KITS[third.provider].demo_size.short
+    assert f"{third.worker_name} ({third.provider})" in demo.parser().format_help()

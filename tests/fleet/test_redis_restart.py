@@ -19,11 +19,10 @@ import pytest
 
 from devstack.infra import services
 from devstack.infra.log_budget import Allow
-from devstack.infra.stack import audio_manifest, start_bridge
+from devstack.infra.stack import audio_manifest
 from tests.kit.cairn_stack import WAIT_S, CairnStack
-from tests.kit.celery_worker import CeleryWorker
 from tests.kit.procfile import assert_alive, fleet_env, start_procfile_beat
-from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.voicy_stack import voicy_dev_stack, voicy_fleet
 from tests.kit.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -63,52 +62,37 @@ def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
 
 # ----------------------------------------------------------------------------------- Voicy
 def test_voicy_bridge_workers_and_beat_ride_out_redis_restarts(tmp_path: Path, own_redis: RestartableRedis) -> None:
-    with voicy_dev_stack(tmp_path, own_redis.url, "restart") as (server, telegram, env):
-        item = min(audio_manifest(), key=lambda m: m["duration_s"])
-        data = (Path(__file__).parents[1] / "fixtures" / "audio" / item["file"]).read_bytes()
-        io = CeleryWorker("io", env, tmp_path / "io.log")
-        gpu = CeleryWorker("gpu", env, tmp_path / "gpu.log")
-        for worker in (io, gpu):
-            worker.wait_ready(own_redis.url)
-        bridge = start_bridge(env, tmp_path / "bridge.log")
-        beat = start_procfile_beat(env, tmp_path / "beat.log")
-        procs = {"io": io.proc.poll, "gpu": gpu.proc.poll, "bridge": bridge.proc.poll, "beat": beat.proc.poll}
-
-        def logs() -> str:
-            return "\n".join(f"--- {n}\n{t}" for n, t in (("io", io.log()), ("gpu", gpu.log()),
-                                                         ("bridge", bridge.log()), ("beat", beat.log())))
+    item = min(audio_manifest(), key=lambda m: m["duration_s"])
+    data = (Path(__file__).parents[1] / "fixtures" / "audio" / item["file"]).read_bytes()
+    with (voicy_dev_stack(tmp_path, own_redis.url, "restart") as (server, telegram, env),
+          voicy_fleet(env, tmp_path) as fleet):
 
         def one_job(n: int) -> None:
             telegram.add_file(f"fid-{n}", data)
             job_id = server.enqueue_job(f"fid-{n}", file_size=len(data), mime_type="audio/ogg")
             job = wait_until(lambda: (j := server.get_job(job_id))["status"] in ("completed", "failed") and j,
                              JOB_DONE_TIMEOUT_S, f"job {n} to finish", interval_s=0.2)
-            assert job["status"] == "completed", (job.get("lastError"), logs()[-4000:])  # type: ignore[index]
+            assert job["status"] == "completed", (job.get("lastError"), fleet.logs()[-4000:])  # type: ignore[index]
             results = [r["status"] for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/result")]
             assert results == [200], results
 
-        try:
-            wait_until(lambda: "beat: Acquired lock" in beat.log(), WAIT_S, "beat to take the lock")
-            one_job(0)
-            for n, keep_data in enumerate((True, False), start=1):
-                own_redis.restart(keep_data=keep_data)
-                assert_alive(procs, logs)
-                one_job(n)
-                # beat schedules again (its entries re-installed after a data loss), and the io pool
-                # consumes what it sends: counted from after a job that needed the restarted Redis
-                reaps_before = io.log().count("voicy.reap[")
-                wait_until(lambda n=reaps_before: io.log().count("voicy.reap[") > n + 1, RESUME_TIMEOUT_S,
-                           "voicy.reap sent by beat after the restart")
-                assert_alive(procs, logs)
-        finally:
-            for proc in (bridge, beat):
-                proc.stop()
-            for worker in (io, gpu):
-                worker.stop()
-        # one warning per outage, not one per retry; and each outage ends with a recovery line
-        assert bridge.log().count(OUTAGE_LINE) == 2 and bridge.log().count(RECOVERY_LINE) == 2, bridge.log()
-        assert beat.log().count("beat: Acquired lock") == 2, beat.log()  # re-taken after the data loss
-        assert "Traceback" not in bridge.log() + beat.log()
+        wait_until(lambda: "beat: Acquired lock" in fleet.beat.log(), WAIT_S, "beat to take the lock")
+        one_job(0)
+        for n, keep_data in enumerate((True, False), start=1):
+            own_redis.restart(keep_data=keep_data)
+            fleet.assert_alive()
+            one_job(n)
+            # beat schedules again (its entries re-installed after a data loss), and the io pool
+            # consumes what it sends: counted from after a job that needed the restarted Redis
+            reaps_before = fleet.io.log().count("voicy.reap[")
+            wait_until(lambda n=reaps_before: fleet.io.log().count("voicy.reap[") > n + 1, RESUME_TIMEOUT_S,
+                       "voicy.reap sent by beat after the restart")
+            fleet.assert_alive()
+    bridge, beat = fleet.bridge, fleet.beat
+    # one warning per outage, not one per retry; and each outage ends with a recovery line
+    assert bridge.log().count(OUTAGE_LINE) == 2 and bridge.log().count(RECOVERY_LINE) == 2, bridge.log()
+    assert beat.log().count("beat: Acquired lock") == 2, beat.log()  # re-taken after the data loss
+    assert "Traceback" not in bridge.log() + beat.log()
 
 
 def test_a_standby_beat_rides_out_a_redis_restart_without_an_error(tmp_path: Path, own_redis: RestartableRedis,
@@ -188,23 +172,18 @@ def test_every_process_rides_out_a_60s_outage_and_serves_jobs_sent_during_it(
         with voicy_dev_stack(tmp_path, own_redis.url, "outage") as (server, telegram, env):
             provider = stack.start_worker(concurrency=1)
             cairn_bridge = stack.start_bridge()
-            io = CeleryWorker("io", env, tmp_path / "io.log")
-            gpu = CeleryWorker("gpu", env, tmp_path / "gpu.log")
-            for worker in (io, gpu):
-                worker.wait_ready(own_redis.url)
-            voicy_bridge = start_bridge(env, tmp_path / "bridge.log")
-            beat = start_procfile_beat({**env, **{k: v for k, v in stack.env.items() if k.startswith("CAIRN_")}},
-                                       tmp_path / "beat.log")
-            procs = {"provider": provider.proc.poll, "cairn_bridge": cairn_bridge.proc.poll, "io": io.proc.poll,
-                     "gpu": gpu.proc.poll, "voicy_bridge": voicy_bridge.proc.poll, "beat": beat.proc.poll}
+            cairn_env = {k: v for k, v in stack.env.items() if k.startswith("CAIRN_")}
+            with voicy_fleet(env, tmp_path, beat_env=cairn_env) as fleet:
+                cairn = {"provider": provider.proc.poll, "cairn_bridge": cairn_bridge.proc.poll}
 
-            def logs() -> str:
-                return "\n".join(f"--- {n}\n{t[-2500:]}" for n, t in (
-                    ("voicy_bridge", voicy_bridge.log()), ("beat", beat.log()), ("io", io.log()),
-                    ("cairn", stack.all_logs())))
+                def logs() -> str:
+                    return f"{fleet.logs(tail_chars=2500)}\n--- cairn\n{stack.all_logs()[-2500:]}"
 
-            try:
-                wait_until(lambda: "beat: Acquired lock" in beat.log(), WAIT_S, "beat to take the lock")
+                def alive() -> None:
+                    fleet.assert_alive()
+                    assert_alive(cairn, logs)
+
+                wait_until(lambda: "beat: Acquired lock" in fleet.beat.log(), WAIT_S, "beat to take the lock")
                 acct = stack.connect_athlete(n_activities=1)
                 own_redis.svc.proc.kill()  # type: ignore[union-attr]  # a crash
                 own_redis.svc.proc.wait()  # type: ignore[union-attr]
@@ -216,7 +195,7 @@ def test_every_process_rides_out_a_60s_outage_and_serves_jobs_sent_during_it(
                 cairn_job = stack.fetch_job(acct, stack.first_activity_id(acct))
                 stack.core.enqueue_job("fetch_source", cairn_job)  # type: ignore[union-attr]
                 while time.monotonic() - down_at < LONG_OUTAGE_S:
-                    assert_alive(procs, logs)
+                    alive()
                     time.sleep(1.0)  # the outage itself: nothing to await
                 own_redis.svc = services.start_redis(own_redis.svc.workdir, own_redis.svc.port, appendonly=True,
                                                      appendfsync="always")
@@ -225,14 +204,10 @@ def test_every_process_rides_out_a_60s_outage_and_serves_jobs_sent_during_it(
                 assert job["status"] == "completed", (job.get("lastError"), logs())  # type: ignore[index]
                 stack.core.router.wait(lambda: bool(stack.results_for(cairn_job["job_id"])),  # type: ignore[union-attr]
                                        JOB_DONE_TIMEOUT_S, "the Cairn job sent during the outage")
-                wait_until(lambda: beat.log().count("beat: Acquired lock") == 2, RESUME_TIMEOUT_S,
+                wait_until(lambda: fleet.beat.log().count("beat: Acquired lock") == 2, RESUME_TIMEOUT_S,
                            "beat to take its expired lock again")
-                assert_alive(procs, logs)
-            finally:
-                for proc in (voicy_bridge, beat):
-                    proc.stop()
-                for worker in (io, gpu):
-                    worker.stop()
+                alive()
+            voicy_bridge, beat = fleet.bridge, fleet.beat
         results = [r["status"] for r in server.requests if r["path"].endswith(f"/jobs/{voicy_job}/result")]
         assert results == [200], results
         assert len({r.msg_id for r in stack.results_for(cairn_job["job_id"])}) == 1

@@ -20,12 +20,11 @@ from pathlib import Path
 import pytest
 
 from devstack.infra import services
-from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_bridge
+from devstack.infra.stack import AUDIO_DIR, audio_manifest
 from tasks.routes import provider_queue
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.celery_worker import CeleryWorker
-from tests.kit.procfile import assert_alive, start_procfile_beat
-from tests.kit.voicy_stack import voicy_dev_stack
+from tests.kit.voicy_stack import voicy_dev_stack, voicy_fleet
 from tests.kit.waiting import wait_until
 from workers.redisconn import sync_client
 
@@ -48,52 +47,34 @@ def topology(tmp_path: Path) -> Iterator[services.SentinelTopology]:
 
 
 def test_a_failover_under_voicy_load_loses_nothing(tmp_path: Path, topology: services.SentinelTopology) -> None:
-    with voicy_dev_stack(tmp_path, topology.url, "sentinel",
-                         REDIS_SENTINEL_MASTER=topology.master_name) as (server, telegram, env):
-        io = CeleryWorker("io", env, tmp_path / "io.log", concurrency=2)
-        gpu = CeleryWorker("gpu", env, tmp_path / "gpu.log", concurrency=1)
-        for worker in (io, gpu):  # the ping probe of CeleryWorker knows no master name: read the log
-            wait_until(lambda w=worker: " ready." in w.log() or w.proc.poll() is not None, READY_TIMEOUT_S,
-                       f"{worker.name} to be ready")
-        bridge = start_bridge(env, tmp_path / "bridge.log")
-        beat = start_procfile_beat(env, tmp_path / "beat.log")
-        procs = {"io": io.proc.poll, "gpu": gpu.proc.poll, "bridge": bridge.proc.poll, "beat": beat.proc.poll}
-
-        def logs() -> str:
-            return "\n".join(f"--- {n}\n{t[-3000:]}" for n, t in (("io", io.log()), ("gpu", gpu.log()),
-                                                                  ("bridge", bridge.log()), ("beat", beat.log())))
-
+    with (voicy_dev_stack(tmp_path, topology.url, "sentinel",
+                          REDIS_SENTINEL_MASTER=topology.master_name) as (server, telegram, env),
+          voicy_fleet(env, tmp_path, io_concurrency=2) as fleet):  # ready from the log: no master name needed
+        fleet.assert_alive()
+        items = sorted(audio_manifest(), key=lambda m: m["duration_s"])[:2]
+        ids = []
+        for n in range(JOBS):
+            data = (AUDIO_DIR / items[n % len(items)]["file"]).read_bytes()
+            telegram.add_file(f"fid-{n}", data)
+            ids.append(server.enqueue_job(f"fid-{n}", file_size=len(data), mime_type="audio/ogg"))
+        # mid-load: the first job is done, the rest are claimed, downloading, queued or transcribing
+        wait_until(lambda: any(server.get_job(j)["status"] == "completed" for j in ids), JOB_DONE_TIMEOUT_S,
+                   "the first job to complete")
+        assert not all(server.get_job(j)["status"] in FINAL for j in ids), "the load ended before the kill"
+        held = sync_client(topology.url, master_name=topology.master_name).zcard("sy:voicy:held")
+        topology.kill_master()
+        topology.wait_failover()
         try:
-            assert_alive(procs, logs)
-            items = sorted(audio_manifest(), key=lambda m: m["duration_s"])[:2]
-            ids = []
-            for n in range(JOBS):
-                data = (AUDIO_DIR / items[n % len(items)]["file"]).read_bytes()
-                telegram.add_file(f"fid-{n}", data)
-                ids.append(server.enqueue_job(f"fid-{n}", file_size=len(data), mime_type="audio/ogg"))
-            # mid-load: the first job is done, the rest are claimed, downloading, queued or transcribing
-            wait_until(lambda: any(server.get_job(j)["status"] == "completed" for j in ids), JOB_DONE_TIMEOUT_S,
-                       "the first job to complete")
-            assert not all(server.get_job(j)["status"] in FINAL for j in ids), "the load ended before the kill"
-            held = sync_client(topology.url, master_name=topology.master_name).zcard("sy:voicy:held")
-            topology.kill_master()
-            topology.wait_failover()
-            try:
-                jobs = wait_until(lambda: (js := [server.get_job(j) for j in ids]) and
-                                  all(j["status"] in FINAL for j in js) and js,
-                                  JOB_DONE_TIMEOUT_S * 2, "every job to end after the failover", interval_s=0.2)
-            except AssertionError as exc:  # say which job is stuck where, with the fleet's logs
-                states = {j: server.get_job(j)["status"] for j in ids}
-                raise AssertionError(f"{exc}: {states}\n{logs()}") from None
-            assert_alive(procs, logs)
-        finally:
-            for proc in (bridge, beat):
-                proc.stop()
-            for worker in (io, gpu):
-                worker.stop()
+            jobs = wait_until(lambda: (js := [server.get_job(j) for j in ids]) and
+                              all(j["status"] in FINAL for j in js) and js,
+                              JOB_DONE_TIMEOUT_S * 2, "every job to end after the failover", interval_s=0.2)
+        except AssertionError as exc:  # say which job is stuck where, with the fleet's logs
+            states = {j: server.get_job(j)["status"] for j in ids}
+            raise AssertionError(f"{exc}: {states}\n{fleet.logs(tail_chars=3000)}") from None
+        fleet.assert_alive()
     assert held >= 1, "no job was in flight when the master died"
     for job_id, job in zip(ids, jobs, strict=True):  # type: ignore[arg-type]
-        assert job["status"] == "completed", (job.get("lastError"), logs()[-4000:])
+        assert job["status"] == "completed", (job.get("lastError"), fleet.logs(tail_chars=3000)[-4000:])
         accepted = [r for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/result") and r["status"] == 200]
         assert len(accepted) == 1, (job_id, accepted)
     # the promoted replica is the master every client now uses

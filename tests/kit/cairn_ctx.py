@@ -45,6 +45,7 @@ from workers.cairn.nats_conn import NatsThread
 from workers.cairn.ratelimit import RateLimiter
 from workers.cairn.settings import CairnSettings
 from workers.providers.errors import ProviderRateLimited
+from workers.providers.models import PoolIdentity
 from workers.providers.strava.provider import StravaProvider
 from workers.providers.strava.settings import StravaSettings
 from workers.providers.strava.usage import next_short_reset
@@ -67,7 +68,7 @@ def job_context(nats_url: str, redis_url: str, strava: FakeStrava, pool: str, *,
     cairn = CairnSettings(nats_url=nats_url, provider=PROVIDER, worker_name=pool, worker_package=PACKAGE,
                           **settings)
     nt = NatsThread(cairn)
-    provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=pool, package=PACKAGE)
+    provider = StravaProvider(StravaSettings(base_url=strava.base_url), pool=PoolIdentity(pool, PACKAGE))
     limiter = RateLimiter(nt, cairn, provider.rate_windows())
     limiter._bucket()  # open the KV bucket off the loop thread (see context._build)
     if fresh_budget:

@@ -158,6 +158,13 @@ class CairnStack:
                                              own_app=own_app, with_gear=False)
         return connected.account
 
+    def hold_at_the_gate(self, job: dict[str, Any]) -> None:
+        """Publish the fetch_source ``job`` with the gate armed; return once its task waits at the gate."""
+        assert self.core is not None, "start() first"
+        self.gate.arm()
+        self.core.enqueue_job("fetch_source", job)
+        assert self.gate.arrived.wait(WAIT_S), "the job never reached Strava"
+
     def first_activity_id(self, acct: Any) -> str:
         assert self.strava is not None
         ath = self.strava.athlete(int(acct.external_id))

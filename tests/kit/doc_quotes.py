@@ -424,7 +424,7 @@ def _candidates(doc: str, pool: tuple[str, ...]) -> list[str]:
         weight = sum(w for anchor, w in anchors.items() if anchor in text) * (2 if template in ours else 1)
         if weight:
             scored.append((weight, template))
-    scored.sort(key=lambda pair: (-pair[0], pair[1]))
+    scored.sort(key=lambda pair: (-pair[0], len(pair[1]), pair[1]))  # at equal weight the shortest first
     chosen = [template for _, template in scored[:MAX_CANDIDATES]]
     # The non-Python lines are short and would rank low: any that shares a word is always tried.
     return chosen + [t for t in EXTERNAL_TEMPLATES if t in sharing and t not in chosen]

@@ -21,8 +21,11 @@ from typing import Any
 import redis
 
 from bridges.voicy import VoicyBridge
-from devstack.infra.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env
+from devstack.infra.procs import Proc
+from devstack.infra.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env, start_bridge
+from tests.kit.celery_worker import CeleryWorker
 from tests.kit.gate import Gate
+from tests.kit.procfile import assert_alive, start_procfile_beat
 from tests.kit.waiting import wait_until
 from workers.voicy.runtime import VoicyRuntime
 
@@ -47,6 +50,52 @@ SUITE_CPU_THREADS = 1
 # 0.025, and make test starts about 40 Voicy bridges, each running for tens of seconds. A claim then
 # waits at most 0.2 s longer; no test bounds a claim that tightly.
 SUITE_POLL_INTERVAL_MS = 400
+
+
+READY_TIMEOUT_S = 60.0  # a worker's "ready." line after its start (imports, the pool's children)
+
+
+@dataclass
+class VoicyFleet:
+    """The Voicy side of the Procfile as its own processes: io and gpu workers, the Voicy bridge, beat."""
+
+    io: CeleryWorker
+    gpu: CeleryWorker
+    bridge: Proc
+    beat: Proc
+
+    def logs(self, tail_chars: int | None = None) -> str:
+        """Every member's log under its name (each cut to its last ``tail_chars``, if given)."""
+        members = (("io", self.io.log()), ("gpu", self.gpu.log()), ("bridge", self.bridge.log()),
+                   ("beat", self.beat.log()))
+        return "\n".join(f"--- {name}\n{text[-tail_chars:] if tail_chars else text}" for name, text in members)
+
+    def assert_alive(self) -> None:
+        assert_alive({"io": self.io.proc.poll, "gpu": self.gpu.proc.poll, "bridge": self.bridge.proc.poll,
+                      "beat": self.beat.proc.poll}, self.logs)
+
+
+@contextmanager
+def voicy_fleet(env: dict[str, str], tmp: Path, *, io_concurrency: int = 1,
+                beat_env: dict[str, str] | None = None) -> Iterator[VoicyFleet]:
+    """Start the workers (ready: their own "ready." line, which a Sentinel URL's fleet logs too), then the
+    bridge and beat (``beat_env`` added to its environment: a fleet that also runs a Cairn pool); stop the
+    bridge and beat first, the workers last."""
+    io = CeleryWorker("io", env, tmp / "io.log", concurrency=io_concurrency)
+    gpu = CeleryWorker("gpu", env, tmp / "gpu.log", concurrency=1)
+    started: list[CeleryWorker | Proc] = [io, gpu]
+    try:
+        for worker in (io, gpu):
+            wait_until(lambda w=worker: " ready." in w.log() or w.proc.poll() is not None, READY_TIMEOUT_S,
+                       f"{worker.queues} worker to be ready")
+        bridge = start_bridge(env, tmp / "bridge.log")
+        started.append(bridge)
+        beat = start_procfile_beat({**env, **(beat_env or {})}, tmp / "beat.log")
+        started.append(beat)
+        yield VoicyFleet(io, gpu, bridge, beat)
+    finally:
+        for member in reversed(started):
+            member.stop()
 
 
 @contextmanager

@@ -20,7 +20,6 @@ CPU_SECONDS = re.compile(r"\d+(?:\.\d+)? ?CPU-?s\b|CPU[- ]seconds?|s of CPU\b", 
 NOT_YET_CONVERTED = {
     "bridges/__main__.py",
     "bridges/cairn/__init__.py",
-    "bridges/cairn/bridge.py",
     "bridges/voicy.py",
     "ops/__init__.py",
     "ops/cairn_check.py",

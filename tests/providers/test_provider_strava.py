@@ -29,7 +29,7 @@ from workers.providers.errors import (
     ProviderRateLimited,
     UnsupportedDataset,
 )
-from workers.providers.models import DiscoverRequest
+from workers.providers.models import DiscoverRequest, PoolIdentity
 from workers.providers.registry import get_provider
 from workers.providers.strava.dataset import UnmappableActivity, build_archive, parse_archive
 from workers.providers.strava.mapping import classify_sport, ingest_problems, map_activity, map_streams
@@ -71,8 +71,8 @@ def http() -> Iterator[httpx.Client]:
 
 @pytest.fixture()
 def provider(strava: FakeStrava) -> StravaProvider:
-    return StravaProvider(StravaSettings(base_url=strava.base_url), worker_name="strava-test",
-                          package="switchyard.test")
+    return StravaProvider(StravaSettings(base_url=strava.base_url),
+                          pool=PoolIdentity("strava-test", "switchyard.test"))
 
 
 def ctx_for(strava: FakeStrava, http: httpx.Client, hook: RecordingHook | None = None,

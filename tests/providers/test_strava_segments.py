@@ -26,6 +26,7 @@ from workers.cairn.handlers import Delivery, JobContext
 from workers.cairn.presence import manifest_record, presence_record
 from workers.cairn.settings import CairnSettings
 from workers.providers.context import ProviderContext
+from workers.providers.models import PoolIdentity
 from workers.providers.strava.dataset import PARSER_VERSION, build_archive, parse_dataset
 from workers.providers.strava.models import StravaSegment, StravaSegmentEffort
 from workers.providers.strava.provider import StravaProvider
@@ -143,7 +144,7 @@ def test_fetch_emits_segments_first_skips_no_polyline_and_parses_back(strava: Fa
                                                                        http: httpx.Client) -> None:
     strava.add_athlete(3101, n_activities=2)
     aid, order = ride_with_segments(strava, 3101)
-    provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name="w", package="p")
+    provider = StravaProvider(StravaSettings(base_url=strava.base_url), pool=PoolIdentity("w", "p"))
     hook = RecordingHook()
     strava.clear_requests()
     out = provider.fetch_source(ProviderContext(access_token=strava.athlete(3101).access_token, http=http,

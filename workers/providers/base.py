@@ -12,6 +12,7 @@ import httpx
 from workers.providers.context import DEFAULT_BUCKET, ProviderContext
 from workers.providers.errors import ProviderPermanentError
 from workers.providers.models import (
+    NO_POOL,
     AccountJob,
     ActivityRef,
     Capabilities,
@@ -21,6 +22,7 @@ from workers.providers.models import (
     FetchOutcome,
     MetricsJob,
     OAuthTokens,
+    PoolIdentity,
 )
 from workers.providers.webhooks import WebhookRules
 from workers.providers.windows import RateWindow
@@ -48,12 +50,15 @@ class Provider(abc.ABC):
     dataset_version: int
     parser_version: str
     archive_content_type: str = "application/json"  # the raw archive's type (parse_blob names it again)
+    pool: PoolIdentity = NO_POOL  # the pool this instance serves (``from_settings`` sets it)
 
     @classmethod
-    def from_settings(cls, settings: Any | None = None) -> Self:
-        """Build the provider for a pool. ``settings`` is the pool's ``CairnSettings`` (worker
-        name, package); a provider reads its own ``CAIRN_<NAME>_*`` settings itself."""
-        return cls()
+    def from_settings(cls, settings: Any | None, pool: PoolIdentity) -> Self:
+        """Build the provider for ``pool``. ``settings`` is the pool's ``CairnSettings``; a provider
+        reads its own ``CAIRN_<NAME>_*`` settings itself. The registry derives ``pool`` once."""
+        provider = cls()
+        provider.pool = pool
+        return provider
 
     # ------------------------------------------------------------------ declarations
 

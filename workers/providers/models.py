@@ -223,3 +223,19 @@ class Capabilities:
 
     jobs: frozenset[str]
     data_types: Mapping[str, Mapping[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolIdentity:
+    """The pool a provider instance serves: what its raw archives' provenance names (contract §5)."""
+
+    worker_name: str = ""
+    package: str = ""
+
+    @classmethod
+    def of(cls, settings: Any) -> PoolIdentity:
+        """The pool ``settings`` describe (a ``CairnSettings``); None or a provider's own settings name none."""
+        return cls(str(getattr(settings, "worker_name", "") or ""), str(getattr(settings, "worker_package", "") or ""))
+
+
+NO_POOL = PoolIdentity()  # a provider built outside a pool (a test, a parse-only tool): provenance names none

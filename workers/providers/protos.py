@@ -35,6 +35,14 @@ def activity_type_fields(kind: str, discipline: str, ebike: bool, virtual: bool)
     return fields
 
 
+def ref(provider: str, user_id: str, account_id: str, external_id: str) -> dict[str, Any]:
+    """One entity's ``cairn.worker.v1.ExternalRef`` in protojson (the account only when the job names one)."""
+    out = {"userId": user_id, "provider": provider, "externalId": external_id}
+    if account_id:
+        out["externalAccountId"] = account_id
+    return out
+
+
 def proto_class(full_name: str) -> type[Any]:
     """The generated class of ``full_name`` (e.g. ``cairn.worker.v1.JobResult``).
 

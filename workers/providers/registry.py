@@ -8,10 +8,11 @@ from typing import Any
 
 from workers.errors import ConfigError
 from workers.providers.base import Provider
+from workers.providers.models import PoolIdentity
 
 ENTRY_POINT_GROUP = "switchyard.providers"
 
-# name → "module:Class" of a ``Provider`` subclass, built with ``Class.from_settings(settings)``.
+# name → "module:Class" of a ``Provider`` subclass, built with ``Class.from_settings(settings, pool)``.
 PROVIDERS: dict[str, str] = {
     "strava": "workers.providers.strava.provider:StravaProvider",
     "garmin": "workers.providers.garmin.provider:GarminProvider",
@@ -49,6 +50,5 @@ def provider_class(name: str) -> type[Provider]:
 
 
 def get_provider(name: str, settings: Any = None) -> Provider:
-    """Build the provider ``name``; ``settings`` (the pool's ``CairnSettings``) goes to its
-    ``from_settings``."""
-    return provider_class(name).from_settings(settings)
+    """Build the provider ``name`` for the pool ``settings`` (its ``CairnSettings``) describe."""
+    return provider_class(name).from_settings(settings, PoolIdentity.of(settings))

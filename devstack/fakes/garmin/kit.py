@@ -16,7 +16,7 @@ import uuid
 from devstack.fakes.cairn_core import DevCairnCore
 from devstack.fakes.garmin import FakeGarmin
 from devstack.fakes.garmin.data import FakeAccount
-from devstack.fakes.provider_fake import Connected, Pool
+from devstack.fakes.provider_fake import Connected, DemoSize, Pool
 
 PROVIDER = "garmin"
 EMAIL_DOMAIN = "example.com"
@@ -26,6 +26,7 @@ class GarminKit:
     """One fake Garmin Connect (started by the stack unless already running) and the logins on it."""
 
     provider = PROVIDER
+    demo_size = DemoSize(full=6, short=2)  # a FIT original each: heavier to write and parse than Strava's JSON
 
     def __init__(self, fake: FakeGarmin | None = None) -> None:
         self.fake = fake or FakeGarmin()

@@ -12,7 +12,7 @@ import itertools
 import uuid
 
 from devstack.fakes.cairn_core import DevCairnCore
-from devstack.fakes.provider_fake import Connected, Pool
+from devstack.fakes.provider_fake import Connected, DemoSize, Pool
 from devstack.fakes.strava.api import FakeStrava
 
 PROVIDER = "strava"
@@ -23,6 +23,7 @@ class StravaKit:
     """One fake Strava (started by the stack unless already running) and the athletes connected on it."""
 
     provider = PROVIDER
+    demo_size = DemoSize(full=20, short=5)
 
     def __init__(self, fake: FakeStrava | None = None, *, athlete_id_base: int = ATHLETE_ID_BASE) -> None:
         self.fake = fake or FakeStrava()

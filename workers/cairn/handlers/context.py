@@ -135,18 +135,10 @@ def _build(settings: Any) -> JobContext:
 from workers.cairn.contract.subjects import (  # noqa: E402
     creds_subject,
     job_subject,
-    presign_download_subject,
-    presign_upload_subject,
     reconcile_result_subject,
     result_subject,
     token_subject,
 )
 
-
-def presign_subject(provider: str, direction: str) -> str:
-    """``direction`` is ``upload`` or ``download``."""
-    return presign_upload_subject(provider) if direction == "upload" else presign_download_subject(provider)
-
-
 __all__ = ["CoreRequestError", "Delivery", "JobContext", "build_context", "creds_subject", "job_subject",
-           "presign_subject", "reconcile_result_subject", "reset_context", "result_subject", "token_subject"]
+           "reconcile_result_subject", "reset_context", "result_subject", "token_subject"]
