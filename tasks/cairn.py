@@ -45,7 +45,7 @@ from celery import shared_task
 from celery.signals import worker_process_init
 from celery.utils.saferepr import saferepr
 
-from tasks import app
+from tasks import app, shapes
 from tasks.routes import provider_queue
 from workers.lease import Leases
 from workers.logs import setup_logging
@@ -149,15 +149,24 @@ class PoolSenders:
 # Flower gets the task-started event either way; storing it would cost a backend write and a
 # pub/sub message to the bridge on every job.
 @shared_task(name=JOB_TASK, track_started=False)
-def job(kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """Run one admitted JetStream job under its lease; return the disposition for the bridge."""
+def job(*args: Any, **_hints: Any) -> dict[str, Any]:
+    """Run one admitted JetStream job, ``(kind, job, meta)``, under its lease; return the disposition.
+
+    Arguments of a shape this release cannot read (``tasks.shapes``) are refused with a NAK that
+    does not count as a failure, so a worker of the release that sent them runs the job.
+    """
+    from workers.cairn.handlers.failure import refused
     from workers.cairn.handlers.run import run_job, wrong_pool
 
+    try:
+        sent = shapes.read_cairn_job(JOB_TASK, args)
+    except shapes.ShapeRefused as exc:
+        return refused(str(exc)).model_dump()
     rt = runtime()
-    misrouted = wrong_pool(rt.ctx, meta)
+    misrouted = wrong_pool(rt.ctx, sent.meta)
     if misrouted is not None:
         return misrouted.model_dump()
-    return run_job(rt.ctx, rt.leases, rt.ledger, rt.lease_ttl_s, kind, payload, meta).model_dump()
+    return run_job(rt.ctx, rt.leases, rt.ledger, rt.lease_ttl_s, sent.kind, sent.job, sent.meta).model_dump()
 
 
 @shared_task(name=DISCOVER_TASK)

@@ -18,11 +18,13 @@ import logging
 import os
 import sys
 import threading
+from typing import Any
 
 from celery import Task, shared_task
 from celery.concurrency.prefork import TaskPool
 from celery.signals import celeryd_after_setup, worker_process_init
 
+from tasks import shapes
 from tasks.routes import QUEUE_GPU, QUEUE_IO
 from tasks.settings import FleetSettings
 from tasks.transport import TaskMessage, task_messages
@@ -130,19 +132,43 @@ def dispatch_transcription(rt: VoicyRuntime, job_id: str, token: str) -> None:
     dispatch(rt, transcribe, job_id, token)
 
 
+def read_job(task: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> shapes.VoicyJobArgs | None:
+    """The job task's ``(job id, token)``, or None once a shape this release cannot read was refused.
+
+    Refused with a clear line and handed back to Voicy as a retryable failure (``pipeline.refuse``):
+    a worker of the release that sent it takes the job again. A task whose job cannot even be named
+    is left for the reaper's grant audit, which recovers the job once its task is out of every queue.
+    """
+    try:
+        return shapes.read_voicy_job(task, args, kwargs)
+    except shapes.ShapeRefused as exc:
+        if exc.job_id is not None and exc.token is not None:
+            pipeline.refuse(runtime(), exc.job_id, exc.token, str(exc))
+        else:
+            log.error("%s; not run (job %s): the reaper recovers it once its grant is stranded", exc,
+                      exc.job_id or "unknown")
+        return None
+
+
 @shared_task(name=DOWNLOAD_TASK, ignore_result=True)
-def download(job_id: str, token: str) -> None:
-    """io: fetch the media into the store, mark it downloaded, queue the transcription."""
+def download(*args: Any, **kwargs: Any) -> None:
+    """io: fetch the media into the store, mark it downloaded, queue the transcription (``(job_id, token)``)."""
+    job = read_job(DOWNLOAD_TASK, args, kwargs)
+    if job is None:
+        return
     rt = runtime()
-    next_token = pipeline.run_download(rt, job_id, token)
+    next_token = pipeline.run_download(rt, job.job_id, job.token)
     if next_token is not None:
-        dispatch_transcription(rt, job_id, next_token)
+        dispatch_transcription(rt, job.job_id, next_token)
 
 
 @shared_task(name=TRANSCRIBE_TASK, ignore_result=True)
-def transcribe(job_id: str, token: str) -> bool:
+def transcribe(*args: Any, **kwargs: Any) -> bool:
     """gpu: transcribe with progress and post the result (with ready short jobs batched in)."""
-    return transcription.run_transcription(runtime(), job_id, token)
+    job = read_job(TRANSCRIBE_TASK, args, kwargs)
+    if job is None:
+        return False
+    return transcription.run_transcription(runtime(), job.job_id, job.token)
 
 
 # Beat's Voicy duties (scheduled in ``tasks.beat``; quiet in Flower, see ``tasks.settings.QUIET_TASKS``).

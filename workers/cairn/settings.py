@@ -31,7 +31,7 @@ from workers.config import load_settings
 from workers.logs import register_secret
 from workers.redisconn import redis_settings
 
-WORKER_RELEASE = "v0.7.0"
+WORKER_RELEASE = "v0.7.1"  # this release (pyproject's version): the patch level is ours, major.minor core's
 WORKER_VERSION = WORKER_RELEASE  # the release string, not the parser version
 RELEASE_PATTERN = r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"  # vX.Y.Z[-pre][+build]
 # A dev build: ``dev`` itself or anything starting with it (``dev-abc123``, ``dev.3``, ``dev+g1``), or a
