@@ -45,8 +45,9 @@ from celery import shared_task
 from celery.signals import worker_process_init
 from celery.utils.saferepr import saferepr
 
-from tasks import app, shapes
+from tasks import app
 from tasks.routes import provider_queue
+from tasks.shapes import ShapeRefused, read_cairn_job
 from workers.lease import Leases
 from workers.logs import setup_logging
 from workers.redisconn import redis_settings
@@ -159,8 +160,8 @@ def job(*args: Any, **_hints: Any) -> dict[str, Any]:
     from workers.cairn.handlers.run import run_job, wrong_pool
 
     try:
-        sent = shapes.read_cairn_job(JOB_TASK, args)
-    except shapes.ShapeRefused as exc:
+        sent = read_cairn_job(JOB_TASK, args)
+    except ShapeRefused as exc:
         return refused(str(exc)).model_dump()
     rt = runtime()
     misrouted = wrong_pool(rt.ctx, sent.meta)

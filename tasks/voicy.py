@@ -24,9 +24,9 @@ from celery import Task, shared_task
 from celery.concurrency.prefork import TaskPool
 from celery.signals import celeryd_after_setup, worker_process_init
 
-from tasks import shapes
 from tasks.routes import QUEUE_GPU, QUEUE_IO
 from tasks.settings import FleetSettings
+from tasks.shapes import ShapeRefused, VoicyJobArgs, read_voicy_job
 from tasks.transport import TaskMessage, task_messages
 from workers.config import load_settings
 from workers.errors import ConfigError
@@ -132,7 +132,7 @@ def dispatch_transcription(rt: VoicyRuntime, job_id: str, token: str) -> None:
     dispatch(rt, transcribe, job_id, token)
 
 
-def read_job(task: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> shapes.VoicyJobArgs | None:
+def read_job(task: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> VoicyJobArgs | None:
     """The job task's ``(job id, token)``, or None once a shape this release cannot read was refused.
 
     Refused with a clear line and handed back to Voicy as a retryable failure (``pipeline.refuse``):
@@ -140,8 +140,8 @@ def read_job(task: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> shapes
     is left for the reaper's grant audit, which recovers the job once its task is out of every queue.
     """
     try:
-        return shapes.read_voicy_job(task, args, kwargs)
-    except shapes.ShapeRefused as exc:
+        return read_voicy_job(task, args, kwargs)
+    except ShapeRefused as exc:
         if exc.job_id is not None and exc.token is not None:
             pipeline.refuse(runtime(), exc.job_id, exc.token, str(exc))
         else:

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from celery import Celery
 
 from deploy.devstack import log_budget, services
@@ -48,6 +50,8 @@ from tests.kit.voicy_stack import (
 )
 from tests.kit.waiting import wait_until
 from workers.cairn.disposition import RELEASE_REFUSED_NAK_DELAY_S
+from workers.voicy.fleet import HELD_KEY
+from workers.voicy.pipeline import confirm_grant
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]  # fleet processes; the gpu workers load tiny.en
 
@@ -93,8 +97,20 @@ class Fleet:
         return proc
 
     def stop(self, *procs: Proc | CeleryWorker) -> None:
-        for proc in procs or list(reversed(self.procs)):
-            proc.stop()
+        """Stop ``procs`` (default: all) at once, as a deploy stops a release's processes."""
+        with ThreadPoolExecutor(max_workers=len(self.procs) or 1) as pool:
+            list(pool.map(lambda proc: proc.stop(), procs or self.procs))
+
+    def start_voicy(self, bridge: str, io: str, gpu: str) -> list[Proc | CeleryWorker]:
+        """A Voicy bridge, ``io`` and ``gpu`` worker of the given releases, started together; the workers ready."""
+        env = self.voicy[2]
+        io_worker = self.start_worker(io, "io", env, "io")
+        gpu_worker = self.start_worker(gpu, QUEUE_GPU, env, "gpu")
+        started: list[Proc | CeleryWorker] = [self.start_bridge(bridge, "voicy", env, "voicy-bridge"), io_worker,
+                                              gpu_worker]
+        io_worker.wait_ready(self.redis_url)
+        gpu_worker.wait_ready(self.redis_url)
+        return started
 
 
 @dataclass
@@ -105,6 +121,11 @@ class CairnPair:
     bridge: Proc
     worker: CeleryWorker
     account: Connected
+    redis_url: str
+
+    def wait_ready(self) -> None:
+        self.worker.wait_ready(self.redis_url)
+        _bridge_ready(self.bridge, "cairn bridge started")
 
 
 def _bridge_ready(proc: Proc, line: str) -> None:
@@ -137,26 +158,22 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str) -> Iterato
 
 @pytest.fixture(scope="module")
 def cairn_pairs(fleet: Fleet) -> dict[str, CairnPair]:
-    """Both Cairn pools, started together: ``new-bridge`` (this release's bridge, the previous release's
-    worker) and ``old-bridge`` (the reverse)."""
+    """Both Cairn pools, started together (each test waits for the one it uses): ``new-bridge`` (this
+    release's bridge, the previous release's worker) and ``old-bridge`` (the reverse)."""
     pairs: dict[str, CairnPair] = {}
-    started = []
     for bridge_release, worker_release in (("new", "old"), ("old", "new")):
         label = f"{bridge_release}-bridge"
         pool = fleet.cairn.pool(PROVIDER, f"upgrade-{label}-{uuid.uuid4().hex[:4]}")
         env = fleet.cairn.env(pool, **CAIRN_TEST_ENV, LOG_LEVEL="INFO")
         worker = fleet.start_worker(worker_release, provider_queue(pool.worker_name), env, "provider")
         bridge = fleet.start_bridge(bridge_release, "cairn", env, f"cairn-bridge-{label}")
-        started.append((label, pool, bridge, worker))
-    for label, pool, bridge, worker in started:
-        worker.wait_ready(fleet.redis_url)
-        _bridge_ready(bridge, "cairn bridge started")
-        pairs[label] = CairnPair(pool, bridge, worker, fleet.cairn.connect(pool, n_activities=1))
+        pairs[label] = CairnPair(pool, bridge, worker, fleet.cairn.connect(pool, n_activities=1), fleet.redis_url)
     return pairs
 
 
 def _run_cairn_job(fleet: Fleet, pair: CairnPair) -> None:
     """One fetch_source through the pair: ingested once, acked, never failed."""
+    pair.wait_ready()
     job = fleet.cairn.fetch_job(pair.account, pair.account.ext_ids[0])
     core = fleet.cairn.core
     assert core is not None
@@ -174,59 +191,50 @@ def _results(fleet: Fleet, job: dict[str, Any]) -> list[Any]:
     return fleet.cairn.results_for(job["job_id"])
 
 
-def _voicy_workers(fleet: Fleet, io: str, gpu: str) -> tuple[CeleryWorker, CeleryWorker]:
-    """Ready ``io`` and ``gpu`` workers of the given releases (the bridge starts at the test's moment)."""
-    env = fleet.voicy[2]
-    io_worker = fleet.start_worker(io, "io", env, "io")
-    gpu_worker = fleet.start_worker(gpu, QUEUE_GPU, env, "gpu")
-    io_worker.wait_ready(fleet.redis_url)
-    gpu_worker.wait_ready(fleet.redis_url)
-    return io_worker, gpu_worker
-
-
 def test_this_releases_bridges_feed_the_previous_releases_workers(
         fleet: Fleet, cairn_pairs: dict[str, CairnPair], monkeypatch: pytest.MonkeyPatch) -> None:
     """new bridge → old ``io`` → new ``gpu``, and a later release's task refused on the way; Cairn new → old."""
     server, telegram, env = fleet.voicy
-    io_worker, gpu_worker = _voicy_workers(fleet, "old", "new")
     job_id = enqueue_fixture(server, telegram, short_item())
-    # A later release's transcription task reaches this release's gpu worker: refused, handed back to Voicy.
+    # A later release's transcription task for a job claimed here reaches this release's gpu worker: refused
+    # and handed back to Voicy, which requeues the job; this release's bridge claims it again and the previous
+    # release's io worker downloads it for this release's gpu worker. Sent as the bridge sends (then the
+    # grant confirmed), before any Voicy process starts: the bridge cannot claim the job first.
     with fleet_runtime(env, monkeypatch) as rt:
         claimed, token = claim_without_sending(rt)
-    assert claimed == job_id
-    probe = Celery(broker=fleet.redis_url, backend=fleet.redis_url)
-    try:
-        probe.send_task("voicy.transcribe", args=[job_id, token], kwargs={SHAPE_KEY: FUTURE_SHAPE}, queue=QUEUE_GPU)
-        wait_until(lambda: [r for r in requests_for(server, job_id, "failure") if r["status"] == 200], WAIT_S,
-                   "the refused task's retryable failure")
-    finally:
-        probe.close()
-    assert server.get_job(job_id)["status"] == "queued_for_download"  # Voicy requeued it: nothing lost
-    bridge = fleet.start_bridge("new", "voicy", env, "voicy-bridge")
+        assert claimed == job_id
+        probe = Celery(broker=fleet.redis_url, backend=fleet.redis_url)
+        try:
+            probe.send_task("voicy.transcribe", args=[job_id, token], kwargs={SHAPE_KEY: FUTURE_SHAPE},
+                            queue=QUEUE_GPU)
+        finally:
+            probe.close()
+        assert confirm_grant(rt, job_id, token)
+    voicy = fleet.start_voicy(bridge="new", io="old", gpu="new")
     _run_cairn_job(fleet, cairn_pairs["new-bridge"])
     wait_final(server, [job_id], WAIT_S)
     assert_completed_once(server, job_id)
+    assert server.get_job(job_id)["attempts"] == 2  # the refused attempt, then the one that completed
     (failure,) = requests_for(server, job_id, "failure")
-    assert failure["json"]["retryable"] is True
+    assert failure["status"] == 200 and failure["json"]["retryable"] is True
     assert "argument shape 2 is not one this release reads" in failure["json"]["error"]
-    fleet.stop(bridge, io_worker, gpu_worker)
+    _assert_nothing_held(fleet)
+    fleet.stop(*voicy)
 
 
 def test_the_previous_releases_bridges_feed_this_releases_workers(
         fleet: Fleet, cairn_pairs: dict[str, CairnPair]) -> None:
     """old bridge → new ``io`` → old ``gpu``; Cairn old → new, and a later release's ``cairn.job`` refused."""
     server, telegram, env = fleet.voicy
-    io_worker, gpu_worker = _voicy_workers(fleet, "new", "old")
-    bridge = fleet.start_bridge("old", "voicy", env, "voicy-bridge")
     job_id = enqueue_fixture(server, telegram, short_item(), file_id=f"fid-{uuid.uuid4().hex[:6]}")
+    voicy = fleet.start_voicy(bridge="old", io="new", gpu="old")
     pair = cairn_pairs["old-bridge"]
     _run_cairn_job(fleet, pair)
     probe = Celery(broker=fleet.redis_url, backend=fleet.redis_url)
     try:
         meta = {SHAPE_KEY: FUTURE_SHAPE, "seq": 1, "delivery": 1, "lease_token": "t", "pool": pair.pool.worker_name}
         queue = provider_queue(pair.pool.worker_name)
-        sent = probe.send_task("cairn.job", args=["fetch_source", {}, meta], queue=queue)
-        disposition = sent.get(timeout=WAIT_S)
+        disposition = probe.send_task("cairn.job", args=["fetch_source", {}, meta], queue=queue).get(timeout=WAIT_S)
     finally:
         probe.close()
     assert disposition["action"] == "nak" and disposition["counts_as_failure"] is False
@@ -234,7 +242,17 @@ def test_the_previous_releases_bridges_feed_this_releases_workers(
     wait_final(server, [job_id], WAIT_S)
     assert_completed_once(server, job_id)
     assert not requests_for(server, job_id, "failure")
-    fleet.stop(bridge, io_worker, gpu_worker)
+    _assert_nothing_held(fleet)
+    fleet.stop(*voicy)
+
+
+def _assert_nothing_held(fleet: Fleet) -> None:
+    """The fleet's records of every Voicy job are gone once it ended (forgotten just after the result)."""
+    client = redis.Redis.from_url(fleet.redis_url)
+    try:
+        wait_until(lambda: client.zcard(HELD_KEY) == 0, WAIT_S, "the fleet to forget its ended jobs")
+    finally:
+        client.close()
 
 
 def _assert_each_process_ran_its_own_release(tmp: Path, previous: Path) -> None:
