@@ -1,16 +1,4 @@
-"""Thin Celery tasks for Voicy: parse input, call ``workers.voicy.pipeline`` (or ``.transcription``),
-dispatch the next step.
-
-Task arguments are only a job id and a lease token, so nothing secret can
-reach Flower or the result backend (S1). The token is not a credential, but it
-names an ownership grant, so the argument text Celery shows in events and
-Flower (``argsrepr``) carries the job id only.
-
-Every Voicy task is sent by :func:`dispatch`, the second half of the lease's
-two-phase grant (``workers.voicy.pipeline``): the grant was made with a short
-pending TTL, the task is sent, and only then is the grant extended for its
-time in the queue. A process killed in between leaves a grant that expires.
-"""
+"""Thin Celery tasks for Voicy: read the arguments, call ``workers.voicy``, dispatch the next step."""
 
 from __future__ import annotations
 
@@ -110,15 +98,22 @@ def _reset_after_fork(**_: object) -> None:
 
 
 def args_repr(job_id: str) -> str:
-    """The task's arguments as Flower and task events show them: the job id, the token hidden."""
+    """The task's arguments as Flower and task events show them: the job id, the token hidden.
+
+    Job task arguments are only a job id and a lease token, so nothing secret can reach Flower or the
+    result backend (S1); the token is not a credential, but it names an ownership grant.
+    """
     return repr((job_id, HIDDEN_TOKEN))
 
 
 def dispatch(rt: VoicyRuntime, task: Task, job_id: str, token: str) -> None:
     """Send ``task`` for the job's pending grant to ``token``, then confirm the grant.
 
-    The order is the point: confirming first would recreate the long-lived
-    grant for a task that a kill before the send never delivers (V1).
+    Every Voicy job task is sent here, the second half of the lease's two-phase grant
+    (``workers.voicy.pipeline``): the grant was made with a short pending TTL, the task is sent,
+    and only then is the grant extended for its time in the queue. The order is the point:
+    confirming first would recreate the long-lived grant for a task that a kill before the send
+    never delivers (V1); a process killed in between leaves a grant that expires.
     """
     task.apply_async(args=[job_id, token], argsrepr=args_repr(job_id))
     pipeline.confirm_grant(rt, job_id, token)

@@ -1,29 +1,4 @@
-"""What a Cairn job task returns: the disposition the bridge applies to the NATS message.
-
-Why a model and not an exception: the bridge holds the JetStream message, the
-task only knows the outcome. Returning a small JSON-able value through the
-Celery result backend keeps that split honest (the task never touches the
-message) and keeps secrets out of results: a ``Disposition`` has an action, a
-delay and a short human reason, nothing else. Reasons are built from error
-classes and codes, never from provider responses or tokens.
-
-``counts_as_failure`` says whether a NAK is a *failed* delivery. The bridge
-terms a job with a failure envelope once it has failed
-``CAIRN_TERM_AFTER_DELIVERIES - 1`` times (contract §3: "after ~5 deliveries
-of a *persistently failing* job"), so a NAK that only waits (a provider rate
-limit, a parser refusal, a hand-over) must not count, or a reconcile's
-sub-jobs waiting out a 100-requests/15-min budget would be termed and lost.
-Whoever builds the NAK knows which it is and says so here; nobody downstream
-guesses from the reason text. A NAK counts unless its builder says otherwise:
-a forgotten flag then bounds retries (the safe side) instead of looping.
-
-Every NAK delay the Cairn side uses is named below, with its reason, and
-nowhere else; the only delays computed instead are the rate-limit waits,
-anchored to the real window reset (``ProviderRateLimited``, ``ratelimit``),
-and core's own retry hint for credentials. A delay is never below
-``MIN_NAK_DELAY_S`` (the model clamps it, and the bridge applies it to a NAK
-without one).
-"""
+"""What a Cairn job task returns: the disposition the bridge applies to the NATS message."""
 
 from __future__ import annotations
 
@@ -36,6 +11,8 @@ from workers.logs import redact
 REASON_MAX_CHARS = 300  # a reason is a log hint, not a payload
 
 # --- every NAK delay, with its reason ---------------------------------------------------------
+# Named here and nowhere else; the only delays computed instead are the rate-limit waits, anchored to
+# the real window reset (``ProviderRateLimited``, ``ratelimit``), and core's own retry hint for credentials.
 # No NAK goes out faster than this (the bridge applies it to every NAK, the rate limiter to its
 # waits): consumers have unlimited MaxDeliver, so an instant NAK would be redelivered in a hot loop.
 MIN_NAK_DELAY_S = 1.0
@@ -74,9 +51,23 @@ Action = Literal["ack", "nak", "term"]
 class Disposition(BaseModel):
     """``ack`` (done), ``nak`` (redeliver, optionally after ``delay_s``) or ``term`` (never again).
 
-    ``counts_as_failure`` only means something on a NAK; it defaults to True so
-    a disposition from an older task image (without the field) counts as it
-    always did, and it is forced False on ``ack``/``term``.
+    Why a model and not an exception: the bridge holds the JetStream message, the task only knows the
+    outcome. A small JSON-able value through the Celery result backend keeps that split honest (the
+    task never touches the message) and keeps secrets out of results: an action, a delay and a short
+    human reason built from error classes and codes, never from provider responses or tokens.
+
+    ``counts_as_failure`` says whether a NAK is a *failed* delivery. The bridge terms a job with a
+    failure envelope once it has failed ``CAIRN_TERM_AFTER_DELIVERIES - 1`` times (contract §3:
+    "after ~5 deliveries of a *persistently failing* job"), so a NAK that only waits (a rate limit,
+    a parser or release refusal, a hand-over) must not count, or a reconcile's sub-jobs waiting out
+    a 100-requests/15-min budget would be termed and lost. Whoever builds the NAK says which it is;
+    nobody downstream guesses from the reason text. A delay is never below ``MIN_NAK_DELAY_S`` (the
+    model clamps it, and the bridge applies it to a NAK without one).
+
+    ``counts_as_failure`` only means something on a NAK; it defaults to True, so a
+    forgotten flag bounds retries (the safe side) instead of looping and a disposition
+    from an older task image (without the field) counts as it always did; it is forced
+    False on ``ack``/``term``.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)

@@ -1,34 +1,4 @@
-"""The Voicy job pipeline, free of Celery: claim, download, heartbeat, reap.
-
-Task functions in ``tasks/voicy.py`` call these and dispatch the next step;
-the transcription step is ``workers.voicy.transcription``, and how a job ends
-(result, failure, handed back) is ``workers.voicy.outcomes``. Every step first
-*takes* the job's lease (``workers.lease``): a duplicate delivery, or a task
-whose job was recovered elsewhere, finds the lease in another state and
-returns without touching Voicy (V2). Every outcome ends the job exactly one way
-(V1): result posted, failure posted (Voicy requeues a retryable one), or handed
-back to the reaper by letting the lease expire (a killed process) or releasing
-it (a process shut down mid-job, ``outcomes.hand_back``).
-
-A job's lease, from claim to result:
-
-1. the bridge claims it and :func:`adopt_claim` grants it to a new token with a
-   *pending* TTL (one lease TTL, ``VOICY_WORKER_LEASE_TTL_MS``);
-2. the download task carrying that token is sent, then :func:`confirm_grant`
-   extends the grant to ``QUEUED_LEASE_TTL_S`` (the task may wait in the broker);
-3. :func:`run_download` takes it (``running``, renewed while it works) and hands
-   it over to the transcription's token, pending again, until that task is sent
-   and the grant confirmed;
-4. ``transcription.run_transcription`` takes it (or a gpu slot batching short
-   jobs takes it with its own, ``workers.voicy.gather``), posts the result and
-   releases it.
-
-Every grant is sent-then-confirmed the same way, the reaper's too
-(``tasks.voicy.dispatch``). A process killed between a grant and its send
-leaves only a pending grant, which expires within a lease TTL like a dead
-worker's running lease, so the reaper (:func:`reap`) recovers the job instead
-of finding it granted for hours to a task that does not exist.
-"""
+"""The Voicy job pipeline, free of Celery: claim, download, heartbeat, reap, each step under the job's lease."""
 
 from __future__ import annotations
 
@@ -61,6 +31,17 @@ def adopt_claim(rt: VoicyRuntime, job_id: str, *, attempts: int, language: str |
                 stage: Stage = Stage.CLAIMED, media_key: str | None = None,
                 slot: str | None = None) -> str:
     """Record a freshly claimed job as held and grant it, pending, to a new token; return the token.
+
+    A job's lease, from claim to result: (1) granted here to a new token with a *pending* TTL (one
+    lease TTL, ``VOICY_WORKER_LEASE_TTL_MS``); (2) the download task carrying it is sent, then
+    :func:`confirm_grant` extends the grant to ``QUEUED_LEASE_TTL_S`` (the task may wait in the
+    broker); (3) :func:`run_download` takes it (``running``, renewed while it works) and hands it over
+    to the transcription's token, pending again until that task is sent and confirmed; (4)
+    ``transcription.run_transcription`` (or a gpu slot batching short jobs, ``workers.voicy.gather``)
+    takes it, posts the result and releases it. Every grant is sent-then-confirmed the same way, the
+    reaper's too (``tasks.voicy.dispatch``): a process killed between a grant and its send leaves only
+    a pending grant, which expires within a lease TTL like a dead worker's running lease, so the
+    reaper recovers the job instead of finding it granted for hours to a task that does not exist.
 
     One Redis transaction (:meth:`Fleet.adopt`) also swaps the backlog
     reservation ``slot`` the claim was made under for the job. If it raises,
@@ -111,7 +92,12 @@ def confirm_grant(rt: VoicyRuntime, job_id: str, token: str) -> bool:
 # --- download --------------------------------------------------------------------------------
 
 def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
-    """Download the job's media into the store; return the token granted (pending) to the gpu task."""
+    """Download the job's media into the store; return the token granted (pending) to the gpu task.
+
+    Like every step, it first *takes* the job's lease: a duplicate delivery, or a task whose job was
+    recovered elsewhere, finds it in another state and returns without touching Voicy (V2). How the job
+    ends (result, failure, handed back) is ``workers.voicy.outcomes`` (V1).
+    """
     lease_value = rt.leases.take(job_id, token, rt.lease_ttl_s)
     if lease_value is None:
         log.info("job %s: download already owned by another execution; skipping", job_id)

@@ -1,13 +1,4 @@
-"""Cairn job handlers: the domain work behind the provider pool's Celery tasks (no Celery here).
-
-``run_admitted(ctx, kind, job, delivery) -> Disposition`` runs a job the bridge's
-admission (``bridges.cairn.admission.admit``, the one decision point) already
-parsed and judged; ``run.run_job`` calls it under the job's lease. ``discover``
-and ``exchange`` answer the two request/reply subjects. Every error is turned
-into the contract's ack discipline in one place (``failure.disposition_for``),
-so a handler only says what success looks like. Nothing here judges a raw
-payload: there is no second admission path.
-"""
+"""Cairn job handlers: the domain work behind the provider pool's Celery tasks (no Celery here)."""
 
 from __future__ import annotations
 
@@ -39,7 +30,13 @@ __all__ = ["HANDLERS", "Delivery", "Disposition", "JobContext", "ack", "build_co
 
 
 def run_admitted(ctx: JobContext, kind: str, job: Any, delivery: Delivery) -> Disposition:
-    """Run a job that admission already parsed and judged; every failure maps onto ack/nak/term."""
+    """Run a job that admission already parsed and judged; every failure maps onto ack/nak/term.
+
+    Admission (``bridges.cairn.admission.admit``) is the one decision point: nothing here judges a raw
+    payload. ``run.run_job`` calls this under the job's lease; ``discover`` and ``exchange`` answer the
+    two request/reply subjects. Every error becomes the contract's ack discipline in one place
+    (``failure.disposition_for``), so a handler only says what success looks like.
+    """
     handler = HANDLERS.get(kind)
     if handler is None:  # admission admits only the kinds its pool consumes: a newer bridge's kind
         return refused(f"job kind {kind} has no handler in this release")

@@ -1,21 +1,4 @@
-"""Failure envelopes (contract §6) and the one mapping from errors to dispositions.
-
-Why one mapping: every handler fails the same ways (rate limit, core or S3
-unreachable, provider refusal, unmappable data), and the contract's ack
-discipline (§3) must hold for all of them: a rate limit NAKs with a delay
-anchored to the real window reset, anything transient NAKs, and anything that
-can never succeed publishes a failure envelope and then Terms, so core fails
-the import-queue item with the true reason instead of "stale: no result".
-
-Envelope = worker stamp + ``error {class, code, message}`` + ``failed_ref``,
-no events. The stamp is not required by §6 but C3 asks for it on every
-``JobResult`` and core ignores every other field once ``error`` is set.
-Messages are redacted and short; they are built from our own error texts,
-which never carry tokens. Every NAK here is a failed delivery (it brings the
-job closer to the bridge's term after ~5 failures) except a rate limit, which
-only waits for the window (a reconcile's sub-jobs may wait out many windows),
-and a release's refusal (:func:`refused`), which waits for another worker.
-"""
+"""Failure envelopes (contract §6) and the one mapping from errors to dispositions."""
 
 from __future__ import annotations
 
@@ -74,7 +57,12 @@ def _job_field(job: Any, name: str) -> str:
 
 def failure_envelope(ctx: JobContext, job: Any, *, code: str, message: str,
                      error_class: str = "ERROR_CLASS_INVALID_INPUT") -> pb.JobResult:
-    """The §6 ``JobResult``: ``error`` and ``failed_ref`` (the claim-check adds the stamp)."""
+    """The §6 ``JobResult``: ``error`` and ``failed_ref`` (the claim-check adds the stamp), no events.
+
+    The stamp is not required by §6 but C3 asks for it on every ``JobResult``, and core ignores every
+    other field once ``error`` is set. Messages are redacted and short: they are built from our own
+    error texts, which never carry tokens.
+    """
     if error_class not in ERROR_CLASSES:
         error_class = "ERROR_CLASS_INVALID_INPUT"
     return wire.failure_envelope(code=code or "failed", message=redact(message or "")[:MESSAGE_MAX_CHARS],
@@ -117,7 +105,17 @@ def terminate(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *, code:
 
 
 def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, exc: BaseException) -> Disposition:
-    """The contract's ack discipline for an error raised by a handler."""
+    """The contract's ack discipline for an error raised by a handler.
+
+    Why one mapping: every handler fails the same ways (rate limit, core or S3 unreachable, provider
+    refusal, unmappable data), and the ack discipline (§3) must hold for all of them: a rate limit
+    NAKs with a delay anchored to the real window reset, anything transient NAKs, and anything that
+    can never succeed publishes a failure envelope and then Terms, so core fails the import-queue
+    item with the true reason instead of "stale: no result". Every NAK here is a failed delivery (it
+    brings the job closer to the bridge's term after ~5 failures) except a rate limit, which only
+    waits for the window (a reconcile's sub-jobs may wait out many windows); a release's refusal
+    (:func:`refused`) does not count either.
+    """
     if isinstance(exc, ProviderRateLimited):
         delay = exc.delay_s()
         log.info("%s rate limited (%s window); nak %.0fs", kind, exc.window, delay)
