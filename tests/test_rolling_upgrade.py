@@ -35,6 +35,7 @@ from deploy.devstack.log_budget import Allow
 from deploy.devstack.procs import Proc
 from tasks.routes import QUEUE_GPU, provider_queue
 from tasks.shapes import SHAPE_KEY
+from tests.kit.cairn_stack import BRIDGE_STOP_TIMEOUT_S
 from tests.kit.cairn_stack import TEST_ENV as CAIRN_TEST_ENV
 from tests.kit.celery_worker import CeleryWorker
 from tests.kit.releases import ReleaseWorker, checkout, command, previous_release, spawn_from, unmet_requirements
@@ -92,7 +93,7 @@ class Fleet:
     def start_bridge(self, release: str, side: str, env: dict[str, str], label: str) -> Proc:
         tree = self.tree(release)
         proc = spawn_from(tree, command(tree, "bridges", side), env, self.tmp / f"{label}-{release}.log",
-                          stop_timeout_s=30.0)
+                          stop_timeout_s=BRIDGE_STOP_TIMEOUT_S)
         self.procs.append(proc)
         return proc
 
@@ -102,15 +103,15 @@ class Fleet:
             list(pool.map(lambda proc: proc.stop(), procs or self.procs))
 
     def start_voicy(self, bridge: str, io: str, gpu: str) -> list[Proc | CeleryWorker]:
-        """A Voicy bridge, ``io`` and ``gpu`` worker of the given releases, started together; the workers ready."""
+        """A Voicy bridge, ``io`` and ``gpu`` worker of the given releases, started together, each ready."""
         env = self.voicy[2]
         io_worker = self.start_worker(io, "io", env, "io")
         gpu_worker = self.start_worker(gpu, QUEUE_GPU, env, "gpu")
-        started: list[Proc | CeleryWorker] = [self.start_bridge(bridge, "voicy", env, "voicy-bridge"), io_worker,
-                                              gpu_worker]
+        voicy_bridge = self.start_bridge(bridge, "voicy", env, "voicy-bridge")
         io_worker.wait_ready(self.redis_url)
         gpu_worker.wait_ready(self.redis_url)
-        return started
+        _bridge_ready(voicy_bridge, "voicy bridge started")
+        return [voicy_bridge, io_worker, gpu_worker]
 
 
 @dataclass
