@@ -74,7 +74,7 @@ def score(script: str, transcript: str) -> WordScore:
 
 def engines(cpu_threads: int = 0, batch_size: int = BENCH_BATCH_SIZE) -> dict[str, TranscriptionEngine]:
     """Both engines on the offline tiny.en model, the fleet's options (``VOICY_WORKER_*`` defaults)."""
-    from deploy.devstack.stack import TINY_MODEL_DIR
+    from devstack.infra.stack import TINY_MODEL_DIR
 
     base = {"model": TINY_MODEL_DIR, "device": "cpu", "cpu_threads": cpu_threads}
     return {SEQUENTIAL_ENGINE: create_engine(EngineSettings(**base, batch_size=0)),  # type: ignore[arg-type]

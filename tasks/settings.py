@@ -15,10 +15,7 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from tasks.consumer import CONSUMER
-from tasks.result_backend import result_backend_url
 from tasks.routes import TASK_QUEUES, TASK_ROUTES
-from tasks.transport import REDIS_TRANSPORT, SENTINEL_TRANSPORT
 from workers.config import load_settings
 from workers.redisconn import DEFAULT_REDIS_URL, RedisSettings, parse_sentinel_url
 
@@ -170,9 +167,9 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
     return {
         **connection,
         "broker_url": settings.redis_url,
-        # kombu's transports, minus a crash on a broker failure (see tasks/transport.py)
-        "broker_transport": SENTINEL_TRANSPORT if settings.sentinel else REDIS_TRANSPORT,
-        "result_backend": result_backend_url(settings.redis_url),  # SET EX, not the deprecated SETEX
+        # the transport's kind and the backend's URL; tasks.hardening installs our classes for them
+        "broker_transport": "sentinel" if settings.sentinel else "redis",
+        "result_backend": settings.redis_url,
         "broker_transport_options": transport,
         "result_backend_transport_options": backend_transport,
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
@@ -201,7 +198,6 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
         "task_create_missing_queues": True,
         "task_track_started": True,
         "worker_send_task_events": True,
-        "worker_consumer": CONSUMER,  # task events in batches (tasks/consumer.py)
         "task_send_sent_event": True,
         "result_expires": RESULT_EXPIRES_S,
         "task_annotations": (GlobAnnotations(TASK_ANNOTATIONS),),

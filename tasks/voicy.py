@@ -12,10 +12,10 @@ from celery import Task, shared_task
 from celery.concurrency.prefork import TaskPool
 from celery.signals import celeryd_after_setup, worker_process_init
 
+from tasks.hardening.transport import TaskMessage, task_messages
 from tasks.routes import QUEUE_GPU, QUEUE_IO
 from tasks.settings import FleetSettings
 from tasks.shapes import ShapeRefused, VoicyJobArgs, read_voicy_job
-from tasks.transport import TaskMessage, task_messages
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import setup_logging

@@ -13,7 +13,7 @@ answers at once:
   and ``result``.
 
 They plug in the way a third party's would: this module is installed as its own
-distribution (``deploy.devstack.plugins``) with entry points in the
+distribution (``devstack.infra.plugins``) with entry points in the
 ``switchyard.providers`` and ``switchyard.engines`` groups, and no Switchyard
 module names it. It imports only Switchyard's plug-in interfaces.
 """

@@ -64,8 +64,8 @@ from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Respo
 from bridges.cairn.results import TaskResults
 from bridges.cairn.settle import FailureCounts, Held, settle
 from workers import liveness
-from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
+from workers.cairn.contract import subjects
 from workers.cairn.disposition import (
     ENVELOPE_FAILED_NAK_DELAY_S,
     HANDOVER_NAK_DELAY_S,
@@ -320,8 +320,8 @@ class CairnBridge:
             pulling = sorted(self.pulls.pulling) if self.pulls is not None else []
             record = liveness.ProcessRecord(role=liveness.CAIRN_BRIDGE, name=self.instance,
                                             pool=self.settings.worker_name, provider=self.settings.provider,
-                                            pulling=pulling,
-                                            nats_connected=connected)
+                                            durables=[c.durable for c in self.consumers],
+                                            pulling=pulling, nats_connected=connected)
             try:
                 await asyncio.wait_for(liveness.arenew(self._aredis, record), liveness.REDIS_TIMEOUT_S)
                 self.redis_outage.ok()

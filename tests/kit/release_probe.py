@@ -8,7 +8,7 @@ import os
 import runpy
 import sys
 
-PACKAGES = ("tasks", "workers", "bridges", "ops", "deploy")  # the project's import roots (pyproject)
+PACKAGES = ("tasks", "workers", "bridges", "ops", "deploy", "devstack")  # import roots, this tree's and older
 PROBE = "release-probe"  # the prefix of every line this wrapper prints
 OUT = sys.__stdout__  # the real stdout: a Celery worker logs what is printed to its redirected one as a WARNING
 

@@ -14,14 +14,15 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from deploy.devstack.procs import STOP_TIMEOUT_S, Proc
+from devstack.infra.procs import STOP_TIMEOUT_S, Proc
 from tests.kit.celery_worker import CeleryWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANGELOG = ROOT / "CHANGELOG.md"
 PROBE = Path(__file__).with_name("release_probe.py")
-# What a process of another release needs from its tree: its packages and its declared dependencies.
-CHECKOUT_PATHS = ("tasks", "workers", "bridges", "ops", "deploy", "pyproject.toml")
+# What a process of another release needs from its tree, those of these its commit has: its packages
+# (the dev stack's moved from deploy/ to devstack/) and its declared dependencies.
+CHECKOUT_PATHS = ("tasks", "workers", "bridges", "ops", "deploy", "devstack", "pyproject.toml")
 GIT_TIMEOUT_S = 60.0
 _ENTRY = re.compile(r"^## \[(?P<version>[^\]]+)\](?: - (?P<date>.+))?$", re.MULTILINE)
 _COMMIT = re.compile(r"^Commit: `(?P<commit>[0-9a-f]{40})`$", re.MULTILINE)
@@ -59,7 +60,10 @@ def checkout(release: Release, dest: Path) -> Path:
                            capture_output=True, timeout=GIT_TIMEOUT_S)
     assert known.returncode == 0, (f"commit {release.commit} of release {release.version} is not in this clone's "
                                    "history (a shallow clone? the test needs the full history of main)")
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", release.commit, *CHECKOUT_PATHS],
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", release.commit],
+                            capture_output=True, text=True, check=True, timeout=GIT_TIMEOUT_S).stdout.split()
+    paths = [path for path in CHECKOUT_PATHS if path in listed]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", release.commit, *paths],
                              capture_output=True, check=True, timeout=GIT_TIMEOUT_S)
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
@@ -90,7 +94,7 @@ def command(tree: Path, module: str, *args: str) -> list[str]:
 
 def spawn_from(tree: Path, args: list[str], env: dict[str, str], log_path: Path, *,
                stop_timeout_s: float = STOP_TIMEOUT_S) -> Proc:
-    """``deploy.devstack.procs.spawn`` with ``tree`` as the working directory (its Procfile-relative paths)."""
+    """``devstack.infra.procs.spawn`` with ``tree`` as the working directory (its Procfile-relative paths)."""
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(args, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)

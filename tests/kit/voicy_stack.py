@@ -4,7 +4,7 @@ taken by a process that died before sending its task, the task messages waiting 
 
 The pieces the demo and the benchmarks share with the tests (fixtures, tiny
 model, ``fleet_env``, ``start_bridge``, ``start_beat``) live in
-``deploy.devstack.stack``; only test plumbing is here.
+``devstack.infra.stack``; only test plumbing is here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from bridges.voicy import VoicyBridge
-from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env
+from devstack.infra.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env
 from tests.kit.gate import Gate
 from tests.kit.waiting import wait_until
 from workers.voicy.runtime import VoicyRuntime
@@ -56,8 +56,8 @@ def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
     distinctive token (``VOICY_TOKEN_MARK-<client>``), and the fleet environment for them (engines on
     :data:`SUITE_CPU_THREADS`, bridges polling every :data:`SUITE_POLL_INTERVAL_MS`, unless
     ``env_overrides`` says otherwise)."""
-    from deploy.devstack.telegram import FakeTelegram
-    from deploy.devstack.voicy_api import DevVoicyServer
+    from devstack.fakes.telegram import FakeTelegram
+    from devstack.fakes.voicy_api import DevVoicyServer
 
     server = DevVoicyServer().start()
     telegram = FakeTelegram(BOT_TOKEN)
@@ -80,7 +80,7 @@ def gated_voicy_dev_stack(gate: Gate, monkeypatch: Any, tmp_path: Path, redis_ur
                           **env_overrides: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
     """:func:`voicy_dev_stack` with its dev Voicy API behind ``gate`` (a call held for as long as the
     test likes); the gate opens before the server stops, so a held request never keeps it waiting."""
-    from deploy.devstack.voicy_api import server as server_module
+    from devstack.fakes.voicy_api import server as server_module
 
     build_app = server_module.build_app
     monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
@@ -172,7 +172,7 @@ class QueuedTask:
 
 def queued_tasks(r: redis.Redis, queue: str) -> list[QueuedTask]:
     """Every task message waiting in ``queue`` (kombu's Redis list), oldest last, decoded independently
-    of ``tasks.transport`` so a test of the grant audit does not read the broker through the code it tests."""
+    of ``tasks.hardening.transport`` so a test of the grant audit does not read the broker through the code it tests."""
     tasks = []
     for raw in r.lrange(queue, 0, -1):
         message = json.loads(raw)

@@ -1,4 +1,4 @@
-"""Cairn-side settings (``CAIRN_*``), with the Strava worker's variable names, and the three versions."""
+"""Cairn-side settings (``CAIRN_*``), with the Strava worker's variable names."""
 
 from __future__ import annotations
 
@@ -14,12 +14,10 @@ from workers.config import load_settings
 from workers.logs import register_secret
 from workers.redisconn import redis_settings
 
-# Versions (contract §1) are three independent things. The release ``vX.Y.Z`` is the core contract we
-# implement: major.minor follow core's (checked against the ``cairn_core`` KV ``info`` record before the
-# pool runs; dev builds exempt), the patch level is ours, and it is this Switchyard release (pyproject's
-# version, CHANGELOG.md). It goes into the presence record as ``release``. The dataset ``N`` is the raw
-# archive's format, and the parser version ``N.M`` (what ``JobResult.worker_version`` and the
-# presence/manifest ``version`` carry) only the provider knows (``Provider.parser_version``).
+# The release vX.Y.Z: the core contract we implement (major.minor follow core; checked against the
+# ``cairn_core`` KV ``info`` before the pool runs), sent as presence ``release``. Not the dataset N
+# (raw blob format) nor the parser version N.M, which only the provider knows (``Provider.parser_version``).
+# The patch level is ours: it is this Switchyard release (pyproject's version, CHANGELOG.md).
 WORKER_RELEASE = "v0.7.1"
 WORKER_VERSION = WORKER_RELEASE  # the release string, not the parser version
 RELEASE_PATTERN = r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"  # vX.Y.Z[-pre][+build]
@@ -63,11 +61,10 @@ def pool_variable(worker_name: str, field: str) -> str:
 
 
 def is_dev_build(release: str) -> bool:
-    """Whether ``release`` (ours or core's) is a dev build, exempt from the compatibility check (§1).
+    """Whether ``release`` (ours or core's) is a dev build, exempt from the compatibility check.
 
-    The one rule for "dev build": ``CAIRN_RELEASE`` is validated with it, and the bridge applies it to
-    our release and to core's alike, so a release accepted here as a dev build is never refused, or
-    blamed on the wrong side, later.
+    The one rule: ``CAIRN_RELEASE`` is validated with it and the bridge applies it to both
+    sides, so a release accepted here is never refused, or blamed on the wrong side, later.
     """
     return bool(_DEV_BUILD_RE.match(release.strip()))
 

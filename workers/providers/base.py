@@ -1,21 +1,4 @@
-"""The provider interface: everything the Cairn bridge, tasks and handlers may ask of a provider.
-
-Why an interface: the bridge and the handlers must serve Strava today and
-Garmin or a file importer tomorrow without changing. Everything
-provider-specific (HTTP API, usage headers and rate windows, sport tables, the
-archive format) lives in one sub-package behind :class:`Provider`; the
-contract-specific parts (NATS, claim-check, token RPCs, the shared rate-limit
-KV) stay in ``workers/cairn`` and reach a provider only through
-``ProviderContext``. Every method the generic code calls is declared here, with
-a default where it is optional, so nothing probes a provider with ``hasattr``.
-
-The vocabulary lives next door, one concept per module: job kinds in
-``kinds``, errors in ``errors``, the per-call context in ``context``, rate
-windows in ``windows``, data shapes in ``models``, webhook rules in
-``webhooks``. Nothing under ``workers/providers`` imports ``workers/cairn``
-(tests/test_imports.py): a provider speaks this vocabulary, never the NATS layer. How a new provider plugs in
-(an entry point, no generic module touched) is in docs/DESIGN.md.
-"""
+"""The provider interface: everything the Cairn bridge, tasks and handlers may ask of a provider."""
 
 from __future__ import annotations
 
@@ -49,6 +32,12 @@ AUTH_CREDENTIALS = "credentials"  # the connection's login per job from cairn.cr
 
 class Provider(abc.ABC):
     """One provider API behind the contract's job kinds. Stateless between calls.
+
+    Everything provider-specific (HTTP API, rate windows, sport tables, archive format) lives
+    in one sub-package behind this class, so the bridge and handlers serve any provider
+    unchanged; the contract parts reach a provider only through ``ProviderContext``, and nothing
+    under ``workers/providers`` imports ``workers/cairn`` (tests/meta/test_imports.py). Every method
+    the generic code calls is declared here, with a default where optional: no ``hasattr``.
 
     ``name`` is the provider token of every subject (``CAIRN_PROVIDER``);
     ``parser_version`` (``N.M``) is what results, presence and the manifest

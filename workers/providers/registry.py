@@ -1,12 +1,4 @@
-"""Provider lookup by name: built-in providers here, any other through an entry point.
-
-Why import paths and not imports: the bridge and the tasks resolve the
-provider from configuration (``CAIRN_PROVIDER``) and must not import every
-provider's dependencies. A provider shipped in its own distribution registers
-in the ``switchyard.providers`` entry-point group
-(``garmin = switchyard_garmin.provider:GarminProvider``) and touches no
-module of this repository; docs/DESIGN.md has the recipe.
-"""
+"""Provider lookup by name: built-in providers here, any other through an entry point."""
 
 from __future__ import annotations
 
@@ -43,7 +35,12 @@ def _target(name: str) -> str:
 
 
 def provider_class(name: str) -> type[Provider]:
-    """The ``Provider`` subclass registered as ``name``; ConfigError for anything else."""
+    """The ``Provider`` subclass registered as ``name``; ConfigError for anything else.
+
+    Resolved by import path, so a process imports only its own provider's dependencies. A
+    provider in its own distribution registers in the ``switchyard.providers`` entry-point
+    group and touches no module here (docs/DESIGN.md has the recipe).
+    """
     module_name, _, attr = _target(name.strip().lower()).partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
     if not (isinstance(cls, type) and issubclass(cls, Provider)):

@@ -1,4 +1,4 @@
-"""The Voicy job pipeline, free of Celery: claim, download, heartbeat, reap, each step under the job's lease."""
+"""The Voicy job pipeline, free of Celery: claim, download, heartbeat, reap."""
 
 from __future__ import annotations
 
@@ -32,16 +32,9 @@ def adopt_claim(rt: VoicyRuntime, job_id: str, *, attempts: int, language: str |
                 slot: str | None = None) -> str:
     """Record a freshly claimed job as held and grant it, pending, to a new token; return the token.
 
-    A job's lease, from claim to result: (1) granted here to a new token with a *pending* TTL (one
-    lease TTL, ``VOICY_WORKER_LEASE_TTL_MS``); (2) the download task carrying it is sent, then
-    :func:`confirm_grant` extends the grant to ``QUEUED_LEASE_TTL_S`` (the task may wait in the
-    broker); (3) :func:`run_download` takes it (``running``, renewed while it works) and hands it over
-    to the transcription's token, pending again until that task is sent and confirmed; (4)
-    ``transcription.run_transcription`` (or a gpu slot batching short jobs, ``workers.voicy.gather``)
-    takes it, posts the result and releases it. Every grant is sent-then-confirmed the same way, the
-    reaper's too (``tasks.voicy.dispatch``): a process killed between a grant and its send leaves only
-    a pending grant, which expires within a lease TTL like a dead worker's running lease, so the
-    reaper recovers the job instead of finding it granted for hours to a task that does not exist.
+    The first of a lease's steps (claim → grant → send → confirm → take → hand over → release):
+    every step takes the lease first, so a duplicate delivery returns without touching Voicy
+    (V2), and every grant is sent-then-confirmed, the reaper's too (``tasks.voicy.dispatch``).
 
     One Redis transaction (:meth:`Fleet.adopt`) also swaps the backlog
     reservation ``slot`` the claim was made under for the job. If it raises,
@@ -92,12 +85,7 @@ def confirm_grant(rt: VoicyRuntime, job_id: str, token: str) -> bool:
 # --- download --------------------------------------------------------------------------------
 
 def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
-    """Download the job's media into the store; return the token granted (pending) to the gpu task.
-
-    Like every step, it first *takes* the job's lease: a duplicate delivery, or a task whose job was
-    recovered elsewhere, finds it in another state and returns without touching Voicy (V2). How the job
-    ends (result, failure, handed back) is ``workers.voicy.outcomes`` (V1).
-    """
+    """Download the job's media into the store; return the token granted (pending) to the gpu task."""
     lease_value = rt.leases.take(job_id, token, rt.lease_ttl_s)
     if lease_value is None:
         log.info("job %s: download already owned by another execution; skipping", job_id)
@@ -115,7 +103,7 @@ def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
             held.duration_s = _media_seconds(rt, key)
         rt.fleet.update(held)
         # On the gpu set *before* Voicy calls the job ready: a bridge pass in between would find a free
-        # slot and claim-ready the job's own ready state back from Voicy (tests/test_voicy_gpu_slot.py).
+        # slot and claim-ready the job's own ready state back from Voicy (tests/voicy/test_voicy_gpu_slot.py).
         rt.fleet.enter_gpu(job_id)
         rt.client.downloaded(job_id, rt.store.describe(key))
         next_token = new_token()

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from workers.cairn import webhooks
 from workers.cairn.disposition import Disposition, ack, nak, term
-from workers.cairn.handlers import fetch_source, gear_metrics, parse_blob, reconcile
+from workers.cairn.handlers import fetch_source, gear_metrics, parse_blob, reconcile, webhooks
 from workers.cairn.handlers.context import Delivery, JobContext, build_context, reset_context
 from workers.cairn.handlers.discover import discover
 from workers.cairn.handlers.exchange import exchange
@@ -32,9 +31,8 @@ __all__ = ["HANDLERS", "Delivery", "Disposition", "JobContext", "ack", "build_co
 def run_admitted(ctx: JobContext, kind: str, job: Any, delivery: Delivery) -> Disposition:
     """Run a job that admission already parsed and judged; every failure maps onto ack/nak/term.
 
-    Admission (``bridges.cairn.admission.admit``) is the one decision point: nothing here judges a raw
-    payload. ``run.run_job`` calls this under the job's lease; ``discover`` and ``exchange`` answer the
-    two request/reply subjects. Every error becomes the contract's ack discipline in one place
+    Admission (``bridges.cairn.admission.admit``) is the one decision point: nothing here judges
+    a raw payload. Errors become the contract's ack discipline in one place
     (``failure.disposition_for``), so a handler only says what success looks like.
     """
     handler = HANDLERS.get(kind)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from workers.cairn import wire
 from workers.cairn.claimcheck import ClaimCheckError
+from workers.cairn.contract import wire
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.contract.subjects import failure_msg_id
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, report_needs_reauth
 from workers.cairn.disposition import (
     ENVELOPE_FAILED_NAK_DELAY_S,
@@ -18,9 +20,7 @@ from workers.cairn.disposition import (
     term,
 )
 from workers.cairn.handlers.context import Delivery, JobContext, reconcile_result_subject, result_subject
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.refusals import PermissionRefused
-from workers.cairn.subjects import failure_msg_id
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import redact
 from workers.providers.errors import (
@@ -57,11 +57,10 @@ def _job_field(job: Any, name: str) -> str:
 
 def failure_envelope(ctx: JobContext, job: Any, *, code: str, message: str,
                      error_class: str = "ERROR_CLASS_INVALID_INPUT") -> pb.JobResult:
-    """The §6 ``JobResult``: ``error`` and ``failed_ref`` (the claim-check adds the stamp), no events.
+    """The §6 ``JobResult``: ``error`` and ``failed_ref`` (the claim-check adds the stamp).
 
-    The stamp is not required by §6 but C3 asks for it on every ``JobResult``, and core ignores every
-    other field once ``error`` is set. Messages are redacted and short: they are built from our own
-    error texts, which never carry tokens.
+    No events; the stamp is not required by §6 but C3 asks for it on every ``JobResult``.
+    Messages are short and redacted, built from our own error texts.
     """
     if error_class not in ERROR_CLASSES:
         error_class = "ERROR_CLASS_INVALID_INPUT"
@@ -105,16 +104,11 @@ def terminate(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *, code:
 
 
 def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, exc: BaseException) -> Disposition:
-    """The contract's ack discipline for an error raised by a handler.
+    """The contract's ack discipline for an error raised by a handler (§3).
 
-    Why one mapping: every handler fails the same ways (rate limit, core or S3 unreachable, provider
-    refusal, unmappable data), and the ack discipline (§3) must hold for all of them: a rate limit
-    NAKs with a delay anchored to the real window reset, anything transient NAKs, and anything that
-    can never succeed publishes a failure envelope and then Terms, so core fails the import-queue
-    item with the true reason instead of "stale: no result". Every NAK here is a failed delivery (it
-    brings the job closer to the bridge's term after ~5 failures) except a rate limit, which only
-    waits for the window (a reconcile's sub-jobs may wait out many windows); a release's refusal
-    (:func:`refused`) does not count either.
+    A rate limit NAKs until the real window reset without counting as a failure; anything
+    transient NAKs as a failed delivery; anything that can never succeed publishes a failure
+    envelope and Terms, so core fails the item with the true reason, not "stale: no result".
     """
     if isinstance(exc, ProviderRateLimited):
         delay = exc.delay_s()

@@ -42,7 +42,8 @@ from workers.providers.garmin.dataset import (
     parse_dataset,
 )
 from workers.providers.garmin.fit import fit_from_download
-from workers.providers.garmin.session import RATE_WINDOWS, SHORT_WINDOW, GarminSessions
+from workers.providers.garmin.login_gate import LoginGate
+from workers.providers.garmin.session import SHORT_WINDOW, GarminSessions, rate_windows
 from workers.providers.garmin.settings import GarminSettings, check_environment
 from workers.providers.kinds import FETCH_SOURCE, PARSE_BLOB, RECONCILE
 from workers.providers.models import (
@@ -56,6 +57,7 @@ from workers.providers.models import (
     RawArchive,
 )
 from workers.providers.windows import RateWindow
+from workers.redisconn import sync_client
 
 log = logging.getLogger(__name__)
 
@@ -84,18 +86,19 @@ class GarminProvider(Provider):
     archive_content_type = CONTENT_TYPE
 
     def __init__(self, settings: GarminSettings | None = None, *, worker_name: str = "",
-                 package: str = "") -> None:
+                 package: str = "", gate: LoginGate | None = None) -> None:
         self.settings = settings or load_settings(GarminSettings)
         self.worker_name, self.package = worker_name, package
-        self.sessions = GarminSessions(self.settings)
+        self.sessions = GarminSessions(self.settings, gate)
 
     @classmethod
     def from_settings(cls, settings: object | None = None) -> GarminProvider:
-        """Registry factory: ``CAIRN_GARMIN_*`` settings, checked against the environment at start."""
+        """Registry factory: ``CAIRN_GARMIN_*`` settings, checked against the environment at start; logins
+        single-flight across the pool's hosts through the fleet's Redis (``login_gate``)."""
         garmin = settings if isinstance(settings, GarminSettings) else load_settings(GarminSettings)
         check_environment(garmin)
         return cls(garmin, worker_name=str(getattr(settings, "worker_name", "") or ""),
-                   package=str(getattr(settings, "worker_package", "") or ""))
+                   package=str(getattr(settings, "worker_package", "") or ""), gate=LoginGate(sync_client()))
 
     # ------------------------------------------------------------------ declarations
 
@@ -120,8 +123,8 @@ class GarminProvider(Provider):
         }
 
     def rate_windows(self) -> tuple[RateWindow, ...]:
-        """Conservative per-account windows (Garmin publishes none): see ``session.RATE_WINDOWS``."""
-        return RATE_WINDOWS
+        """Conservative per-account windows (Garmin publishes none): see ``session.rate_windows``."""
+        return rate_windows(self.settings)
 
     def bucket_for(self, reason: str) -> str:
         return SHORT_WINDOW

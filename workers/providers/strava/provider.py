@@ -18,7 +18,7 @@ What it does per job kind (reference §3.6, §3.10–3.13, contract §4–§9b):
 * OAuth exchange — code → tokens; the athlete id is the provider account id.
 
 Webhooks: ``webhooks.py`` (Strava's subscription handshake and what each push
-event means); the generic path is ``workers.cairn.webhooks``.
+event means); the generic path is ``workers.cairn.handlers.webhooks``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Strava's webhook rules: the subscription handshake and what each push event means.
 
-The generic path (``workers.cairn.webhooks``) decodes core's envelope, looks
+The generic path (``workers.cairn.handlers.webhooks``) decodes core's envelope, looks
 the owner up and publishes; it finds these rules through the provider
 (``StravaProvider.webhook_rules()``). This module only knows Strava:
 
