@@ -37,6 +37,9 @@ ENVELOPE_FAILED_NAK_DELAY_S = 5.0
 REDIS_DOWN_NAK_DELAY_S = 5.0
 HISTORY_UNAVAILABLE_NAK_DELAY_S = REDIS_DOWN_NAK_DELAY_S  # admission's history read, the same outage
 PARSER_REFUSED_NAK_DELAY_S = 30.0  # a parse_blob for a newer parser or dataset: left to a newer instance
+# A task this worker's release cannot read (a newer argument shape, a job kind it has no handler for):
+# left to a worker of the release that sent it, as a parser refusal is (a rolling upgrade, docs/operations.md §6).
+RELEASE_REFUSED_NAK_DELAY_S = PARSER_REFUSED_NAK_DELAY_S
 WEBHOOK_PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take a webhook's fetch/delete publish
 # Webhook updates are held until their coalescing bucket closes: the wait is the bucket's rest,
 # never below the floor (``WebhookJob.not_before``).

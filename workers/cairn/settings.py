@@ -17,7 +17,8 @@ from workers.redisconn import redis_settings
 # The release vX.Y.Z: the core contract we implement (major.minor follow core; checked against the
 # ``cairn_core`` KV ``info`` before the pool runs), sent as presence ``release``. Not the dataset N
 # (raw blob format) nor the parser version N.M, which only the provider knows (``Provider.parser_version``).
-WORKER_RELEASE = "v0.7.0"
+# The patch level is ours: it is this Switchyard release (pyproject's version, CHANGELOG.md).
+WORKER_RELEASE = "v0.7.1"
 WORKER_VERSION = WORKER_RELEASE  # the release string, not the parser version
 RELEASE_PATTERN = r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"  # vX.Y.Z[-pre][+build]
 # A dev build: ``dev`` itself or anything starting with it (``dev-abc123``, ``dev.3``, ``dev+g1``), or a

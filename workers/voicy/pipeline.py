@@ -130,6 +130,26 @@ def _media_seconds(rt: VoicyRuntime, key: str) -> float | None:
         return None
 
 
+def refuse(rt: VoicyRuntime, job_id: str, token: str, why: str) -> bool:
+    """A job task of a shape this release cannot read (``tasks.shapes``): hand the job back to Voicy.
+
+    Under the task's own grant, as every step: a copy whose grant is gone does nothing (V2). The
+    retryable failure (its text says why, and Voicy keeps it as the job's last error) has Voicy
+    requeue the job, so a worker of the release that sent the task takes it again. False if the
+    grant was not this task's.
+    """
+    lease_value = rt.leases.take(job_id, token, rt.lease_ttl_s)
+    if lease_value is None:
+        log.info("job %s: refused task no longer owns the job; skipping", job_id)
+        return False
+
+    def body(_keeper: LeaseKeeper) -> None:
+        raise RetryableJobError(f"{why}; handed back for a worker of the release that sent it")
+
+    guarded(rt, job_id, lease_value, body)
+    return True
+
+
 # --- heartbeats and recovery (beat) ----------------------------------------------------------
 
 def heartbeat_held(rt: VoicyRuntime) -> int:

@@ -10,7 +10,7 @@ from workers.cairn.handlers import fetch_source, gear_metrics, parse_blob, recon
 from workers.cairn.handlers.context import Delivery, JobContext, build_context, reset_context
 from workers.cairn.handlers.discover import discover
 from workers.cairn.handlers.exchange import exchange
-from workers.cairn.handlers.failure import disposition_for, terminate
+from workers.cairn.handlers.failure import disposition_for, refused
 from workers.providers.kinds import FETCH_SOURCE, IMPORT_GEAR, IMPORT_METRICS, PARSE_BLOB, RECONCILE, WEBHOOK_EVENT
 
 log = logging.getLogger(__name__)
@@ -36,9 +36,8 @@ def run_admitted(ctx: JobContext, kind: str, job: Any, delivery: Delivery) -> Di
     (``failure.disposition_for``), so a handler only says what success looks like.
     """
     handler = HANDLERS.get(kind)
-    if handler is None:  # admission only admits the kinds this pool consumes; a newer bridge's kind
-        return terminate(ctx, kind, job, delivery, code="unsupported_job",
-                         message=f"this pool does not serve {kind}")
+    if handler is None:  # admission admits only the kinds its pool consumes: a newer bridge's kind
+        return refused(f"job kind {kind} has no handler in this release")
     try:
         return handler(ctx, job, delivery)
     except Exception as exc:  # noqa: BLE001 - every failure maps onto ack/nak/term

@@ -12,6 +12,7 @@ from workers.cairn.contract.subjects import failure_msg_id
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, report_needs_reauth
 from workers.cairn.disposition import (
     ENVELOPE_FAILED_NAK_DELAY_S,
+    RELEASE_REFUSED_NAK_DELAY_S,
     TRANSIENT_NAK_DELAY_S,
     UNEXPECTED_NAK_DELAY_S,
     Disposition,
@@ -136,3 +137,15 @@ def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, ex
         return nak(TRANSIENT_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}: {redact(str(exc))[:120]}")
     log.warning("%s unexpected failure %s; nak", kind, type(exc).__name__)
     return nak(UNEXPECTED_NAK_DELAY_S, reason=f"unexpected: {type(exc).__name__}")
+
+
+def refused(why: str) -> Disposition:
+    """A NAK (no failure) for a task this worker's release cannot read: a rolling upgrade's mismatch.
+
+    Nothing is taken or recorded, as for another pool's job: the message waits
+    ``RELEASE_REFUSED_NAK_DELAY_S`` and goes to a worker of the release that sent it. The
+    line names the fix, since only a deploy in the wrong order sends what the workers cannot read.
+    """
+    log.warning("cairn job refused: %s; handed back (NAK %.0fs, not a failure) for a worker of the release "
+                "that sent it (deploy workers before bridges)", why, RELEASE_REFUSED_NAK_DELAY_S)
+    return nak(RELEASE_REFUSED_NAK_DELAY_S, reason=f"refused by this worker's release: {why}", failure=False)
