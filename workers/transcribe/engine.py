@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import threading
 
+from workers.transcribe import host_threads
 from workers.transcribe.protocol import TranscriptionEngine
 from workers.transcribe.registry import engine_target
 from workers.transcribe.settings import EngineSettings
@@ -42,7 +43,12 @@ def engine_class(name: str) -> type[TranscriptionEngine]:
 
 
 def create_engine(settings: EngineSettings, pool_processes: int = SINGLE_PROCESS_POOL) -> TranscriptionEngine:
-    """A new engine of the kind ``settings`` select, its model loaded (``ConfigError`` if it cannot be)."""
+    """A new engine of the kind ``settings`` select, its model loaded (``ConfigError`` if it cannot be).
+
+    The host thread pools are sized first (``host_threads.prepare``): importing
+    the engine's module loads CTranslate2 and numpy, which read their size then.
+    """
+    host_threads.prepare(settings.device)
     return engine_class(settings.engine_name)(settings, pool_processes)  # type: ignore[call-arg]
 
 

@@ -47,6 +47,7 @@ from faster_whisper import WhisperModel
 from faster_whisper.transcribe import Segment as WhisperSegment
 
 from workers.errors import ConfigError
+from workers.transcribe import host_threads
 from workers.transcribe.clips import ClipBatcher
 from workers.transcribe.device import (
     default_compute_type,
@@ -114,10 +115,10 @@ class WhisperEngine:
         self._clips = ClipBatcher(self._model, beam_size=self.beam_size,
                                   max_clips=settings.clip_batch_on(self.device),
                                   language_for=self.language_for)
-        log.info("loaded model %s on %s (%s), cpu_threads=%d (%s), engine %s, clip batches of %d",
+        log.info("loaded model %s on %s (%s), cpu_threads=%d (%s), %s, engine %s, clip batches of %d",
                  self.metadata.model, self.device, self.compute_type, self.cpu_threads,
-                 threads_reason(settings.cpu_threads, self.device, cores, pool_processes), self.name,
-                 max(1, self._clips.max_clips))
+                 threads_reason(settings.cpu_threads, self.device, cores, pool_processes),
+                 host_threads.applied().describe(self.device), self.name, max(1, self._clips.max_clips))
 
     @property
     def metadata(self) -> EngineInfo:
