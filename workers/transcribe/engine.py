@@ -1,17 +1,4 @@
-"""The process's engine: built from the registry by name, once per process, after fork.
-
-Why one per process: loading large-v3 takes seconds and gigabytes, GPU memory
-is not fully returned when a model is dropped (reference/ecosystem.md §4.2),
-and CUDA contexts do not survive fork. So :func:`get_engine` builds the engine
-lazily inside the pool child on its first job — never at import, never in the
-parent before fork — and keeps it for the life of the process. Importing this
-module imports no engine (nor faster-whisper): the registry names engines as
-strings and :func:`engine_class` imports only the one selected.
-
-Which engine: ``EngineSettings.engine_name`` (``VOICY_WORKER_TRANSCRIBER``,
-else ``VOICY_WORKER_BATCH_SIZE`` > 0 → ``faster-whisper-batched``, else
-``faster-whisper``).
-"""
+"""The process's engine: built from the registry by name, once per process, after fork."""
 
 from __future__ import annotations
 
@@ -53,7 +40,16 @@ def create_engine(settings: EngineSettings, pool_processes: int = SINGLE_PROCESS
 
 
 def get_engine(settings: EngineSettings) -> TranscriptionEngine:
-    """The process's engine, built on first use (after fork) and kept."""
+    """The process's engine, built on first use (after fork) and kept.
+
+    Why once per process and after fork: loading large-v3 takes seconds and
+    gigabytes, GPU memory is not fully returned when a model is dropped
+    (reference/ecosystem.md §4.2), and CUDA contexts do not survive fork. So
+    it is built lazily inside the pool child on its first job, never at
+    import or in the parent. Importing this module imports no engine: the
+    registry names engines as strings. Which engine:
+    ``EngineSettings.engine_name``.
+    """
     global _engine
     with _lock:
         if _engine is None:
