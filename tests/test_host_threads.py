@@ -60,10 +60,13 @@ def test_a_cuda_guess_that_ends_on_cpu_says_so() -> None:
 
 def test_prepare_sets_the_given_environment() -> None:
     env: dict[str, str] = {}
-    prepare("cuda", env)
+    prepare("cuda", env, loaded=())
     assert env == {OMP_THREADS_ENV: ONE}
     env = {}
-    prepare("cpu", env)
+    prepare("cpu", env, loaded=())
+    assert env == {}
+    env = {}
+    prepare("cuda", env, loaded=("numpy",))  # this test process may have numpy already: then too late
     assert env == {}
 
 

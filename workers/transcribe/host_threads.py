@@ -79,13 +79,15 @@ def decide(device: str, environ: Mapping[str, str], gpu_listed: bool, loaded: It
 _applied: HostThreads | None = None
 
 
-def prepare(device: str, environ: MutableMapping[str, str] | None = None) -> HostThreads:
+def prepare(device: str, environ: MutableMapping[str, str] | None = None,
+            loaded: Iterable[str] | None = None) -> HostThreads:
     """Decide for ``device`` and set the variables in this process's environment; call it before the
     engine's module is imported (``workers.transcribe.engine.create_engine`` does). For the process's
-    own environment the first call's outcome stands: the libraries read the variable once."""
+    own environment the first call's outcome stands: the libraries read the variable once.
+    ``loaded``: the modules already imported (default: this process's)."""
     global _applied
     if environ is not None:
-        chosen = decide(device, environ, nvidia_gpu_listed(environ), loaded=sys.modules)
+        chosen = decide(device, environ, nvidia_gpu_listed(environ), loaded=sys.modules if loaded is None else loaded)
         environ.update(chosen.env)
         return chosen
     if _applied is None:
