@@ -69,6 +69,8 @@ class Streamed:
 
     transcript: Transcript
     seen: list[tuple[int, str]]
+    passes_seen: list[int]  # the decoder's pass count at each callback
+    passes: int  # passes the whole decode took
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +78,15 @@ def story_batched(batched: BatchedWhisperEngine) -> Streamed:
     """The story through the batched engine, decoded once for the module (its two windows cost about two
     CPU-seconds): the words test and the progress test read the same decode."""
     seen: list[tuple[int, str]] = []
-    transcript = batched.transcribe(AUDIO_DIR / STORY["file"],
-                                    on_segment=lambda t: seen.append((len(t.parts), t.text)))
-    return Streamed(transcript, seen)
+    passes_seen: list[int] = []
+    before = batched.decoder.passes
+
+    def on_segment(t: Transcript) -> None:
+        seen.append((len(t.parts), t.text))
+        passes_seen.append(batched.decoder.passes - before)
+
+    transcript = batched.transcribe(AUDIO_DIR / STORY["file"], on_segment=on_segment)
+    return Streamed(transcript, seen, passes_seen, batched.decoder.passes - before)
 
 
 def _parts(transcript: Transcript) -> list[tuple[str, str]]:
@@ -114,6 +122,14 @@ def test_progress_streams_from_the_batched_segments(story_batched: Streamed) -> 
     assert len(seen) >= 2 and [n for n, _ in seen] == list(range(1, len(seen) + 1))
     assert all(later.startswith(earlier) for (_, earlier), (_, later) in zip(seen, seen[1:]))
     assert seen[-1][1] == transcript.text
+
+
+def test_progress_grows_window_by_window_within_one_batch(story_batched: Streamed) -> None:
+    """The story's windows all fit one pass of 8, yet its first words come after the first window's
+    pass, and the transcript grows again after the next: two growth steps, not one at the end."""
+    assert story_batched.passes >= 2
+    assert story_batched.passes_seen[0] == 1  # first words posted while a window was still to decode
+    assert sorted(set(story_batched.passes_seen)) == list(range(1, story_batched.passes + 1))
 
 
 def test_a_callback_error_stops_the_batched_engine_unchanged(batched: BatchedWhisperEngine) -> None:

@@ -51,6 +51,8 @@ FALLBACKS = {
     "AWS_ENDPOINT_URL": "boto's name, read after VOICY_WORKER_S3_ENDPOINT_URL",
     "HF_HUB_OFFLINE": "Hugging Face's own switch (tests, air-gapped GPU hosts)",
     "TRANSFORMERS_OFFLINE": "Hugging Face's older name of the same switch",
+    "OMP_NUM_THREADS": "OpenMP's and OpenBLAS's own switch (a CUDA gpu process sets it itself, docs 4.2)",
+    "CUDA_VISIBLE_DEVICES": "CUDA's own switch (read to guess device=auto before CTranslate2 loads)",
 }
 ALWAYS_REQUIRED = {"FLOWER_PASSWORD": "the web process refuses to serve Flower without authentication"}
 _BRIDGE_LINE = re.compile(r"^([\w-]+):.*\bpython -m bridges (\w+)", re.M)  # a Procfile type running a bridge

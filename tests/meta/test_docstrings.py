@@ -45,16 +45,12 @@ NOT_YET_CONVERTED = {
     "workers/transcribe/batched.py",
     "workers/transcribe/clips.py",
     "workers/transcribe/device.py",
-    "workers/transcribe/engine.py",
     "workers/transcribe/failures.py",
-    "workers/transcribe/languages.py",
     "workers/transcribe/probe.py",
     "workers/transcribe/protocol.py",
     "workers/transcribe/registry.py",
     "workers/transcribe/results.py",
-    "workers/transcribe/seek.py",
     "workers/transcribe/settings.py",
-    "workers/transcribe/whisper.py",
 }
 
 

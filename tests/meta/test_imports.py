@@ -242,7 +242,6 @@ FUNCTION_LEVEL_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("workers.cairn.contract.proto_build", "grpc_tools"): "grpcio-tools is a dev dependency, only to rebuild pb/",
     ("workers.voicy.settings", "workers.transcribe.device"):
         "ctranslate2 (~200 ms) only to look for a GPU, when neither VOICY_WORKER_CLIP_BATCH_SIZE nor _DEVICE is set",
-    ("workers.transcribe.languages", "faster_whisper"): "faster-whisper (~240 ms) only where a language is checked",
     ("workers.transcribe.probe", "av"): "PyAV (~70 ms) only in the io and gpu workers, which probe media",
     ("workers.voicy.media_store", "boto3"): "boto3 (~120 ms) only where S3 is configured",
     ("workers.voicy.media_store", "botocore.config"): "botocore.config (~85 ms) only where S3 is configured",

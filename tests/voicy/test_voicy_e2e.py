@@ -124,6 +124,8 @@ def test_five_jobs_complete_with_transcripts_parts_and_progress(shared_but_gpu, 
     # the worker's parent handed its pool size to the engine: the cores are split between both processes
     cores = usable_cores()
     assert f"cpu_threads={max(1, cores // 2)} (auto: {cores} usable cores / 2 pool processes)" in gpu.log()
+    # a CPU engine's pool child leaves its host threads alone (only a CUDA engine sets OMP_NUM_THREADS=1)
+    assert "OMP_NUM_THREADS" in env or "host threads unchanged (cpu: the libraries' defaults)" in gpu.log()
 
 
 def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_path):
