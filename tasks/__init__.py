@@ -17,7 +17,7 @@ from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
 
 import workers  # noqa: F401  (before any pydantic model: it switches off a start-up cost, see workers/__init__.py)
-from tasks import lost_acks, startup_stop, stop_consuming
+from tasks import lost_acks, quick_drain, startup_stop, stop_consuming
 from tasks.settings import celery_config
 from workers.errors import ConfigError
 from workers.logs import adopt_handlers
@@ -28,6 +28,7 @@ CELERY_COMMAND = "celery"  # the click group of Celery's command line
 app = Celery("switchyard")
 startup_stop.install(app)  # a stop signal while a worker starts is a clean stop (tasks/startup_stop.py)
 stop_consuming.install(app)  # a stopping worker consumes nothing more (tasks/stop_consuming.py)
+quick_drain.install(app)  # the soft-shutdown window ends with the work in hand (tasks/quick_drain.py)
 lost_acks.install()  # an ack lost with Redis is an outage line, not a CRITICAL traceback (tasks/lost_acks.py)
 
 

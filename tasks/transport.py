@@ -51,6 +51,8 @@ from typing import Any
 import redis
 from kombu.transport import redis as kombu_redis
 
+from tasks.last_pop import HandBackLastPop
+
 CLOSED_MESSAGE = "broker connection already closed"
 UNACKED_KEY = kombu_redis.Channel.unacked_key
 PRIORITY_SEP = kombu_redis.Channel.sep
@@ -84,11 +86,11 @@ class _ReusedClient:
         return client
 
 
-class RedisChannel(_GuardedConnparams, _ReusedClient, kombu_redis.Channel):
+class RedisChannel(_GuardedConnparams, _ReusedClient, HandBackLastPop, kombu_redis.Channel):
     pass
 
 
-class SentinelChannel(_GuardedConnparams, _ReusedClient, kombu_redis.SentinelChannel):
+class SentinelChannel(_GuardedConnparams, _ReusedClient, HandBackLastPop, kombu_redis.SentinelChannel):
     pass
 
 
