@@ -19,6 +19,7 @@ from tasks.consumer import CONSUMER
 from tasks.result_backend import result_backend_url
 from tasks.routes import TASK_QUEUES, TASK_ROUTES
 from tasks.transport import REDIS_TRANSPORT, SENTINEL_TRANSPORT
+from workers import dead_peers
 from workers.config import load_settings
 from workers.redisconn import DEFAULT_REDIS_URL, RedisSettings, parse_sentinel_url
 
@@ -73,7 +74,10 @@ WORKER_SOFT_SHUTDOWN_TIMEOUT_S = 10.0
 
 RESULT_EXPIRES_S = 3600
 BROKER_SOCKET_TIMEOUT_S = 30.0
-BROKER_HEALTH_CHECK_INTERVAL_S = 25.0
+# Silent cuts (D1): keepalive, TCP_USER_TIMEOUT, health checks and a connect bound on every broker
+# and result-backend connection, so a host cut off without an RST works again within
+# ``dead_peers.HEAL_BOUND_S`` of the heal (workers/dead_peers.py says why each value).
+BROKER_HEALTH_CHECK_INTERVAL_S = dead_peers.REDIS_HEALTH_CHECK_INTERVAL_S
 
 # --- Redis outages (invariant R1) -----------------------------------------------------
 # A Redis restart, an outage of up to a minute or a Sentinel failover must not stop any
@@ -162,6 +166,7 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
     transport = {
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
         "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+        **dead_peers.redis_options(),
         "health_check_interval": BROKER_HEALTH_CHECK_INTERVAL_S,
         **connection.pop("broker_transport_options", {}),
     }
@@ -184,6 +189,9 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
         "result_backend_base_sleep_between_retries_ms": RESULT_BACKEND_BASE_SLEEP_MS,
         "result_backend_max_sleep_between_retries_ms": RESULT_BACKEND_MAX_SLEEP_MS,
         "redis_retry_on_timeout": True,
+        "redis_socket_keepalive": True,  # its options: tasks/result_backend.py
+        "redis_socket_connect_timeout": dead_peers.CONNECT_TIMEOUT_S,
+        "redis_backend_health_check_interval": dead_peers.REDIS_HEALTH_CHECK_INTERVAL_S,
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
