@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 import uuid
 
 import pytest
@@ -16,6 +17,7 @@ from tests.kit.waiting import wait_until
 
 POP_TIMEOUT_S = 5.0
 CONSUMER_TAG = "stopping-worker"
+LONG_POP_TIMEOUT_S = 30  # a pending BRPOP the stop must not wait out
 
 
 @pytest.fixture()
@@ -51,12 +53,18 @@ def test_a_message_popped_as_the_channel_closes_goes_back_to_the_head_of_its_que
     assert f"handed back a message for queue '{queue}'" in caplog.text
 
 
-def test_a_channel_closed_with_nothing_popped_hands_nothing_back(consuming, caplog) -> None:
+def test_a_pending_fetch_is_ended_at_once_and_hands_nothing_back(consuming, caplog) -> None:
+    """The stop does not wait out the pending BRPOP's timeout: it is unblocked and pops nothing."""
     conn, channel, client, queue = consuming
+    channel.brpop_timeout = LONG_POP_TIMEOUT_S
     channel.connection.cycle._register_BRPOP(channel)
+    wait_until(lambda: any(c.get("cmd") == "brpop" for c in client.client_list()), POP_TIMEOUT_S,
+               "the server to hold the BRPOP")
     channel.basic_cancel(CONSUMER_TAG)
+    started = time.monotonic()
     with caplog.at_level(logging.DEBUG):
         channel.close()
+    assert time.monotonic() - started < LONG_POP_TIMEOUT_S / 2  # unblocked, not timed out
     assert client.llen(queue) == 0
     assert "handed back" not in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
