@@ -1,4 +1,4 @@
-"""How soon a worker host cut off silently (its link down: no RST) works again after the heal (D1)."""
+"""How soon a host cut off silently (every packet dropped, no RST, its link up) works again after the heal (D1)."""
 
 from __future__ import annotations
 
@@ -77,6 +77,22 @@ print("none", flush=True)
 """
 
 
+# Runs on core: one task sent (or, for beat's queue, nothing: beat is the sender).
+SEND_ONE = """
+import sys
+from celery import Celery
+if sys.argv[2] != {beat!r}:
+    Celery(broker=sys.argv[1]).send_task({task!r}, args=(0,), queue=sys.argv[2])
+""".replace("{task!r}", repr(PROBE_TASK)).replace("{beat!r}", repr(BEAT))
+
+
+def send_one(net: Network, redis_url: str, queue: str) -> None:
+    """A task sent during the cut, as work keeps arriving during a real partition: Redis hands it to the
+    cut worker's pending BRPOP and its reply is retransmitted into the cut with growing backoff."""
+    subprocess.run(net.hosts[CORE].argv([sys.executable, "-c", SEND_ONE, redis_url, queue]), cwd=ROOT,
+                   capture_output=True, timeout=READY_TIMEOUT_S, check=True)
+
+
 def probe(net: Network, redis_url: str, queue: str, limit_s: float) -> float | None:
     """Seconds from now until a task sent to ``queue`` (sent again every ``PROBE_WAIT_S``) returned."""
     script = BEAT_PROBE if queue == BEAT else PROBE
@@ -107,9 +123,10 @@ def measure(workdir: Path, process: str = "io", cut_s: float = CUT_S) -> Heal:
             queue = WORKER_QUEUES.get(process, BEAT)
             if probe(net, redis_url, queue, READY_TIMEOUT_S) is None:
                 raise RuntimeError(f"{process} never answered before the cut: {(workdir / f'{process}.log')}")
-            net.cut(WORKER)
+            net.cut_silently(WORKER)
+            send_one(net, redis_url, queue)  # popped by the worker's pending fetch: its reply is lost in the cut
             time.sleep(cut_s)  # the partition's length is the measurement's input, not an awaited event
-            net.heal(WORKER)
+            net.undrop(WORKER)
             return Heal(process, cut_s, probe(net, redis_url, queue, HEAL_LIMIT_S))
         finally:
             worker.kill()
