@@ -62,8 +62,8 @@ WORKER_PROC_ALIVE_TIMEOUT_S = 60.0
 # --- shutdown (Heroku: SIGTERM to every process of the dyno, SIGKILL 30 s later) --------
 # The Procfile runs workers with REMAP_SIGTERM=SIGQUIT: SIGTERM starts a *cold*
 # shutdown and pool children ignore SIGTERM (billiard), so nothing dies at once.
-# Celery then waits this soft-shutdown window for running tasks (it sleeps the
-# whole window whenever a task is running), so a short transcription or a
+# Celery then waits this soft-shutdown window for running tasks, ending it as
+# soon as they have (tasks/quick_drain.py), so a short transcription or a
 # download finishes here instead of being redone; then it cancels what still
 # runs with the terminate signal, the task sees SystemExit and hands its job back
 # (``workers.voicy.outcomes.hand_back``; Cairn tasks release their lease and the
