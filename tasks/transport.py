@@ -1,43 +1,4 @@
-"""kombu's Redis and Sentinel transports: a crash on a broker failure turned into a reconnect, and
-one blocking client per channel instead of one per command.
-
-Found by ``tests/test_sentinel.py`` (about one failover in four): a message
-arrives just as the master dies, so its ack fails and it stays in kombu's
-unacked set. Celery's consumer then collects the broken connection: closing
-the channel disconnects its pool and tries to restore that message, which
-fails (no master yet), so the channel stays open while the connection's
-transport is dropped. Celery then closes the connection once more; the
-channel builds a new pool from ``self.connection.client``, now ``None``, and
-the ``AttributeError`` is not a connection error, so Celery reports an
-"Unrecoverable error" and the worker exits (R1). The same race exists on a
-single Redis that crashes at that instant.
-
-The channels here raise a Redis ``ConnectionError`` instead, which Celery's
-close path ignores as it should: the consumer reconnects (to the promoted
-master) and the unacked message is restored later by kombu's usual sweep; its
-job is recovered sooner through its lease like any job whose worker lost
-Redis. ``tasks.settings`` selects these classes with ``broker_transport``; they
-change nothing else (TLS comes from ``broker_use_ssl``, as with kombu's own).
-
-**One client per channel.** kombu's ``Channel.conn_or_acquire`` builds a new
-``redis.Redis`` for every publish, every task-event flush and every unacked-
-index update and ack (``QoS.pipe_or_acquire``). With redis-py 8 that
-constructor alone costs about 0.1 ms of CPU (it fills a case-insensitive table
-of response callbacks), and a Cairn job crosses it about six times between the
-bridge and the worker (issue 15 §3). The client holds no connection of its own
-(each command borrows one from the channel's pool), so the channels here build
-it once per pool and hand the same one out; a pool that kombu replaces (after a
-disconnect) gets a new client with it.
-
-**Reading the broker's messages.** :func:`task_messages` is the one place that
-knows kombu's Redis layout: a queue is a list per priority step (``io``,
-``io\x06\x163`` ...), a delivered message waits for its ack in the ``unacked``
-hash as ``[message, exchange, routing_key]``, and a message is Celery's JSON
-envelope whose ``body`` is base64 of ``[args, kwargs, embed]``. The Voicy grant
-audit (``workers.voicy.grants``) uses it to tell a task waiting in a queue from
-one no worker will run. It assumes kombu's default key names (no
-``global_keyprefix``, no renamed ``unacked_key``), which ``tasks.settings`` keeps.
-"""
+"""kombu's Redis and Sentinel transports, hardened for failovers and cheap per command, and a reader of their queues."""
 
 from __future__ import annotations
 
@@ -60,7 +21,26 @@ PRIORITY_STEPS = tuple(kombu_redis.PRIORITY_STEPS)
 
 
 class _GuardedConnparams:
-    """Mixin: refuse to build a pool for a connection that was already collected."""
+    """Mixin: refuse to build a pool for a connection that was already collected.
+
+    Found by ``tests/test_sentinel.py`` (about one failover in four): a message
+    arrives just as the master dies, so its ack fails and it stays in kombu's
+    unacked set. Celery's consumer then collects the broken connection: closing
+    the channel disconnects its pool and tries to restore that message, which
+    fails (no master yet), so the channel stays open while the connection's
+    transport is dropped. Celery then closes the connection once more; the
+    channel builds a new pool from ``self.connection.client``, now ``None``, and
+    the ``AttributeError`` is not a connection error, so Celery reports an
+    "Unrecoverable error" and the worker exits (R1). The same race exists on a
+    single Redis that crashes at that instant.
+
+    The channels here raise a Redis ``ConnectionError`` instead, which Celery's
+    close path ignores as it should: the consumer reconnects (to the promoted
+    master) and the unacked message is restored later by kombu's usual sweep; its
+    job is recovered sooner through its lease like any job whose worker lost
+    Redis. ``tasks.settings`` selects these classes with ``broker_transport``; they
+    change nothing else (TLS comes from ``broker_use_ssl``, as with kombu's own).
+    """
 
     connection: Any
 
@@ -71,7 +51,18 @@ class _GuardedConnparams:
 
 
 class _ReusedClient:
-    """Mixin: ``conn_or_acquire`` hands out one blocking client per pool, not a new one per command."""
+    """Mixin: ``conn_or_acquire`` hands out one blocking client per pool, not a new one per command.
+
+    kombu's ``Channel.conn_or_acquire`` builds a new
+    ``redis.Redis`` for every publish, every task-event flush and every unacked-
+    index update and ack (``QoS.pipe_or_acquire``). With redis-py 8 that
+    constructor alone costs about 0.1 ms of CPU (it fills a case-insensitive table
+    of response callbacks), and a Cairn job crosses it about six times between the
+    bridge and the worker (issue 15 §3). The client holds no connection of its own
+    (each command borrows one from the channel's pool), so the channels here build
+    it once per pool and hand the same one out; a pool that kombu replaces (after a
+    disconnect) gets a new client with it.
+    """
 
     _reused_client: redis.Redis | None = None
     pool: Any  # kombu's property: the channel's connection pool, built on first use
@@ -130,6 +121,15 @@ def task_messages(client: redis.Redis, queues: Iterable[str],
     One ``MULTI`` reads every list and the ``unacked`` hash, so a message moving
     between them is not seen in both or missed by both at once. A message that
     does not decode is skipped: it is not one of ours to judge.
+
+    :func:`task_messages` is the one place that
+    knows kombu's Redis layout: a queue is a list per priority step (``io``,
+    ``io\x06\x163`` ...), a delivered message waits for its ack in the ``unacked``
+    hash as ``[message, exchange, routing_key]``, and a message is Celery's JSON
+    envelope whose ``body`` is base64 of ``[args, kwargs, embed]``. The Voicy grant
+    audit (``workers.voicy.grants``) uses it to tell a task waiting in a queue from
+    one no worker will run. It assumes kombu's default key names (no
+    ``global_keyprefix``, no renamed ``unacked_key``), which ``tasks.settings`` keeps.
     """
     keys = [key for queue in queues for key in queue_keys(queue)]
     with client.pipeline(transaction=True) as pipe:
