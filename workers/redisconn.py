@@ -15,6 +15,7 @@ import redis.sentinel
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workers import dead_peers
 from workers.config import load_settings
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -153,8 +154,9 @@ def sync_client(url: str | None = None, *, master_name: str | None = None, **opt
         parsed, master_kwargs = _sentinel_args(url)
         sentinels = redis.sentinel.Sentinel(list(parsed.hosts),
                                             sentinel_kwargs={"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S})
-        return sentinels.master_for(_master_name(master_name), **{**master_kwargs, **options})
-    return redis.Redis.from_url(url, **{**_url_options(url), **options})
+        return sentinels.master_for(_master_name(master_name), **{**dead_peers.redis_options(), **master_kwargs,
+                                                                  **options})
+    return redis.Redis.from_url(url, **{**dead_peers.redis_options(), **_url_options(url), **options})
 
 
 def async_client(url: str | None = None, *, master_name: str | None = None, **options: Any) -> aioredis.Redis:
@@ -164,5 +166,6 @@ def async_client(url: str | None = None, *, master_name: str | None = None, **op
         parsed, master_kwargs = _sentinel_args(url)
         sentinels = aiosentinel.Sentinel(list(parsed.hosts),
                                          sentinel_kwargs={"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S})
-        return sentinels.master_for(_master_name(master_name), **{**master_kwargs, **options})
-    return aioredis.Redis.from_url(url, **{**_url_options(url), **options})
+        return sentinels.master_for(_master_name(master_name), **{**dead_peers.redis_options(), **master_kwargs,
+                                                                  **options})
+    return aioredis.Redis.from_url(url, **{**dead_peers.redis_options(), **_url_options(url), **options})

@@ -272,11 +272,6 @@ FLOWER_NO_REPLY = Allow(
            "at once; Flower lists workers from their events meanwhile. A failure with a cause (': <error>', "
            "a broker error) stays over budget",
     provoked_by="every start and stop of a whole formation with Flower: make demo (tests/fleet/test_demo.py)")
-WORKER_SHUTDOWN_REQUEUE = Allow(
-    r"Requeuing undeliverable message for queue '\w+': No consumers", after=r"worker: (Cold|Warm) shutdown",
-    reason="a message the worker's Redis consumer fetched while it was stopping (its consumer already "
-           "cancelled) is put back on its queue by kombu: nothing is lost; only after the worker's own shutdown",
-    provoked_by="stopping a worker while beat sends: every fleet stop, tests/ops/test_health.py's stop tests")
 RUN_AS_ROOT = Allow(
     r"SecurityWarning: You're running the worker with superuser privileges",
     reason="Celery warns when a worker runs as root; this box and CI run everything as root (the host "
@@ -285,6 +280,6 @@ RUN_AS_ROOT = Allow(
 
 
 def baseline() -> tuple[Allow, ...]:
-    """What any run of the fleet may print: the stop of a whole formation, and, only where this
-    process runs as root, Celery's warning about it. A plain run expects nothing else."""
-    return (FLOWER_NO_REPLY, WORKER_SHUTDOWN_REQUEUE) + ((RUN_AS_ROOT,) if os.geteuid() == 0 else ())
+    """What any run of the fleet may print: Flower's stop beside a whole formation, and, only where
+    this process runs as root, Celery's warning about it. A worker's own stop prints no WARNING."""
+    return (FLOWER_NO_REPLY,) + ((RUN_AS_ROOT,) if os.geteuid() == 0 else ())

@@ -139,6 +139,13 @@ class Network:
     def heal(self, host: str) -> None:
         ip("link", "set", f"v-{host}"[:15], "up", netns=self.switch)
 
+    def cut_silently(self, host: str) -> None:
+        """Drop everything ``host`` sends to or receives from the other hosts (nftables, in its own
+        namespace), its link up. Why besides :meth:`cut`: with its link down a host's own kernel knows
+        (no carrier) and retries its sends within half a second of the heal, which a partition behind
+        a failed switch or router never tells it. :meth:`undrop` heals it."""
+        self._netfilter(host, "isolate", f"{SUBNET}.0/{PREFIX_LEN}")
+
     def drop(self, host: str, peer: str, port: int) -> None:
         """Drop ``host``'s TCP to and from ``peer:port`` (nftables, in the host's namespace)."""
         self._netfilter(host, "drop", peer, str(port))

@@ -70,6 +70,22 @@ def drop(peer: str, port: int) -> None:
         nft.close()
 
 
+def isolate(subnet: str) -> None:
+    """Drop every IP packet between this host and ``subnet`` (``10.77.0.0/24``), both ways: the host's
+    link stays up, so its kernel sees no carrier loss, only silence, as behind a failed router."""
+    nft = NFTables()
+    try:
+        with contextlib.suppress(NetlinkError):
+            nft.table("add", name=TABLE)
+        for chain, hook in CHAINS.items():
+            with contextlib.suppress(NetlinkError):
+                nft.chain("add", table=TABLE, name=chain, hook=hook, type="filter", policy=NF_ACCEPT)
+        nft.rule("add", table=TABLE, chain="out", expressions=(ipv4addr(dst=subnet), verdict(NF_DROP)))
+        nft.rule("add", table=TABLE, chain="in", expressions=(ipv4addr(src=subnet), verdict(NF_DROP)))
+    finally:
+        nft.close()
+
+
 def clear() -> None:
     """Remove every drop of this host (no table: nothing to heal)."""
     nft = NFTables()
@@ -98,11 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     add = sub.add_parser("drop", help="drop TCP to and from PEER:PORT")
     add.add_argument("peer")
     add.add_argument("port", type=int)
+    whole = sub.add_parser("isolate", help="drop every packet to and from SUBNET")
+    whole.add_argument("subnet")
     sub.add_parser("clear", help="remove every drop")
     sub.add_parser("count", help="print how many drop rules there are")
     args = parser.parse_args(argv)
     if args.cmd == "drop":
         drop(args.peer, args.port)
+    elif args.cmd == "isolate":
+        isolate(args.subnet)
     elif args.cmd == "clear":
         clear()
     else:

@@ -9,6 +9,7 @@ from tasks.hardening import (
     consumer,
     lost_acks,
     prefork,
+    quick_drain,
     result_backend,
     scheduler,
     startup_stop,
@@ -19,7 +20,7 @@ from tasks.hardening import (
 # In the order they are installed: the configuration the first four rewrite must be in place already
 # (``tasks.settings.celery_config``); the rest hook signals, bootsteps and loggers.
 HARDENING: tuple[ModuleType, ...] = (transport, result_backend, consumer, scheduler,
-                                     startup_stop, stop_consuming, lost_acks, prefork)
+                                     startup_stop, stop_consuming, quick_drain, lost_acks, prefork)
 
 
 def install(app: Any) -> None:

@@ -12,6 +12,7 @@ from celery.backends.redis import SentinelBackend as CelerySentinelBackend
 from celery.utils.serialization import raise_with_context
 from celery.utils.time import get_exponential_backoff_interval
 
+from workers import dead_peers
 from workers.outage import Outage
 
 log = logging.getLogger(__name__)
@@ -96,11 +97,23 @@ class _RetriesReportedOnce:
                 return result
 
 
-class RedisBackend(_SetWithExpiry, _NoSubscriptionAtSend, _RetriesReportedOnce, CeleryRedisBackend):
+class _DeadPeersFound:
+    """Keepalive and ``TCP_USER_TIMEOUT`` on the backend's sockets (workers/dead_peers.py): Celery passes
+    ``redis_socket_keepalive`` on, but not the options that bound a silent cut."""
+
+    connparams: dict[str, Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connparams["socket_keepalive_options"] = dead_peers.tcp_options()
+
+
+class RedisBackend(_SetWithExpiry, _NoSubscriptionAtSend, _RetriesReportedOnce, _DeadPeersFound, CeleryRedisBackend):
     """``redis://`` and ``rediss://`` results."""
 
 
-class SentinelBackend(_SetWithExpiry, _NoSubscriptionAtSend, _RetriesReportedOnce, CelerySentinelBackend):
+class SentinelBackend(_SetWithExpiry, _NoSubscriptionAtSend, _RetriesReportedOnce, _DeadPeersFound,
+                      CelerySentinelBackend):
     """``sentinel://`` results (Celery's Sentinel backend, same write)."""
 
 

@@ -100,13 +100,17 @@ def test_a_host_is_its_own_machine(net: Network) -> None:
     assert edge.address not in ip("-4", "addr")  # this machine's network is untouched
 
 
-def test_drop_hangs_one_service_link_cut_hangs_all_and_both_heal(net: Network) -> None:
+def test_drop_hangs_one_service_silent_and_link_cuts_hang_all_and_all_heal(net: Network) -> None:
     ports = [_free_port(), _free_port()]
     server = serve(net, ports)
     try:
         assert [connects(net, p) for p in ports] == ["ok", "ok"]
         net.drop("edge", net.hosts["core"].address, ports[0])
         assert [connects(net, p) for p in ports] == ["timeout", "ok"]  # dropped, not refused: it hangs
+        net.undrop("edge")
+        assert [connects(net, p) for p in ports] == ["ok", "ok"]
+        net.cut_silently("edge")  # every packet dropped, the link up
+        assert [connects(net, p) for p in ports] == ["timeout", "timeout"]
         net.undrop("edge")
         assert [connects(net, p) for p in ports] == ["ok", "ok"]
         net.cut("edge")

@@ -14,6 +14,7 @@ import nats
 import nkeys
 from nats.errors import ConnectionClosedError, StaleConnectionError, UnexpectedEOF
 
+from workers import dead_peers
 from workers.cairn.refusals import POOL_ROLE, PermissionRefused, Refusals, fault_component, guarded
 from workers.cairn.settings import CairnSettings
 from workers.errors import RetryableJobError
@@ -74,6 +75,8 @@ def connect_options(settings: CairnSettings) -> dict[str, Any]:
         "servers": [settings.nats_url], "name": settings.worker_name,
         "connect_timeout": CONNECT_TIMEOUT_S, "reconnect_time_wait": RECONNECT_WAIT_S,
         "max_reconnect_attempts": -1, "allow_reconnect": True,
+        "ping_interval": dead_peers.NATS_PING_INTERVAL_S,
+        "max_outstanding_pings": dead_peers.NATS_MAX_OUTSTANDING_PINGS,
     }
     if settings.worker_enrollment_token is not None:
         options["token"] = settings.worker_enrollment_token.get_secret_value()

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
+from workers import dead_peers
 from workers.errors import AuthError, PermanentJobError, RetryableJobError, StaleJobError
 from workers.voicy.models import (
     Bucket,
@@ -74,6 +75,7 @@ class VoicyClient:
             timeout_s = settings.timeout_s if timeout_s is None else timeout_s
         if not token:
             raise AuthError(AUTH_MESSAGE)
+        transport = transport or httpx.HTTPTransport(socket_options=dead_peers.socket_options())  # silent cuts
         self._http = httpx.Client(base_url=base_url.rstrip("/"), transport=transport,
                                   timeout=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
                                   headers={"Authorization": f"Bearer {token}"}, follow_redirects=False)
