@@ -181,7 +181,7 @@ def dynos_down(sup: Supervisor) -> list[str]:
 def run(*, seed: int, window_s: float, voicy_jobs: int, cairn_jobs: int, kill_every_s: float,
         quiesce_s: float, write_doc: bool = True, command: str = "") -> dict[str, Any]:
     started = time.monotonic()
-    run_commit = chaos_report.commit()  # before the run: the doc it writes dirties the tree
+    identity = chaos_report.run_identity()
     workdir = Path(tempfile.mkdtemp(prefix="sy-chaos-"))
     rng = random.Random(seed)
     rig = ChaosRig(workdir, seed, voicy_jobs, cairn_jobs)
@@ -211,7 +211,7 @@ def run(*, seed: int, window_s: float, voicy_jobs: int, cairn_jobs: int, kill_ev
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
     figures = {
-        "seed": seed, "command": command, "commit": run_commit, "window_s": window_s, "kill_every_s": kill_every_s,
+        **identity, "seed": seed, "command": command, "window_s": window_s, "kill_every_s": kill_every_s,
         "voicy_jobs": voicy_jobs, "cairn_jobs": cairn_jobs, "quiesce_bound_s": quiesce_s,
         "lost": len(voicy.lost) + len(cairn.lost),
         "duplicate_executions": len(voicy.duplicates) + len(cairn.duplicates),

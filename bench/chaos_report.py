@@ -1,16 +1,13 @@
-"""The chaos harness's output: one summary line, and docs/RELIABILITY.md (definitions, runs, latest detail).
-
-The document is regenerated on every run; the table of runs is carried over
-from the previous file (between the ``RUNS_BEGIN``/``RUNS_END`` markers), so a
-"before" run on a branch and an "after" run on main stay side by side.
-"""
+"""The chaos harness's output: one summary line, and docs/RELIABILITY.md regenerated from its latest run."""
 
 from __future__ import annotations
 
 import json
-import subprocess
+import os
+import tomllib
 from collections import Counter
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +15,15 @@ from bench import chaos_count, chaos_rig
 from devstack.infra.stack import ROOT
 
 DOC_PATH = ROOT / "docs" / "RELIABILITY.md"
-RUNS_BEGIN = "<!-- chaos-runs:begin -->"
-RUNS_END = "<!-- chaos-runs:end -->"
-PARTS_BEGIN = "<!-- partitions:begin -->"  # bench/partitions_report.py writes between these; chaos carries it over
+# The document shows one current table per topic; the sections other harnesses own sit between
+# these markers and a chaos run carries them over unchanged.
+PARTS_BEGIN = "<!-- partitions:begin -->"  # bench/partitions_report.py writes between these
 PARTS_END = "<!-- partitions:end -->"
-MAX_RUN_ROWS = 30
-TABLE_HEAD = ("| date (UTC) | commit | seed | window s | Voicy / Cairn jobs | kills | lost | duplicate | failed "
-              "| stuck | crashed, not restarted | self-exits | quiet | total s | command |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEALS_BEGIN = "<!-- heals:begin -->"  # the silent-cut heal table, from `python -m bench.heals`
+HEALS_END = "<!-- heals:end -->"
+TABLE_HEAD = ("| seed | window s | Voicy / Cairn jobs | kills | lost | duplicate | failed "
+              "| stuck | crashed, not restarted | self-exits | quiet | total s |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def summary_line(f: dict[str, Any]) -> str:
@@ -37,37 +35,31 @@ def summary_line(f: dict[str, Any]) -> str:
             f"total {f['total_s']:g}s)")
 
 
-def commit() -> str:
+def release() -> str:
+    """The installed Switchyard release, else pyproject's: a run is named by release, never by commit."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                f":!{DOC_PATH.relative_to(ROOT)}"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
-        branch = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
-    return f"{branch}@{rev}{'+dirty' if dirty else ''}"
+        return version("switchyard")
+    except PackageNotFoundError:
+        return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
+
+
+def run_identity() -> dict[str, str]:
+    """What names a run in the document: the box, the UTC date and the release."""
+    return {"box": f"{os.cpu_count()}-core box", "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+            "release": release()}
+
+
+def caption(f: dict[str, Any]) -> str:
+    """The one-line caption of a run's table: box, date, release; command."""
+    return f"{f['box']}, {f['date']}, release {f['release']}; `{f['command']}`"
 
 
 def _row(f: dict[str, Any]) -> str:
-    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
-    cells = [date, f["commit"], str(f["seed"]), f"{f['window_s']:g}", f"{f['voicy_jobs']} / {f['cairn_jobs']}",
+    cells = [str(f["seed"]), f"{f['window_s']:g}", f"{f['voicy_jobs']} / {f['cairn_jobs']}",
              str(f["kills"]), str(f["lost"]), str(f["duplicate_executions"]), str(f["failed"]), str(f["stuck"]),
              str(f["crashed_not_restarted"]), str(f["self_exits"]), "yes" if f["quiet"] else "no",
-             f"{f['total_s']:g}", f"`{f['command']}`"]
+             f"{f['total_s']:g}"]
     return "| " + " | ".join(cells) + " |"
-
-
-def _previous_rows(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    text = path.read_text()
-    if RUNS_BEGIN not in text or RUNS_END not in text:
-        return []
-    block = text.split(RUNS_BEGIN, 1)[1].split(RUNS_END, 1)[0]
-    return [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| date")]
 
 
 def previous_block(path: Path, begin: str, end: str) -> str:
@@ -92,11 +84,9 @@ def _detail(f: dict[str, Any]) -> str:
     crashes = Counter(f"{c['dyno']} rc={c['rc']}" for c in f["self_exit_detail"])
     side = {name: {k: v for k, v in f[name].items()} for name in ("voicy", "cairn")}
     return "\n".join([
-        f"- Command: `{f['command']}` (seed {f['seed']}), commit `{f['commit']}`, load average at the end "
-        f"{f['loadavg']}.",
         f"- Time: setup {f['setup_s']:g} s (of which warm-up {f['warmup_s']:g} s), window {f['window_s']:g} s, "
         f"quiescence {f['quiescence_s']:g} s (bound {f['quiesce_bound_s']:g} s, reached: "
-        f"{'yes' if f['quiet'] else 'no'}), total {f['total_s']:g} s.",
+        f"{'yes' if f['quiet'] else 'no'}), total {f['total_s']:g} s; load average at the end {f['loadavg']}.",
         f"- Faults: {f['kills']} SIGKILLs ({dict(kills)}; by dyno {dict(by_dyno)}), "
         + ", ".join(f"{i['what']} at {i['t']:g} s (down {i['down_s']:g} s)" for i in f["infra"]) + ".",
         f"- Kills that landed with a Voicy download in flight: "
@@ -112,7 +102,7 @@ def _detail(f: dict[str, Any]) -> str:
     ])
 
 
-def render(f: dict[str, Any], rows: list[str], partitions: str = "") -> str:
+def render(f: dict[str, Any], partitions: str = "", heals: str = "") -> str:
     r = chaos_rig
     return f"""# Reliability: the chaos harness
 
@@ -129,8 +119,7 @@ the same port and data directory), then waits, bounded, for quiescence. Every fi
 counted from the dev servers' own records, never from the fleet's logs. Options: `--seed`,
 `--window-s` (300), `--voicy-jobs` (60), `--cairn-jobs` (300), `--kill-every-s` (6),
 `--quiesce-s` (300), `--no-doc`, `--json PATH`. A default run takes setup (10-25 s: one warm-up job per side) + the 5-min window + quiescence
-(bounded; seconds when nothing is left behind) + teardown; the first default run on this box took
-329 s in all (the total of every run is in the table).
+(bounded; seconds when nothing is left behind) + teardown; the latest run's total is in its table.
 
 Targets on the 2-core dev box: **0 lost, 0 duplicate executions, 0 stuck, 0 crashed-and-not-restarted**.
 
@@ -161,7 +150,7 @@ every extra delivery's stored result counts.
   at-least-once delivery cannot close that window, and the contract makes core's ingest
   idempotent for it. It is a few milliseconds wide; everything wider (a bridge dying while its
   tasks run, a Redis or NATS outage while results wait to be applied) is not inherent: the
-  outcome ledger of issue 9 applies the recorded outcome instead of running the job again.
+  outcome ledger applies the recorded outcome instead of running the job again.
   A task killed *before* its publish is simply run again; that is not a duplicate.
 - A Redis restart with `appendfsync everysec` can lose up to a second of writes if Redis *crashes*;
   the harness restarts it with SIGTERM, which flushes the AOF.
@@ -175,14 +164,28 @@ its rate budget out of the way; IO_CONCURRENCY={r.IO_CONCURRENCY}, PROVIDER_CONC
 
 ## Reading the figures
 
-- Cairn duplicates come from a bridge dying while its tasks run (issue 9 §2), from results missed
-  right after a bridge starts (§3), and from a Redis or NATS outage while results wait to be
-  applied (the bridge NAKs "bridge error" although the task is still running or has published).
-  The kept fleet logs (`cairn_bridge.1.log`) show which: `nak ... bridge error`, `lease expired`.
-- Self-exits name the process and its exit code: `voicy_bridge.1 rc=1` and `beat.1 rc=1` at the
-  Redis restart are issue 9 §4 (R1).
+- A Cairn duplicate names its cause in the kept fleet logs (`cairn_bridge.1.log`): `nak ... bridge
+  error` (a Redis or NATS outage while results wait to be applied), `lease expired` (a bridge dying
+  while its tasks run).
+- Self-exits name the process and its exit code (e.g. `beat.1 rc=1`); every process rides out a
+  Redis or NATS restart (R1), so each one is a finding.
+- A Voicy job held `granted:<token>` whose task's message is in no queue is a *stranded grant*: its
+  message was taken by a worker's main process that then died or lost Redis before its pool started
+  it (kombu keeps it `unacked` for the 12 h visibility timeout), or lost by a Sentinel failover. The
+  reaper audits confirmed grants against the broker and recovers such a job once its message has
+  been out of every queue for `VOICY_WORKER_STRANDED_GRANT_MS` (60 s); `grant stranded` in the io log
+  names each (`tests/voicy/test_voicy_stranded.py`).
 - A run that misses a target keeps its working directory (every dyno's log, Redis's AOF, the
   JetStream store) and prints its path.
+
+## Latest run
+
+{caption(f)}
+
+{TABLE_HEAD}
+{_row(f)}
+
+{_detail(f)}
 
 ## Partitions: several hosts, and a network that fails
 
@@ -190,21 +193,17 @@ its rate budget out of the way; IO_CONCURRENCY={r.IO_CONCURRENCY}, PROVIDER_CONC
 {partitions}
 {PARTS_END}
 
-## Runs
+## Silent cuts: how soon each process works again
 
-{RUNS_BEGIN}
-{TABLE_HEAD}
-{chr(10).join(rows)}
-{RUNS_END}
-
-## Latest run
-
-{_detail(f)}
+{HEALS_BEGIN}
+{heals}
+{HEALS_END}
 """
 
 
 def write_reliability(f: dict[str, Any], path: Path = DOC_PATH) -> Path:
-    f.setdefault("commit", commit())
-    rows = (_previous_rows(path) + [_row(f)])[-MAX_RUN_ROWS:]
-    path.write_text(render(f, rows, previous_block(path, PARTS_BEGIN, PARTS_END)))
+    for key, value in run_identity().items():
+        f.setdefault(key, value)
+    path.write_text(render(f, previous_block(path, PARTS_BEGIN, PARTS_END),
+                           previous_block(path, HEALS_BEGIN, HEALS_END)))
     return path

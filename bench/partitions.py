@@ -359,9 +359,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown:
         parser.error(f"unknown partition(s): {', '.join(unknown)}")
     quiet_libraries()
-    run_commit = chaos_report.commit()  # before the run: the doc it writes dirties the tree
+    identity = chaos_report.run_identity()
     figures = run(names, args.seed)
-    figures.update(command=command, commit=run_commit)
+    figures.update(identity, command=command)
     if not args.no_doc and names:  # a smoke run has no partition to report
         partitions_report.write(figures)
     print(f"partitions: {'targets met' if figures['met'] else 'TARGETS MISSED'} "

@@ -1,41 +1,15 @@
-"""The partition harness's output in docs/RELIABILITY.md: a row in the chaos runs' table, and its section.
-
-The chaos harness regenerates the whole document and carries both over (the
-table between its ``RUNS`` markers, this section between ``PARTS`` markers), so
-chaos and partition runs stay side by side in one table.
-"""
+"""The partition harness's output: its section of docs/RELIABILITY.md, the latest run's table."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench import chaos_rig
-from bench.chaos_report import (
-    DOC_PATH,
-    MAX_RUN_ROWS,
-    PARTS_BEGIN,
-    PARTS_END,
-    RUNS_BEGIN,
-    RUNS_END,
-    TABLE_HEAD,
-    _previous_rows,
-)
+from bench.chaos_report import DOC_PATH, PARTS_BEGIN, PARTS_END, caption, run_identity
 
 PART_HEAD = ("| partition | how, for how long | lost | duplicate | stuck | failed | healthy again after | "
              "jobs final after | notes |\n|---|---|---|---|---|---|---|---|---|")
-
-
-def row(f: dict[str, Any]) -> str:
-    """The run as a row of the chaos table (window: none; kills: the partitions)."""
-    parts = f["partitions"]
-    total = {k: sum(p[k] for p in parts) for k in ("lost", "duplicate", "failed", "stuck")}
-    cells = [datetime.now(UTC).strftime("%Y-%m-%d %H:%M"), f["commit"], str(f["seed"]), "-",
-             "partitions", f"{len(parts)} partitions", str(total["lost"]), str(total["duplicate"]),
-             str(total["failed"]), str(total["stuck"]), str(len(f["down_at_end"])), str(len(f["self_exits"])),
-             "yes" if all(p.get("settled", True) for p in parts) else "no", f"{f['total_s']:g}", f"`{f['command']}`"]
-    return "| " + " | ".join(cells) + " |"
 
 
 def _note(p: dict[str, Any]) -> str:
@@ -69,7 +43,7 @@ def section(f: dict[str, Any]) -> str:
         f"`--short`; none (the fleet across hosts, one job per side): `--smoke`. Voicy lease "
         f"{chaos_rig.VOICY_LEASE_TTL_MS / 1000:g} s, Cairn AckWait {chaos_rig.CAIRN_ACK_WAIT_S:g} s.",
         "",
-        f"Latest run: `{f['command']}`, commit `{f['commit']}`; setup {f['setup_s']:g} s "
+        f"{caption(f)}; setup {f['setup_s']:g} s "
         f"(warm-up {f['warmup_s']:g} s), total {f['total_s']:g} s; dynos down at the end: "
         f"{', '.join(f['down_at_end']) or 'none'}; exits nobody caused: {len(f['self_exits'])}. "
         f"\"Healthy again after\": {healthy}. Log budget (`bench/partitions_budget.py`): "
@@ -81,46 +55,36 @@ def section(f: dict[str, Any]) -> str:
         healthy_after = "-" if p["healthy_s"] is None else f"{p['healthy_s']:g} s"
         lines.append(f"| {p['name']} | {p['how']}, {p['down_s']:g} s | {p['lost']} | {p['duplicate']} | "
                      f"{p['stuck']} | {p['failed']} | {healthy_after} | {p['settle_s']:g} s | {_note(p)} |")
-    return "\n".join(lines + ["", FOUND])
+    return "\n".join(lines + ["", HOLDS])
 
 
-FOUND = """What the partitions found, each fixed with a test of its own:
+HOLDS = """What holds each partition's figures at zero, each with a test of its own:
 
-- **A cut gpu host reported a job it no longer owned** (gpu-link). Its lease keeper's renewals
-  failed (Redis unreachable: "unknown", not lost, R1); the lease expired and the reaper gave the job
-  to the other gpu host; on the heal the cut host posted `/result` before its next renewal could
-  learn the lease was gone, and Voicy accepted it (one worker token for the fleet). A Voicy
-  execution now fences its lease (`LeaseKeeper.fence`: renew now, yes only on Redis's answer) before
-  `/result` or `/failure` (`tests/voicy/test_lease_fence.py`).
-- **A provider host cut from NATS stored a job's result twice** (provider-nats). A publish with no
-  PubAck was given up and NAKed, but the message was on its way (buffered by nats-py, retransmitted
-  by TCP after the heal) and landed; the redelivery published `:d2` as well. Likewise an activity
-  result stored and its segment companion's presign unanswered. An unacknowledged publish is now
-  retried within the delivery under the same `Nats-Msg-Id` (JetStream's dedup keeps one), and an
-  unanswered presign asked again, for up to a minute (`tests/cairn/test_cairn_publish_retry.py`).
-- **A rate-limit reservation NATS did not answer was taken for a bug** (provider-nats, by the log
-  budget): the KV call's bare `TimeoutError` made an "unexpected" failure, a 30 s NAK counted toward
-  the job's termination, so a long enough partition would have termed good jobs with an envelope. It
-  is now `BudgetUnavailable`, a transient NAK (`tests/cairn/test_cairn_publish_retry.py`).
-- **A Strava origin on plain http away from loopback** (the fake Strava on core) let the provider
-  worker run with a manifest it could never publish (contract §1 allows http only on loopback): a
-  traceback every manifest period. The worker now refuses it at start, naming
-  `CAIRN_STRAVA_BASE_URL` (`tests/fleet/test_start_config.py`); the rig serves its fake Strava over https.
+- A Voicy execution fences its lease (`LeaseKeeper.fence`: renew now, yes only on Redis's answer)
+  before `/result` or `/failure`, so a host cut past its lease's expiry never reports a job the
+  reaper gave to another host (gpu-link; `tests/voicy/test_lease_fence.py`).
+- A publish with no PubAck is retried within the delivery under the same `Nats-Msg-Id` (JetStream's
+  dedup keeps one), and an unanswered presign asked again, for up to a minute, so a message nats-py
+  buffered across a cut and delivered after the heal is stored once (provider-nats;
+  `tests/cairn/test_cairn_publish_retry.py`).
+- A rate-limit reservation NATS does not answer is `BudgetUnavailable`, a transient NAK that does
+  not count toward the job's termination (provider-nats; `tests/cairn/test_cairn_publish_retry.py`).
+- The provider worker refuses at start a Strava origin on plain http away from loopback (contract
+  §1 allows http only on loopback), naming `CAIRN_STRAVA_BASE_URL` (`tests/fleet/test_start_config.py`);
+  the rig serves its fake Strava over https.
 """
 
 
 def write(f: dict[str, Any], path: Path = DOC_PATH) -> Path:
+    """Replace the partitions section of the document (appended when the document has none)."""
+    for key, value in run_identity().items():
+        f.setdefault(key, value)
     text = path.read_text()
-    rows = (_previous_rows(path) + [row(f)])[-MAX_RUN_ROWS:]
-    head, rest = text.split(RUNS_BEGIN, 1)
-    _, tail = rest.split(RUNS_END, 1)
-    text = head + RUNS_BEGIN + "\n" + TABLE_HEAD + "\n" + "\n".join(rows) + "\n" + RUNS_END + tail
     block = PARTS_BEGIN + "\n" + section(f) + "\n" + PARTS_END
     if PARTS_BEGIN in text and PARTS_END in text:
         head, rest = text.split(PARTS_BEGIN, 1)
         text = head + block + rest.split(PARTS_END, 1)[1]
     else:
-        text = text.replace("## Runs\n", "## Partitions: several hosts, and a network that fails\n\n"
-                            + block + "\n\n## Runs\n", 1)
+        text = text.rstrip("\n") + "\n\n## Partitions: several hosts, and a network that fails\n\n" + block + "\n"
     path.write_text(text)
     return path

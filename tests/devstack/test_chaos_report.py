@@ -2,12 +2,12 @@
 counts as one Cairn execution, and the RELIABILITY.md writer.
 
 The harness itself runs as ``make bench ARGS=chaos`` (minutes, the whole fleet);
-these check the parts of it that decide the figures and keep the history, in
-milliseconds, so a rerun on main cannot silently drop the earlier rows.
+these check the parts of it that decide the figures and write the document, in milliseconds.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -15,7 +15,7 @@ from typing import Any
 
 from bson import ObjectId
 
-from bench import chaos_report
+from bench import chaos_report, partitions_report
 from bench.chaos import targets_met
 from bench.chaos_count import _executions, count_voicy
 from bench.chaos_rig import VoicyJob
@@ -37,7 +37,7 @@ def test_a_failure_envelope_without_a_delivery_tag_is_one_execution() -> None:
 def _figures(**over: Any) -> dict[str, Any]:
     side = {"jobs": 2, "final": 2, "completed": 2, "failed": 0, "failed_reasons": {}, "lost": 0,
             "lost_of_which_inherent": 0, "stuck": 0, "duplicate_executions": 0, "retried": 0}
-    figures = {"seed": 7, "command": "python -m bench chaos --seed 7", "commit": "main@abc1234", "window_s": 60.0,
+    figures = {"seed": 7, "command": "python -m bench chaos --seed 7", "window_s": 60.0,
                "kill_every_s": 6.0, "voicy_jobs": 2, "cairn_jobs": 2, "quiesce_bound_s": 300.0, "lost": 0,
                "duplicate_executions": 0, "failed": 0, "stuck": 0, "crashed_not_restarted": 0, "down_at_end": [],
                "self_exits": 1, "self_exit_detail": [{"dyno": "beat.1", "rc": 1}],
@@ -49,15 +49,37 @@ def _figures(**over: Any) -> dict[str, Any]:
     return figures | over
 
 
-def test_the_writer_keeps_earlier_runs_and_adds_this_one(tmp_path: Path) -> None:
+IDENTITY = {"box": "2-core box", "date": "2026-12-03", "release": "0.7.1"}
+# A commit names a run only in git: a hex word of 7+ characters with a digit and a letter, or a
+# branch@rev, is what a hash looks like in a document.
+HASH_LIKE = re.compile(r"(?<![\w-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w-])|\w@[0-9a-f]{7}")
+
+
+def _no_hash(text: str) -> None:
+    assert not HASH_LIKE.findall(text), HASH_LIKE.findall(text)
+
+
+def test_the_hash_check_sees_a_hash() -> None:
+    assert HASH_LIKE.search("commit `5daa22b`") and HASH_LIKE.search("main@012b46d")
+    assert not HASH_LIKE.search("chaos-60d33a_fetch_source, 2026-12-03, 323.7 s, release 0.7.1")
+
+
+def test_the_writer_shows_only_the_latest_run_captioned_by_box_date_and_release(tmp_path: Path) -> None:
     doc = tmp_path / "RELIABILITY.md"
-    chaos_report.write_reliability(_figures(duplicate_executions=22, seed=1), doc)
-    chaos_report.write_reliability(_figures(), doc)
+    chaos_report.write_reliability(_figures(duplicate_executions=22, seed=1) | IDENTITY, doc)
+    chaos_report.write_reliability(_figures() | IDENTITY, doc)
     text = doc.read_text()
-    rows = chaos_report._previous_rows(doc)
-    assert len(rows) == 2
-    assert "| 22 |" in rows[0] and "`python -m bench chaos --seed 7`" in rows[1]
+    assert "2-core box, 2026-12-03, release 0.7.1; `python -m bench chaos --seed 7`" in text
+    assert "| 7 | 60 | 2 / 2 | 1 | 0 | 0 | 0 | 0 | 0 | 1 | yes | 80 |" in text
+    assert "| 22 |" not in text and "seed 1" not in text
     assert "transcription in flight: 1" in text and "beat.1 rc=1" in text
+    _no_hash(text)
+
+
+def test_a_run_is_named_by_the_installed_release() -> None:
+    identity = chaos_report.run_identity()
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", identity["release"])
+    assert identity["box"].endswith("-core box") and re.fullmatch(r"\d{4}-\d\d-\d\d", identity["date"])
 
 
 def test_the_summary_line_names_every_target() -> None:
@@ -119,18 +141,26 @@ def _partition_figures() -> dict[str, Any]:
     return {"seed": 1, "partitions": [part], "setup_s": 30.0, "warmup_s": 20.0, "total_s": 150.0,
             "down_at_end": [], "self_exits": [], "health_checked": True, "met": True,
             "placement": {"gpu.1": "gpu1", "gpu.2": "gpu2"}, "command": "python -m bench partitions --only gpu-link",
-            "commit": "main@def5678"}
+            **IDENTITY}
 
 
-def test_partition_runs_share_the_chaos_table_and_a_chaos_run_keeps_their_section(tmp_path: Path) -> None:
-    from bench import partitions_report
-
+def test_a_partition_run_replaces_its_section_and_a_chaos_run_keeps_it_and_the_heals(tmp_path: Path) -> None:
     doc = tmp_path / "RELIABILITY.md"
-    chaos_report.write_reliability(_figures(), doc)
-    partitions_report.write(_partition_figures(), doc)
-    chaos_report.write_reliability(_figures(seed=9), doc)
+    chaos_report.write_reliability(_figures() | IDENTITY, doc)
     text = doc.read_text()
-    rows = chaos_report._previous_rows(doc)
-    assert len(rows) == 3 and "`python -m bench partitions --only gpu-link`" in rows[1]
+    head, rest = text.split(chaos_report.HEALS_BEGIN, 1)
+    doc.write_text(head + chaos_report.HEALS_BEGIN + "\n| io worker | 13 s | 0.5 s |" + rest)
+    partitions_report.write(_partition_figures(), doc)
+    partitions_report.write(_partition_figures() | {"command": "python -m bench partitions --short"}, doc)
+    chaos_report.write_reliability(_figures(seed=9) | IDENTITY, doc)
+    text = doc.read_text()
     assert "| gpu-link | gpu2: link down, 15 s | 0 | 0 | 0 | 0 | 12 s | 70 s | recovered by gpu1;" in text
-    assert text.count(chaos_report.PARTS_BEGIN) == 1
+    assert text.count("| gpu-link |") == 1 and text.count(chaos_report.PARTS_BEGIN) == 1
+    assert "2-core box, 2026-12-03, release 0.7.1; `python -m bench partitions --short`" in text
+    assert "--only gpu-link" not in text
+    assert "| io worker | 13 s | 0.5 s |" in text and "release 0.7.1; `python -m bench chaos --seed 7`" in text
+    _no_hash(text)
+
+
+def test_the_reliability_document_names_no_commit() -> None:
+    _no_hash(chaos_report.DOC_PATH.read_text())
