@@ -23,12 +23,6 @@ NOT_YET_CONVERTED = {
     "tasks/settings.py",
     "workers/transcribe/batched.py",
     "workers/transcribe/clips.py",
-    "workers/transcribe/device.py",
-    "workers/transcribe/failures.py",
-    "workers/transcribe/probe.py",
-    "workers/transcribe/protocol.py",
-    "workers/transcribe/registry.py",
-    "workers/transcribe/results.py",
     "workers/transcribe/settings.py",
 }
 
