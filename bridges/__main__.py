@@ -1,14 +1,4 @@
-"""``python -m bridges voicy|cairn``: run one bridge process until SIGTERM/SIGINT.
-
-A bridge whose side is not configured at all (none of its ``SIDE_VARIABLES``
-set) has nothing to bridge: it prints one line saying so and exits 0 at once,
-instead of failing on a missing URL (Voicy) or dialling the default NATS for
-30 s (Cairn) and being restarted into a crash loop by the platform. Heroku
-restarts even a clean exit, so ``app.json`` leaves both bridges out of the
-formation (quantity 0) until the operator configures a side and scales it up.
-A side configured only in part (say a token without its URL) is still a
-misconfiguration: exit 2 naming the missing variable.
-"""
+"""``python -m bridges voicy|cairn``: run one bridge process until SIGTERM/SIGINT."""
 
 from __future__ import annotations
 
@@ -24,8 +14,12 @@ from workers.logs import setup_logging
 
 log = logging.getLogger("bridges")
 EXIT_CONFIG_ERROR = 2
-EXIT_NOT_CONFIGURED = 0  # not an error: this deployment does not use the side
-# Any one of these set means the side is in use (as beat, the provider pool and the doctor decide).
+# Not an error: this deployment does not use the side. Exiting at once beats failing on a missing URL
+# or dialling the default NATS, which the platform would restart into a crash loop; Heroku restarts even
+# a clean exit, so app.json leaves both bridges out of the formation until a side is configured.
+EXIT_NOT_CONFIGURED = 0
+# Any one of these set means the side is in use (as beat, the provider pool and the doctor decide);
+# a side set only in part (a token without its URL) is a misconfiguration: EXIT_CONFIG_ERROR.
 SIDE_VARIABLES = {"voicy": ("VOICY_WORKER_API_URL", "VOICY_WORKER_TOKEN"), "cairn": ("CAIRN_NATS_URL",)}
 SIDE_NAMES = {"voicy": "Voicy", "cairn": "Cairn"}
 

@@ -1,22 +1,4 @@
-"""The Voicy bridge: claim work from the Worker API and turn it into Celery tasks.
-
-``claim-download`` (alternating ``oldest``/``newest`` on every claim) runs only
-while the fleet-wide backlog is under ``VOICY_WORKER_READY_QUEUE_LIMIT``; a
-backlog slot is reserved in Redis *before* each claim, so any number of bridge
-instances together never exceed it. ``claim-ready`` (alternating buckets too)
-runs while gpu capacity is free, to recover this worker's ready and stale jobs
-after a restart. Claimed work becomes ``io``/``gpu`` tasks, each sent by
-``tasks.voicy.dispatch`` (grant pending, send, confirm); the job's lease and
-the beat reaper take it from there.
-
-A claimed job is recorded in one Redis transaction (backlog slot swapped for
-the job, held record, pending grant: ``pipeline.adopt_claim``), so no crash
-leaves it half-recorded. If recording fails, the job is handed straight back
-to Voicy with a retryable failure. What no client can close: a claim whose
-response is lost, or a bridge killed between the response and that
-transaction, leaves the job ``downloading`` at Voicy with no record of ours
-(its backlog reservation expires after ``RESERVATION_TTL_S``).
-"""
+"""The Voicy bridge: claim work from the Worker API and turn it into Celery tasks."""
 
 from __future__ import annotations
 
@@ -92,6 +74,12 @@ class VoicyBridge:
         return self._fill_downloads() + self._fill_recovered()
 
     def _fill_downloads(self) -> int:
+        """``claim-download`` while the fleet-wide backlog is under ``VOICY_WORKER_READY_QUEUE_LIMIT``.
+
+        A backlog slot is reserved in Redis *before* each claim, so any number of bridges together
+        never exceed the limit. A claim whose response is lost, or a bridge killed before
+        ``adopt_claim``, leaves the job ``downloading`` at Voicy with no record of ours; only its
+        reservation expires (``RESERVATION_TTL_S``)."""
         taken = 0
         while not self._stop.is_set():
             slot = self.rt.fleet.reserve_backlog(self.backlog_limit)
@@ -132,6 +120,7 @@ class VoicyBridge:
                       "at Voicy until failed there", job_id, redact(str(exc)))
 
     def _fill_recovered(self) -> int:
+        """``claim-ready`` while gpu capacity is free: recovers this worker's ready and stale jobs after a restart."""
         taken = 0
         while not self._stop.is_set() and self.rt.fleet.gpu_load() < self.gpu_capacity:
             first = self._ready_buckets.take()

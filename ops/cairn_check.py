@@ -1,17 +1,4 @@
-"""``switchyard check cairn``: the contract §10 conformance checks, on 0.7 pool subjects.
-
-The published harness (reference §5) still checks the pre-0.5 four-token job
-subjects and ``cairn.discover.<provider>``, which a 0.7 pool does not use; this
-port keeps its rules and output format and moves them to the pool-scoped
-subjects. It is stricter where the contract is explicit: the presence record
-must carry every field of §2, and the ``--active`` reconcile round-trip must
-come back with the full worker stamp and no error.
-
-The checks run in the order of ``CHECKS``; each one records one or more
-PASS/FAIL lines on the ``Report``. A new check (webhooks, say) is one more
-``async def check_x(probe, report)`` appended there, with any option it needs
-added to ``CheckOptions`` and to ``ops.commands.check``.
-"""
+"""``switchyard check cairn``: the contract §10 conformance checks (reference §5), on 0.7 pool subjects."""
 
 from __future__ import annotations
 
@@ -117,6 +104,7 @@ def job_subject(kind: str, o: CheckOptions) -> str:
 
 
 async def _presence(js: Any, o: CheckOptions) -> dict[str, Any]:
+    """The pool's fresh presence record; stricter than the published harness, it needs every field of §2."""
     # The pool's keys from the bucket's stream state, not ``kv.keys()``: that watcher can end its
     # initial values before a record rewritten while it starts (presence is rewritten every interval),
     # and the check would report a live pool absent.
@@ -208,6 +196,7 @@ async def _discover(nc: Any, o: CheckOptions) -> None:
 
 
 async def _reconcile_round_trip(nc: Any, js: Any, o: CheckOptions) -> None:
+    """``--active``: a reconcile must come back with the full worker stamp and no error (stricter than the harness)."""
     if not o.account_id:
         raise CheckFailed("--active needs --account-id of a connected account")
     result_subject = subjects.reconcile_result_subject(o.provider, o.account_id)
@@ -305,7 +294,9 @@ async def check_reconcile(probe: Probe, report: Report) -> None:
         report.record("reconcile round-trip", str(exc))
 
 
-# In order: the consumer checks read what the presence check learned.
+# In order: the consumer checks read what the presence check learned. Each records one or more
+# PASS/FAIL lines; a new check is one more ``async def check_x(probe, report)`` here, with any option
+# it needs on ``CheckOptions`` and in ``ops.commands.check``.
 CHECKS: tuple[Check, ...] = (check_presence, check_consumers, check_discover, check_webhooks, check_reconcile)
 
 

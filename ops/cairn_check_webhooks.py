@@ -1,25 +1,4 @@
-"""``switchyard check cairn --webhooks``: the pool's webhook checks (issue 10), one entry of ``CHECKS``.
-
-Three checks, in the ``check cairn`` report format:
-
-* **consumer** — a durable on CAIRN_WEBHOOKS filtered on
-  ``cairn.webhooks.<worker_key>.event`` exists (else the provider's events pile
-  up in the work queue for 24 h and are lost);
-* **verify** — a relayed handshake on ``cairn.webhooks.<worker_key>.verify``
-  gets a well-formed ``{status, content_type, body (base64)}``. With the
-  pool's token (``--verify-token``, else the one the provider's own webhook
-  rules are configured with here: ``Provider.webhook_rules().handshake_token()``)
-  it must be 200 and echo the challenge; without, a deliberately wrong token
-  must get 403 (the responder runs and checks tokens). A JetStream PubAck as
-  the reply means CAIRN_WEBHOOKS also captures ``.verify`` (reference §2.1):
-  core would relay it to the provider and the subscription would fail;
-* **presence** — the pool's presence record says ``"webhooks": true``.
-
-Registration: :func:`add_arguments` (``ops.commands.check``) and
-:func:`check_webhooks` (in ``ops.cairn_check.CHECKS``; it does nothing
-without ``--webhooks``). It reads ``probe.options.webhooks``/``verify_token``
-and the presence record the presence check stored on the probe.
-"""
+"""``switchyard check cairn --webhooks``: the pool's webhook consumer, verify responder and presence."""
 
 from __future__ import annotations
 
@@ -60,6 +39,7 @@ def configured_token(provider: str) -> str | None:
 
 
 async def _consumer(js: Any, key: str) -> None:
+    """A durable on CAIRN_WEBHOOKS filtered on the pool's event subject (else events are lost after 24 h)."""
     wanted = subjects.webhook_event_subject(key)
     try:
         infos = await js.consumers_info(subjects.WEBHOOKS_STREAM)
@@ -73,6 +53,9 @@ async def _consumer(js: Any, key: str) -> None:
 
 
 async def _verify(nc: Any, key: str, token: str | None, timeout_s: float) -> None:
+    """A relayed handshake gets ``{status, content_type, body (base64)}``: 200 echoing the challenge with
+    ``token``, 403 with a wrong one. A PubAck reply means CAIRN_WEBHOOKS also captures ``.verify``, so core
+    would relay it to the provider and the subscription would fail (reference §2.1)."""
     challenge = secrets.token_urlsafe(CHALLENGE_BYTES)
     offered = token or "switchyard-check-wrong-" + secrets.token_hex(4)
     request = {"method": "GET", "query": {"hub.mode": "subscribe", "hub.challenge": challenge,
@@ -111,7 +94,8 @@ async def _verify(nc: Any, key: str, token: str | None, timeout_s: float) -> Non
 
 
 async def check_webhooks(probe: Any, report: Any) -> None:
-    """The three checks on ``probe`` (``ops.cairn_check.Probe``), recorded on ``report``."""
+    """The three checks on ``probe`` (``ops.cairn_check.Probe``), recorded on ``report``; nothing without
+    ``--webhooks``. Its presence line reads the record ``check_presence`` stored on the probe."""
     options = probe.options
     if not getattr(options, "webhooks", False):
         return

@@ -1,16 +1,4 @@
-"""``switchyard doctor``: check a deployment's configuration, one line per check, no side effects on work.
-
-Each check says what it verified or what to fix. The first one loads the
-fleet's settings as every ``celery -A tasks`` process does at start. Checks of a side that is not
-configured (no ``VOICY_WORKER_API_URL`` / no ``CAIRN_NATS_URL``) are skipped,
-and so are the checks that need a service found unreachable just before: an
-unreachable service is one FAIL line, never a cascade and never a traceback.
-Every network call is bounded by a timeout below, so the doctor always ends.
-The presign probe uploads a few bytes through core's presigned URL (never our
-own S3 credentials); core's bucket lifecycle reaps the unreferenced object.
-The model check loads the model offline: a model name this host has not
-downloaded is reported as such, never fetched (large-v3 is ~3 GB).
-"""
+"""``switchyard doctor``: check a deployment's configuration, one line per check, no side effects on work."""
 
 from __future__ import annotations
 
@@ -45,6 +33,7 @@ from workers.voicy.media_store import media_store_from_url
 from workers.voicy.settings import VoicySettings, load_voicy_settings
 
 PROBE_JOB_ID = "000000000000000000000000"  # a valid ObjectId no job has
+# Every network call is bounded by one of these timeouts, so the doctor always ends.
 HTTP_TIMEOUT_S = 10.0
 REDIS_TIMEOUT_S = 3.0
 NATS_TIMEOUT_S = 5.0  # bounds the whole connect (both attempts) and each request
@@ -285,6 +274,8 @@ async def _credentials(nc: Any, settings: CairnSettings) -> Check:
 
 
 async def _presign(nc: Any, settings: CairnSettings) -> Check:
+    """Upload a few bytes through core's presigned URL (never our own S3 credentials); core's bucket
+    lifecycle reaps the unreferenced object."""
     body = b"{}"
     try:
         reply = await _request(nc, subjects.presign_upload_subject(settings.provider),
@@ -306,7 +297,10 @@ def summary(checks: list[Check]) -> str:
 
 
 def run(out: TextIO) -> int:
-    """Run every check, print one line each and the summary; 1 when any check failed."""
+    """Run every check, print one line each and the summary; 1 when any check failed.
+
+    A side that is not configured is skipped, and so are the checks that need a service found unreachable
+    just before: an unreachable service is one FAIL line, never a cascade and never a traceback."""
     setup_logging("WARNING")
     fleet = _run("fleet settings", check_fleet_settings)
     checks = [fleet, _run("redis", check_redis) if not fleet.failed

@@ -1,14 +1,4 @@
-"""The verbs of ``switchyard``: one module per top-level command.
-
-A command module provides ``register(verbs)``, which adds its parser to the
-``argparse`` sub-parsers ``verbs`` and sets ``run`` on it with
-``parser.set_defaults(run=...)``. ``run(args)`` returns the exit code. A verb
-with sub-verbs (``check cairn``, ``strava webhook subscribe``) adds its own
-sub-parsers inside ``register`` and sets ``run`` on each leaf.
-
-To add a verb: write ``ops/commands/<verb>.py`` with ``register`` and append
-the module to ``COMMANDS`` (the order is the order of ``switchyard --help``).
-"""
+"""The verbs of ``switchyard``: one module per top-level command."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""``switchyard check <target>``: conformance checks against a live deployment.
-
-``check cairn`` is our port of cairn-core's ``cmd/worker-conformance``
-(contract §10, reference §5) to the 0.7 pool-scoped subjects; see
-:mod:`ops.cairn_check`. A new target is one more sub-parser here.
-
-It reads the pool's own ``CAIRN_*`` settings (``workers.cairn.settings``: URL,
-user/password, creds file, enrollment token, pool name and provider) and
-connects with the same ``connect_options``, so on a host of the fleet it finds
-the pool by itself. Each option overrides its variable; any credential option
-replaces every credential variable, so ``--user`` is never silently outranked
-by an enrollment token in the environment. The checks themselves need core's
-(or an admin's) NATS access: with the pool's own login (core's worker template)
-NATS refuses them, and the report says so instead of listing violations.
-"""
+"""``switchyard check <target>``: conformance checks against a live deployment; a target is a sub-parser."""
 
 from __future__ import annotations
 
@@ -43,7 +29,8 @@ The checks need core's (or an admin's) NATS login, not the pool's.
 
 Exit code: 0 compliant, 1 violations, 2 usage, connection error or a login
 NATS does not allow to check."""
-# Credential options -> the CairnSettings field each one sets.
+# Credential options -> the CairnSettings field each one sets. Any one replaces every credential
+# variable, so ``--user`` is never silently outranked by an enrollment token in the environment.
 CREDENTIAL_OPTIONS = {"user": "nats_user", "password": "nats_password", "creds": "nats_creds",
                       "enrollment_token": "worker_enrollment_token"}
 
@@ -83,7 +70,9 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def connection_settings(args: argparse.Namespace) -> CairnSettings:
-    """The pool's ``CAIRN_*`` settings with this command's options on top (``ConfigError`` names a bad one)."""
+    """The pool's ``CAIRN_*`` settings with this command's options on top (``ConfigError`` names a bad one).
+
+    Connecting with the pool's own ``connect_options`` finds the pool by itself on a host of the fleet."""
     worker_name = args.worker_name or os.environ.get("CAIRN_WORKER_NAME", "").strip() or f"{args.provider}-fetcher"
     overrides: dict[str, object] = {"provider": args.provider, "worker_name": worker_name}
     if args.nats:

@@ -1,20 +1,4 @@
-"""``switchyard strava webhook subscribe|show|delete``: the app's Strava push subscription.
-
-The reference worker has no subscription management; an operator had to
-``curl`` Strava with the client secret in the shell history. Strava allows one
-push subscription per application (``/api/v3/push_subscriptions``): creating
-it makes Strava call the callback (core's ``/webhooks/<worker_key>``) with a
-``hub.challenge`` that the pool must echo, which it does only when its
-``CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN`` equals the ``verify_token`` sent here.
-
-The client id and secret come from ``STRAVA_CLIENT_ID`` / ``STRAVA_CLIENT_SECRET``
-or a prompt (the secret without echo), and are never printed: Strava takes
-them in the query string of ``show``/``delete``, so httpx's request logging
-is silenced and an HTTP error is reported by its type only.
-
-Registration: :func:`register` (listed in ``ops.commands.COMMANDS``); each
-leaf verb runs :func:`run`.
-"""
+"""``switchyard strava webhook subscribe|show|delete``: the app's Strava push subscription."""
 
 from __future__ import annotations
 
@@ -30,7 +14,7 @@ import httpx
 from workers.logs import redact, register_secret
 
 DEFAULT_BASE_URL = "https://www.strava.com"
-SUBSCRIPTIONS_PATH = "/api/v3/push_subscriptions"
+SUBSCRIPTIONS_PATH = "/api/v3/push_subscriptions"  # one push subscription per Strava application
 HTTP_TIMEOUT_S = 30.0  # the create waits for Strava's own callback round trip
 ENV_CLIENT_ID = "STRAVA_CLIENT_ID"
 ENV_CLIENT_SECRET = "STRAVA_CLIENT_SECRET"
@@ -59,6 +43,7 @@ def register(verbs: Any) -> None:
 
 
 def _credentials() -> tuple[str, str]:
+    """The app's client id and secret from the environment or a prompt (the secret without echo); never printed."""
     client_id = os.environ.get(ENV_CLIENT_ID, "").strip() or input("Strava client id: ").strip()
     secret = os.environ.get(ENV_CLIENT_SECRET, "").strip() or getpass.getpass("Strava client secret: ").strip()
     register_secret(secret)
@@ -66,6 +51,8 @@ def _credentials() -> tuple[str, str]:
 
 
 def _verify_token() -> str:
+    """The token Strava sends back in its ``hub.challenge`` call: the pool echoes the challenge only when its
+    ``CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN`` equals it."""
     token = os.environ.get(ENV_VERIFY_TOKEN, "").strip() or getpass.getpass(
         "verify token (the pool's CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN): ").strip()
     register_secret(token)
@@ -85,6 +72,8 @@ def _find(client: httpx.Client, url: str, creds: dict[str, str]) -> list[dict[st
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run one leaf verb. Strava takes the secret in the query string of ``show``/``delete``, so httpx's request
+    logging is silenced and an HTTP error is reported by its type only."""
     out = out or sys.stdout  # looked up per call (a redirected stdout is honoured)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # request URLs carry the secret (show/delete)
     base = (args.base_url or os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL).rstrip("/")

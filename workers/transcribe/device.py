@@ -1,27 +1,4 @@
-"""Where a model runs and with how many CPU threads: the only GPU-aware code of the engines.
-
-Device: ``auto`` picks CUDA when CTranslate2 sees a GPU
-(``ctranslate2.get_cuda_device_count() > 0``) and the CPU otherwise. The
-GPU-only paths are exactly three, all here: that choice, the ``float16``
-default compute type (CPU: ``int8``), and CTranslate2's own thread default on
-CUDA. Everything else, the batched engine included, is the same code on both.
-(The default of batching short recordings across jobs also depends on the
-device, but on its *name* only, so it lives with the settings:
-``EngineSettings.clip_batch_on``.)
-
-CPU threads: faster-whisper's ``cpu_threads=0`` means CTranslate2's default of
-4 intra-op threads whatever the host, and intra-op threading of a small model
-scales poorly: on a 2-core host (tiny.en int8, 20 jobs) one process took
-24.95 s with 4 threads and 26.0 s with 2, while two 1-thread processes side by
-side took about 17 s (≈1.45× the throughput). So ``VOICY_WORKER_CPU_THREADS=0``
-(auto) gives each process of the worker's pool an equal share of the cores the
-process may run on: ``max(1, usable cores // pool processes)``. The pool size
-is the Celery worker's, handed over by ``tasks.voicy`` in the parent before it
-forks (``workers.transcribe.engine.set_pool_processes``; this package imports
-no Celery); a process outside a prefork pool counts as a pool of one. On CUDA
-auto passes 0, since CPU threads barely matter there. An explicit value is
-passed through.
-"""
+"""Where a model runs and with how many CPU threads: the only GPU-aware code of the engines."""
 
 from __future__ import annotations
 
@@ -32,6 +9,10 @@ import ctranslate2
 from workers.transcribe.engine import SINGLE_PROCESS_POOL
 from workers.transcribe.settings import AUTO_CPU_THREADS, AUTO_DEVICE, CUDA_DEVICE
 
+# The GPU-only paths are exactly three, all here: the device choice, the float16 compute type and
+# CTranslate2's own thread default on CUDA. Everything else, the batched engine included, is the same
+# code on both (batching short recordings by default depends on the device's name only:
+# ``EngineSettings.clip_batch_on``).
 CPU_DEVICE = "cpu"
 CUDA_COMPUTE_TYPE = "float16"
 CPU_COMPUTE_TYPE = "int8"
@@ -60,10 +41,15 @@ def usable_cores() -> int:
 def resolve_cpu_threads(requested: int, device: str, pool_processes: int, cores: int) -> int:
     """The ``cpu_threads`` to load the model with.
 
-    An explicit value is passed through. Auto on CUDA: CTranslate2's default.
-    Auto on CPU: the cores split evenly between the pool's processes, at least
-    one thread each, so processes × threads matches the cores instead of
-    every process running CTranslate2's default of 4.
+    An explicit value is passed through. Auto on CUDA: CTranslate2's default
+    (CPU threads barely matter there). Auto on CPU: the cores split evenly
+    between the pool's processes, at least one thread each, so processes ×
+    threads matches the cores instead of every process running CTranslate2's
+    default of 4: intra-op threading of a small model scales poorly, and
+    one-thread processes side by side do more work. ``pool_processes`` is the
+    Celery worker's, handed over by ``tasks.voicy`` before it forks
+    (``workers.transcribe.engine.set_pool_processes``); outside a prefork
+    pool it is one.
     """
     if requested != AUTO_CPU_THREADS:
         return requested

@@ -1,12 +1,4 @@
-"""How a decoding or inference failure maps to the project's error tree, for every engine.
-
-Undecodable media (PyAV/FFmpeg errors) is permanent, and so is media with no
-audio stream at all (a video-only MP4 sent as a ``video`` or ``document``): it
-is found by probing the container's streams before decoding, because
-faster-whisper's ``decode_audio`` would fail with a bare ``IndexError`` that
-says nothing about the file. A missing file, running out of memory and
-anything unexpected are retryable. Messages carry no path: PyAV quotes it.
-"""
+"""How a decoding or inference failure maps to the project's error tree, for every engine."""
 
 from __future__ import annotations
 
@@ -21,8 +13,10 @@ def require_audio_stream(path: Path) -> None:
     """Raise ``PermanentJobError`` unless the container at ``path`` has an audio stream.
 
     Opening the container twice costs milliseconds; decoding a file with no
-    audio would fail deterministically on every retry. Errors opening it are
-    left to :func:`classify` (a missing file stays retryable).
+    audio (a video-only MP4 sent as a ``video`` or ``document``) would fail on
+    every retry with faster-whisper's bare ``IndexError``, which says nothing
+    about the file. Errors opening it are left to :func:`classify` (a missing
+    file stays retryable).
     """
     with av.open(str(path), metadata_errors="ignore") as container:
         has_audio = bool(container.streams.audio)
@@ -31,7 +25,9 @@ def require_audio_stream(path: Path) -> None:
 
 
 def classify(exc: Exception) -> Exception:
-    """Map a decoding/inference error to our tree; messages carry no path (PyAV quotes it)."""
+    """Map a decoding/inference error to our tree; messages carry no path (PyAV quotes it).
+
+    Undecodable media is permanent; a missing file, running out of memory and anything unexpected retry."""
     if isinstance(exc, JobError):  # already classified (require_audio_stream)
         return exc
     name = type(exc).__name__

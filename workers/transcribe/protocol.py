@@ -1,22 +1,4 @@
-"""The engine seam: what every transcription engine offers, whatever runs the model.
-
-An engine is built once per process from :class:`~workers.transcribe.settings.EngineSettings`
-and the number of pool processes sharing the host's cores, i.e. its class is
-called as ``cls(settings, pool_processes)``, and is found by name in
-``workers.transcribe.registry``. Everything else the pipeline needs is here:
-``transcribe`` streams a growing :class:`Transcript` to ``on_segment`` and
-returns the final one; ``metadata`` says which model ran where.
-
-Errors are the project's tree (``workers.errors``): ``PermanentJobError`` for
-media no retry can decode, ``RetryableJobError`` for the rest, and an
-exception raised by ``on_segment`` (a lost lease) propagates unchanged.
-
-An engine may also batch short recordings (:class:`ClipBatchingEngine`):
-``transcribe_clips`` decodes up to ``max_clips`` clips of at most
-``CLIP_WINDOW_S`` in one batched pass and returns one outcome per clip, so
-one clip's failure is that clip's alone. The caller checks for it with
-``isinstance``; an engine without it transcribes every job on its own.
-"""
+"""The engine seam: what every transcription engine offers, whatever runs the model."""
 
 from __future__ import annotations
 
@@ -49,7 +31,12 @@ ClipOutcome = Transcript | Exception | None
 
 @runtime_checkable
 class TranscriptionEngine(Protocol):
-    """A loaded model that turns a media file into a :class:`Transcript`."""
+    """A loaded model that turns a media file into a :class:`Transcript`.
+
+    Built once per process as ``cls(settings, pool_processes)`` and found by name in
+    ``workers.transcribe.registry``. Errors are the project's tree (``workers.errors``): ``PermanentJobError``
+    for media no retry can decode, ``RetryableJobError`` for the rest; an exception raised by ``on_segment``
+    (a lost lease) propagates unchanged."""
 
     name: str  # the registry name this engine is selected by
 
@@ -66,7 +53,10 @@ class TranscriptionEngine(Protocol):
 
 @runtime_checkable
 class ClipBatchingEngine(TranscriptionEngine, Protocol):
-    """An engine that also transcribes several short clips in one batched pass."""
+    """An engine that also transcribes several short clips in one batched pass.
+
+    The caller checks for it with ``isinstance``; an engine without it transcribes every job on its own.
+    One clip's failure is that clip's alone."""
 
     @property
     def max_clips(self) -> int:

@@ -1,18 +1,4 @@
-"""Engines by name: adding an engine is one new module and one line here, or an entry point.
-
-Entries are ``"module:Class"`` strings rather than imported classes so that
-naming the engines (settings validation, docs, the bridge's start-up check)
-imports no engine module, and a process loads only the engine it runs
-(``workers.transcribe.engine.engine_class``). A class listed here is called as
-``Class(settings, pool_processes)`` and satisfies
-``workers.transcribe.protocol.TranscriptionEngine``.
-
-An engine shipped in a distribution of its own registers in the
-``switchyard.engines`` entry-point group (``whisper-cpp = switchyard_whispercpp:Engine``)
-and touches no module of this repository, as a provider does in
-``switchyard.providers`` (``workers.providers.registry``). The capacity bench
-plugs its engine that takes no time in this way (``bench/plugins``).
-"""
+"""Engines by name: adding an engine is one new module and one line here, or an entry point."""
 
 from __future__ import annotations
 
@@ -20,8 +6,14 @@ from importlib.metadata import entry_points
 
 SEQUENTIAL_ENGINE = "faster-whisper"
 BATCHED_ENGINE = "faster-whisper-batched"
+# An engine shipped in a distribution of its own registers here (``whisper-cpp = switchyard_whispercpp:Engine``)
+# and touches no module of this repository, as a provider does in ``switchyard.providers``; the capacity
+# bench plugs its engine that takes no time in this way (``bench/plugins``).
 ENTRY_POINT_GROUP = "switchyard.engines"
 
+# "module:Class" strings, not classes: naming the engines (settings validation, docs, the bridge's start-up
+# check) imports no engine module, and a process loads only the engine it runs. Each class is called as
+# ``Class(settings, pool_processes)`` and satisfies ``workers.transcribe.protocol.TranscriptionEngine``.
 ENGINES: dict[str, str] = {
     SEQUENTIAL_ENGINE: "workers.transcribe.whisper:WhisperEngine",
     BATCHED_ENGINE: "workers.transcribe.batched:BatchedWhisperEngine",

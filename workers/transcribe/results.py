@@ -1,11 +1,4 @@
-"""What an engine returns: typed segments, language, duration and the engine's own metadata.
-
-Why plain dataclasses and not Voicy's wire models: ``workers.transcribe`` is
-the engine seam and knows nothing of who asked for the transcript. Voicy turns
-a :class:`Transcript` into its ``progress``/``result`` body on its own side
-(``workers.voicy.bodies``); a second caller would do the same with its own
-format.
-"""
+"""What an engine returns: typed segments, language, duration and the engine's own metadata."""
 
 from __future__ import annotations
 
@@ -46,6 +39,9 @@ class EngineInfo:
 @dataclass
 class Transcript:
     """The transcript so far (partial while streaming, final at the end).
+
+    A plain dataclass, not Voicy's wire model: the engine seam knows nothing of who asked. Voicy turns it
+    into its ``progress``/``result`` body on its own side (``workers.voicy.bodies``).
 
     ``parts`` is the same list as ``segments``: a part, in Voicy's words, is a
     segment shown with its time code.

@@ -1,33 +1,4 @@
-"""Provider webhooks (contract §9a, reference §2.13/§3.14): the generic half, no Celery, no bridge.
-
-Core accepts ``POST /webhooks/<worker_key>`` and publishes an envelope
-``{"provider": key, "headers": {…}, "body": "<base64>"}`` on
-``cairn.webhooks.<worker_key>.event`` (stream CAIRN_WEBHOOKS); it relays the
-subscription handshake ``GET /webhooks/<worker_key>`` as a request
-``{"method": "GET", "query": {…}}`` on ``cairn.webhooks.<worker_key>.verify``
-and decodes ``{status, content_type, body (base64)}`` from the reply.
-
-This module owns what every provider's webhooks share: decoding the envelope,
-the verify reply's wire shape, the account lookup (an event names the
-provider's owner, not a Cairn account), and turning an action into the
-contract's messages — a ``fetch_source`` sub-job with ``reason: "webhook"``
-on the pool's own job subject (deterministic ``job_id`` = ``Nats-Msg-Id``;
-a deletion too: see ``_apply``), or ``cairn.tokens.<p>.needs_reauth``. Only
-subjects core's permission template grants (contract §1).
-What an event *means* is the provider's: its rules come from the
-``Provider`` interface (``provider.webhook_rules()``, shapes in
-``workers.providers.webhooks``), so this module names no provider.
-
-:func:`handle_event` returns a :class:`Disposition`, like every job handler:
-the bridge applies it. :func:`parse_event` is admission's parser for the
-webhook consumer kind (``bridges.cairn.webhooks``): an undecodable envelope or
-event is poison there: termed, without a failure envelope (a webhook event has no
-import-queue item to fail and no result subject; ``bridges.cairn.webhooks``). A lookup
-that says ``not_found`` / ``auto_import_suspended`` / anything else, or times
-out, is acked and dropped with one log line (Strava does not redeliver; the
-next reconcile catches up). A publish that fails is a transient NAK; one NATS
-refuses (``Permissions Violation``) is a term, reported once by the connection.
-"""
+"""Provider webhooks (contract §9a, reference §2.13/§3.14): the generic half that names no provider."""
 
 from __future__ import annotations
 
@@ -64,7 +35,9 @@ MAX_LOG_TOKEN_CHARS = 64
 # --------------------------------------------------------------------------- wire
 
 class WebhookEnvelope(BaseModel):
-    """Core's forwarder envelope; ``body`` is the raw provider body, base64 on the wire."""
+    """Core's envelope for ``POST /webhooks/<worker_key>``, on ``cairn.webhooks.<worker_key>.event``.
+
+    ``body`` is the raw provider body, base64 on the wire."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -83,7 +56,8 @@ def decode_envelope(data: bytes) -> tuple[WebhookEnvelope, bytes]:
 
 
 def verify_response(rules: WebhookRules | None, data: bytes) -> bytes:
-    """The reply to one relayed handshake (JSON bytes, always a valid reply shape)."""
+    """The reply to one handshake core relays as ``{"method": "GET", "query": {…}}`` on
+    ``cairn.webhooks.<worker_key>.verify``: ``{status, content_type, body (base64)}`` JSON bytes, always valid."""
     if rules is None:
         reply = VerifyReply(503, "text/plain; charset=utf-8", b"this pool takes no webhooks")
     else:
@@ -116,7 +90,9 @@ class Account:
 
 
 def lookup_account(ctx: JobContext, owner_id: str, subscription_id: str) -> tuple[Account | None, str]:
-    """Resolve the owner on the pool's lookup subject; (account, "") or (None, why)."""
+    """Resolve the owner on the pool's lookup subject; (account, "") or (None, why).
+
+    An event names the provider's owner, not a Cairn account. Any error, or a timeout, drops the event."""
     body: dict[str, Any] = {"external_id": owner_id}
     if subscription_id:
         body["subscription_id"] = subscription_id
@@ -150,7 +126,10 @@ def parse_event(raw: bytes, rules: WebhookRules | None) -> WebhookJob:
 
 def handle_event(ctx: JobContext, job: WebhookJob | dict[str, Any], delivery: Any, *,
                  now: Callable[[], float] = time.time) -> Disposition:
-    """Run one admitted webhook job (``workers.cairn.handlers.HANDLERS[KIND]``)."""
+    """Run one admitted webhook job (``workers.cairn.handlers.HANDLERS[KIND]``); the bridge applies the result.
+
+    A failed lookup is acked and dropped with one log line (Strava does not redeliver; the next reconcile
+    catches up). A failed publish is a transient NAK; one NATS refuses is a term, reported once."""
     job = job if isinstance(job, WebhookJob) else WebhookJob.model_validate(job)
     if job.action == IGNORE:
         log.info("webhook ignored: %s", job.reason)
@@ -184,6 +163,7 @@ def _enqueue_fetch(ctx: JobContext, job: WebhookJob, account: Account, tag: str)
 
 
 def _apply(ctx: JobContext, job: WebhookJob, account: Account) -> Disposition:
+    """Publish what the action means, only on subjects core's permission template grants (contract §1)."""
     provider = ctx.provider_name
     if job.action == FETCH:
         _enqueue_fetch(ctx, job, account, job.tag)

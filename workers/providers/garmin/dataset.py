@@ -1,21 +1,4 @@
-"""The raw archive ("dataset 1") of a Garmin import and the one parser that reads it.
-
-Why the import parses its own archive: contract §1 requires that a re-parse
-reproduces the import, so ``fetch_source`` builds the archive bytes and parses
-*those*, exactly as ``parse_blob`` later does with the downloaded blob.
-
-The archive is a zip (``application/zip``), because its main input is binary:
-
-* ``archive.json`` — ``{"version": 1, "provenance": {...}, "activity_id",
-  "summary": {…Connect activity…}, "gear": [{…Connect gear…}]}``;
-* ``activity.fit`` — the original FIT file exactly as Garmin served it
-  (unzipped from Connect's download, otherwise untouched).
-
-Entries carry a fixed timestamp, so the same inputs always give the same
-bytes. A zip or FIT that cannot be read is permanent (envelope + Term); an
-archive of another dataset version is NAKed (``errors.UnsupportedDataset``) so a pool
-that reads it takes the job.
-"""
+"""The raw archive ("dataset 1") of a Garmin import and the one parser that reads it."""
 
 from __future__ import annotations
 
@@ -57,6 +40,8 @@ class UnmappableActivity(ProviderPermanentError):
 def build_archive(activity_id: str, summary: dict[str, Any], gear: list[dict[str, Any]], fit: bytes, *,
                   worker_name: str = "", worker_version: str = "", package: str = "",
                   archived_at: datetime | None = None) -> bytes:
+    """The zip: ``archive.json`` (version, provenance, activity_id, Connect's summary and gear) and
+    ``activity.fit``, the original FIT exactly as Garmin served it. Its bytes depend on its inputs only."""
     envelope = {"version": DATASET_VERSION,
                 "provenance": {"provider": PROVIDER, "worker_name": worker_name,
                                "worker_version": worker_version or PARSER_VERSION, "package": package,
@@ -73,7 +58,10 @@ def build_archive(activity_id: str, summary: dict[str, Any], gear: list[dict[str
 
 
 def read_archive(raw: bytes) -> tuple[dict[str, Any], bytes]:
-    """The envelope and the FIT bytes of an archive this parser may read."""
+    """The envelope and the FIT bytes of an archive this parser may read.
+
+    An unreadable zip is permanent (``CorruptArchive``); another dataset version is NAKed
+    (``errors.UnsupportedDataset``) so a pool that reads it takes the job."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(raw))
         envelope = json.loads(_entry(archive, ENVELOPE_ENTRY, MAX_ENVELOPE_BYTES))
@@ -107,7 +95,10 @@ class ParsedArchive:
 
 
 def parse_dataset(raw: bytes, *, user_id: str, account_id: str, ext_id: str = "") -> ParsedArchive:
-    """Every event one archive yields; the only path from raw inputs to events."""
+    """Every event one archive yields; the only path from raw inputs to events.
+
+    ``fetch_source`` parses the archive bytes it built, as ``parse_blob`` does a downloaded one, so a
+    re-parse reproduces the import (contract §1)."""
     envelope, fit = read_archive(raw)
     messages = decode_fit(fit)
     summary = envelope.get("summary") if isinstance(envelope.get("summary"), dict) else {}

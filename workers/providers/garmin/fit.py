@@ -1,10 +1,4 @@
-"""Garmin's original download → the FIT file inside → decoded messages (fitdecode).
-
-Connect serves the original upload as a zip (``<id>_ACTIVITY.fit`` inside). Every
-failure here is permanent (the same bytes fail the same way every time), so the
-job ends with a failure envelope instead of a loop; each names its true cause
-(the reasons are listed in docs/operations.md, Garmin).
-"""
+"""Garmin's original download → the FIT file inside → decoded messages (fitdecode)."""
 
 from __future__ import annotations
 
@@ -28,6 +22,8 @@ SUPPORTED_PROTOCOL_MAJOR = 2  # FIT protocol 2.x (developer fields); a later maj
 MAX_REASON_CHARS = 160  # a decoder's own words in a failure message, bounded
 
 
+# Every failure here is permanent: the same bytes fail the same way every time, so the job ends with a
+# failure envelope instead of a loop. Each names its true cause (docs/operations.md, Garmin).
 class CorruptFit(ProviderPermanentError):
     """The file's header, size or CRC is broken (or the download holds no FIT at all)."""
 
@@ -59,7 +55,7 @@ class UnsupportedFile(ProviderPermanentError):
 
 
 def fit_from_download(body: bytes) -> bytes:
-    """The FIT bytes of Connect's original-file download (a zip; a bare FIT is accepted too)."""
+    """The FIT bytes of Connect's original download (a zip with ``<id>_ACTIVITY.fit``; a bare FIT is accepted)."""
     if body[FIT_MAGIC_OFFSET:FIT_MAGIC_OFFSET + len(FIT_MAGIC)] == FIT_MAGIC:
         return body
     try:

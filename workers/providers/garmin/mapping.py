@@ -1,23 +1,4 @@
-"""A decoded Garmin FIT activity (+ Connect's summary and gear) → Cairn protojson shapes.
-
-The FIT file is the measurement: sport and sub-sport, start, durations,
-totals, laps and the per-second records all come from it (session, lap and
-record messages, as fitdecode decodes and scales them). Connect's
-activity summary adds what a device does not write: the title and
-description, the IANA time zone (a FIT file only knows the UTC offset, from
-``activity.local_timestamp``), the event type (race) and the activity type
-key shown to users. Gear comes from Connect's gear list for the activity.
-
-Rules worth knowing: several sessions (multisport) add up their totals and
-keep the first session's sport; ``moving`` is the session's
-``total_moving_time`` when the device wrote it, else its timer time (which
-excludes pauses); positions are semicircles (× 180 / 2³¹); a value a record
-lacks is NaN in a float column (core's gap marker, written as protojson's
-``"NaN"``: ``protos.STREAM_GAP``) and 0 in an int column (dense); sample times
-are made strictly increasing (a duplicate keeps the last sample). The device
-(manufacturer and product) goes into ``extra`` because the payload has no
-device field.
-"""
+"""A decoded Garmin FIT activity (+ Connect's summary and gear) → Cairn protojson shapes."""
 
 from __future__ import annotations
 
@@ -181,7 +162,13 @@ def _software(messages: dict[str, list[dict[str, Any]]]) -> str:
 
 def map_activity(messages: dict[str, list[dict[str, Any]]], summary: dict[str, Any],
                  gear: list[dict[str, Any]]) -> dict[str, Any]:
-    """``cairn.v1.ActivitySourcePayload`` as a protojson dict."""
+    """``cairn.v1.ActivitySourcePayload`` as a protojson dict.
+
+    The FIT file is the measurement (sport, start, durations, totals, laps). Connect's summary adds what a
+    device does not write: title, description, the IANA time zone (FIT knows only the UTC offset), the race
+    event type and the activity type key. Several sessions (multisport) add up their totals and keep the
+    first sport; ``moving`` is ``total_moving_time``, else the timer time (which excludes pauses). The device
+    goes into ``extra``: the payload has no device field."""
     sessions = messages.get("session_mesgs") or []
     first = sessions[0] if sessions else {}
     sport, sub_sport = str(first.get("sport") or ""), str(first.get("sub_sport") or "")
@@ -274,7 +261,10 @@ def _lap(index: int, lap: dict[str, Any]) -> dict[str, Any]:
 
 
 def map_stream(messages: dict[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
-    """``cairn.v1.ActivityStream`` (protojson dict) from the record messages; None without any."""
+    """``cairn.v1.ActivityStream`` (protojson dict) from the record messages; None without any.
+
+    Sample times are made strictly increasing. A value a record lacks is ``STREAM_GAP`` (core's NaN gap marker)
+    in a float column and 0 in an int column (dense); positions are semicircles, converted to degrees."""
     start = start_time(messages)
     records = [r for r in messages.get("record_mesgs") or [] if isinstance(r.get("timestamp"), datetime)]
     if start is None or not records:

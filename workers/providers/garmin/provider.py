@@ -1,24 +1,4 @@
-"""``GarminProvider``: Garmin Connect behind the provider interface (a credentials pool).
-
-What it does per job kind (contract §4–§9, issue 16 §2):
-
-* fetch_source — the activity's Connect summary
-  (``/activity-service/activity/<id>``), its gear (``/gear-service/gear/filterGear``,
-  best effort: a failed lookup never fails or delays the import), and the
-  original file (``/download-service/files/activity/<id>``, a zip with the FIT
-  inside); the dataset-1 archive of all three; then the events parsed *from
-  that archive*: GEAR, then the ACTIVITY with its laps and record stream.
-* parse_blob — the same parser over a downloaded archive, byte for byte.
-* reconcile — ``list_activities`` over the window, pages of 100 from
-  ``/activitylist-service/activities/search/activities`` (newest first).
-* discover — up to 10 pages of 100 per round, partial replies on rate limits.
-
-Authentication is ``credentials``: each job brings the connection's login
-(``ProviderContext.login``, fetched fresh from ``cairn.creds.garmin.get``);
-``session.GarminSessions`` keeps the resulting garth session in memory per
-account. Nothing here is OAuth: ``exchange_oauth`` keeps the interface's
-refusal, and no import_gear or import_metrics consumer is declared.
-"""
+"""``GarminProvider``: Garmin Connect behind the provider interface (a credentials pool, contract §4–§9)."""
 
 from __future__ import annotations
 
@@ -80,7 +60,11 @@ DISCOVER_RATE_LIMITED_ERROR = "rate_limited: provider budget exhausted, try agai
 
 
 class GarminProvider(Provider):
-    """Stateless apart from the in-memory garth sessions (one per connected account)."""
+    """Stateless apart from the in-memory garth sessions (one per connected account).
+
+    Authentication is ``credentials``: each job brings the connection's login (``ProviderContext.login``,
+    fresh from ``cairn.creds.garmin.get``). Nothing is OAuth, so ``exchange_oauth`` keeps the interface's
+    refusal, and no import_gear or import_metrics consumer is declared."""
 
     name = PROVIDER
     dataset_version = DATASET_VERSION
@@ -137,6 +121,8 @@ class GarminProvider(Provider):
     # ------------------------------------------------------------------ activities
 
     def fetch_source(self, ctx: ProviderContext, job: FetchJob) -> FetchOutcome:
+        """Connect's summary, the gear (best effort), the original FIT download, archived as dataset 1;
+        the events are parsed *from that archive*: GEAR, then the ACTIVITY with laps and record stream."""
         ext_id = str(job.ext_id or "").strip()
         if not ext_id.isdigit():  # Connect ids are numbers; anything else never names an activity
             raise ProviderPermanentError(f"not a Garmin activity id: {ext_id[:40]!r}", code="missing_ext_id")
@@ -152,6 +138,7 @@ class GarminProvider(Provider):
         return outcome
 
     def _gear(self, ctx: ProviderContext, ext_id: str) -> tuple[list[dict[str, Any]], int]:
+        """The activity's gear and the failed lookups; a failure never fails or delays the import."""
         try:
             found = self.sessions.connectapi(ctx, GEAR_PATH, {"activityId": ext_id})
         except ProviderError as exc:  # gear is optional data (contract §5)
@@ -160,6 +147,7 @@ class GarminProvider(Provider):
         return [g for g in found or [] if isinstance(g, dict)], 0
 
     def parse_blob(self, raw: bytes, job: FetchJob) -> FetchOutcome:
+        """The same parser over a downloaded archive, byte for byte."""
         parsed = parse_dataset(raw, user_id=job.user_id, account_id=job.account_id,
                                ext_id=str(getattr(job, "ext_id", "") or ""))
         return FetchOutcome(ext_id=parsed.ext_id, wire_events=parsed.events)

@@ -1,22 +1,4 @@
-"""Garmin provider settings (``CAIRN_GARMIN_*``).
-
-Why a domain, a proxy and a CA bundle and not a base URL: garth builds every
-URL as ``https://<subdomain>.<domain>`` (``sso``, ``connectapi``) and fetches
-its OAuth consumer from a fixed https URL, so there is no base URL to point
-elsewhere. Its documented knobs are ``Client.configure(domain=, proxies=,
-ssl_verify=)``: production keeps ``garmin.com``, no proxy and the system CA
-store; the dev stack sends everything through a local CONNECT proxy to the fake
-Garmin Connect, whose certificate ``CAIRN_GARMIN_CA_BUNDLE`` trusts
-(docs/DESIGN.md, "Garmin: pointing garth at the fake").
-
-Requests lets ``REQUESTS_CA_BUNDLE`` override a session's CA bundle, and garth's
-OAuth1 session inherits the environment, so a Garmin pool with its own bundle
-must not have that variable pointing elsewhere (``check_environment``).
-
-garth can persist its session: ``GARTH_HOME`` (token files written after every
-login) or ``GARTH_TOKEN`` (a session resumed from the environment). The pool
-persists no provider credentials (S2), so either variable stops it at start.
-"""
+"""Garmin provider settings (``CAIRN_GARMIN_*``) and the environment checks that protect them."""
 
 from __future__ import annotations
 
@@ -37,6 +19,8 @@ HTTP_TIMEOUT_S = 30  # garth's per-request timeout (an original FIT download can
 # being throttled at (a burst of ~100 calls); an import is three requests.
 REQUESTS_PER_MINUTE = 30
 MAX_DOWNLOAD_BYTES = 64 * 1024 * 1024  # an original-file zip above this is refused (the archive bound)
+# garth persists a session through GARTH_HOME (token files after every login) or resumes one from
+# GARTH_TOKEN; the pool persists no provider credentials (S2), so either stops it at start.
 PERSISTING_VARIABLES = ("GARTH_HOME", "GARTH_TOKEN")
 # requests lets these override Session.verify on every request that does not pass verify itself
 # (psf/requests#3829); garth's OAuth1 session copies our verify but not our environment handling.
@@ -49,6 +33,10 @@ FALSE_WORDS = ("", "0", "false", "no", "off")  # what pydantic reads as False fo
 
 
 class GarminSettings(BaseSettings):
+    """``CAIRN_GARMIN_*``. A domain, a proxy and a CA bundle, not a base URL: garth builds every URL as
+    ``https://<subdomain>.<domain>`` and fetches its OAuth consumer from a fixed URL, so its knobs are
+    ``Client.configure(domain=, proxies=, ssl_verify=)`` (docs/DESIGN.md, "Garmin: pointing garth at the fake")."""
+
     model_config = SettingsConfigDict(env_prefix="CAIRN_GARMIN_", extra="ignore", env_ignore_empty=True)
 
     domain: str = DEFAULT_DOMAIN
@@ -88,7 +76,7 @@ class GarminSettings(BaseSettings):
 def check_environment(settings: GarminSettings, environ: Mapping[str, str] | None = None) -> None:
     """``ConfigError`` naming the variable when the environment would defeat the settings.
 
-    ``GARTH_HOME`` / ``GARTH_TOKEN``: garth would persist or resume sessions (see module doc).
+    ``GARTH_HOME`` / ``GARTH_TOKEN``: garth would persist or resume sessions (S2).
     ``GARTH_TELEMETRY_*`` switched on: garth would send request traces to Logfire (S1).
     ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` next to ``CAIRN_GARMIN_CA_BUNDLE``: requests
     would verify garth's OAuth requests against that bundle instead of ours.

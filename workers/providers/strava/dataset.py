@@ -1,31 +1,4 @@
-"""The raw archive ("dataset 1") and the one parser that reads it.
-
-Why the import parses its own archive: contract §1 requires that a re-parse
-reproduces the import. The surest way is that there is only one path from raw
-inputs to events: ``fetch_source`` builds the archive bytes, then runs
-``parse_archive`` on *those bytes*, exactly as ``parse_blob`` later does on
-the downloaded blob. Byte-identical output follows by construction (float
-repr, key order and nulls go through the same JSON round trip).
-
-Envelope (compatible with the published Go worker's dataset 1)::
-
-    {"version": 1,
-     "provenance": {"provider", "worker_name", "worker_version", "package", "archived_at"},
-     "activity": {…Strava DetailedActivity…},
-     "streams": {…key_by_type map…},          # omitted when the activity has none
-     "gear": [{…Strava DetailedGear…}],       # additive: omitted when no lookup succeeded
-     "segments": [{…Strava DetailedSegment…}],  # additive: the details the efforts used
-     "photos": [{"source", "photo": {…Strava photo…},
-                 "mirror": {"blob_id", "content_type", "size", "url"}}]}  # additive
-
-We archive Strava's full activity JSON (the Go worker kept only its decoded
-subset); both read the same, and the full object lets a later parser revision
-use a new field without a re-fetch. ``gear`` is additive to dataset 1:
-archives without it parse with gear id/name from the activity and no GEAR event.
-``segments`` and ``photos`` are additive too (parser 1.1): the segment events
-and the activity's attachments come from them alone, and an archive without
-them yields no segment events and no attachments.
-"""
+"""The raw archive ("dataset 1") of a Strava import and the one parser that reads it."""
 
 from __future__ import annotations
 
@@ -66,7 +39,12 @@ def build_archive(activity: dict[str, Any], streams: dict[str, Any] | None,
                   photos: list[dict[str, Any]] | None = None, worker_name: str = "",
                   worker_version: str = "", package: str = "",
                   archived_at: datetime | None = None) -> bytes:
-    """Serialize the raw inputs of one import as a dataset-1 envelope."""
+    """Serialize the raw inputs of one import as a dataset-1 envelope (compatible with the published Go worker's).
+
+    ``{"version": 1, "provenance", "activity", "streams", "gear", "segments", "photos"}``: the activity is
+    Strava's full JSON, so a later parser revision can use a new field without a re-fetch. ``streams``,
+    ``gear``, ``segments`` and ``photos`` are omitted when empty; the last three are additive to dataset 1,
+    and an archive without them parses with no GEAR event, no segment events and no attachments."""
     envelope: dict[str, Any] = {
         "version": DATASET_VERSION,
         "provenance": {"provider": PROVIDER, "worker_name": worker_name,
@@ -115,7 +93,10 @@ def parse_archive(raw: bytes, *, user_id: str, account_id: str,
 
 
 def parse_dataset(raw: bytes, *, user_id: str, account_id: str, ext_id: str = "") -> ParsedArchive:
-    """Every event one archive yields; the only path from raw inputs to events."""
+    """Every event one archive yields; the only path from raw inputs to events.
+
+    ``fetch_source`` parses the bytes it archived, as ``parse_blob`` does a downloaded blob, so a re-parse
+    reproduces the import byte for byte (contract §1): float repr, key order and nulls take one JSON path."""
     envelope = read_archive(raw)
     try:
         activity = StravaActivity.model_validate(envelope["activity"])

@@ -1,25 +1,4 @@
-"""``StravaProvider``: the Strava API behind the provider interface.
-
-What it does per job kind (reference §3.6, §3.10–3.13, contract §4–§9b):
-
-* fetch_source — activity detail, streams (404 = no stream), gear detail for
-  the activity's gear (best effort, cached per account: a failed or
-  rate-limited gear lookup is skipped, never fails or delays the import),
-  photos mirrored into core's blob store (best effort, ``photos.py``), with
-  ``fetch_streams`` each segment's detail (bounded cache; a rate limit stops
-  the loop and the job is re-run after the window, ``segments.py``), the
-  dataset-1 archive of all of it, then the events parsed *from that archive*:
-  GEAR + ACTIVITY (with attachments) for the first result, SEGMENT +
-  SEGMENT_EFFORT for the second.
-* parse_blob — the same parser over a downloaded archive.
-* reconcile — ``list_activities`` over a time window, pages of 100.
-* discover — up to 25 pages of 200 per round, partial replies on rate limits.
-* import_gear — ``/athlete`` bikes and shoes (retired included) with details.
-* OAuth exchange — code → tokens; the athlete id is the provider account id.
-
-Webhooks: ``webhooks.py`` (Strava's subscription handshake and what each push
-event means); the generic path is ``workers.cairn.handlers.webhooks``.
-"""
+"""``StravaProvider``: the Strava API behind the provider interface (contract §4–§9b)."""
 
 from __future__ import annotations
 
@@ -89,7 +68,9 @@ DISCOVER_RATE_LIMITED_ERROR = "rate_limited: provider budget exhausted, try agai
 
 
 class StravaProvider(Provider):
-    """Stateless apart from a small per-account gear cache (saves budget: most rides share a bike)."""
+    """Stateless apart from a small per-account gear cache (saves budget: most rides share a bike).
+
+    Reference §3.6 and §3.10–3.13; webhooks live in ``webhooks.py``."""
 
     name = PROVIDER
     dataset_version = DATASET_VERSION
@@ -165,6 +146,10 @@ class StravaProvider(Provider):
     # ------------------------------------------------------------------ activities
 
     def fetch_source(self, ctx: ProviderContext, job: FetchJob) -> FetchOutcome:
+        """Activity detail, streams (404 = none), gear (best effort, cached per account), photos mirrored
+        into core's blob store (best effort, ``photos.py``) and with ``fetch_streams`` each segment's detail
+        (a rate limit re-runs the job after the window, ``segments.py``); archived as dataset 1, then parsed
+        *from that archive*: GEAR + ACTIVITY for the first result, SEGMENT + SEGMENT_EFFORT for the second."""
         ext_id = str(job.ext_id or "").strip()
         if not ext_id:
             raise ProviderPermanentError("fetch_source without ext_id", code="missing_ext_id")
@@ -198,6 +183,7 @@ class StravaProvider(Provider):
         return outcome
 
     def parse_blob(self, raw: bytes, job: FetchJob) -> FetchOutcome:
+        """The same parser over a downloaded archive."""
         parsed = parse_dataset(raw, user_id=job.user_id, account_id=job.account_id,
                                ext_id=str(getattr(job, "ext_id", "") or ""))
         return FetchOutcome(ext_id=parsed.ext_id, wire_events=parsed.events,

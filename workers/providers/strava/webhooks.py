@@ -1,36 +1,4 @@
-"""Strava's webhook rules: the subscription handshake and what each push event means.
-
-The generic path (``workers.cairn.handlers.webhooks``) decodes core's envelope, looks
-the owner up and publishes; it finds these rules through the provider
-(``StravaProvider.webhook_rules()``). This module only knows Strava:
-
-* **Handshake.** Strava validates a new push subscription with
-  ``GET callback?hub.mode=subscribe&hub.challenge=…&hub.verify_token=…`` and
-  expects ``200 {"hub.challenge": "…"}`` within 2 s. Core relays that GET to
-  the pool (reference §2.13); we answer 503 while no
-  ``CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN`` is configured (the pool does not take
-  webhooks), 400 on another mode, 403 on a wrong token (compared in constant
-  time).
-* **Events** ``{object_type, object_id, aspect_type, owner_id, subscription_id,
-  event_time, updates}``:
-
-  - activity ``create`` → fetch now; its id names the event (``c<event_time>``),
-    so Strava's own retries of one delivery collapse onto one job;
-  - activity ``update`` (a title or privacy change too: the contract has no
-    partial update) → fetch, coalesced: every update of one activity whose
-    ``event_time`` falls in the same ``CAIRN_STRAVA_WEBHOOK_COALESCE_S``
-    bucket gets the same id (``u<bucket start>``), and is held back until the
-    bucket has ended. A burst's events carry *different* event times, so an id
-    built from the exact time would never deduplicate; an id built from the
-    bucket alone would let an update that arrives after the fetch ran be
-    swallowed by JetStream's dedup window. Holding each event until its bucket
-    closes means the one fetch that gets through starts after every update it
-    stands for (a clock skew of up to ``COALESCE_GRACE_S`` is absorbed);
-  - activity ``delete`` → a ``delete`` job: the generic handler fetches it once, so core hears
-    ``not_found`` (``workers.cairn.handlers.webhooks``);
-  - athlete ``update`` with ``updates.authorized == "false"`` → deauthorized;
-  - anything else → ignored (acked).
-"""
+"""Strava's webhook rules: the subscription handshake and what each push event means."""
 
 from __future__ import annotations
 
@@ -99,6 +67,9 @@ class StravaWebhookRules:
         return self._token or None
 
     def verify(self, query: dict[str, str]) -> VerifyReply:
+        """Strava's subscription handshake, relayed by core (reference §2.13): ``200 {"hub.challenge": …}``
+        within 2 s; 503 while no verify token is configured, 400 on another mode, 403 on a wrong token
+        (compared in constant time)."""
         if not self._token:
             return _reply(503, b"webhooks are not configured on this pool")
         if query.get("hub.mode") != HUB_MODE_SUBSCRIBE:
@@ -110,7 +81,16 @@ class StravaWebhookRules:
         return _reply(200, json.dumps({"hub.challenge": challenge}).encode(), JSON)
 
     def classify(self, body: bytes) -> WebhookJob:
-        """The action for one event body; ``ValueError`` when it is not a Strava event."""
+        """The action for one event body; ``ValueError`` when it is not a Strava event.
+
+    An activity ``create`` is fetched now, its id named by the event (``c<event_time>``) so Strava's retries
+    of one delivery collapse. An ``update`` (title or privacy too: the contract has no partial update) is
+    fetched, coalesced: every update whose ``event_time`` falls in one ``coalesce_s`` bucket gets one id
+    (``u<bucket start>``) and waits until the bucket has ended, so the one fetch that gets through starts
+    after every update it stands for (an id from the exact time would never deduplicate a burst; one from
+    the bucket alone would let a late update be swallowed by JetStream's dedup window). A ``delete`` is
+    fetched once, so core hears ``not_found``; an athlete's ``authorized: "false"`` deauthorizes; anything
+    else is ignored (acked)."""
         try:
             event = StravaEvent.model_validate_json(body)
         except ValidationError as exc:
