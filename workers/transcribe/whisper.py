@@ -47,6 +47,7 @@ from faster_whisper import WhisperModel
 from faster_whisper.transcribe import Segment as WhisperSegment
 
 from workers.errors import ConfigError
+from workers.transcribe.audio import decode
 from workers.transcribe.clips import ClipBatcher
 from workers.transcribe.device import (
     default_compute_type,
@@ -165,8 +166,9 @@ class WhisperEngine:
         return self._clips.transcribe(clips)
 
     def _segments(self, path: Path, language: str | None) -> tuple[Iterable[WhisperSegment], DecodeInfo]:
-        """faster-whisper's lazy segment generator and its info, for one file."""
-        return self._model.transcribe(str(path), language=language, **decode_options(self.beam_size))
+        """faster-whisper's lazy segment generator and its info, for one file (its samples decoded as
+        faster-whisper decodes them, ``workers.transcribe.audio``)."""
+        return self._model.transcribe(decode(path), language=language, **decode_options(self.beam_size))
 
     def language_for(self, hint: str | None) -> str | None:
         """The job's hint if this model knows it, else ``VOICY_WORKER_LANGUAGE``, else ``None`` (detect)."""
