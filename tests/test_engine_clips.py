@@ -100,8 +100,18 @@ def assert_close_words(one: Transcript, other: Transcript, label: object = "") -
     assert not score(one.text, other.text).lost_runs, (label, one.text, other.text)
 
 
-def test_the_batch_hears_the_scripts_as_well_as_each_clip_alone(engine: ClipBatchingEngine, alone: Alone,
-                                                                scripts: dict[Path, str]) -> None:
+def assert_spans_its_speech(one: Transcript, other: Transcript, label: object = "") -> None:
+    """``other`` is one segment, from where the clip's speech starts to where it ends: a decode without
+    timestamp tokens says nothing finer. That span holds every segment ``one`` (alone) has."""
+    assert len(other.segments) == 1, (label, other.segments)
+    (segment,) = other.segments
+    assert 0.0 <= segment.start < segment.end <= other.duration, (label, segment)  # type: ignore[operator]
+    assert segment.start <= one.segments[0].start + SPAN_TOLERANCE_S, (label, segment, one.segments)
+    assert segment.end >= one.segments[-1].end - SPAN_TOLERANCE_S, (label, segment, one.segments)
+
+
+def test_the_batch_hears_each_clip_about_as_well_as_alone(engine: ClipBatchingEngine, alone: Alone,
+                                                           scripts: dict[Path, str]) -> None:
     paths = list(scripts)
     references = [alone(path) for path in paths]
     batched = engine.transcribe_clips([Clip(path) for path in paths])  # several passes of 4
@@ -112,24 +122,11 @@ def test_the_batch_hears_the_scripts_as_well_as_each_clip_alone(engine: ClipBatc
         assert not score(scripts[path], other.text).lost_runs, (path.name, scripts[path], other.text)
         assert (other.language, other.duration) == (one.language, one.duration) == ("en", other.duration)
         assert other.duration == pytest.approx(media_seconds(path), abs=0.05)
+        assert_spans_its_speech(one, other, path.name)
     said = sum(len(normalise(text)) for text in scripts.values())
     alone_wer = sum(errors(scripts[p], t.text) for p, t in zip(paths, references)) / said
     batch_wer = sum(errors(scripts[p], t.text) for p, t in zip(paths, batched)) / said  # type: ignore[union-attr]
     assert batch_wer <= alone_wer + BATCH_WER_MARGIN, (batch_wer, alone_wer)
-
-
-def test_a_clip_is_one_segment_spanning_its_speech(engine: ClipBatchingEngine, alone: Alone,
-                                                   short_clips: list[Path]) -> None:
-    """Without timestamp tokens the text has no finer times: its segment runs from where the clip's
-    speech starts to where it ends, which holds every segment the clip gets alone."""
-    clips = short_clips[:CLIPS_PER_PASS]
-    for path, outcome in zip(clips, engine.transcribe_clips([Clip(path) for path in clips])):
-        assert isinstance(outcome, Transcript) and len(outcome.segments) == 1, (path.name, outcome)
-        (segment,) = outcome.segments
-        own = alone(path).segments
-        assert 0.0 <= segment.start < segment.end <= outcome.duration, (path.name, segment)  # type: ignore[operator]
-        assert segment.start <= own[0].start + SPAN_TOLERANCE_S, (path.name, segment, own)
-        assert segment.end >= own[-1].end - SPAN_TOLERANCE_S, (path.name, segment, own)
 
 
 def test_a_clip_that_cannot_be_decoded_fails_alone(engine: ClipBatchingEngine, alone: Alone,

@@ -22,9 +22,11 @@ log = logging.getLogger(__name__)
 
 ENGLISH = "en"  # what an English-only model transcribes in, whatever it is asked
 SEPARATOR_SAMPLES = 160  # one feature frame (10 ms at 16 kHz) of silence between clips: each window starts on its own
-# Clips decoded and cut to their speech at once, on threads, while a pass decodes the group before them:
-# PyAV and onnxruntime (Silero VAD) release the GIL, so preparation stays off the pass's critical path.
-PREPARE_THREADS = 2
+# Clips decoded and cut to their speech at once, on threads (PyAV and onnxruntime's Silero VAD release
+# the GIL), while a pass decodes the group before them. On a GPU a voice's decoding and VAD cost the
+# host several times its share of a batched pass (reference/gpu.md), so one thread would be the
+# bottleneck; a few keep up without taking the host's cores from other gpu processes.
+PREPARE_THREADS = 4
 # The batched pass decodes text tokens only. With timestamp tokens, CTranslate2's batched beam search
 # grows with the square of the batch on a GPU (faster-whisper #985); without them it stays linear
 # (docs/BENCHMARKS.md "Clip batches"). A clip's segment times come from its own speech instead.
