@@ -24,8 +24,10 @@ def decode(path: Path, sampling_rate: int = SAMPLE_RATE) -> np.ndarray:
     (faster-whisper issue #390). The PyAV this project pins leaves none
     (tests/test_audio.py proves it), and a full collection holds the GIL for as
     long as the heap is big, so clips prepared on threads would queue behind it.
-    A container without an audio stream is a ``PermanentJobError``; other PyAV
-    errors propagate for ``workers.transcribe.failures.classify``.
+    A container without an audio stream (a video-only MP4 sent as a document) is
+    a ``PermanentJobError`` here, where decoding it would fail with a bare
+    ``IndexError`` that says nothing about the file; PyAV's own errors propagate
+    for ``workers.transcribe.failures.classify``.
     """
     with av.open(str(path), mode="r", metadata_errors="ignore") as container:
         if not container.streams.audio:

@@ -57,7 +57,7 @@ from workers.transcribe.device import (
     usable_cores,
 )
 from workers.transcribe.engine import SINGLE_PROCESS_POOL
-from workers.transcribe.failures import classify, require_audio_stream
+from workers.transcribe.failures import classify
 from workers.transcribe.languages import pick_language
 from workers.transcribe.protocol import Clip, ClipOutcome, OnSegment
 from workers.transcribe.registry import SEQUENTIAL_ENGINE
@@ -136,7 +136,6 @@ class WhisperEngine:
         lost lease) stops decoding and propagates unchanged.
         """
         try:
-            require_audio_stream(path)
             segments, info = self._segments(path, self.language_for(language))
             transcript = Transcript(language=info.language, duration=round(info.duration, DURATION_DIGITS))
             iterator = iter(segments)
