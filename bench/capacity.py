@@ -44,9 +44,9 @@ from bench.cairn_bench import IDLE_JOBS, Rig, cpu_parts, machine, ms_per_job
 from bench.plugins import NULL, NullKit, install_null
 from bench.recordings import speech_fixtures
 from bench.voicy_rig import FleetRig
-from deploy.devstack import procfile
-from deploy.devstack.procs import Proc
-from deploy.devstack.stack import AUDIO_DIR
+from devstack.infra import procfile
+from devstack.infra.procs import Proc
+from devstack.infra.stack import AUDIO_DIR
 from workers.providers.kinds import FETCH_SOURCE
 
 DEFAULT_CAIRN_JOBS = 600

@@ -40,7 +40,7 @@ import psutil
 
 from bench import chaos_budget, chaos_count, chaos_report
 from bench.chaos_rig import FEED_SPAN_FRACTION, RESTART_CHECK_S, ChaosRig, is_celery_worker
-from deploy.devstack.supervisor import Dyno, Supervisor
+from devstack.infra.supervisor import Dyno, Supervisor
 
 DEFAULT_SEED = 1
 DEFAULT_WINDOW_S = 300.0
@@ -270,7 +270,7 @@ def quiet_libraries() -> None:
     """The in-process dev servers' clients log every NATS/Redis outage with a traceback; the faults are
     the point of the run, so only errors of the harness itself reach the terminal."""
     logging.basicConfig(level=logging.ERROR)
-    for name in ("nats", "deploy.devstack", "uvicorn", "uvicorn.error"):
+    for name in ("nats", "devstack", "uvicorn", "uvicorn.error"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 

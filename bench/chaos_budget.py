@@ -1,7 +1,7 @@
 """The chaos run's log budget (H1): what a run of SIGKILLs and service restarts is *expected* to log.
 
 ``python -m bench chaos`` ends, like every run that starts the fleet, by reading
-every dyno's log (``deploy.devstack.log_budget``). A chaos run provokes faults
+every dyno's log (``devstack.infra.log_budget``). A chaos run provokes faults
 on purpose, so the outage and recovery lines they cause are allowed here, each
 with its reason and the fault that provokes it; anything else (a traceback, a
 process complaining about something no fault explains) is a finding, counted in
@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from deploy.devstack import log_budget
-from deploy.devstack.log_budget import Allow, Budget
+from devstack.infra import log_budget
+from devstack.infra.log_budget import Allow, Budget
 
 SHOWN_FINDINGS = 20  # the figures keep this many unexplained lines (the report prints them all)
 REDIS_RESTART = "python -m bench chaos: the Redis restart of the window"
@@ -40,7 +40,7 @@ ALLOW: tuple[Allow, ...] = (
           provoked_by=REDIS_RESTART),
     Allow(r"message \S+ not acked: the broker connection dropped \(\w+\)",
           reason="a task started as Redis went away: its early ack failed, its job's recovery runs it "
-          "(tasks/lost_acks.py)", provoked_by=REDIS_RESTART),
+          "(tasks/hardening/lost_acks.py)", provoked_by=REDIS_RESTART),
     Allow(r"Connection to Redis lost: Retry \(\d+/\d+\)", reason="Celery's result backend reconnecting",
           provoked_by=REDIS_RESTART),
     Allow(r"lease renewal for job \S+ failed \(\w+\); retrying|lease of job \S+ re-taken after a Redis outage",
@@ -48,7 +48,7 @@ ALLOW: tuple[Allow, ...] = (
           provoked_by=REDIS_RESTART),
     Allow(r"job \S+: Redis unreachable \(\w+\) when taking its lease; waiting up to",
           reason="a task started as Redis went away: it waits for Redis to take its job instead of stranding "
-          "the grant (tests/test_lease.py)", provoked_by=REDIS_RESTART),
+          "the grant (tests/voicy/test_lease.py)", provoked_by=REDIS_RESTART),
     Allow(r"Redis unavailable: recording the outcome of|outcome of \S+ recorded after Redis came back",
           reason="a job finished during the outage: its outcome is recorded once Redis answers",
           provoked_by=REDIS_RESTART),
@@ -57,7 +57,7 @@ ALLOW: tuple[Allow, ...] = (
           provoked_by=REDIS_RESTART),
     Allow(r"job \w+: Redis unavailable \(\w+.*\); left for the reaper",
           reason="a Voicy task met the outage mid-job: no failure posted, its lease expires and the reaper "
-          "recovers the job", provoked_by=f"{REDIS_RESTART}; tests/test_voicy_recovery.py::"
+          "recovers the job", provoked_by=f"{REDIS_RESTART}; tests/voicy/test_voicy_recovery.py::"
           "test_redis_lost_mid_download_fails_neither_the_job_nor_the_task"),
     Allow(r"could not record the claim; handed it back to Voicy",
           reason="Redis failed as the bridge recorded a claim: the job went back to Voicy", provoked_by=REDIS_RESTART),
@@ -83,13 +83,13 @@ ALLOW: tuple[Allow, ...] = (
     Allow(r"job \w+: grant stranded \(its task's message out of every queue for \d+s, ",
           reason="a worker's main process took a task's message and was killed, or lost Redis, before its pool "
           "started it (kombu keeps it unacked for 12 h): the reaper's grant audit recovers the job "
-          "(workers/voicy/grants.py)", provoked_by=f"{KILLS}; {REDIS_RESTART}; tests/test_voicy_stranded.py"),
+          "(workers/voicy/grants.py)", provoked_by=f"{KILLS}; {REDIS_RESTART}; tests/voicy/test_voicy_stranded.py"),
     Allow(r"job \w+: redispatching transcription",
           reason="that stranded job's media was stored: its transcription is sent again",
-          provoked_by=f"{KILLS}; {REDIS_RESTART}; tests/test_voicy_stranded.py"),
+          provoked_by=f"{KILLS}; {REDIS_RESTART}; tests/voicy/test_voicy_stranded.py"),
     Allow(r"job \w+ failed \(retryable=True\): task lost by the broker before any worker ran it",
           reason="that stranded job had no media yet: handed back to Voicy, which requeues it",
-          provoked_by=f"{KILLS}; {REDIS_RESTART}; tests/test_voicy_stranded.py"),
+          provoked_by=f"{KILLS}; {REDIS_RESTART}; tests/voicy/test_voicy_stranded.py"),
     Allow(r"job \w+: Voicy never recorded /downloaded; completing the handshake",
           reason="an io process killed between storing the media and POST /downloaded", provoked_by=KILLS),
 )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import chaos_count, chaos_rig
-from deploy.devstack.stack import ROOT
+from devstack.infra.stack import ROOT
 
 DOC_PATH = ROOT / "docs" / "RELIABILITY.md"
 RUNS_BEGIN = "<!-- chaos-runs:begin -->"
@@ -121,7 +121,7 @@ nats-server with JetStream on disk, moto S3, the dev Voicy Worker API, fake Tele
 core, fake Strava) and the Procfile's own command lines (both bridges, the gpu/io/provider workers,
 beat; one dyno of every process type but `web`, and {r.GPU_SLOTS} gpu dynos, as the Procfile's gpu
 line is `-c 1`) under a supervisor that restarts whatever dies, as a platform
-would (`deploy/devstack/supervisor.py`). It feeds Voicy voice messages of 5-20 s of speech and Cairn
+would (`devstack/infra/supervisor.py`). It feeds Voicy voice messages of 5-20 s of speech and Cairn
 `fetch_source` jobs over the first {r.FEED_SPAN_FRACTION:.0%} of a fixed window; during the window it
 SIGKILLs a random fleet process every few seconds (either bridge, beat, a worker's main process or
 one of its pool children), restarts Redis once and NATS once (SIGTERM, a few seconds down, back on

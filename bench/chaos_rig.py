@@ -2,13 +2,13 @@
 
 Everything on loopback, in one temporary directory:
 
-* Redis with an AOF (``deploy.devstack.services.start_redis``), nats-server with JetStream on
+* Redis with an AOF (``devstack.infra.services.start_redis``), nats-server with JetStream on
   disk, moto S3 in its own process;
 * the dev Voicy Worker API and fake Telegram (each download held
   ``TELEGRAM_DELAY_S``, so a kill can land mid-download), the dev Cairn core and
   the fake Strava behind ``LatencyMiddleware`` (``STRAVA_DELAY_S`` a call);
 * the Procfile's own command lines, ``formation()`` dynos, under
-  ``deploy.devstack.supervisor.Supervisor`` (Flower, ``web``, is left out: it
+  ``devstack.infra.supervisor.Supervisor`` (Flower, ``web``, is left out: it
   holds no work).
 
 Timings are shortened where the defaults would only make the run longer
@@ -28,19 +28,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy.devstack import services
-from deploy.devstack.cairn_stack import CairnStack
-from deploy.devstack.latency import LatencyMiddleware
-from deploy.devstack.procfile import entries as procfile_entries
-from deploy.devstack.procfile import provider_of, runnable
-from deploy.devstack.procs import Proc
-from deploy.devstack.stack import BOT_TOKEN, ROOT, fleet_env
-from deploy.devstack.strava import FakeStrava
-from deploy.devstack.strava.kit import StravaKit
-from deploy.devstack.supervisor import MAX_RESTART_DELAY_S, Placement, Supervisor
-from deploy.devstack.synth_media import SpeechSynth
-from deploy.devstack.telegram import FakeTelegram
-from deploy.devstack.voicy_api import DevVoicyServer
+from devstack.fakes.strava import FakeStrava
+from devstack.fakes.strava.kit import StravaKit
+from devstack.fakes.synth_media import SpeechSynth
+from devstack.fakes.telegram import FakeTelegram
+from devstack.fakes.voicy_api import DevVoicyServer
+from devstack.infra import services
+from devstack.infra.cairn_stack import CairnStack
+from devstack.infra.procfile import entries as procfile_entries
+from devstack.infra.procfile import provider_of, runnable
+from devstack.infra.procs import Proc
+from devstack.infra.stack import BOT_TOKEN, ROOT, fleet_env
+from devstack.infra.supervisor import MAX_RESTART_DELAY_S, Placement, Supervisor
+from devstack.netsim.latency import LatencyMiddleware
 from workers.providers.kinds import FETCH_SOURCE
 
 PROVIDER = "strava"

@@ -111,7 +111,7 @@ def measure(model: str, voices: list[Voice], sizes: tuple[int, ...] = DEFAULT_SI
 
 
 def main(argv: list[str] | None = None) -> None:
-    from deploy.devstack.stack import TINY_MODEL_DIR
+    from devstack.infra.stack import TINY_MODEL_DIR
 
     parser = argparse.ArgumentParser(prog="python -m bench.clip_words", description=__doc__.splitlines()[0])
     parser.add_argument("--voices", type=int, default=DEFAULT_VOICES)

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from deploy.devstack.stack import TINY_MODEL_DIR
+from devstack.infra.stack import TINY_MODEL_DIR
 from workers.transcribe.engine import create_engine
 from workers.transcribe.protocol import TranscriptionEngine
 from workers.transcribe.settings import EngineSettings

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench.recordings import long_recording
 from bench.words import score
-from deploy.devstack.stack import AUDIO_DIR, TINY_MODEL_DIR
+from devstack.infra.stack import AUDIO_DIR, TINY_MODEL_DIR
 from workers.transcribe.engine import create_engine
 from workers.transcribe.protocol import TranscriptionEngine
 from workers.transcribe.registry import SEQUENTIAL_ENGINE

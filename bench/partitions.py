@@ -46,7 +46,7 @@ from bench import chaos_budget, chaos_count, chaos_report, partitions_budget, pa
 from bench.chaos import quiet_libraries
 from bench.chaos_rig import CAIRN_ACK_WAIT_S, VOICY_LEASE_TTL_MS, CairnJob, VoicyJob
 from bench.partitions_rig import CORE, PLACEMENT, HostsRig
-from deploy.devstack.synth_media import SpeechSynth
+from devstack.fakes.synth_media import SpeechSynth
 
 CUT_MARGIN_S = 5.0  # a partition outlasts the timeout it is about by this much
 OUTAGE_S = 20.0  # a bridge's or beat's cut from one service (R1: up to a minute must be ridden out)

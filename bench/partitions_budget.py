@@ -1,7 +1,7 @@
 """The partition run's log budget (H1): what cutting hosts off mid-job is *expected* to log.
 
 ``python -m bench partitions`` ends, like every run that starts the fleet, by reading
-every dyno's log (``deploy.devstack.log_budget``). A partition is an outage seen
+every dyno's log (``devstack.infra.log_budget``). A partition is an outage seen
 from one host, so the chaos run's outage entries apply (``bench.chaos_budget``),
 plus the lines only a partition provokes, each with its reason; anything else is a
 finding, counted in the figures and failing the run's targets.
@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench import chaos_budget
-from deploy.devstack import log_budget
-from deploy.devstack.log_budget import Allow, Budget
+from devstack.infra import log_budget
+from devstack.infra.log_budget import Allow, Budget
 
 GPU_LINK = "python -m bench partitions: gpu-link (a gpu host's link down past the lease TTL)"
 TO_NATS = "python -m bench partitions: provider-nats, cairn-bridge-nats (a host DROPped from NATS)"

@@ -56,7 +56,7 @@ def section(f: dict[str, Any]) -> str:
                else "not measured: this tree has no `switchyard health` yet")
     lines = [
         "`python -m bench partitions` (also `make bench ARGS=partitions`) runs the Procfile fleet on hosts:",
-        "Linux network namespaces of one machine on one switch (`deploy/devstack/hosts.py`), each with its",
+        "Linux network namespaces of one machine on one switch (`devstack/netsim/hosts.py`), each with its",
         "own address, hostname, pid numbering and `/tmp`, the repository read-only, S3 the only shared",
         f"storage. Core ({', '.join(['Redis (AOF)', 'NATS', 'S3', 'the dev Voicy API', 'the dev Cairn core'])},",
         "and the Telegram and Strava fakes, Strava over https) is one host; the fleet's dynos are placed",
@@ -64,7 +64,7 @@ def section(f: dict[str, Any]) -> str:
         "",
         "Each partition lands while its own jobs are in flight, lasts a fixed time, heals, and is judged on",
         "its own jobs, counted as the chaos run counts them. A link cut takes the host's veth down at the",
-        "switch; a DROP is an nftables rule in the host's namespace (`deploy/devstack/netfilter.py`):",
+        "switch; a DROP is an nftables rule in the host's namespace (`devstack/netsim/netfilter.py`):",
         "packets vanish, so TCP hangs as in a real partition. Partitions: `--only a,b`; one per side:",
         f"`--short`; none (the fleet across hosts, one job per side): `--smoke`. Voicy lease "
         f"{chaos_rig.VOICY_LEASE_TTL_MS / 1000:g} s, Cairn AckWait {chaos_rig.CAIRN_ACK_WAIT_S:g} s.",
@@ -91,21 +91,21 @@ FOUND = """What the partitions found, each fixed with a test of its own:
   to the other gpu host; on the heal the cut host posted `/result` before its next renewal could
   learn the lease was gone, and Voicy accepted it (one worker token for the fleet). A Voicy
   execution now fences its lease (`LeaseKeeper.fence`: renew now, yes only on Redis's answer) before
-  `/result` or `/failure` (`tests/test_lease_fence.py`).
+  `/result` or `/failure` (`tests/voicy/test_lease_fence.py`).
 - **A provider host cut from NATS stored a job's result twice** (provider-nats). A publish with no
   PubAck was given up and NAKed, but the message was on its way (buffered by nats-py, retransmitted
   by TCP after the heal) and landed; the redelivery published `:d2` as well. Likewise an activity
   result stored and its segment companion's presign unanswered. An unacknowledged publish is now
   retried within the delivery under the same `Nats-Msg-Id` (JetStream's dedup keeps one), and an
-  unanswered presign asked again, for up to a minute (`tests/test_cairn_publish_retry.py`).
+  unanswered presign asked again, for up to a minute (`tests/cairn/test_cairn_publish_retry.py`).
 - **A rate-limit reservation NATS did not answer was taken for a bug** (provider-nats, by the log
   budget): the KV call's bare `TimeoutError` made an "unexpected" failure, a 30 s NAK counted toward
   the job's termination, so a long enough partition would have termed good jobs with an envelope. It
-  is now `BudgetUnavailable`, a transient NAK (`tests/test_cairn_publish_retry.py`).
+  is now `BudgetUnavailable`, a transient NAK (`tests/cairn/test_cairn_publish_retry.py`).
 - **A Strava origin on plain http away from loopback** (the fake Strava on core) let the provider
   worker run with a manifest it could never publish (contract §1 allows http only on loopback): a
   traceback every manifest period. The worker now refuses it at start, naming
-  `CAIRN_STRAVA_BASE_URL` (`tests/test_start_config.py`); the rig serves its fake Strava over https.
+  `CAIRN_STRAVA_BASE_URL` (`tests/fleet/test_start_config.py`); the rig serves its fake Strava over https.
 """
 
 

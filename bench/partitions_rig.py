@@ -1,6 +1,6 @@
 """The partition harness's world: the chaos rig's stack and Procfile fleet, spread over hosts (R2).
 
-Hosts are network namespaces of one machine (``deploy/devstack/hosts.py``), each
+Hosts are network namespaces of one machine (``devstack/netsim/hosts.py``), each
 with its own hostname, pid numbering, ``/tmp`` and address on one switch:
 
 =========  ===================================================================
@@ -33,10 +33,10 @@ from typing import Any
 import boto3
 
 from bench.chaos_rig import ChaosRig, formation
-from deploy.devstack import services, tls
-from deploy.devstack.hosts import Host, Network, sweep_stale
-from deploy.devstack.procfile import entries as procfile_entries
-from deploy.devstack.stack import ROOT
+from devstack.infra import services, tls
+from devstack.infra.procfile import entries as procfile_entries
+from devstack.infra.stack import ROOT
+from devstack.netsim.hosts import Host, Network, sweep_stale
 
 CORE = "core"
 # Dyno kind -> its hosts, one dyno per host in order (``formation`` decides how many there are).

@@ -6,7 +6,7 @@ speech we have offline; every longer recording is those clips joined, so its
 script is their texts joined the same way. Nothing here is a large binary.
 
 * each fixture alone (``clips``);
-* the demo's long message (``deploy.demo.long_message``: the story three
+* the demo's long message (``devstack.demo.long_message``: the story three
   times, then every short clip; 124 s), where the demo lost 39 words;
 * the engine bench's recording (``long_recording``: every clip in turn with
   ``GAP_S`` of silence, repeated to ``minutes``; 340 s at 5 minutes);
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 from faster_whisper.audio import decode_audio
 
-from deploy.demo import LONG_MESSAGE_STORIES, long_message
-from deploy.devstack.stack import AUDIO_DIR, audio_manifest
+from devstack.demo import LONG_MESSAGE_STORIES, long_message
+from devstack.infra.stack import AUDIO_DIR, audio_manifest
 
 SAMPLE_RATE = 16000
 GAP_S = 0.6  # silence between joined fixtures in the engine bench's recording: a pause VAD can cut at

@@ -45,7 +45,7 @@ from bench.recordings import speech_fixtures
 from bench.voicy_costs import gpu_slot_gaps
 from bench.voicy_rig import RIG, Direct, FleetRig, fleet_threads, process_per_job
 from bench.words import score
-from deploy.devstack.stack import AUDIO_DIR
+from devstack.infra.stack import AUDIO_DIR
 
 DEFAULT_JOBS = 20
 DEFAULT_REPEATS = 3

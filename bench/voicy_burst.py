@@ -12,7 +12,7 @@ one process per core with one thread each (the CPU-host recommendation), on
 CUDA one process. Both load their model and run a warm-up burst first.
 
 The burst is ``--voices`` voice messages of 2-20 s, spoken by the committed
-speech fixtures (``deploy/devstack/synth_media.py``, seeded), so the words
+speech fixtures (``devstack/fakes/synth_media.py``, seeded), so the words
 said are known. The same files go through both fleets, all enqueued at once;
 the bursts alternate between the fleets (A B, B A, ...) so load from other
 processes on a shared host falls on both alike. Reported:
@@ -59,12 +59,12 @@ import psutil
 from faster_whisper.utils import download_model
 
 from bench.words import normalise, score
-from deploy.devstack import services
-from deploy.devstack.procs import Proc, spawn
-from deploy.devstack.stack import BOT_TOKEN, TINY_MODEL_DIR, fleet_env, start_beat, start_bridge
-from deploy.devstack.synth_media import SpeechSynth
-from deploy.devstack.telegram import FakeTelegram
-from deploy.devstack.voicy_api import DevVoicyServer
+from devstack.fakes.synth_media import SpeechSynth
+from devstack.fakes.telegram import FakeTelegram
+from devstack.fakes.voicy_api import DevVoicyServer
+from devstack.infra import services
+from devstack.infra.procs import Proc, spawn
+from devstack.infra.stack import BOT_TOKEN, TINY_MODEL_DIR, fleet_env, start_beat, start_bridge
 
 DEFAULT_VOICES = 48
 DEFAULT_REPEATS = 3

@@ -35,7 +35,7 @@ from pathlib import Path
 from bench.recordings import clips
 from bench.voicy_rig import Burst, Direct, FleetRig, fleet_threads
 from bench.voicy_trace import Span, TaskEvent, timeline
-from deploy.devstack.synth_media import write_speech_ogg
+from devstack.fakes.synth_media import write_speech_ogg
 
 REFERENCE_VOICE_S = 5.0  # issue 15: a cost above THRESHOLD_PCT of this voice's transcription is cut
 THRESHOLD_PCT = 5.0

@@ -3,10 +3,10 @@
 * Redis; the dev Voicy API and the fake Telegram in this process, each behind
   a request clock (``bench.voicy_trace``); a Celery event receiver.
 * The fleet: the Procfile's own ``voicy_bridge``, ``io``, ``gpu`` and ``beat``
-  lines, run as Heroku runs them (``deploy.devstack.procfile``), with the
+  lines, run as Heroku runs them (``devstack.infra.procfile``), with the
   production defaults of every interval: poll 1000 ms, progress 2500 ms,
   lease TTL 30 s, heartbeat 30 s (beat runs, so heartbeats and reaps happen).
-  Only what points the fleet at the rig is set (``deploy.devstack.stack.fleet_env``
+  Only what points the fleet at the rig is set (``devstack.infra.stack.fleet_env``
   minus its test-speed intervals).
 * :class:`Direct`: ``python -m bench.direct serve``, the model loaded once and
   warmed, with the threads the fleet's gpu process resolves.
@@ -28,9 +28,9 @@ from pathlib import Path
 import psutil
 
 from bench.voicy_trace import TaskEvents, TimedTelegram, TimedVoicyServer
-from deploy.devstack import procfile, services
-from deploy.devstack.procs import ROOT
-from deploy.devstack.stack import BOT_TOKEN, fleet_env
+from devstack.infra import procfile, services
+from devstack.infra.procs import ROOT
+from devstack.infra.stack import BOT_TOKEN, fleet_env
 from workers.transcribe.device import resolve_cpu_threads, usable_cores
 from workers.transcribe.settings import AUTO_CPU_THREADS
 

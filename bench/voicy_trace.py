@@ -28,10 +28,10 @@ from urllib.parse import parse_qs
 
 from celery import Celery
 
-from deploy.devstack.http_server import BackgroundServer
-from deploy.devstack.telegram import FakeTelegram
-from deploy.devstack.voicy_api import DevVoicyServer
-from deploy.devstack.voicy_api.app import build_app
+from devstack.fakes.http_server import BackgroundServer
+from devstack.fakes.telegram import FakeTelegram
+from devstack.fakes.voicy_api import DevVoicyServer
+from devstack.fakes.voicy_api.app import build_app
 
 JOB_PATH_RE = re.compile(r"/jobs/([0-9a-f]{24})(?:/([a-z-]+))?$")
 ID_RE = re.compile(r"[0-9a-f]{24}")

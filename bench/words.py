@@ -1,84 +1,38 @@
 """Words against the known scripts: ``python -m bench words`` (every recording × every engine).
 
-Word error rate is jiwer's (word-level edit distance: substitutions,
-deletions, insertions ÷ words said) on normalised words: lower case,
-punctuation dropped, small numbers spelled out (Whisper writes "10" where the
-script says "ten"). Punctuation and case are never compared: they differ
-between CPU kernels (AVX2 against AVX-512) for the same model.
-
-Besides WER, a *lost run* is a stretch of at least ``LOST_RUN_WORDS``
-consecutive words of the script that the transcript skips: a decoding failure
-(a window skipped, a chunk's last sentence dropped), not a mishearing. The
-target is none, for every engine, on every recording.
-
-Not load-sensitive (the words do not depend on timing), so any box gives the
-lead's figures; the table in docs/BENCHMARKS.md "Words" is this suite's output.
+The scoring (WER, lost runs, normalised words) lives in ``bench.wer`` and is
+re-exported here. The target is no lost run, for every engine, on every
+recording. Not load-sensitive (the words do not depend on timing), so any box
+gives the lead's figures; the table in docs/BENCHMARKS.md "Words" is this
+suite's output.
 """
 
 from __future__ import annotations
 
-import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-import jiwer
-
 from bench.recordings import PERTURBATIONS, Recording, clips, demo_long_message, long_recording, perturbed
+from bench.wer import LOST_RUN_WORDS, WordScore, normalise, score
 from workers.transcribe.engine import create_engine
 from workers.transcribe.protocol import TranscriptionEngine
 from workers.transcribe.registry import BATCHED_ENGINE, SEQUENTIAL_ENGINE
 from workers.transcribe.settings import EngineSettings
 
-WORD_RE = re.compile(r"[a-z0-9']+")
-LOST_RUN_WORDS = 5  # this many script words in a row missing: a skipped stretch, not a mishearing
-NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-                "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
-                "nineteen", "twenty")
+__all__ = ["LOST_RUN_WORDS", "WordScore", "engines", "normalise", "run", "score"]
+
 BENCH_BATCH_SIZE = 8  # the batched engine's batch in every word run
 RECORDING_MINUTES = 5.0  # the engine bench's recording
 
 
-def normalise(text: str) -> list[str]:
-    """Lower-case words without punctuation; numbers up to twenty as words."""
-    words = WORD_RE.findall(text.lower())
-    return [NUMBER_WORDS[int(w)] if w.isdigit() and int(w) < len(NUMBER_WORDS) else w for w in words]
-
-
-@dataclass(frozen=True)
-class WordScore:
-    """One transcript against its script."""
-
-    wer: float
-    words_said: int
-    words_heard: int
-    substitutions: int
-    deletions: int
-    insertions: int
-    lost_runs: tuple[str, ...]  # each skipped stretch of at least LOST_RUN_WORDS script words
-
-    def as_dict(self) -> dict[str, object]:
-        return {"wer_pct": round(100 * self.wer, 1), "words": f"{self.words_heard}/{self.words_said}",
-                "sub": self.substitutions, "del": self.deletions, "ins": self.insertions,
-                "lost_runs": [f"{len(r.split())} words: {r}" for r in self.lost_runs]}
-
-
-def score(script: str, transcript: str) -> WordScore:
-    """``transcript`` against ``script``, both normalised."""
-    said, heard = normalise(script), normalise(transcript)
-    out = jiwer.process_words(" ".join(said), " ".join(heard) or "<nothing>")
-    runs = tuple(" ".join(said[c.ref_start_idx:c.ref_end_idx]) for c in out.alignments[0]
-                 if c.type == "delete" and c.ref_end_idx - c.ref_start_idx >= LOST_RUN_WORDS)
-    return WordScore(out.wer, len(said), len(heard), out.substitutions, out.deletions, out.insertions, runs)
-
-
 def engines(cpu_threads: int = 0, batch_size: int = BENCH_BATCH_SIZE) -> dict[str, TranscriptionEngine]:
     """Both engines on the offline tiny.en model, the fleet's options (``VOICY_WORKER_*`` defaults)."""
-    from deploy.devstack.stack import TINY_MODEL_DIR
+    from devstack.infra.stack import TINY_MODEL_DIR
 
     base = {"model": TINY_MODEL_DIR, "device": "cpu", "cpu_threads": cpu_threads}
     return {SEQUENTIAL_ENGINE: create_engine(EngineSettings(**base, batch_size=0)),  # type: ignore[arg-type]
             BATCHED_ENGINE: create_engine(EngineSettings(**base, batch_size=batch_size))}  # type: ignore[arg-type]
+
 
 
 def _transcripts(loaded: dict[str, TranscriptionEngine], rec: Recording) -> dict[str, str]:

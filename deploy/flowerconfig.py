@@ -1,57 +1,27 @@
-"""Flower configuration: ``celery -A tasks flower --conf=deploy/flowerconfig.py``.
+"""Flower configuration: ``celery -A tasks flower --conf=deploy/flowerconfig.py``."""
 
-Flower (2.2) applies ``FLOWER_*`` environment variables first, then executes
-this file (tornado ``parse_config_file``: every top-level name that matches a
-Flower option sets it), then the command line. A name set here therefore
-*overrides* the matching ``FLOWER_*`` variable, so every option below reads
-that variable itself and only supplies our default. Top-level names that are
-not Flower options must start with ``_`` or be UPPER_CASE so they can never
-collide with one (``port``, ``address``, ``auth``, ``db`` ... are options).
-
-Why each choice (reference/ecosystem.md §1.9):
-
-* **Authentication is mandatory.** On Heroku only ``web`` is reachable from the
-  internet and Flower can shut workers down. We refuse to start without basic
-  auth (``FLOWER_PASSWORD`` + ``FLOWER_USER``, or Flower's own
-  ``FLOWER_BASIC_AUTH=user:pass``) or an OAuth provider (``FLOWER_AUTH``).
-  ``/healthcheck`` and ``/metrics`` stay unauthenticated (Flower's design), so
-  a load balancer and Prometheus can reach them; ``/api/*`` and the UI need auth.
-* **inspect_timeout 10 s** (Flower's unit is milliseconds): ``/api/workers`` is
-  filled by an inspect broadcast; with the 1 s default a worker that is busy
-  (or a gpu parent under load) misses it and is shown offline.
-* **purge_offline_workers**: dynos get a new hostname on every restart, so dead
-  node names would pile up in the dashboard and in ``flower_worker_online``.
-* **Provider pools apart.** Each pool's workers are named after their Procfile
-  type (``provider.1@host``, ``garmin.1@host``) and consume only their pool's
-  queue, ``provider.<pool>``; a Cairn task's routing key is that queue, its id
-  starts ``cairn-<pool>-`` and a job's arguments name the pool
-  (``tasks.routes``, ``tests/test_pools.py`` reads them back from Flower's API).
-* **A job can be found.** The ``args`` column is on by default: a Voicy task
-  shows ``('<job id>', '…')``, a Cairn ``cairn.job`` its kind and job id first
-  (``['fetch_source', {'job_id': ...}, ...]``), and Flower's search box finds
-  either by its id. Not a per-kind task name through Celery's ``shadow``: the
-  ``task-sent`` event keeps the real name, and when it reaches Flower after the
-  worker's ``task-received`` (two publishers, no order) the task is renamed back.
-* **Task arguments are masked.** Ours carry only job ids, stream sequences and
-  lease tokens (S1); Voicy tasks are sent with an ``argsrepr`` that shows the
-  job id and hides the token (``tasks.voicy.args_repr``), Cairn jobs with one
-  that hides the lease token (``tasks.cairn.job_argsrepr``), and the formatter
-  still masks tokens and parked-secret keys in the task pages, as defence in depth.
-"""
+# Flower applies FLOWER_* variables, then runs this file (every top-level name matching a Flower option
+# sets it, so each option below reads its variable itself and only supplies our default; other names are
+# UPPER_CASE or start with _ so they never collide with one), then the command line. Why each choice:
+# docs/operations.md section 5 and deploy/README.md "Flower".
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import sys
 
 from workers.logs import redact as _redact  # underscored: a top-level name here may be read as a Flower option
 
-INSPECT_TIMEOUT_MS = 10_000.0
-PURGE_OFFLINE_WORKERS_S = 3600
+INSPECT_TIMEOUT_MS = 10_000.0  # /api/workers is an inspect broadcast: at 1 s a busy worker shows offline
+PURGE_OFFLINE_WORKERS_S = 3600  # dynos get a new hostname on every restart: dead names would pile up
 MAX_TASKS_IN_MEMORY = 20_000  # Flower keeps task state in memory; a 512 MB web dyno
-# ``args`` second: a Voicy task shows its job id, a Cairn job its kind and job id (S1: no token).
-TASKS_COLUMNS = "name,args,uuid,state,received,started,runtime,worker"
+# The short columns first, so the worker is on screen; then ``args``, where a Voicy task shows its job id
+# and a Cairn job its kind and whole job id (``format_task``); the long uuid (the task page's link) last.
+TASKS_COLUMNS = "name,state,worker,args,received,started,runtime,uuid"
+CAIRN_JOB_TASK = "cairn.job"  # tasks.cairn.JOB_TASK; its args repr is [kind, payload, meta] (tasks.cairn.job_argsrepr)
+CAIRN_SHOWN_META = ("pool", "delivery")  # what of a Cairn job's meta the list shows after its job id
 DEFAULT_FLOWER_USER = "admin"
 EXIT_CONFIG_ERROR = 2
 
@@ -91,8 +61,30 @@ def _mask_text(text: str) -> str:
     return _TOKEN_RE.sub("<masked>", _KEYED_RE.sub(lambda m: m.group(1) + _MASK, _redact(text)))
 
 
+def _cairn_job_line(args: str) -> str:
+    """A Cairn job's args as the list shows them: ``<kind> <job id> (account …, pool …, delivery n)``.
+
+    Its full repr runs to some 400 characters, so the list's args column (one line, no wrap) pushed the
+    columns after it off-screen and cut a job id at the screen's edge: ids a reconcile spawns share the
+    reconcile's id as a long prefix and differ only at their end. Flower's search and its JSON API keep
+    the full repr; this is display only. Any other shape is shown unchanged.
+    """
+    try:
+        kind, payload, meta = ast.literal_eval(args)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return args
+    if not isinstance(payload, dict) or not isinstance(meta, dict):
+        return args
+    details = [f"account {payload['account_id']}"] if payload.get("account_id") else []
+    details += [f"{key} {meta[key]}" for key in CAIRN_SHOWN_META if key in meta]
+    return f"{kind} {payload.get('job_id', '?')}" + (f" ({', '.join(details)})" if details else "")
+
+
 def format_task(task):  # type: ignore[no-untyped-def]  # Flower option: called on a copy of each task
-    """Mask tokens and secret-shaped text in the args, kwargs and result Flower shows."""
+    """Mask tokens and secret-shaped text in the args, kwargs and result Flower shows; a Cairn job's args
+    as one short line (:func:`_cairn_job_line`)."""
+    if getattr(task, "name", None) == CAIRN_JOB_TASK and isinstance(getattr(task, "args", None), str):
+        task.args = _cairn_job_line(task.args)
     for attr in ("args", "kwargs", "result"):
         value = getattr(task, attr, None)
         if isinstance(value, str) and value:

@@ -30,7 +30,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, N
 from nats.protocol.parser import PERMISSIONS_ERR
 
 from ops.cairn_check_webhooks import check_webhooks
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.handlers.discover import valid_discover_reply
 from workers.logs import redact
 from workers.providers.kinds import FETCH_SOURCE, IMPORT_GEAR, IMPORT_METRICS, PARSE_BLOB, RECONCILE

@@ -28,7 +28,7 @@ import json
 import secrets
 from typing import Any
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.errors import ConfigError
 from workers.providers.registry import get_provider
 

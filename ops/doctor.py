@@ -30,15 +30,15 @@ import nats
 import redis
 from huggingface_hub.errors import LocalEntryNotFoundError
 
-from workers.cairn import subjects
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
+from workers.cairn.contract import subjects
 from workers.cairn.nats_conn import connect_options
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.config import load_settings
 from workers.errors import AuthError, ConfigError, RetryableJobError, StaleJobError
 from workers.logs import redact, setup_logging
 from workers.providers.registry import get_provider
-from workers.redisconn import sync_client
+from workers.redisconn import shown_url, sync_client
 from workers.transcribe.engine import create_engine
 from workers.voicy.client import VoicyClient
 from workers.voicy.media_store import media_store_from_url
@@ -94,14 +94,16 @@ def check_fleet_settings() -> str:
 def check_redis() -> str:
     from tasks.settings import FleetSettings  # see check_fleet_settings; it ran first
 
-    client = sync_client(load_settings(FleetSettings).redis_url)
+    url = load_settings(FleetSettings).redis_url
+    client = sync_client(url)
     # Bounded on the pool's connection options, so the client stays the one redisconn builds.
     client.connection_pool.connection_kwargs.update(socket_connect_timeout=REDIS_TIMEOUT_S,
                                                     socket_timeout=REDIS_TIMEOUT_S)
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise RuntimeError(f"cannot reach REDIS_URL ({type(exc).__name__}); start Redis or fix REDIS_URL") from None
+        raise RuntimeError(f"cannot reach REDIS_URL {shown_url(url)} ({type(exc).__name__}); start Redis or fix "
+                           "REDIS_URL") from None
     finally:
         client.close()
     return "reachable"

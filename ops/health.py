@@ -1,37 +1,4 @@
-"""``switchyard health``: one verdict on a *running* fleet, from what the fleet records (invariant H1).
-
-The doctor (``ops.doctor``) checks a host's configuration; this checks that
-the deployment it configures is up and doing its duties, from the records the
-processes keep themselves, never by asking them:
-
-* ``redis`` and ``nats``: this host reaches ``REDIS_URL`` (Sentinel included) and
-  ``CAIRN_NATS_URL`` (with the pool's credentials, JetStream answering), and no
-  Cairn bridge reports its own NATS connection down;
-* ``pool gpu`` / ``pool io`` / ``pool provider``: a Celery worker consumes each queue
-  the configured sides need (``workers.liveness`` records, ``tasks.registration``);
-* ``beat lock``: a beat holds the RedBeat lock (``tasks.scheduler``);
-* ``voicy bridge``: a Voicy bridge is polling (its liveness record says ``ok``);
-* ``cairn presence``: every provider worker of the pool last wrote its presence
-  record within ``CAIRN_PRESENCE_LIVE_S`` (core's 45 s), at least one did, and
-  each wrote the ``webhooks`` flag the pool's configuration implies;
-* ``cairn manifest``: the pool's manifest was written within ``CAIRN_MANIFEST_MAX_AGE_S`` (15 min);
-* ``cairn consumers``: every durable the pool needs (``bridges.cairn.consumers``,
-  plus the webhook consumer when webhooks are on) exists and a live bridge pulls it;
-* ``faults``: no permanent fault is recorded (``workers.faults``).
-
-Which parts apply comes from the same configuration the fleet runs with: the
-Voicy parts when ``VOICY_WORKER_API_URL`` is set, the Cairn parts when
-``CAIRN_NATS_URL`` is. A part whose service is unreachable is skipped, naming
-it, so one outage is one FAIL line. Every network call has a timeout.
-
-It runs with the pool's own NATS login, under core's worker template (contract
-§1), which lets a pool write its presence and manifest but not read them back:
-so presence and the manifest are judged from what the processes noted in Redis
-when each write was acknowledged (``tasks.registration``, ``tasks.presence``),
-and NATS is asked only what the template grants (the presence bucket's stream
-info, the pool's own consumers' info). ``switchyard check cairn``, run with
-core's access, reads the buckets themselves.
-"""
+"""``switchyard health``: one verdict on a *running* fleet, from what the fleet records (invariant H1)."""
 
 from __future__ import annotations
 
@@ -50,15 +17,15 @@ from bridges.cairn.consumers import JobConsumer, pool_consumers
 from bridges.cairn.webhooks import webhook_consumer
 from ops.doctor import FAIL, OK, SKIP, Check
 from workers import faults, liveness
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
+from workers.cairn.handlers.webhooks import enabled as webhooks_enabled
 from workers.cairn.nats_conn import connect_options
 from workers.cairn.settings import POOL_CREDENTIALS, CairnSettings, load_cairn_settings, pool_variable
-from workers.cairn.webhooks import enabled as webhooks_enabled
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import redact, setup_logging
 from workers.providers.registry import get_provider
-from workers.redisconn import sync_client
+from workers.redisconn import shown_url, sync_client
 
 DEFAULT_TIMEOUT_S = 5.0  # each network call: Redis, the NATS connect, each JetStream request
 PRESENCE_LIVE_S = 45.0  # core counts a presence record live this long (reference/cairn.md §2.10)
@@ -68,6 +35,7 @@ QUEUES_VOICY = ("gpu", "io")
 PROVIDER_QUEUE_PREFIX = "provider."  # a pool's queue is provider.<worker_name> (tasks.routes)
 DETAIL_MAX_CHARS = 400
 NATS_RETRY_WAIT_S = 0.1
+HEALTHY, UNHEALTHY, UNVERIFIED = "HEALTHY: ", "UNHEALTHY: ", "UNVERIFIED: "  # the verdict line's prefixes
 
 
 class HealthSettings(BaseSettings):
@@ -131,8 +99,22 @@ def clear_faults(client: Any) -> None:
         faults.clear_fault(client, fault.component)
 
 
-def presence(pool: str, provider_workers: list[liveness.ProcessRecord], live_s: float, webhooks: bool) -> Check:
-    """Each provider worker notes when its presence write was acknowledged, and the flag it wrote."""
+def pool_webhooks(pool: str, bridges: list[liveness.ProcessRecord]) -> bool | None:
+    """Whether the pool runs with webhooks, as its own bridges say: they serve its webhook durable or not.
+
+    The fleet's records, never the asker's environment: an operator's shell without the pool's verify
+    token must not turn a fleet that takes webhooks into a FAIL. None when no bridge record says.
+    """
+    durable = subjects.webhook_durable_name(pool)
+    flags = {durable in b.durables for b in bridges if b.durables}
+    return flags.pop() if len(flags) == 1 else None
+
+
+def presence(pool: str, provider_workers: list[liveness.ProcessRecord], live_s: float,
+             bridges: list[liveness.ProcessRecord] | None = None) -> Check:
+    """Each provider worker notes when its presence write was acknowledged, and the ``webhooks`` flag it
+    wrote; that flag must match what the pool's bridges run (:func:`pool_webhooks`), and each other."""
+    bridges = bridges or []
     now = time.time()
     live = [w for w in provider_workers if w.presence_at is not None and now - w.presence_at <= live_s]
     problems = []
@@ -147,12 +129,24 @@ def presence(pool: str, provider_workers: list[liveness.ProcessRecord], live_s: 
     if stale and live:
         problems.append(f"{', '.join(stale)} run but their presence is not live: see that worker's log "
                         "(presence write failed ...)")
-    wrong = [w.name for w in live if w.presence_webhooks is not webhooks]
-    if wrong:
-        why = "webhooks are on (a verify token is set)" if webhooks else "webhooks are off"
-        problems.append(f"{', '.join(wrong)} report webhooks={str(not webhooks).lower()} but {why}"
-                        + ("; is the webhook consumer there?" if webhooks else ""))
-    flag = str(webhooks).lower()
+    expected = pool_webhooks(pool, bridges)
+    durable = subjects.webhook_durable_name(pool)
+    split = sorted(b.name for b in bridges if b.durables and durable in b.durables)
+    if expected is None and split and len(split) < len([b for b in bridges if b.durables]):
+        problems.append(f"the pool's bridges disagree on webhooks: only {', '.join(split)} serve {durable}; "
+                        "give every process of the pool the same webhook settings")
+    flags = {w.presence_webhooks for w in live}
+    if expected is not None:
+        wrong = [w.name for w in live if w.presence_webhooks is not expected]
+        if wrong:
+            why = f"the pool's bridge serves {durable}" if expected else "the pool's bridge serves no webhook durable"
+            problems.append(f"{', '.join(wrong)} report webhooks={str(not expected).lower()} but {why}: give "
+                            "the provider and cairn_bridge processes the same webhook settings (verify token)")
+    elif len(flags) > 1:
+        problems.append("the pool's instances disagree on webhooks: " + ", ".join(
+            f"{w.name} webhooks={str(w.presence_webhooks).lower()}" for w in live))
+    shown = expected if expected is not None else (next(iter(flags)) if len(flags) == 1 else None)
+    flag = "unknown" if shown is None else str(shown).lower()
     return _part(f"cairn presence {pool}", problems,
                  f"{len(live)} live instance(s), webhooks={flag}: " + ", ".join(str(w.cairn_instance) for w in live))
 
@@ -172,18 +166,19 @@ def manifest(pool: str, provider_workers: list[liveness.ProcessRecord], max_age_
 
 
 # --- NATS: what the pool's own login may ask ------------------------------------------------------
-def needed_consumers(settings: CairnSettings) -> list[JobConsumer]:
-    """The pool's job durables, and its webhook durable when webhooks are on (as the bridge makes them)."""
+def needed_consumers(settings: CairnSettings, webhooks: bool | None = None) -> list[JobConsumer]:
+    """The pool's job durables, and its webhook durable when webhooks are on (as the bridge makes them):
+    ``webhooks`` as the pool's bridges say (:func:`pool_webhooks`), else as this environment configures."""
     provider = get_provider(settings.provider, settings)
     needed = pool_consumers(settings, provider)
-    if webhooks_enabled(provider.webhook_rules()):
+    if webhooks if webhooks is not None else webhooks_enabled(provider.webhook_rules()):
         needed.append(webhook_consumer(settings))
     return needed
 
 
 async def consumers(js: Any, settings: CairnSettings, bridges: list[liveness.ProcessRecord] | None,
                     timeout_s: float) -> Check:
-    needed = needed_consumers(settings)
+    needed = needed_consumers(settings, pool_webhooks(settings.worker_name, bridges or []))
     missing = []
     for consumer in needed:
         try:
@@ -252,7 +247,15 @@ async def _guarded(name: str, coro: Any) -> Check:
 
 # --- the verdict ----------------------------------------------------------------------------------
 def verdict(timeout_s: float = DEFAULT_TIMEOUT_S, clear: bool = False) -> list[Check]:
-    """Every part of the verdict, in the order it prints."""
+    """Every part of the verdict, in the order it prints.
+
+    Fail closed: the parts are those the fleet's own liveness records say exist (Voicy's pools and
+    bridge, every Cairn pool a worker or bridge names), plus those this environment configures. A
+    part that cannot be checked from here (its service unreachable, no ``CAIRN_NATS_URL``, no login of
+    that pool) is a ``skip`` line saying why, and a verdict with one is not healthy (:func:`run`).
+    Presence and the manifest are judged from what the workers noted in Redis: the pool's own NATS
+    login may write them but not read them back (contract §1).
+    """
     try:
         # Here, not at the top: importing tasks reads the fleet's settings, and a bad value
         # must be this verdict's FAIL line, not a traceback of the command.
@@ -272,8 +275,9 @@ def verdict(timeout_s: float = DEFAULT_TIMEOUT_S, clear: bool = False) -> list[C
         except Exception as exc:  # noqa: BLE001 - any Redis failure is this part's answer
             names = ["beat lock", *(f"pool {q}" for q in QUEUES_VOICY if voicy_on),
                      *(["voicy bridge"] if voicy_on else []), "faults"]
-            checks = [Check("redis", FAIL, f"cannot reach REDIS_URL ({type(exc).__name__}); nothing of the fleet "
-                                           "works without it"), *(Check(name, SKIP, "needs Redis") for name in names)]
+            checks = [Check("redis", FAIL, f"cannot reach REDIS_URL {shown_url(fleet.redis_url)} "
+                                           f"({type(exc).__name__}); nothing of the fleet works without it"),
+                      *(Check(name, SKIP, "needs Redis") for name in names)]
             pools_seen: dict[str, PoolView] = {}
         else:
             if clear:
@@ -281,16 +285,31 @@ def verdict(timeout_s: float = DEFAULT_TIMEOUT_S, clear: bool = False) -> list[C
             checks, pools_seen = _redis_parts(client, app, windows, cairn, voicy_on)
     finally:
         client.close()
-    for pool, part in pools_seen.items() if cairn is not None else ():
-        if pool != cairn.worker_name and not has_own_login(pool):  # type: ignore[union-attr]
-            checks += [Check(f"{name} {pool}", SKIP, f"no NATS login of pool {pool} here "
-                             f"({pool_variable(pool, 'nats_user')} …): its parts need it")
-                       for name in ("nats", "cairn consumers")]
+    for pool, part in pools_seen.items():
+        skipped = _nats_unchecked(pool, cairn)
+        if skipped:
+            checks += [Check(f"{name} {pool}", SKIP, skipped) for name in ("nats", "cairn consumers")]
             continue
-        checks += asyncio.run(nats_parts(part.settings, part.bridges, timeout_s))
+        try:
+            settings = cairn if cairn is not None and pool == cairn.worker_name else \
+                load_cairn_settings(worker_name=pool, provider=part.provider)
+        except ConfigError as exc:
+            checks += [Check(f"nats {pool}", FAIL, str(exc)), Check(f"cairn consumers {pool}", SKIP, "needs NATS")]
+            continue
+        checks += asyncio.run(nats_parts(settings, part.bridges, timeout_s))
     if cairn is not None and not pools_seen:
         checks += asyncio.run(nats_parts(cairn, None, timeout_s))
     return checks
+
+
+def _nats_unchecked(pool: str, cairn: CairnSettings | None) -> str:
+    """Why this environment cannot ask NATS about ``pool`` ("" when it can)."""
+    if cairn is None:
+        return (f"not checked: CAIRN_NATS_URL is not set here, and pool {pool} runs (its records say so); "
+                "run the verdict with the fleet's environment")
+    if pool != cairn.worker_name and not has_own_login(pool):
+        return f"not checked: no NATS login of pool {pool} here ({pool_variable(pool, 'nats_user')} …)"
+    return ""
 
 
 def has_own_login(pool: str) -> bool:
@@ -301,53 +320,60 @@ def has_own_login(pool: str) -> bool:
 
 @dataclass
 class PoolView:
-    """One Cairn pool as the records show it: its settings, provider workers and bridges."""
+    """One Cairn pool as the records show it: its provider, provider workers and bridges."""
 
-    settings: CairnSettings
+    provider: str
     workers: list[liveness.ProcessRecord]
     bridges: list[liveness.ProcessRecord]
 
 
-def cairn_pools(cairn: CairnSettings, workers: list[liveness.ProcessRecord],
+def cairn_pools(cairn: CairnSettings | None, workers: list[liveness.ProcessRecord],
                 bridges: list[liveness.ProcessRecord]) -> dict[str, PoolView]:
-    """The configured pool (``CAIRN_WORKER_NAME``), and every other pool a worker or bridge record names
-    (a Procfile may run several, each line naming its own): each with its own settings and login."""
+    """Every pool a worker or bridge record names (a Procfile may run several, each line naming its own),
+    and the configured pool (``CAIRN_WORKER_NAME``) when ``CAIRN_NATS_URL`` is set."""
     providers = {r.pool: r.provider for r in [*workers, *bridges] if r.pool and r.provider}
-    providers.setdefault(cairn.worker_name, cairn.provider)
-    found = {}
-    for pool, provider in sorted(providers.items()):
-        settings = cairn if pool == cairn.worker_name else load_cairn_settings(worker_name=pool, provider=provider)
-        queue = PROVIDER_QUEUE_PREFIX + pool
-        found[pool] = PoolView(settings, [w for w in workers if queue in w.queues],
-                            [b for b in bridges if b.pool == pool])
-    return found
+    if cairn is not None:
+        providers.setdefault(cairn.worker_name, cairn.provider)
+    return {pool: PoolView(provider, [w for w in workers if PROVIDER_QUEUE_PREFIX + pool in w.queues],
+                           [b for b in bridges if b.pool == pool])
+            for pool, provider in sorted(providers.items())}
 
 
 def _redis_parts(client: Any, app: Any, windows: HealthSettings, cairn: CairnSettings | None,
                  voicy_on: bool) -> tuple[list[Check], dict[str, PoolView]]:
     """Every part read from Redis (Redis answered), and the Cairn pools found there."""
     workers = liveness.read(client, liveness.WORKER)
+    voicy_bridges = liveness.read(client, liveness.VOICY_BRIDGE)
     checks = [Check("redis", OK, "reachable"), beat_lock(client, app)]
-    if voicy_on:
-        checks += [*pools(workers, QUEUES_VOICY), voicy_bridge(liveness.read(client, liveness.VOICY_BRIDGE))]
-    found: dict[str, PoolView] = {}
-    if cairn is not None:
-        found = cairn_pools(cairn, workers, liveness.read(client, liveness.CAIRN_BRIDGE))
-        for pool, part in found.items():
-            webhooks = webhooks_enabled(get_provider(part.settings.provider, part.settings).webhook_rules())
-            checks += [*pools(part.workers, (PROVIDER_QUEUE_PREFIX + pool,)),
-                       presence(pool, part.workers, windows.presence_live_s, webhooks),
-                       manifest(pool, part.workers, windows.manifest_max_age_s)]
+    if voicy_on or voicy_bridges or any(q in w.queues for w in workers for q in QUEUES_VOICY):
+        checks += [*pools(workers, QUEUES_VOICY), voicy_bridge(voicy_bridges)]
+    found = cairn_pools(cairn, workers, liveness.read(client, liveness.CAIRN_BRIDGE))
+    for pool, part in found.items():
+        checks += [*pools(part.workers, (PROVIDER_QUEUE_PREFIX + pool,)),
+                   presence(pool, part.workers, windows.presence_live_s, part.bridges),
+                   manifest(pool, part.workers, windows.manifest_max_age_s)]
     checks.append(recorded_faults(client))
     return checks, found
 
 
+def conclusion(checks: list[Check]) -> str:
+    """The last line: ``HEALTHY`` only when every part was checked and none failed."""
+    failing = [c.name for c in checks if c.failed]
+    unchecked = [c.name for c in checks if c.status == SKIP]
+    not_checked = f"not checked: {', '.join(unchecked)}" if unchecked else ""
+    if failing:
+        return f"{UNHEALTHY}{', '.join(failing)}" + (f"; {not_checked}" if not_checked else "")
+    if unchecked:
+        return f"{UNVERIFIED}{not_checked}"
+    return f"HEALTHY: {len(checks)} parts checked"
+
+
 def run(out: TextIO, timeout_s: float = DEFAULT_TIMEOUT_S, clear: bool = False) -> int:
-    """Print one line per part and the verdict; 0 when healthy, 1 otherwise."""
+    """Print one line per part and the verdict; 0 when healthy, 1 when a part failed or was not checked."""
     setup_logging("WARNING")
     checks = verdict(timeout_s, clear)
     for check in checks:
         print(check.line(), file=out, flush=True)
-    failing = [c.name for c in checks if c.failed]
-    print(f"UNHEALTHY: {', '.join(failing)}" if failing else f"HEALTHY: {len(checks)} parts checked", file=out)
-    return 1 if failing else 0
+    last = conclusion(checks)
+    print(last, file=out)
+    return 0 if last.startswith(HEALTHY) else 1

@@ -1,12 +1,4 @@
-"""The Celery application: ``celery -A tasks worker -Q gpu`` finds ``tasks.app``.
-
-Task modules are thin: parse input, call ``workers/``, map the outcome.
-
-Importing this package reads the fleet's settings (``REDIS_URL``, the beat
-periods). A bad value raises ``ConfigError`` naming the variable; under the
-``celery`` command line it ends the command with that one line instead (see
-``_stop_celery_command``).
-"""
+"""The Celery application: ``celery -A tasks worker -Q gpu`` finds ``tasks.app``."""
 
 from __future__ import annotations
 
@@ -17,7 +9,7 @@ from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
 
 import workers  # noqa: F401  (before any pydantic model: it switches off a start-up cost, see workers/__init__.py)
-from tasks import lost_acks, startup_stop, stop_consuming
+from tasks import hardening
 from tasks.settings import celery_config
 from workers.errors import ConfigError
 from workers.logs import adopt_handlers
@@ -25,10 +17,9 @@ from workers.logs import adopt_handlers
 EXIT_CONFIG_ERROR = 2  # as ``python -m bridges`` and the Voicy worker's start check
 CELERY_COMMAND = "celery"  # the click group of Celery's command line
 
+# Task modules are thin: parse input, call ``workers/``, map the outcome. Importing this package reads
+# the fleet's settings; a bad value is a ConfigError naming the variable (_stop_celery_command).
 app = Celery("switchyard")
-startup_stop.install(app)  # a stop signal while a worker starts is a clean stop (tasks/startup_stop.py)
-stop_consuming.install(app)  # a stopping worker consumes nothing more (tasks/stop_consuming.py)
-lost_acks.install()  # an ack lost with Redis is an outage line, not a CRITICAL traceback (tasks/lost_acks.py)
 
 
 def _stop_celery_command(exc: ConfigError) -> None:
@@ -58,10 +49,10 @@ def _redact_celery_logs(logger: object, **_: object) -> None:
 
 try:
     app.conf.update(celery_config())
+    hardening.install(app)
     # Importing registers the tasks and signal handlers with ``app``; beat reads its periods.
     from tasks import beat as _beat  # noqa: E402,F401
     from tasks import cairn as _cairn  # noqa: E402,F401
-    from tasks import prefork as _prefork  # noqa: E402,F401
     from tasks import presence as _presence  # noqa: E402,F401
     from tasks import registration as _registration  # noqa: E402,F401  (after presence: its instance id)
     from tasks import voicy as _voicy  # noqa: E402,F401

@@ -1,29 +1,4 @@
-"""Beat's schedule: what runs periodically, and how often (the tasks live with their side).
-
-Each side's entries are scheduled only when that side is configured, so a
-Voicy-only deployment does not run Cairn duties and vice versa. Entries carry
-``expires`` so that, when workers are down, stale heartbeats are dropped
-instead of piling up (ecosystem §1.8).
-
-* Voicy (``tasks.voicy``): ``voicy.heartbeat`` and ``voicy.reap``.
-* Cairn: nothing. Presence and the manifest are each provider worker's own
-  duty, renewed from its main process (``tasks.presence``, invariant C5): each
-  pool has its own queue (``tasks.routes``, C6), and beat knows no pool, so it
-  reads no ``CAIRN_*`` variable at all.
-
-The schedule is built at ``import tasks``, i.e. in every Celery process. When
-Voicy is configured (``VOICY_WORKER_API_URL`` set), its two periods are read
-with the fleet's own validation (``VoicyTimings``): a bad value stops the
-process with a ``ConfigError`` naming the variable, instead of a bare
-``float()`` error or a silently dropped schedule. A Cairn-only process reads
-no Voicy variable at all.
-
-Beat sends no ``task-sent`` events (:func:`_quiet_housekeeping`), and the
-workers send none for these tasks (``tasks.settings.QUIET_TASKS``): a reap
-every few seconds would otherwise push the real jobs off Flower's first page.
-The process runs ``tasks.scheduler.ResilientRedBeatScheduler`` (the Procfile's
-``beat`` line), which rides out Redis restarts.
-"""
+"""Beat's schedule: what runs periodically, and how often (the tasks live with their side)."""
 
 from __future__ import annotations
 
@@ -42,7 +17,14 @@ BEAT_EXPIRY_FACTOR = 0.9  # a periodic message older than 90% of its period is u
 
 
 def build_schedule() -> dict[str, dict[str, object]]:
-    """The beat schedule for the sides configured in this environment."""
+    """The beat schedule for the sides configured in this environment.
+
+    Voicy (``voicy.heartbeat``, ``voicy.reap``) only when ``VOICY_WORKER_API_URL`` is set, its
+    periods read with the fleet's own validation (``VoicyTimings``: a bad value is a
+    ``ConfigError`` naming it). Cairn has no entry: presence is each pool's main process's own
+    duty (``tasks.presence``, C5) and beat knows no pool. Entries carry ``expires`` so stale
+    heartbeats are dropped while workers are down (ecosystem §1.8).
+    """
     schedule: dict[str, dict[str, object]] = {}
     if os.environ.get("VOICY_WORKER_API_URL"):
         timings = load_settings(VoicyTimings)  # ConfigError naming a bad variable
@@ -58,7 +40,10 @@ def build_schedule() -> dict[str, dict[str, object]]:
 
 @beat_init.connect
 def _quiet_housekeeping(**_: object) -> None:
-    """Beat only sends housekeeping: no ``task-sent`` events, so Flower lists the jobs people look for."""
+    """Beat only sends housekeeping: no ``task-sent`` events, so Flower lists the jobs people look for.
+
+    The workers send none for these tasks either (``tasks.settings.QUIET_TASKS``).
+    """
     app.conf.task_send_sent_event = False
 
 

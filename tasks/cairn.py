@@ -1,37 +1,4 @@
-"""Thin Celery tasks for Cairn: take the lease, call ``workers.cairn.handlers``, return the outcome.
-
-The bridge (``bridges/cairn/``) owns every NATS message; these tasks only do
-the provider work and return what the bridge should do with it:
-
-* ``cairn.job(kind, job, meta)`` → ``Disposition.model_dump()``, through
-  ``workers.cairn.handlers.run.run_job`` (lease, handler, outcome ledger).
-  ``job`` is the job admission parsed (its model dump); ``meta`` names the
-  message (stream, sequence, stream timestamp), the delivery attempt, the subject
-  and the lease token the bridge granted; job payloads from core hold no secret (S1).
-* :class:`PoolSenders`: the task senders one pool's bridge is given
-  (``bridges/__main__.py``), as the Voicy bridge is given ``tasks.voicy``'s
-  dispatchers. Every task goes to the pool's own queue, ``provider.<pool>``
-  (``tasks.routes``, invariant C6), and a job names its pool in ``meta``: a
-  worker of another pool that ever received it (two pools' workers on one queue
-  by misconfiguration) hands it back instead of running it with its provider.
-* ``cairn.discover(request)`` → the §8 reply dict.
-* ``cairn.exchange(request_key)`` → ``{"reply_key": ...}``: request and reply
-  (client secret, code, tokens) stay parked in Redis (``workers.cairn.sealed``).
-
-Presence and the manifest live in :mod:`tasks.presence`.
-
-Per-process state (the NATS connection thread, Redis, the provider's HTTP
-client) is built lazily on first use, after the prefork fork, and dropped in
-``worker_process_init``.
-
-**Imported lazily.** Every fleet process imports this module (``tasks`` registers
-every task), but only a provider worker runs a Cairn job: the job code
-(``workers.cairn.handlers`` with nats-py, the wire models, the providers) is
-imported inside the functions that run it. That is 0.15 s of CPU less at the start of
-every gpu and io worker, Voicy bridge, beat and Flower. A provider worker imports it
-in its main process at start (:func:`load_job_code`, from ``tasks.presence``), so its
-prefork children inherit the modules instead of importing them at their first job.
-"""
+"""Thin Celery tasks for Cairn: read the arguments, call ``workers.cairn.handlers``, return the outcome."""
 
 from __future__ import annotations
 
@@ -47,6 +14,7 @@ from celery.utils.saferepr import saferepr
 
 from tasks import app
 from tasks.routes import provider_queue
+from tasks.shapes import ShapeRefused, read_cairn_job
 from workers.lease import Leases
 from workers.logs import setup_logging
 from workers.redisconn import redis_settings
@@ -64,13 +32,24 @@ CONTEXT_MODULE = "workers.cairn.handlers.context"  # the per-process Cairn conte
 
 
 def load_job_code() -> None:
-    """Import everything a Cairn task runs, now: in a provider worker's main process, before the fork."""
+    """Import everything a Cairn task runs, now: in a provider worker's main process, before the fork.
+
+    Every fleet process imports this module (``tasks`` registers every task), but only a provider
+    worker runs a Cairn job, so the job code (``workers.cairn.handlers`` with nats-py, the wire
+    models, the providers: 0.15 s of CPU) is imported inside the functions that run it ("Imported
+    lazily"), never by a gpu or io worker, a Voicy bridge, beat or Flower. A provider worker calls
+    this at start (``tasks.presence``), so its prefork children inherit the modules instead of
+    importing them at their first job.
+    """
     import workers.cairn.handlers.run  # noqa: F401
     import workers.cairn.sealed  # noqa: F401
 
 
 class CairnRuntime:
-    """The per-process objects every Cairn task uses."""
+    """The per-process objects every Cairn task uses (NATS loop thread, Redis, the provider's HTTP client).
+
+    Built lazily on first use, after the prefork fork, and dropped in ``worker_process_init``.
+    """
 
     def __init__(self) -> None:
         from workers.cairn.handlers.context import build_context
@@ -122,7 +101,14 @@ def job_argsrepr(kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> st
 
 
 class PoolSenders:
-    """How one pool's bridge queues its work: every task on ``provider.<worker_name>`` (C6)."""
+    """How one pool's bridge queues its work: every task on ``provider.<worker_name>`` (C6).
+
+    The task senders one pool's bridge is given (``bridges/__main__.py``), as the Voicy bridge is
+    given ``tasks.voicy``'s dispatchers. A job also names its pool in ``meta``: a worker of another
+    pool that ever received it (two pools' workers on one queue by misconfiguration) hands it back
+    instead of running it with its provider. The bridge owns every NATS message; the tasks only do
+    the provider work and return what the bridge should do with it.
+    """
 
     def __init__(self, worker_name: str) -> None:
         self.worker_name = worker_name
@@ -149,20 +135,34 @@ class PoolSenders:
 # Flower gets the task-started event either way; storing it would cost a backend write and a
 # pub/sub message to the bridge on every job.
 @shared_task(name=JOB_TASK, track_started=False)
-def job(kind: str, payload: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """Run one admitted JetStream job under its lease; return the disposition for the bridge."""
+def job(*args: Any, **_hints: Any) -> dict[str, Any]:
+    """Run one admitted JetStream job, ``(kind, job, meta)``, under its lease; return the disposition.
+
+    ``job`` is the job admission parsed (its model dump); ``meta`` names the message (stream,
+    sequence, stream timestamp), the delivery attempt, the subject, the pool and the lease token the
+    bridge granted; job payloads from core hold no secret (S1). The result is
+    ``Disposition.model_dump()``, through ``workers.cairn.handlers.run.run_job`` (lease, handler,
+    outcome ledger). Arguments of a shape this release cannot read (``tasks.shapes``) are refused
+    with a NAK that does not count as a failure, so a worker of the release that sent them runs it.
+    """
+    from workers.cairn.handlers.failure import refused
     from workers.cairn.handlers.run import run_job, wrong_pool
 
+    try:
+        sent = read_cairn_job(JOB_TASK, args)
+    except ShapeRefused as exc:
+        return refused(str(exc)).model_dump()
     rt = runtime()
-    misrouted = wrong_pool(rt.ctx, meta)
+    misrouted = wrong_pool(rt.ctx, sent.meta)
     if misrouted is not None:
         return misrouted.model_dump()
-    return run_job(rt.ctx, rt.leases, rt.ledger, rt.lease_ttl_s, kind, payload, meta).model_dump()
+    return run_job(rt.ctx, rt.leases, rt.ledger, rt.lease_ttl_s, sent.kind, sent.job, sent.meta).model_dump()
 
 
 @shared_task(name=DISCOVER_TASK)
 def discover(request: dict[str, Any]) -> dict[str, Any]:
-    """Contract §8 in the pool: errors and rate limits are in the reply, never an empty success."""
+    """Contract §8 in the pool, ``(request)`` → the reply dict: errors and rate limits are in the reply,
+    never an empty success."""
     from workers.cairn.handlers import discover as handle_discover
 
     return handle_discover(runtime().ctx, request)
@@ -170,7 +170,8 @@ def discover(request: dict[str, Any]) -> dict[str, Any]:
 
 @shared_task(name=EXCHANGE_TASK)
 def exchange(request_key: str) -> dict[str, Any]:
-    """Contract §9b in the pool; only parking keys cross Celery."""
+    """Contract §9b in the pool, ``(request_key)`` → ``{"reply_key": ...}``: request and reply (client
+    secret, code, tokens) stay parked in Redis (``workers.cairn.sealed``); only their keys cross Celery."""
     from workers.cairn.handlers import exchange as handle_exchange
     from workers.cairn.sealed import park, unpark
 

@@ -1,27 +1,4 @@
-"""Cairn presence and manifest plumbing (contract §1 Manifest, §2 Presence; invariant C5).
-
-* **Presence**: every provider worker's *main* process renews its instance's
-  record on the contract's cadence (``CAIRN_PRESENCE_INTERVAL_S``, ~20 s) from a
-  :class:`~workers.cairn.presence.PresenceTimer` started at ``worker_ready``
-  and stopped at ``worker_shutdown``. Idle or busy, with or without beat, and
-  through a Redis outage: see the timer's docstring for why this replaced
-  beat's ``Broadcast`` task (whose messages piled up in ``bcast.*`` lists in
-  Redis and never reached the pool). ``celery -A tasks control cairn_presence``
-  (:func:`broadcast_presence`) makes every live instance write its record (and
-  its pool's manifest) now.
-* **Manifest**: the same timer writes the pool's manifest at start and every
-  ``MANIFEST_INTERVAL_S`` (the bucket's TTL is 15 min). Any instance may write
-  it. Not a beat task: each pool has its own queue (``tasks.routes``), and beat
-  knows no pool.
-
-**Which queue (C6).** A provider worker consumes its own pool's queue,
-``-Q provider.<CAIRN_WORKER_NAME>``; it checks that at start
-(:func:`check_pool_queues`) and stops with one line when it does not: ``-Q
-provider`` (the queue every pool shared before) names what to run instead, and
-another pool's queue names the mismatch. A worker without ``-Q`` (every queue)
-adds its own pool's. Only those workers do any of this, and only when Cairn is
-configured (``CAIRN_NATS_URL``); ``-Q provider`` is refused either way.
-"""
+"""Cairn presence and manifest plumbing (contract §1 Manifest, §2 Presence; invariant C5)."""
 
 from __future__ import annotations
 
@@ -36,8 +13,8 @@ from celery.worker.control import control_command
 
 from tasks import app
 from tasks.cairn import cairn_configured, load_job_code
+from tasks.hardening.startup_stop import stopping
 from tasks.routes import LEGACY_PROVIDER_QUEUE, PROVIDER_QUEUE_PREFIX, pool_of_queue, provider_queue
-from tasks.startup_stop import stopping
 from workers.cairn.refusals import POOL_ROLE, fault_component
 from workers.cairn.settings import CairnSettings, load_cairn_settings
 from workers.errors import ConfigError
@@ -73,6 +50,10 @@ def consumed_queues(consumer_app: Any) -> set[str]:
 
 def check_pool_queues(queues: set[str], worker_name: str | None) -> str | None:
     """Why this worker must not start (one line), or None.
+
+    C6: a provider worker consumes its own pool's queue, ``-Q provider.<CAIRN_WORKER_NAME>``.
+    ``-Q provider`` is refused with what to run instead, another pool's queue names the
+    mismatch, and a worker without ``-Q`` (every queue) adds its own pool's.
 
     ``worker_name`` is the pool's (``CAIRN_WORKER_NAME``), None when Cairn is not configured.
     """
@@ -154,7 +135,11 @@ def _check_cairn_settings_at_start(instance: Any, **_: object) -> None:
 
 @worker_ready.connect
 def _start_presence(sender: Any = None, **_: object) -> None:
-    """Contract §1/§2 at start: this instance's presence timer, which renews the pool's manifest too."""
+    """Contract §1/§2 at start: this instance's presence timer, which renews the pool's manifest too.
+
+    Runs in the main process, idle or busy, with or without beat, through a Redis outage
+    (:class:`~workers.cairn.presence.PresenceTimer` says why); stopped at ``worker_shutdown``.
+    """
     global _timer, _context, _instance
     if _settings is None or _timer is not None or stopping():  # stopping: told to stop while it started
         return

@@ -1,26 +1,4 @@
-"""Every Celery worker registers itself while it runs: its node, its queues, its Cairn pool and instance (H1).
-
-``switchyard health`` decides from these records whether the ``gpu``, ``io``
-and ``provider`` pools have a worker (``workers.liveness``), and whether each
-provider worker's presence is live for core and its pool's manifest fresh:
-the record carries when its presence timer last wrote the presence record
-(with the ``webhooks`` flag it wrote) and the manifest (the pool's NATS
-permissions, core's worker template, let it write both buckets but not read
-them back), with its ``pool`` (several Cairn pools may share one Redis).
-The record is renewed from a daemon thread of the worker's *main* process,
-started at ``worker_ready`` and stopped, with the record deleted, as soon as
-the worker starts shutting down (``worker_shutting_down``, sent on a warm and a
-cold shutdown alike: the Procfile's ``REMAP_SIGTERM=SIGQUIT`` makes every stop
-cold, and a cold stop never sends ``worker_shutdown``): the main process
-exists exactly as long as the worker consumes its queues, and is never busy
-with a task. A SIGKILLed worker's record expires after
-``workers.liveness.RECORD_TTL_S``.
-
-Why not ``celery inspect active_queues``: a broadcast waits out its whole
-timeout for replies that may never come, and answers only for the workers
-that are up at that moment; a record answers at once and says when it was
-last renewed.
-"""
+"""Every Celery worker registers itself while it runs: its node, queues, Cairn pool and instance (H1)."""
 
 from __future__ import annotations
 
@@ -29,7 +7,7 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from tasks import presence
-from tasks.startup_stop import stopping
+from tasks.hardening.startup_stop import stopping
 from workers import liveness
 from workers.redisconn import sync_client
 
@@ -46,6 +24,13 @@ def consumed_queues(consumer_app: Any) -> list[str]:
 
 @worker_ready.connect
 def _register(sender: Any = None, **_: object) -> None:
+    """Renew this worker's record from a daemon thread of its main process (``workers.liveness``).
+
+    ``switchyard health`` reads it to tell whether each pool has a worker and whether a provider
+    worker's presence and manifest were written lately (its NATS permissions let it write both
+    buckets but not read them back). A record answers at once; ``celery inspect`` waits out its
+    timeout for workers that may never reply. A SIGKILLed worker's record expires.
+    """
     global _renewer, _client, _node
     if _renewer is not None or sender is None or stopping():
         return  # stopping already (a stop while it started): its worker_shutting_down has come and gone
@@ -67,7 +52,11 @@ def _register(sender: Any = None, **_: object) -> None:
 @worker_shutting_down.connect
 @worker_shutdown.connect
 def _unregister(**_: object) -> None:
-    """Stop renewing, then delete the record (the renewer first, or it could write it back)."""
+    """Stop renewing, then delete the record (the renewer first, or it could write it back).
+
+    On ``worker_shutting_down``, sent on warm and cold stops alike: ``REMAP_SIGTERM=SIGQUIT``
+    makes every stop cold, and a cold stop never sends ``worker_shutdown``.
+    """
     global _renewer, _client, _node
     if _renewer is None:
         return

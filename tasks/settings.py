@@ -15,10 +15,8 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from tasks.consumer import CONSUMER
-from tasks.result_backend import result_backend_url
 from tasks.routes import TASK_QUEUES, TASK_ROUTES
-from tasks.transport import REDIS_TRANSPORT, SENTINEL_TRANSPORT
+from workers import dead_peers
 from workers.config import load_settings
 from workers.redisconn import DEFAULT_REDIS_URL, RedisSettings, parse_sentinel_url
 
@@ -61,8 +59,8 @@ WORKER_PROC_ALIVE_TIMEOUT_S = 60.0
 # --- shutdown (Heroku: SIGTERM to every process of the dyno, SIGKILL 30 s later) --------
 # The Procfile runs workers with REMAP_SIGTERM=SIGQUIT: SIGTERM starts a *cold*
 # shutdown and pool children ignore SIGTERM (billiard), so nothing dies at once.
-# Celery then waits this soft-shutdown window for running tasks (it sleeps the
-# whole window whenever a task is running), so a short transcription or a
+# Celery then waits this soft-shutdown window for running tasks, ending it as
+# soon as they have (tasks/hardening/quick_drain.py), so a short transcription or a
 # download finishes here instead of being redone; then it cancels what still
 # runs with the terminate signal, the task sees SystemExit and hands its job back
 # (``workers.voicy.outcomes.hand_back``; Cairn tasks release their lease and the
@@ -73,7 +71,10 @@ WORKER_SOFT_SHUTDOWN_TIMEOUT_S = 10.0
 
 RESULT_EXPIRES_S = 3600
 BROKER_SOCKET_TIMEOUT_S = 30.0
-BROKER_HEALTH_CHECK_INTERVAL_S = 25.0
+# Silent cuts (D1): keepalive, TCP_USER_TIMEOUT, health checks and a connect bound on every broker
+# and result-backend connection, so a host cut off without an RST works again within
+# ``dead_peers.HEAL_BOUND_S`` of the heal (workers/dead_peers.py says why each value).
+BROKER_HEALTH_CHECK_INTERVAL_S = dead_peers.REDIS_HEALTH_CHECK_INTERVAL_S
 
 # --- Redis outages (invariant R1) -----------------------------------------------------
 # A Redis restart, an outage of up to a minute or a Sentinel failover must not stop any
@@ -162,6 +163,7 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
     transport = {
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
         "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+        **dead_peers.redis_options(),
         "health_check_interval": BROKER_HEALTH_CHECK_INTERVAL_S,
         **connection.pop("broker_transport_options", {}),
     }
@@ -170,9 +172,9 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
     return {
         **connection,
         "broker_url": settings.redis_url,
-        # kombu's transports, minus a crash on a broker failure (see tasks/transport.py)
-        "broker_transport": SENTINEL_TRANSPORT if settings.sentinel else REDIS_TRANSPORT,
-        "result_backend": result_backend_url(settings.redis_url),  # SET EX, not the deprecated SETEX
+        # the transport's kind and the backend's URL; tasks.hardening installs our classes for them
+        "broker_transport": "sentinel" if settings.sentinel else "redis",
+        "result_backend": settings.redis_url,
         "broker_transport_options": transport,
         "result_backend_transport_options": backend_transport,
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
@@ -184,6 +186,9 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
         "result_backend_base_sleep_between_retries_ms": RESULT_BACKEND_BASE_SLEEP_MS,
         "result_backend_max_sleep_between_retries_ms": RESULT_BACKEND_MAX_SLEEP_MS,
         "redis_retry_on_timeout": True,
+        "redis_socket_keepalive": True,  # its options: tasks/hardening/result_backend.py
+        "redis_socket_connect_timeout": dead_peers.CONNECT_TIMEOUT_S,
+        "redis_backend_health_check_interval": dead_peers.REDIS_HEALTH_CHECK_INTERVAL_S,
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -201,7 +206,6 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
         "task_create_missing_queues": True,
         "task_track_started": True,
         "worker_send_task_events": True,
-        "worker_consumer": CONSUMER,  # task events in batches (tasks/consumer.py)
         "task_send_sent_event": True,
         "result_expires": RESULT_EXPIRES_S,
         "task_annotations": (GlobAnnotations(TASK_ANNOTATIONS),),

@@ -1,16 +1,4 @@
-"""Thin Celery tasks for Voicy: parse input, call ``workers.voicy.pipeline`` (or ``.transcription``),
-dispatch the next step.
-
-Task arguments are only a job id and a lease token, so nothing secret can
-reach Flower or the result backend (S1). The token is not a credential, but it
-names an ownership grant, so the argument text Celery shows in events and
-Flower (``argsrepr``) carries the job id only.
-
-Every Voicy task is sent by :func:`dispatch`, the second half of the lease's
-two-phase grant (``workers.voicy.pipeline``): the grant was made with a short
-pending TTL, the task is sent, and only then is the grant extended for its
-time in the queue. A process killed in between leaves a grant that expires.
-"""
+"""Thin Celery tasks for Voicy: read the arguments, call ``workers.voicy``, dispatch the next step."""
 
 from __future__ import annotations
 
@@ -18,14 +6,16 @@ import logging
 import os
 import sys
 import threading
+from typing import Any
 
 from celery import Task, shared_task
 from celery.concurrency.prefork import TaskPool
 from celery.signals import celeryd_after_setup, worker_process_init
 
+from tasks.hardening.transport import TaskMessage, task_messages
 from tasks.routes import QUEUE_GPU, QUEUE_IO
 from tasks.settings import FleetSettings
-from tasks.transport import TaskMessage, task_messages
+from tasks.shapes import ShapeRefused, VoicyJobArgs, read_voicy_job
 from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import setup_logging
@@ -108,15 +98,22 @@ def _reset_after_fork(**_: object) -> None:
 
 
 def args_repr(job_id: str) -> str:
-    """The task's arguments as Flower and task events show them: the job id, the token hidden."""
+    """The task's arguments as Flower and task events show them: the job id, the token hidden.
+
+    Job task arguments are only a job id and a lease token, so nothing secret can reach Flower or the
+    result backend (S1); the token is not a credential, but it names an ownership grant.
+    """
     return repr((job_id, HIDDEN_TOKEN))
 
 
 def dispatch(rt: VoicyRuntime, task: Task, job_id: str, token: str) -> None:
     """Send ``task`` for the job's pending grant to ``token``, then confirm the grant.
 
-    The order is the point: confirming first would recreate the long-lived
-    grant for a task that a kill before the send never delivers (V1).
+    Every Voicy job task is sent here, the second half of the lease's two-phase grant
+    (``workers.voicy.pipeline``): the grant was made with a short pending TTL, the task is sent,
+    and only then is the grant extended for its time in the queue. The order is the point:
+    confirming first would recreate the long-lived grant for a task that a kill before the send
+    never delivers (V1); a process killed in between leaves a grant that expires.
     """
     task.apply_async(args=[job_id, token], argsrepr=args_repr(job_id))
     pipeline.confirm_grant(rt, job_id, token)
@@ -130,19 +127,43 @@ def dispatch_transcription(rt: VoicyRuntime, job_id: str, token: str) -> None:
     dispatch(rt, transcribe, job_id, token)
 
 
+def read_job(task: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> VoicyJobArgs | None:
+    """The job task's ``(job id, token)``, or None once a shape this release cannot read was refused.
+
+    Refused with a clear line and handed back to Voicy as a retryable failure (``pipeline.refuse``):
+    a worker of the release that sent it takes the job again. A task whose job cannot even be named
+    is left for the reaper's grant audit, which recovers the job once its task is out of every queue.
+    """
+    try:
+        return read_voicy_job(task, args, kwargs)
+    except ShapeRefused as exc:
+        if exc.job_id is not None and exc.token is not None:
+            pipeline.refuse(runtime(), exc.job_id, exc.token, str(exc))
+        else:
+            log.error("%s; not run (job %s): the reaper recovers it once its grant is stranded", exc,
+                      exc.job_id or "unknown")
+        return None
+
+
 @shared_task(name=DOWNLOAD_TASK, ignore_result=True)
-def download(job_id: str, token: str) -> None:
-    """io: fetch the media into the store, mark it downloaded, queue the transcription."""
+def download(*args: Any, **kwargs: Any) -> None:
+    """io: fetch the media into the store, mark it downloaded, queue the transcription (``(job_id, token)``)."""
+    job = read_job(DOWNLOAD_TASK, args, kwargs)
+    if job is None:
+        return
     rt = runtime()
-    next_token = pipeline.run_download(rt, job_id, token)
+    next_token = pipeline.run_download(rt, job.job_id, job.token)
     if next_token is not None:
-        dispatch_transcription(rt, job_id, next_token)
+        dispatch_transcription(rt, job.job_id, next_token)
 
 
 @shared_task(name=TRANSCRIBE_TASK, ignore_result=True)
-def transcribe(job_id: str, token: str) -> bool:
+def transcribe(*args: Any, **kwargs: Any) -> bool:
     """gpu: transcribe with progress and post the result (with ready short jobs batched in)."""
-    return transcription.run_transcription(runtime(), job_id, token)
+    job = read_job(TRANSCRIBE_TASK, args, kwargs)
+    if job is None:
+        return False
+    return transcription.run_transcription(runtime(), job.job_id, job.token)
 
 
 # Beat's Voicy duties (scheduled in ``tasks.beat``; quiet in Flower, see ``tasks.settings.QUIET_TASKS``).

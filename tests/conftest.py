@@ -1,7 +1,7 @@
 """Session fixtures: real services on loopback, real Celery worker processes.
 
 Nothing here mocks a component we own. Redis, nats-server and moto S3 run as
-real servers on free ports (``deploy.devstack.services``); Celery workers run
+real servers on free ports (``devstack.infra.services``); Celery workers run
 as real ``celery -A tasks worker`` processes so SIGKILL tests kill something real
 (``tests.kit.celery_worker``).
 
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack import log_budget as budget
-from deploy.devstack import services
+from devstack.infra import log_budget as budget
+from devstack.infra import services
 from workers.logs import RedactingFilter
 
 pytest_plugins = ["tests.kit.celery_worker", "tests.kit.cairn_ctx", "tests.kit.procfile", "tests.kit.fleet_guard",

@@ -1,9 +1,4 @@
-"""Loading settings so that a misconfiguration stops the process with a clear message.
-
-pydantic-settings reports errors with field names; operators know the
-environment variable names. ``load_settings`` translates one into the other
-and never echoes the offending value (it may be a secret).
-"""
+"""Loading settings so that a misconfiguration stops the process with a clear message."""
 
 from __future__ import annotations
 
@@ -30,7 +25,11 @@ def env_name(cls: type[BaseSettings], field: str) -> str:
 
 
 def load_settings(cls: type[S], **overrides: object) -> S:
-    """Build ``cls`` from the environment; raise ``ConfigError`` naming each bad variable."""
+    """Build ``cls`` from the environment; raise ``ConfigError`` naming each bad variable.
+
+    pydantic names fields, operators know environment variables: the error names the
+    variable and never echoes the value (it may be a secret).
+    """
     try:
         return cls(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:

@@ -1,15 +1,15 @@
-"""The small exception tree every Switchyard component raises from.
-
-Why a tree: task functions map a failure to the contract's outcome (Voicy
-``retryable`` flag, Cairn disposition) by *class*, never by parsing messages.
-Messages must never carry a secret; build them from redacted values only.
-"""
+"""The small exception tree every Switchyard component raises from."""
 
 from __future__ import annotations
 
 
 class SwitchyardError(Exception):
-    """Root of every error Switchyard raises on purpose."""
+    """Root of every error Switchyard raises on purpose.
+
+    Task functions map a failure to the contract's outcome (Voicy ``retryable``, Cairn
+    disposition) by class, never by parsing messages. A message never carries a secret:
+    build it from redacted values only.
+    """
 
 
 class ConfigError(SwitchyardError):

@@ -1,23 +1,4 @@
-"""Standing faults: what a component found broken for good, kept in Redis for the fleet's health verdict.
-
-Why: some failures are not outages that end by themselves. A subject NATS
-refuses (a ``Permissions Violation``: the pool strays outside core's template,
-or core's template lacks a subject) refuses every retry the same way until an
-operator changes a permission or a setting. Such a failure is logged once,
-loudly, where it happens (``workers.cairn.refusals``), and recorded here so
-the health verdict (``switchyard health``, built by another module) reports it
-even when nobody reads that process's log.
-
-Storage: the Redis hash ``sy:health:faults``; field = the component (e.g.
-``cairn-pool/strava-fetcher``, ``cairn-bridge/strava-fetcher``), value = JSON
-``{"detail": ..., "at": <RFC 3339>}``. One fault per component: the latest
-detail wins. A component clears its own fault when it starts cleanly again
-(the bridge once every consumer is created; a provider worker at start).
-
-Every function takes a *sync* Redis client (``workers.redisconn.sync_client``)
-and never raises on a Redis error: recording a fault must not turn a reported
-failure into a crash; an unrecorded fault is logged at DEBUG.
-"""
+"""Standing faults: what a component found broken for good, kept in Redis for the fleet's health verdict."""
 
 from __future__ import annotations
 
@@ -29,12 +10,18 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 log = logging.getLogger(__name__)
 
-FAULTS_KEY = "sy:health:faults"
+FAULTS_KEY = "sy:health:faults"  # a hash: field = component (e.g. ``cairn-pool/strava-fetcher``), value = JSON
 DETAIL_MAX_CHARS = 500
 
 
 class Fault(BaseModel):
-    """One component's standing fault: what is broken and since when."""
+    """One component's standing fault: what is broken and since when.
+
+    Not an outage that ends by itself: a subject NATS refuses (``workers.cairn.refusals``)
+    refuses every retry until an operator acts, so it is logged once where it happens and kept
+    here for ``switchyard health``. One fault per component, the latest wins; a component clears
+    its own when it starts cleanly again.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -59,7 +46,11 @@ def _text(value: Any) -> str:
 
 
 def record_fault(redis_client: Any, component: str, detail: str) -> Fault:
-    """Record (or replace) ``component``'s fault; returns it even when Redis did not take it."""
+    """Record (or replace) ``component``'s fault; returns it even when Redis did not take it.
+
+    Takes a sync client and never raises on a Redis error: recording a fault must not turn a
+    reported failure into a crash.
+    """
     fault = Fault(component=component, detail=detail[:DETAIL_MAX_CHARS], at=datetime.now(UTC))
     try:
         redis_client.hset(FAULTS_KEY, component, fault.to_wire())

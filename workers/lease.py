@@ -1,26 +1,4 @@
-"""Per-job leases in Redis: the one authority on who may work on a job right now.
-
-Celery may deliver a task twice (visibility timeout, a re-sent message, an
-operator's retry), and a killed worker leaves no trace in Celery. So every job
-the fleet holds has a lease key whose value says who owns it:
-
-* ``granted:<token>`` — handed to a queued task carrying ``token``; nobody runs it yet;
-* ``running:<token>:<execution id>`` — one live execution; renewed by a keeper
-  thread while the task runs, so it expires soon after the process dies.
-
-A grant is made in two phases, because the process that grants is also the one
-that sends the task and may be killed in between: it is first made (or handed
-over) with a *short* TTL, the task carrying the token is sent, and only then is
-the grant :meth:`Leases.confirm`-ed to its long queued TTL — if, and only if, the
-lease still says ``granted:<that token>``. A grant whose task was never sent thus
-expires as quickly as a dead worker's running lease.
-
-A task *takes* a lease only by swapping ``granted:<its token>`` for its own
-running value (compare-and-set in Lua), so a duplicate delivery of the same task,
-or a task whose grant expired and was replaced, finds the lease in another state
-and does nothing (V2). A reaper that finds no lease at all knows the owner died,
-or never got its task (V1).
-"""
+"""Per-job leases in Redis: the one authority on who may work on a job right now."""
 
 from __future__ import annotations
 
@@ -133,7 +111,14 @@ def _ms(seconds: float) -> int:
 
 
 class Leases:
-    """Lease operations for one namespace (``voicy``, ``cairn``)."""
+    """Lease operations for one namespace (``voicy``, ``cairn``).
+
+    Celery may deliver a task twice and a killed worker leaves no trace in Celery, so a lease
+    key says who owns each job: ``granted:<token>`` (a queued task) or ``running:<token>:<id>``
+    (one live execution, renewed by a :class:`LeaseKeeper`). A task takes a lease only by
+    compare-and-set from its own grant, so a duplicate or superseded task does nothing (V2);
+    a reaper that finds no lease knows the owner died or never got its task (V1).
+    """
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self._r = client
@@ -170,9 +155,9 @@ class Leases:
         An unreachable Redis is waited out (up to ``outage_wait_s``), not raised: the
         task carrying ``token`` has been acked already, so a take that fails on a
         dropped connection would leave the job granted, for the queued TTL, to a task
-        that no longer exists (a Sentinel failover under load did exactly that). The
-        retry uses the same running value, and the script accepts finding it: a take
-        whose write landed before the connection dropped is still this execution's.
+        that no longer exists. The retry uses the same running value, and the script accepts
+        finding it: a take whose write landed before the connection dropped is still this
+        execution's.
         """
         running = f"{RUNNING_PREFIX}{token}:{uuid.uuid4().hex}"
         # Only ``REDIS_UNAVAILABLE`` is waited out (no connection, no Sentinel master yet, a master
@@ -204,6 +189,10 @@ class Leases:
 
     def confirm(self, job_id: str, token: str, ttl_s: float) -> bool:
         """Phase two of a grant: extend it to ``ttl_s`` once the task carrying ``token`` is sent.
+
+        The sender may be killed between granting and sending, so a grant starts with a short
+        TTL and only a sent task's grant gets the long queued one: an unsent grant expires as
+        quickly as a dead worker's running lease.
 
         Only a lease that still says ``granted:<token>`` is extended. A grant the
         task already took (running), one that expired and was re-granted by the

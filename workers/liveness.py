@@ -1,25 +1,4 @@
-"""Liveness records: each long-running fleet process says, in Redis, that it runs and what it serves.
-
-Why: ``switchyard health`` (``ops.health``) gives one verdict on a running fleet
-from what the fleet records, without asking any process anything (a Celery
-``inspect`` broadcast waits out its whole timeout, and a busy parent may miss
-it). Cairn core gets this for the provider pool from presence; our own
-processes recorded nothing of the kind, so a stopped Voicy bridge, a queue no
-worker consumes, or a durable no bridge pulls stayed invisible until work
-piled up.
-
-Each record is one Redis key with a TTL, ``sy:health:proc:<role>:<name>``,
-written by the process itself on its normal cadence (at least every
-``RENEW_INTERVAL_S``; the TTL, ``RECORD_TTL_S``, outlives two missed renewals)
-and deleted on a clean stop, so a stopped process disappears at once and a
-killed one when its TTL runs out. A record says more than "alive": ``state``
-is ``ok`` or why the process cannot work (Voicy refusing the token, say), and
-each role adds what the verdict needs (the queues a worker consumes, the
-durables a Cairn bridge pulls, whether its NATS connection is up).
-
-Roles: ``worker`` (every Celery worker, ``tasks.registration``), ``voicy_bridge``
-(``bridges.voicy``), ``cairn_bridge`` (``bridges.cairn.bridge``).
-"""
+"""Liveness records: each long-running fleet process says, in Redis, that it runs and what it serves."""
 
 from __future__ import annotations
 
@@ -35,7 +14,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 log = logging.getLogger(__name__)
 
-PREFIX = "sy:health:proc:"
+PREFIX = "sy:health:proc:"  # one key with a TTL per process: sy:health:proc:<role>:<name>
+# Roles: every Celery worker (tasks.registration), bridges.voicy, bridges.cairn.bridge.
 WORKER, VOICY_BRIDGE, CAIRN_BRIDGE = "worker", "voicy_bridge", "cairn_bridge"
 OK = "ok"
 RENEW_INTERVAL_S = 5.0
@@ -50,7 +30,12 @@ def process_name() -> str:
 
 
 class ProcessRecord(BaseModel):
-    """What one process says about itself; fields beyond ``state`` are each role's own."""
+    """What one process says about itself; fields beyond ``state`` are each role's own.
+
+    ``switchyard health`` (``ops.health``) judges a fleet from these records without asking
+    any process anything (an ``inspect`` broadcast waits out its timeout; a busy parent may
+    miss it), so a stopped bridge or an unconsumed queue shows before work piles up.
+    """
 
     role: str
     name: str
@@ -65,6 +50,9 @@ class ProcessRecord(BaseModel):
     manifest_at: float | None = None  # worker: when it last wrote its pool's manifest (epoch s)
     pool: str | None = None  # worker, cairn_bridge: the Cairn pool (CAIRN_WORKER_NAME) it serves
     provider: str | None = None  # worker, cairn_bridge: that pool's provider (CAIRN_PROVIDER)
+    # cairn_bridge: every durable it serves (the pool's job durables, the webhook durable when webhooks
+    # are on), so the verdict judges the pool by what its bridges run, not by the asker's environment
+    durables: list[str] = Field(default_factory=list)
     pulling: list[str] = Field(default_factory=list)  # cairn_bridge: durables whose last fetch answered
     nats_connected: bool | None = None  # cairn_bridge: its NATS connection is up
 

@@ -1,11 +1,4 @@
-"""Logging set-up with one redaction filter for every handler.
-
-Why: httpx logs each request URL at INFO, and a Telegram ``getFile`` or file
-URL carries the bot token in its path; presigned URLs carry signatures. We
-(1) quiet httpx/httpcore to WARNING, and (2) run every record through
-``redact`` which removes registered secrets and known secret-bearing shapes.
-``LOG_FORMAT=json`` switches to one JSON object per line.
-"""
+"""Logging set-up with one redaction filter for every handler."""
 
 from __future__ import annotations
 
@@ -101,6 +94,8 @@ class RedactingFilter(logging.Filter):
 _STD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 HUMAN_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+# httpx logs each request URL at INFO, and a Telegram file URL carries the bot token in its path:
+# these loggers are quieted to WARNING, and every record still goes through ``redact``.
 NOISY_LOGGERS = ("httpx", "httpcore", "botocore", "urllib3", "nats", "asyncio")
 
 

@@ -1,26 +1,4 @@
-"""Riding out a Redis or NATS outage: say so once, back off, say when it is over (R1).
-
-Used by the Cairn bridge (every Redis and NATS failure of its loop), the
-provider pool's NATS connection (``workers.cairn.nats_conn``), and the
-long-running loops that poll Redis (the Voicy bridge, beat's scheduler:
-:meth:`Outage.redis_loop`). One concept, one place: it used to exist twice.
-
-Why a tracker and not a log line at each failure: during an outage every held
-message fails its lease read once a second, every ``in_progress`` tick fails,
-the result pub/sub retries, the pull loops retry. Logged one by one, a 60 s
-Redis restart under 16 held messages is a thousand warnings that bury the one
-fact the operator needs ("Redis is unavailable since 10:02:13"). So each
-failure is *reported* here: the first one of an outage is logged as a warning
-naming the service, what failed and the exception (type and message; its
-traceback at DEBUG, once per outage), the rest at DEBUG, and the first success
-afterwards logs once how long it lasted.
-
-Failures seen here are never a verdict on a job. A lease or ledger read that
-fails means "unknown": the caller keeps waiting (C4); only a read that
-*succeeds* and says the task is gone may NAK it as lost. :attr:`Outage.last_seen`
-lets a waiter that lived through an outage give a task that could not renew
-its lease meanwhile a little more grace before it calls it lost.
-"""
+"""Riding out a Redis or NATS outage: say so once, back off, say when it is over (R1)."""
 
 from __future__ import annotations
 
@@ -38,8 +16,7 @@ BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 5.0  # a restarted service is noticed within this, and a 60 s outage costs ~15 retries
 LOOP_BACKOFF_MAX_S = 10.0  # one loop polling Redis (Voicy bridge, beat): a 60 s outage is noticed as over within ~10 s
 # Just after a recovery, a failure may be a blip rather than a new outage: after a restart, each pooled
-# connection opened before it fails once on its first use ("Connection closed by server"), and a CI run
-# logged three more "unavailable" warnings for one Redis restart. So within SAME_OUTAGE_S of a
+# connection opened before it fails once on its first use ("Connection closed by server"). So within SAME_OUTAGE_S of a
 # recovery a failure is logged at DEBUG, and becomes the outage's warning only if failures go on for
 # BLIP_S (a new outage is then reported that much later; a blip ends before it).
 SAME_OUTAGE_S = 5.0
@@ -60,6 +37,11 @@ def backoff_s(attempt: int) -> float:
 
 class Outage:
     """The availability of one service as this process sees it (one instance per service).
+
+    A tracker, not a log line per failure: during an outage every held lease, ``in_progress``
+    tick and pull loop fails at once, and the one fact the operator needs ("Redis is unavailable
+    since 10:02:13") must not be buried. A failure seen here is never a verdict on a job: a read
+    that fails means "unknown" and the caller keeps waiting (C4).
 
     Two wordings, one behaviour. By default each failure names the operation that
     failed (the Cairn bridge and provider pool: many operations share one
@@ -157,5 +139,8 @@ class Outage:
             self.last_seen = now
 
     def recently(self, window_s: float) -> bool:
-        """True while the service is down, or was within the last ``window_s`` seconds."""
+        """True while the service is down, or was within the last ``window_s`` seconds.
+
+        A waiter that lived through an outage gives a task that could not renew its lease
+        meanwhile a little more grace before it calls it lost."""
         return self.down or self._clock() - self.last_seen < window_s

@@ -1,29 +1,8 @@
-"""Every Redis client of the fleet is built here, from one ``REDIS_URL``.
-
-Why one place: the broker, the result backend, leases, the Voicy fleet
-records, Cairn failure counts, the outcome ledger and sealed secrets must all
-follow the same Redis, including through a Sentinel failover. A client built
-anywhere else would silently keep talking to a demoted master.
-
-``REDIS_URL`` is either one server (``redis://``, ``rediss://``) or a list of
-Sentinels, spelled as Celery and kombu spell it::
-
-    REDIS_URL=sentinel://:password@10.0.0.1:26379/0;sentinel://10.0.0.2:26379;sentinel://10.0.0.3:26379
-    REDIS_SENTINEL_MASTER=switchyard
-
-The master's password and database come from the first entry. A Sentinel
-client asks the Sentinels for the current master on every new connection and
-drops its pool when a connection fails or the server answers READONLY, so
-after a failover the next command reaches the promoted replica. The same URL
-and master name configure the broker and result backend (``tasks.settings``).
-
-:class:`RedisSettings` is the one settings class that reads ``REDIS_URL``.
-How a long-running loop rides out a Redis outage (log once, back off, log the
-recovery once; invariant R1) is :class:`workers.outage.Outage`.
-"""
+"""Every Redis client of the fleet is built here, from one ``REDIS_URL``."""
 
 from __future__ import annotations
 
+import re
 import ssl
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -36,6 +15,7 @@ import redis.sentinel
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workers import dead_peers
 from workers.config import load_settings
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -50,7 +30,12 @@ SSL_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required
 
 
 class RedisSettings(BaseSettings):
-    """``REDIS_URL`` and its companions; every process reads Redis settings through this class."""
+    """``REDIS_URL`` and its companions; every process reads Redis settings through this class.
+
+    The broker, result backend, leases, fleet records, ledgers and sealed secrets must all
+    follow the same Redis through a Sentinel failover; a client built elsewhere would keep
+    talking to a demoted master.
+    """
 
     model_config = SettingsConfigDict(extra="ignore", env_ignore_empty=True)
 
@@ -86,7 +71,11 @@ class RedisSettings(BaseSettings):
 
 @dataclass(frozen=True)
 class SentinelURL:
-    """A parsed ``sentinel://...;sentinel://...`` URL."""
+    """A parsed Sentinel list, spelled as Celery and kombu spell it.
+
+    ``sentinel://:password@10.0.0.1:26379/0;sentinel://10.0.0.2:26379`` with
+    ``REDIS_SENTINEL_MASTER`` naming the master; password and db come from the first entry.
+    """
 
     hosts: tuple[tuple[str, int], ...]
     db: int = 0
@@ -120,6 +109,15 @@ def parse_sentinel_url(url: str) -> SentinelURL:
                        password=unquote(first.password) if first.password else None)
 
 
+_URL_PASSWORD = re.compile(r"(://[^:@/;]*:)[^;]*@")  # each user:password@ of a URL list (greedy: a raw @ in it)
+URL_PASSWORD_MASK = "***"
+
+
+def shown_url(url: str) -> str:
+    """``url`` fit to print: every password in it (each Sentinel's too) replaced by ``***``."""
+    return _URL_PASSWORD.sub(rf"\g<1>{URL_PASSWORD_MASK}@", url)
+
+
 def redis_settings() -> RedisSettings:
     """The environment's Redis settings (``ConfigError`` naming a bad variable)."""
     return load_settings(RedisSettings)
@@ -145,14 +143,20 @@ def _url_options(url: str) -> dict[str, Any]:
 
 
 def sync_client(url: str | None = None, *, master_name: str | None = None, **options: Any) -> redis.Redis:
-    """A blocking client for ``url`` (default ``REDIS_URL``): one server, or the master behind Sentinels."""
+    """A blocking client for ``url`` (default ``REDIS_URL``): one server, or the master behind Sentinels.
+
+    A Sentinel client asks for the current master on every new connection and drops its pool
+    when a connection fails or the server answers READONLY, so after a failover the next
+    command reaches the promoted replica.
+    """
     url = url or redis_settings().redis_url
     if is_sentinel(url):
         parsed, master_kwargs = _sentinel_args(url)
         sentinels = redis.sentinel.Sentinel(list(parsed.hosts),
                                             sentinel_kwargs={"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S})
-        return sentinels.master_for(_master_name(master_name), **{**master_kwargs, **options})
-    return redis.Redis.from_url(url, **{**_url_options(url), **options})
+        return sentinels.master_for(_master_name(master_name), **{**dead_peers.redis_options(), **master_kwargs,
+                                                                  **options})
+    return redis.Redis.from_url(url, **{**dead_peers.redis_options(), **_url_options(url), **options})
 
 
 def async_client(url: str | None = None, *, master_name: str | None = None, **options: Any) -> aioredis.Redis:
@@ -162,5 +166,6 @@ def async_client(url: str | None = None, *, master_name: str | None = None, **op
         parsed, master_kwargs = _sentinel_args(url)
         sentinels = aiosentinel.Sentinel(list(parsed.hosts),
                                          sentinel_kwargs={"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S})
-        return sentinels.master_for(_master_name(master_name), **{**master_kwargs, **options})
-    return aioredis.Redis.from_url(url, **{**_url_options(url), **options})
+        return sentinels.master_for(_master_name(master_name), **{**dead_peers.redis_options(), **master_kwargs,
+                                                                  **options})
+    return aioredis.Redis.from_url(url, **{**dead_peers.redis_options(), **_url_options(url), **options})

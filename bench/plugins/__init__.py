@@ -1,4 +1,4 @@
-"""Plug-ins the benchmarks install as distributions of their own (``deploy.devstack.plugins``)."""
+"""Plug-ins the benchmarks install as distributions of their own (``devstack.infra.plugins``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.plugins import switchyard_null as null
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.plugins import install_distribution
-from deploy.devstack.provider_fake import Connected, Pool
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.provider_fake import Connected, Pool
+from devstack.infra.plugins import install_distribution
 from workers.providers.registry import ENTRY_POINT_GROUP as PROVIDERS
 from workers.transcribe.registry import ENTRY_POINT_GROUP as ENGINES
 

@@ -13,7 +13,7 @@ answers at once:
   and ``result``.
 
 They plug in the way a third party's would: this module is installed as its own
-distribution (``deploy.devstack.plugins``) with entry points in the
+distribution (``devstack.infra.plugins``) with entry points in the
 ``switchyard.providers`` and ``switchyard.engines`` groups, and no Switchyard
 module names it. It imports only Switchyard's plug-in interfaces.
 """
@@ -56,10 +56,6 @@ class NullProvider(Provider):
     name = NAME
     dataset_version = DATASET_VERSION
     parser_version = PARSER_VERSION
-
-    @classmethod
-    def from_settings(cls, settings: Any | None = None) -> NullProvider:
-        return cls()
 
     def declared_capabilities(self) -> Capabilities:
         return Capabilities(jobs=frozenset({FETCH_SOURCE}), data_types={"Activity": {"read": True}})

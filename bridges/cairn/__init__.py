@@ -1,6 +1,8 @@
 """The Cairn bridge package (``python -m bridges cairn``): one module per concept.
 
-* ``bridge`` — the process: connections, one held message from arrival to disposition;
+* ``bridge`` — the process: connections, wiring, start and stop;
+* ``holder`` — the decision core: one held message from arrival to disposition;
+* ``record`` — the bridge's liveness record for ``switchyard health``;
 * ``pull`` — the pull loops, one per durable consumer, within the in-flight limit;
 * ``admission`` — the one decision point: dispatch, adopt, or settle now (:func:`admission.admit`);
 * ``execution`` — a dispatched job's task and lease until its outcome; adopting a dead bridge's task;

@@ -1,36 +1,4 @@
-"""Admission: the one decision point for every message the bridge pulls (C2, C4).
-
-``admit(raw, meta, kinds=..., recall=..., rules=...)`` takes the message's raw
-bytes and its delivery metadata and returns exactly one verdict:
-
-* :class:`Dispatch` — run this parsed job in the pool;
-* :class:`Adopt` — a task of a dead bridge still runs it (its lease is alive): wait for its outcome;
-* :class:`Settle` — apply this disposition now, without the pool: a recorded outcome
-  (the job already ran), a poison payload or a give-up (with the failure
-  :class:`Envelope` to publish before the term), a parser refusal (a NAK that is
-  no failure), or a NAK while the message's history cannot be read.
-
-In this order, each rule applying only if the ones before did not:
-
-1. the message's history (one Redis round trip, only on a redelivery): a
-   recorded outcome is applied as it is; a running lease means adopt;
-2. parsing, by the parser registered for the consumer's kind: invalid UTF-8,
-   JSON that is not an object, nesting deep enough to raise ``RecursionError``,
-   pydantic errors, a ``min_parser_version`` that is not ``N.M`` — all poison;
-3. the last delivery a finite ``CAIRN_MAX_DELIVER`` allows → envelope + term;
-4. the kind's refusal (a ``parse_blob`` for a newer parser or another dataset) → NAK, no failure;
-5. a job that already failed ``CAIRN_TERM_AFTER_DELIVERIES - 1`` times → envelope + term;
-6. otherwise dispatch.
-
-Anything admission cannot classify — any exception in 2–5 — is poison:
-envelope + term, never a NAK loop. The handler receives the parsed job and
-judges nothing again.
-
-A second consumer kind plugs in with a :class:`MessageKind` (its ``parse``,
-optionally ``refuse`` and ``dump``) registered under its consumer's ``kind``;
-the stream comes from the delivery metadata, so every key (ledger, lease,
-failure count) is the stream's own.
-"""
+"""Admission: the one decision point for every message the bridge pulls (C2, C4)."""
 
 from __future__ import annotations
 
@@ -45,6 +13,8 @@ from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
 
 from workers.cairn import outcomes
+from workers.cairn.contract.jobs import parse_job, parser_refusal
+from workers.cairn.contract.subjects import PARSE_BLOB
 from workers.cairn.disposition import (
     HISTORY_UNAVAILABLE_NAK_DELAY_S,
     PARSER_REFUSED_NAK_DELAY_S,
@@ -52,9 +22,7 @@ from workers.cairn.disposition import (
     nak,
     term,
 )
-from workers.cairn.jobs import parse_job, parser_refusal
 from workers.cairn.outcomes import MessageKey
-from workers.cairn.subjects import PARSE_BLOB
 from workers.lease import LeaseState, LeaseView, view
 from workers.outage import REDIS_UNAVAILABLE, Outage
 
@@ -162,7 +130,7 @@ def _model_dump(job: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class MessageKind:
-    """How admission reads one consumer kind's messages.
+    """How admission reads one consumer kind's messages; a second consumer kind plugs in with one.
 
     ``parse(raw) -> job`` raises on anything it cannot read (poison);
     ``refuse(job) -> reason | None`` leaves a job to another instance (a NAK that is
@@ -278,7 +246,16 @@ def _give_up(raw: bytes, meta: DeliveryMeta, history: History, message: str, env
 
 async def admit(raw: bytes, meta: DeliveryMeta, *, kinds: Mapping[str, MessageKind], recall: Recall,
                 rules: Rules) -> Verdict:
-    """The one verdict for one delivery; never raises (see the module docstring for the order)."""
+    """The one verdict for one delivery (:class:`Dispatch`, :class:`Adopt` or :class:`Settle`); never raises.
+
+    In this order, each rule only if none before applied: (1) on a redelivery, the history
+    (one Redis round trip): a recorded outcome is applied, a running lease is adopted; (2) the
+    kind's parser: invalid UTF-8, a non-object, deep nesting, pydantic errors are poison;
+    (3) the last delivery a finite ``CAIRN_MAX_DELIVER`` allows → envelope + term; (4) the
+    kind's refusal → NAK, no failure; (5) ``CAIRN_TERM_AFTER_DELIVERIES - 1`` failures →
+    envelope + term; (6) dispatch. Any exception in 2-5 is poison: envelope + term, never a
+    NAK loop; the handler judges nothing again.
+    """
     try:
         history = await recall(meta)
     except Exception as exc:  # noqa: BLE001 - Redis unreachable: not the job's failure, try again later

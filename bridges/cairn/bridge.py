@@ -1,35 +1,4 @@
-"""The Cairn bridge: pull the pool's JetStream messages and see each one to its disposition.
-
-``python -m bridges cairn``. One asyncio loop owns every NATS message it
-fetched from arrival to disposition (contract §3 ack discipline, C1, C2, C4):
-
-* it fetches only while fewer than ``CAIRN_MAX_IN_FLIGHT`` messages are held
-  (:mod:`bridges.cairn.pull`, one loop per durable consumer);
-* every held message gets ``in_progress`` every ``AckWait/3`` until it is
-  acked, NAKed or termed, whatever it is waiting for;
-* :func:`bridges.cairn.admission.admit` decides what happens to it — the only
-  place anything is judged: dispatch, adopt a dead bridge's running task, or
-  settle now (a recorded outcome, an envelope + term, a NAK);
-* a dispatched or adopted job is seen to its end by :mod:`bridges.cairn.execution`;
-* :mod:`bridges.cairn.settle` applies the disposition and keeps the failure count;
-* a term the bridge decides itself publishes the failure envelope first and
-  records the term in the outcome ledger before sending it, so a bridge killed
-  in between never publishes a second envelope;
-* anything that escapes all of that is a *failed* delivery (a NAK that counts),
-  so even a bug in the bridge ends in envelope + term after ~5 deliveries;
-  Redis being unreachable is not a bug: a NAK that does not count;
-* a Redis or NATS outage is ridden out, never a reason to exit (R1): every
-  failure is reported to one :class:`workers.outage.Outage` per service, which
-  logs the start and the end of the outage once; held messages stay held;
-* a subject NATS refuses (``Permissions Violation``) is no outage: it is
-  reported once and recorded as a fault (:mod:`workers.cairn.refusals`); at
-  start it stops the bridge with one line (exit ``EXIT_PERMISSION_REFUSED``).
-
-What the bridge needs from Celery is injected (:class:`TaskSenders` and the
-result backend), as the Voicy bridge is given its dispatchers: this package
-imports nothing from ``tasks``. Discover and OAuth exchange responders run
-here too (:mod:`bridges.cairn.responders`).
-"""
+"""The Cairn bridge process (``python -m bridges cairn``): connections, wiring, start and stop."""
 
 from __future__ import annotations
 
@@ -45,35 +14,18 @@ from typing import Any
 import nats
 from nats.aio.msg import Msg
 
-from bridges.cairn.admission import (
-    Adopt,
-    DeliveryMeta,
-    Dispatch,
-    MessageKind,
-    RedisRecall,
-    Rules,
-    Settle,
-    admit,
-    job_kind,
-)
+from bridges.cairn.admission import MessageKind, RedisRecall, Rules, job_kind
 from bridges.cairn.consumers import JobConsumer, ensure_consumers, pool_consumers
 from bridges.cairn.envelopes import Envelopes, LoopNats
 from bridges.cairn.execution import Execution, SendJob, Shutdown, job_task_prefix
+from bridges.cairn.holder import Holder
 from bridges.cairn.pull import PullLoops
+from bridges.cairn.record import BridgeRecord
 from bridges.cairn.responders import PoolCalls, PoolSend, ResponderConfig, Responders
 from bridges.cairn.results import TaskResults
-from bridges.cairn.settle import FailureCounts, Held, settle
-from workers import liveness
-from workers.cairn import subjects
+from bridges.cairn.settle import FailureCounts
 from workers.cairn.compat import IncompatibleCoreError, check_core_release
-from workers.cairn.disposition import (
-    ENVELOPE_FAILED_NAK_DELAY_S,
-    HANDOVER_NAK_DELAY_S,
-    REDIS_DOWN_NAK_DELAY_S,
-    TASK_FAILURE_NAK_DELAY_S,
-    Disposition,
-    nak,
-)
+from workers.cairn.contract import subjects
 from workers.cairn.nats_conn import NATS_UNAVAILABLE, connect_options, fault_recorder
 from workers.cairn.outcomes import LEASE_NAMESPACE, AsyncOutcomeLedger
 from workers.cairn.refusals import BRIDGE_ROLE, PermissionRefused, Refusals, fault_component
@@ -81,7 +33,7 @@ from workers.cairn.settings import CairnSettings
 from workers.faults import clear_fault
 from workers.lease import Leases
 from workers.logs import redact
-from workers.outage import REDIS_UNAVAILABLE, Outage
+from workers.outage import Outage
 from workers.providers.base import AUTH_OAUTH2, Provider
 from workers.providers.registry import get_provider
 from workers.redisconn import async_client, sync_client
@@ -123,6 +75,14 @@ def links_oauth_accounts(provider: Provider) -> bool:
 class CairnBridge:
     """One bridge instance; ``await run()`` until ``stop()``.
 
+    One asyncio loop owns every message it fetched (:class:`bridges.cairn.holder.Holder`), fetching
+    only while fewer than ``CAIRN_MAX_IN_FLIGHT`` are held (:mod:`bridges.cairn.pull`). A Redis or
+    NATS outage is ridden out, never a reason to exit (R1): each is reported to one
+    :class:`workers.outage.Outage`, which logs its start and end once; held messages stay held. A
+    subject NATS refuses (``Permissions Violation``) is no outage: reported once and recorded as a
+    fault (:mod:`workers.cairn.refusals`); at start it stops the bridge with one line. What it needs
+    from Celery is injected (:class:`TaskSenders`, the result backend): nothing here imports ``tasks``.
+
     It consumes the pool's job subjects (``pool_consumers``), each admitted by its
     ``job_kind``. Another consumer kind — webhook events on ``CAIRN_WEBHOOKS`` — is
     one more :data:`Consumption` in ``extra``: its durable consumer (with its own
@@ -147,12 +107,10 @@ class CairnBridge:
         self.replies = list(replies)
         self._reply_subs: list[Any] = []
         self.shutdown = Shutdown()
-        self._held: dict[tuple[str, int], Held] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.nc: nats.NATS | None = None
         self.failed = False
         self.pulls: PullLoops | None = None
-        self.instance = f"{settings.worker_name}.{liveness.process_name()}"
         # R1: each outage is logged once, when it starts and when it ends (bridges.cairn.outage).
         self.redis_outage = Outage("Redis")
         self.nats_outage = Outage("NATS")
@@ -208,6 +166,13 @@ class CairnBridge:
                                  float(s.discover_deadline_s), float(s.exchange_deadline_s))
         pool = PoolCalls(self.results, self.senders.discover, self.senders.exchange, s.worker_name)
         self.responders = Responders(nc, config, pool, self._sync_redis, self.spawn)
+        self.record = BridgeRecord(self._aredis, pool=s.worker_name, provider=s.provider,
+                                   durables=[c.durable for c in self.consumers], shutdown=self.shutdown,
+                                   redis_outage=self.redis_outage, status=self._status)
+        self.holder = Holder(kinds=self.kinds, rules=self.rules, recall=self.recall, runs=self.execution,
+                             envelopes=self.envelopes, ledger=self.ledger, failures=self.failures,
+                             shutdown=self.shutdown, slots=self._slots, spawn=self.spawn, ack_wait_s=self.ack_wait_s,
+                             redis_outage=self.redis_outage, nats_outage=self.nats_outage)
 
     async def run(self) -> None:
         self._slots = asyncio.Semaphore(self.settings.max_in_flight)
@@ -224,18 +189,18 @@ class CairnBridge:
             await self.responders.start()
             await self._start_replies()
             await asyncio.to_thread(clear_fault, self._sync_redis, self.refusals.component)
-            self.pulls = PullLoops(self.consumers, self._slots, self.shutdown, self.nats_outage, self._take,
+            self.pulls = PullLoops(self.consumers, self._slots, self.shutdown, self.nats_outage, self.holder.take,
                                    tick_s=self.ack_wait_s / 3)
             self.pulls.start(self.js, self._loop_ended)
-            record = asyncio.create_task(self._renew_record(), name="liveness")
+            record = asyncio.create_task(self.record.renew(), name="liveness")
             log.info("cairn bridge started: pool %s, %d job subjects, in-flight limit %d, AckWait %.1fs",
                      self.settings.worker_name, len(self.consumers),
                      self.settings.max_in_flight, self.ack_wait_s)
             await self.shutdown.event.wait()
-            log.info("cairn bridge stopping: no more pulls; %d messages held", len(self._held))
+            log.info("cairn bridge stopping: no more pulls; %d messages held", len(self.holder.held))
             await self.pulls.stop()
             record.cancel()
-            await self._forget_record()
+            await self.record.forget()
             await self._stop_replies()
             await self.responders.stop()
             await self._drain_held()
@@ -311,96 +276,10 @@ class CairnBridge:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # ------------------------------------------------------------------ the liveness record
-    async def _renew_record(self) -> None:
-        """Every ``RENEW_INTERVAL_S``: this bridge's pool, the durables it pulls and its NATS state
-        (``switchyard health``: "every durable the pool needs is bound", "NATS is up")."""
-        while not self.shutdown.stopping:
-            connected = self.nc is not None and self.nc.is_connected and not self.nats_outage.down
-            pulling = sorted(self.pulls.pulling) if self.pulls is not None else []
-            record = liveness.ProcessRecord(role=liveness.CAIRN_BRIDGE, name=self.instance,
-                                            pool=self.settings.worker_name, provider=self.settings.provider,
-                                            pulling=pulling,
-                                            nats_connected=connected)
-            try:
-                await asyncio.wait_for(liveness.arenew(self._aredis, record), liveness.REDIS_TIMEOUT_S)
-                self.redis_outage.ok()
-            except REDIS_UNAVAILABLE as exc:  # asyncio's TimeoutError included
-                self.redis_outage.failed("liveness record", exc)
-            except Exception as exc:  # noqa: BLE001 - not an outage: say so, keep renewing
-                log.warning("liveness record not written: %s", redact(f"{type(exc).__name__}: {exc}"))
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.shutdown.event.wait(), liveness.RENEW_INTERVAL_S)
-
-    async def _forget_record(self) -> None:
-        """A stopping bridge pulls nothing more: its record goes now, not when its TTL runs out."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(liveness.aforget(self._aredis, liveness.CAIRN_BRIDGE, self.instance),
-                                   liveness.REDIS_TIMEOUT_S)
-
-    # ------------------------------------------------------------------ one message
-    def _take(self, consumer: JobConsumer, msg: Msg) -> None:
-        """A pull loop fetched ``msg`` within a free slot: held from here until its disposition."""
-        self.spawn(self._own(consumer, msg), name=f"held-{consumer.kind}")
-
-    async def _own(self, consumer: JobConsumer, msg: Msg) -> None:
-        meta = DeliveryMeta.from_msg(consumer.kind, msg)
-        held = Held(consumer, msg, meta.delivered, meta.seq)
-        self._held[(meta.stream, meta.seq)] = held
-        ticker = asyncio.create_task(self._keep_alive(held))
-        try:
-            if self.shutdown.stopping:
-                disposition = nak(HANDOVER_NAK_DELAY_S, reason="bridge shutting down", failure=False)
-            else:
-                disposition = await self._decide(held, meta, msg.data)
-            await self._settle(held, disposition)
-        except REDIS_UNAVAILABLE as exc:  # not the job's failure and not a bug: hand it back for later
-            self.redis_outage.failed(f"{meta.kind} seq {meta.seq}", exc)
-            await self._settle(held, nak(REDIS_DOWN_NAK_DELAY_S, reason="no Redis", failure=False))
-        except Exception as exc:  # noqa: BLE001 - never leave a message without disposition
-            # Counted as a failure: whatever keeps failing here ends in envelope + term (C2).
-            log.exception("%s seq %d failed in the bridge: %s", meta.kind, meta.seq, redact(str(exc)))
-            await self._settle(held, nak(TASK_FAILURE_NAK_DELAY_S, reason="bridge error", failure=True))
-        finally:
-            ticker.cancel()
-            self._held.pop((meta.stream, meta.seq), None)
-            self._slots.release()
-
-    async def _decide(self, held: Held, meta: DeliveryMeta, raw: bytes) -> Disposition:
-        verdict = await admit(raw, meta, kinds=self.kinds, recall=self.recall, rules=self.rules)
-        held.failures = verdict.history.failures
-        if isinstance(verdict, Dispatch):
-            return await self.execution.dispatch(held, meta, verdict.payload)
-        if isinstance(verdict, Adopt):
-            return await self.execution.adopt(held, meta)
-        assert isinstance(verdict, Settle)
-        if verdict.recorded:
-            log.info("%s seq %d (delivery %d): applying the recorded outcome, not running it again",
-                     meta.kind, meta.seq, meta.delivered)
-        if verdict.envelope is None:
-            return verdict.disposition
-        if not await self.envelopes.publish(meta, verdict.envelope):
-            return nak(ENVELOPE_FAILED_NAK_DELAY_S, reason=f"failure envelope not published: {verdict.envelope.code}")
-        try:
-            await self.ledger.record(meta.key, verdict.disposition)  # a redelivery terms without a second envelope
-        except REDIS_UNAVAILABLE as exc:  # the envelope is out: term now rather than NAK and publish it again
-            self.redis_outage.failed("recording a term", exc)
-        return verdict.disposition
-
-    async def _keep_alive(self, held: Held) -> None:
-        """C1: in_progress from arrival until disposition, below AckWait."""
-        interval = self.ack_wait_s / 3
-        while not held.settled:
-            await asyncio.sleep(interval)
-            if held.settled:
-                return
-            try:
-                await held.msg.in_progress()
-            except Exception as exc:  # noqa: BLE001 - keep trying; a lost tick is not fatal
-                self.nats_outage.failed(f"in_progress for seq {held.seq}", exc)
-
-    async def _settle(self, held: Held, disposition: Disposition) -> None:
-        await settle(held, disposition, self.failures, self.settings.term_after_deliveries)
+    def _status(self) -> tuple[bool, list[str]]:
+        """For the liveness record: NATS connected, and the durables whose last fetch answered."""
+        connected = self.nc is not None and self.nc.is_connected and not self.nats_outage.down
+        return connected, sorted(self.pulls.pulling) if self.pulls is not None else []
 
 
 def main(settings: CairnSettings, provider: Provider, senders: TaskSenders, backend: Any,

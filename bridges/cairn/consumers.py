@@ -1,21 +1,4 @@
-"""The pool's durable JetStream consumers: which subjects it pulls, and their configuration.
-
-Contract §3: one durable pull consumer per job subject of the pool, filtered
-on the exact subject, with a *shared* durable name so every instance of the
-pool binds the same consumer (CAIRN_JOBS is a work queue and refuses a second
-consumer on one filter). Created with create-or-update on every start, so a
-restart with changed ``AckWait``/``MaxDeliver`` applies them (``pull_subscribe``
-alone silently keeps an existing durable's old config, ecosystem §2.1), and
-always in the filtered form ``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``,
-the only one core's permission template grants (contract §1). The pull loops
-bind with ``pull_subscribe_bind``, which makes no JetStream API call beyond
-``CONSUMER.MSG.NEXT`` and the acks.
-
-A consumer names its stream: job subjects live on ``CAIRN_JOBS``; a second
-consumer kind (webhook events on ``CAIRN_WEBHOOKS``) is one more
-:class:`JobConsumer` with its own stream and the admission parser registered
-under its ``kind`` (``bridges.cairn.admission.MessageKind``).
-"""
+"""The pool's durable JetStream consumers: which subjects it pulls, and their configuration."""
 
 from __future__ import annotations
 
@@ -26,7 +9,7 @@ from dataclasses import dataclass
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.refusals import Refusals
 from workers.cairn.settings import CairnSettings
 from workers.providers.base import Provider
@@ -40,7 +23,12 @@ CONSUMER_CREATE_API = "$JS.API.CONSUMER.CREATE"
 
 @dataclass(frozen=True)
 class JobConsumer:
-    """One subject the pool consumes, the durable every instance shares for it, and its stream."""
+    """One subject the pool consumes, the durable every instance shares for it, and its stream.
+
+    Contract §3: one durable pull consumer per job subject, filtered on the exact subject, with a
+    shared name (``CAIRN_JOBS`` is a work queue and refuses a second consumer on one filter).
+    Webhook events are one more, on ``CAIRN_WEBHOOKS``.
+    """
 
     kind: str
     subject: str
@@ -72,7 +60,7 @@ def consumer_config(consumer: JobConsumer, ack_wait_s: float, max_deliver: int) 
     """``name`` (= the durable) and the filter make nats-py send the filtered
     ``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>`` (:func:`create_subject`); with
     ``durable_name`` alone it sends the legacy ``CONSUMER.DURABLE.CREATE``, which the template
-    refuses (issue 14: under production permissions the pool did not start).
+    refuses, so under production permissions the pool would not start.
 
     MaxDeliver is always sent, ``-1`` (unlimited, the default, as the Strava worker's) included,
     so a restart moves an existing durable back to it. Unlimited because rate-limit waits do not
@@ -87,6 +75,11 @@ def consumer_config(consumer: JobConsumer, ack_wait_s: float, max_deliver: int) 
 async def ensure_consumers(js: JetStreamContext, consumers: Iterable[JobConsumer], ack_wait_s: float,
                            max_deliver: int, refusals: Refusals | None = None) -> None:
     """Create or update every durable (idempotent; several instances may race here).
+
+    Create-or-update on every start applies a changed ``AckWait``/``MaxDeliver``
+    (``pull_subscribe`` alone keeps an existing durable's config, ecosystem §2.1), always in the
+    filtered form ``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``, the only one core's
+    permission template grants (contract §1).
 
     A creation NATS refuses raises :class:`~workers.cairn.refusals.PermissionRefused` at once
     (``refusals``: the connection's), for the caller to report: the bridge stops with one line.

@@ -1,11 +1,4 @@
-"""Failure envelopes (contract §6) the bridge publishes itself, before terming a message admission gave up on.
-
-The envelope code is the handlers' (``workers.cairn.handlers.failure.publish_failure``),
-reused unchanged: same subject choice, same stamp, same ``failed:<p>:<ext|job>:d<n>``
-msg-id. That code is synchronous and speaks to NATS through a ``NatsThread``-like
-object, so it runs in a worker thread and its coroutines are handed back to the
-bridge's own event loop and connection (:class:`LoopNats`).
-"""
+"""Failure envelopes (contract §6) the bridge publishes itself before terming a message."""
 
 from __future__ import annotations
 
@@ -36,6 +29,10 @@ class LoopNats:
 
 class Envelopes:
     """Publishes the envelope of a message the bridge terms.
+
+    Reuses the handlers' code unchanged (``failure.publish_failure``: same subject, stamp and
+    ``failed:<p>:<ext|job>:d<n>`` msg-id); it is sync, so it runs in a worker thread and hands its
+    coroutines back to the bridge's loop through :class:`LoopNats`.
 
     ``publish`` is True when the term may go ahead: core's stream has the envelope, or NATS
     *refuses* its subject, which no retry changes (the connection reported the refusal once,

@@ -1,37 +1,4 @@
-"""Running an admitted job in the provider pool, or adopting the task a dead bridge left running.
-
-**Dispatch.** The bridge grants the job's lease (``workers.lease``, namespace
-``cairn``, key = the message's :class:`~workers.cairn.outcomes.MessageKey`) to a
-fresh token, unless a task is running it, and sends one ``cairn.job`` task
-carrying that token (through the injected sender). It then waits for the
-task's result on the Redis backend's pub/sub and, every
-``LEASE_CHECK_INTERVAL_S``, reads the lease through ``workers.lease.view``:
-
-* granted to us and not taken within ``CAIRN_TASK_START_DEADLINE_S`` (or we are
-  stopping) → the grant is revoked and the message NAKed; not a failure;
-* running with our token → the task lives; ``in_progress`` continues (the caller's ticker);
-* gone → before calling the task lost, the result gets ``LOST_TASK_GRACE_S`` to
-  arrive, then the stored result and the outcome ledger are read (a result whose
-  pub/sub message was missed is not lost). Only then a NAK: a failure if the task
-  had been seen running, none if it never started.
-
-**Adopt.** A redelivery whose lease is running belongs to a task a dead bridge
-sent. Running it again would fetch from Strava twice and publish a second
-result; so this bridge keeps the message (``in_progress`` continues) and polls
-the ledger and the lease together (one ``MGET``, atomic: the task records its
-outcome before releasing its lease) until the outcome is recorded — then applies
-it — or the lease is gone without one: the task died, a failed delivery. Adopted
-tasks are rare (a bridge died), so a poll is cheaper than a channel per message.
-
-**Redis outages (R1).** A lease, stored-result or ledger read that fails is
-*unknown*, never "gone": the message stays held and the read is tried again
-(reported to :class:`workers.outage.Outage`, logged once per outage). A lease
-found gone shortly after an outage gets a longer grace (the lease TTL more):
-the task could not renew it meanwhile, re-takes it (``LeaseKeeper`` with
-``reclaim_after_outage``) and records its outcome once Redis answers. A message
-that arrives while Redis is down cannot be granted nor queued: it is NAKed
-``REDIS_DOWN_NAK_DELAY_S`` without counting as a failure.
-"""
+"""Running an admitted job in the provider pool, or adopting the task a dead bridge left running."""
 
 from __future__ import annotations
 
@@ -118,7 +85,13 @@ def job_task_prefix(pool: str) -> str:
 
 
 class Execution:
-    """Dispatches admitted jobs and waits for their outcome; adopts orphaned running tasks."""
+    """Dispatches admitted jobs and waits for their outcome; adopts orphaned running tasks.
+
+    A lease, stored-result or ledger read that fails is *unknown*, never "gone": the message
+    stays held and the read is retried, reported to an :class:`~workers.outage.Outage` (R1).
+    A message that arrives while Redis is down can be neither granted nor queued: it is NAKed
+    ``REDIS_DOWN_NAK_DELAY_S`` without counting as a failure.
+    """
 
     def __init__(self, send_job: SendJob, results: TaskResults, leases: Leases, aredis: Any,
                  start_deadline_s: float, shutdown: Shutdown, *, redis_outage: Outage | None = None,
@@ -133,6 +106,12 @@ class Execution:
 
     # ------------------------------------------------------------------ dispatch
     async def dispatch(self, held: Held, meta: DeliveryMeta, payload: dict[str, Any]) -> Disposition:
+        """Grant the lease to a fresh token (unless a task runs it), send one ``cairn.job``, await it.
+
+        Every ``LEASE_CHECK_INTERVAL_S`` the lease is read: granted and not taken within
+        ``CAIRN_TASK_START_DEADLINE_S`` (or stopping) → revoke and NAK, no failure; running with
+        our token → the task lives; gone → :meth:`_gone`.
+        """
         held.token = token = new_token()
         key = meta.key
         task_id = f"{self._task_prefix}{meta.seq}-d{meta.delivered}-{uuid.uuid4().hex[:8]}"  # seq, delivery
@@ -241,6 +220,13 @@ class Execution:
 
     # ------------------------------------------------------------------ adopt
     async def adopt(self, held: Held, meta: DeliveryMeta) -> Disposition:
+        """Wait for the task a dead bridge sent (its lease runs) instead of running the job twice.
+
+        The ledger and the lease are polled together (one ``MGET``; the task records its outcome
+        before releasing its lease) until the outcome is recorded and applied, or the lease is
+        gone without one: the task died, a failed delivery. Adoptions are rare, so a poll is
+        cheaper than a channel per message.
+        """
         held.running = True  # it was running when we found it: vanishing without an outcome is a failure
         key = meta.key
         log.info("%s seq %d (delivery %d): adopted the running task of an earlier delivery",

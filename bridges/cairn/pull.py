@@ -1,33 +1,4 @@
-"""The pull loops: one per durable consumer of the pool, fetching within the bridge's in-flight limit.
-
-Why a loop per consumer, fetching one message at a time: the bridge works on
-at most ``CAIRN_MAX_IN_FLIGHT`` messages (a shared semaphore), and a message it
-fetched is its own until its disposition (C1), so a loop fetches only when a
-slot is free, and only one (a batch would hold messages no slot is ready for).
-``FETCH_WAIT_S`` is short because nats-py fetches can stall (ecosystem §2.1).
-
-Why a poll holds no slot: most of the pool's consumers are idle most of the
-time (reconcile, parse_blob, import_gear beside a busy fetch_source), and each
-loop sits in its fetch for ``FETCH_WAIT_S``. A loop used to take its slot
-before the fetch, so every idle poll held one: with fewer free slots than idle
-consumers, each job of the busy consumer waited for the idle polls to time out
-in turn (issue 15 §3: about 6 s a job with one slot and four consumers). Now a
-loop waits until a slot is *free*, fetches without taking it, and takes one for
-the message it got. Several loops may see the same free slot; a message that
-finds every slot taken meanwhile is kept with ``in_progress`` every ``tick_s``
-(C1) until one frees, so at most one message per consumer waits beyond the
-limit, never a job runs beyond it. A loop stopped meanwhile hands its message
-back (NAK, the hand-over delay) for another instance.
-
-Outages (R1): a failed fetch is reported to the bridge's NATS :class:`Outage`
-(logged once per outage), backed off, and the durable bound again; after a
-reconnect every loop binds again (:meth:`PullLoops.resubscribe`), because pull
-subscriptions may not resume by themselves (nats.py#504). A durable that
-cannot be bound (deleted under us) is retried, loudly, never given up.
-
-What happens to a fetched message is the bridge's (``take``): this module
-only pulls.
-"""
+"""The pull loops: one per durable consumer of the pool, fetching within the bridge's in-flight limit."""
 
 from __future__ import annotations
 
@@ -56,7 +27,16 @@ Take = Callable[[JobConsumer, Msg], None]  # the bridge owns the message and its
 
 
 class PullLoops:
-    """The pool's pull loops; ``start(js)`` once connected, ``stop()`` at shutdown."""
+    """The pool's pull loops; ``start(js)`` once connected, ``stop()`` at shutdown.
+
+    A fetched message is the bridge's until its disposition (C1), so each loop fetches one
+    message, and only when a slot of ``CAIRN_MAX_IN_FLIGHT`` is free. A poll holds no slot: most
+    consumers are idle, and idle polls holding slots would make the busy consumer's jobs wait
+    for their timeouts. A loop waits for a free slot, fetches, then takes one (:meth:`_slot_for`),
+    so at most one message per consumer waits beyond the limit and no job runs beyond it.
+    A failed fetch is reported to the NATS :class:`Outage` and backed off; a durable that
+    cannot be bound is retried, loudly, never given up. What happens to a message is the bridge's.
+    """
 
     def __init__(self, consumers: Sequence[JobConsumer], slots: asyncio.Semaphore, shutdown: Shutdown,
                  nats_outage: Outage, take: Take, *, tick_s: float) -> None:
@@ -78,7 +58,10 @@ class PullLoops:
         return self.tasks
 
     def resubscribe(self) -> None:
-        """After a NATS reconnect: every loop binds its durable again before its next fetch."""
+        """After a NATS reconnect: every loop binds its durable again before its next fetch.
+
+        Pull subscriptions may not resume by themselves (nats.py#504).
+        """
         self._resubscribe = True
 
     async def stop(self) -> None:

@@ -1,24 +1,4 @@
-"""Discover (§8) and OAuth code exchange (§9b) responders, answered through the provider pool.
-
-Both are plain core-NATS request/reply subjects of the pool. We subscribe in a
-queue group so several bridge instances share the requests (the published
-Strava worker answers on every instance and spends API budget on each).
-The provider call itself runs in the pool (``cairn.discover`` /
-``cairn.exchange`` tasks), so it shares the rate limiter and HTTP client of
-the job tasks, under a deadline: on a missed deadline or a failed task we
-reply the contract's error shape, never an empty success (§8: the UI would
-show "0 importable activities").
-
-Every request gets exactly one answer. A malformed request (invalid UTF-8, not
-JSON, nested too deep, not an object, a field of the wrong type) is answered
-``{"error": "bad_request", ...}`` at once, without a pool call; anything that
-goes wrong after that is answered with the contract's error shape.
-
-The exchange request carries ``client_secret`` and ``code``: it is parked in
-Redis under a random key with a short TTL and only the key travels as a task
-argument; the task parks the token reply the same way and returns
-``{"reply_key": ...}``. Nothing secret reaches Flower, the result backend or a log.
-"""
+"""Discover (§8) and OAuth code exchange (§9b) responders, answered through the provider pool."""
 
 from __future__ import annotations
 
@@ -121,7 +101,12 @@ class ResponderConfig:
 
 
 class PoolCalls:
-    """Runs the pool's discover / exchange tasks under a deadline; a result dict, or None."""
+    """Runs the pool's discover / exchange tasks under a deadline; a result dict, or None.
+
+    In the pool, so the call shares the job tasks' rate limiter and HTTP client. The exchange's
+    secrets are parked in Redis (``workers.cairn.sealed``) and only keys travel: nothing secret
+    reaches Flower, the result backend or a log.
+    """
 
     def __init__(self, results: TaskResults, send_discover: PoolSend, send_exchange: PoolSend, pool: str = "") -> None:
         self._results = results
@@ -153,7 +138,12 @@ class PoolCalls:
 
 
 class Responders:
-    """The pool's request/reply subscriptions."""
+    """The pool's request/reply subscriptions, in a queue group so the bridge instances share them.
+
+    Every request gets exactly one answer: a malformed one ``{"error": "bad_request"}`` at once,
+    without a pool call; a missed deadline or failed task the contract's error shape, never an
+    empty success (§8: the UI would show "0 importable activities").
+    """
 
     def __init__(self, nc: NATS, config: ResponderConfig, pool: PoolCalls, sealed_redis: Any, spawn: Spawn) -> None:
         self.nc, self.config, self.pool = nc, config, pool

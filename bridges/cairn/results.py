@@ -1,36 +1,4 @@
-"""Await Celery task results from asyncio without polling: the Redis backend pushes them.
-
-Why not ``AsyncResult.get`` in a thread per message: the bridge holds up to
-``CAIRN_MAX_IN_FLIGHT`` messages plus responder requests, and a thread each
-would exhaust the default executor and starve the ``in_progress`` ticks.
-The Redis result backend already ``PUBLISH``es every state change on the
-task's meta key (``celery.backends.redis.RedisBackend._set``), so one
-``redis.asyncio`` pub/sub connection serves every waiter. Key names and the
-payload encoding come from the app's own backend (``get_key_for_task``,
-``decode_result``), so nothing here re-implements Celery's format.
-
-One connection, really. A ``redis.asyncio`` ``PubSub`` picks its connection
-lazily on its first command; two waiters subscribing at once right after
-start both found none, both took one, and the second replaced the first: the
-first subscription then lived on a connection nobody read and its result was
-never heard (issue 9, defect 3). So the connection is opened once, under a
-lock, before any waiter subscribes, and every (un)subscribe goes through the
-same lock.
-
-A state published before we subscribed is not lost: after subscribing we read
-the key once (``GET``) and resolve from it. :meth:`TaskResults.stored` is the
-same read on demand, the fallback before a lost task is NAKed.
-
-One pattern for the bridge's own jobs. Every ``cairn.job`` task id starts with
-the pool's prefix (``cairn-<pool>-``), so the connection subscribes to that
-pattern once, before any of them is sent (``covered``). A job's watch is then
-an entry in a dict: no ``SUBSCRIBE``, ``GET`` and ``UNSUBSCRIBE`` round trips on
-the shared connection, and under its lock, for every job (issue 15 §3). Nothing
-is missed: the pattern is live before the task exists, and after a reconnect
-every watched key is read once, as before. Other task ids (discover, exchange)
-keep a subscription of their own. Another bridge instance of the pool hears
-these results too and ignores them (it watches none of them).
-"""
+"""Await Celery task results from asyncio without polling: the Redis backend pushes them."""
 
 from __future__ import annotations
 
@@ -74,7 +42,11 @@ class TaskResults:
     """One pub/sub connection; ``watch(task_id)`` before sending, then await ``done``.
 
     ``backend`` is the Celery app's result backend (``app.backend``): only its key
-    names and decoder are used.
+    names and decoder are used, so nothing here re-implements Celery's format. Not
+    ``AsyncResult.get`` in a thread per message: up to ``CAIRN_MAX_IN_FLIGHT`` threads would
+    exhaust the executor and starve the ``in_progress`` ticks. The bridge's own ``cairn.job``
+    ids share the pool's prefix, so one pattern subscription covers them all (``covered``), live
+    before any is sent; other tasks keep a subscription of their own.
     """
 
     def __init__(self, backend: Any, redis_url: str, *, redis_outage: Outage | None = None,
@@ -101,7 +73,12 @@ class TaskResults:
             await self._connect()
 
     async def _connect(self) -> None:
-        """Under the lock: make sure the pub/sub has its connection and a reader reads it."""
+        """Under the lock: make sure the pub/sub has its connection and a reader reads it.
+
+        A ``PubSub`` picks its connection lazily on its first command; two waiters subscribing
+        at once would each take one, and one subscription would live on a connection nobody
+        reads. So it is opened once, under the lock every (un)subscribe takes too.
+        """
         if self._pubsub.connection is None:
             await self._pubsub.subscribe(CONNECTED_CHANNEL)
             if self._pattern is not None:
@@ -113,7 +90,10 @@ class TaskResults:
         return self._covered is not None and task_id.startswith(self._covered)
 
     async def watch(self, task_id: str) -> TaskWatch:
-        """Subscribe to ``task_id``'s state changes; call before the task is sent."""
+        """Subscribe to ``task_id``'s state changes; call before the task is sent.
+
+        The key is read once after subscribing, so a state published before is not lost.
+        """
         key = self._key(task_id)
         watch = TaskWatch(task_id)
         self._watches[key] = watch

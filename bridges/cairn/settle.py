@@ -1,32 +1,4 @@
-"""The bridge's ack discipline (contract §3): applying a disposition, and counting failed deliveries.
-
-Why count failures and not deliveries: the contract terms "after ~5 deliveries
-of a *persistently failing* job", while a provider rate limit is a NAK "with
-delay anchored to the limit window". JetStream's ``num_delivered`` counts
-both, so a reconcile that enqueued hundreds of sub-jobs against a
-100-requests/15-min budget would see most of them termed after five waits and
-lost. A NAK is a failure only when its builder says so
-(``Disposition.counts_as_failure``): a transient error from the task, a task
-lost mid-run (a job that kills its worker every time is persistently failing),
-or the bridge's own catch-all. Rate-limit NAKs, parser refusals, hand-overs at
-shutdown and tasks that were never started do not count.
-
-Why Redis: every bridge instance of the pool binds the same durables, so the
-next delivery of a job may reach another instance; the count lives beside the
-job's lease and recorded outcome, under the same :class:`MessageKey`, and is
-deleted when the message is acked or termed. Its TTL outlives any redelivery
-we schedule (the longest NAK delay is a daily window), so a forgotten key
-expires instead of piling up.
-
-The recorded outcome (``workers.cairn.outcomes``) is consumed here too: a NAK
-deletes it in the same transaction that counts the failure (so the redelivery
-runs the job again and counts it once), an ack or term deletes it after the
-message is settled.
-
-Why every NAK has a delay: consumers have unlimited MaxDeliver by default
-(as the real Strava worker's), so a NAK without delay would be redelivered at
-once, for ever: a hot loop (``MIN_NAK_DELAY_S``).
-"""
+"""The bridge's ack discipline (contract §3): applying a disposition, and counting failed deliveries."""
 
 from __future__ import annotations
 
@@ -45,6 +17,8 @@ from workers.outage import REDIS_UNAVAILABLE, Outage
 
 log = logging.getLogger(__name__)
 
+# Every NAK carries a delay (MIN_NAK_DELAY_S at least): MaxDeliver is unlimited by default, so a NAK
+# without one would be redelivered at once, for ever.
 FAILURE_COUNT_TTL_S = 7 * 24 * 3600  # a week: outlives a day-long rate-limit NAK and what follows it
 ACK_CONFIRM_TIMEOUT_S = 5.0  # how long an ack waits for JetStream to confirm it before the ledger is cleared
 
@@ -75,6 +49,12 @@ class Held:
 
 class FailureCounts:
     """Failed deliveries per message in Redis, shared by every bridge instance of the pool.
+
+    Failures, not deliveries: the contract terms a *persistently failing* job after ~5, while a
+    rate limit is a NAK anchored to its window; ``num_delivered`` counts both, and a reconcile's
+    sub-jobs waiting out a budget would be termed. A NAK counts only when its builder says so
+    (``Disposition.counts_as_failure``). Kept in Redis beside the lease and ledger under the same
+    ``MessageKey``, as the next delivery may reach another instance; deleted on ack or term.
 
     A first delivery has no count to read (nothing failed before it), which
     keeps the Redis read off the hot path of nearly every job.

@@ -1,28 +1,4 @@
-"""The pool's webhook intake, plugged into the bridge: one more consumer kind and one more responder.
-
-Contract §9a / reference §2.13, §3.14. Nothing here judges a message: it only
-tells the bridge what to consume and how admission reads it.
-
-* **Consumer kind** ``webhook_event``: one durable per pool,
-  ``<worker_name>__webhook_event`` (the Strava worker's name), on
-  ``CAIRN_WEBHOOKS``, filtered on ``cairn.webhooks.<worker_key>.event`` and
-  shared by every instance (a work queue, like CAIRN_JOBS). Its messages go
-  through the same admission, ledger, lease, failure count and settle as jobs;
-  admission parses them with ``workers.cairn.webhooks.parse_event`` (an
-  undecodable envelope or event is poison: a term, and no failure envelope,
-  because a webhook event has no import-queue item and no result subject),
-  and the pool
-  runs the admitted job with ``handlers.HANDLERS[WEBHOOK_EVENT]``. Only when
-  the provider's webhooks are enabled (``Provider.webhook_rules()``; Strava: a
-  verify token is configured), so a pool without them never holds its events.
-* **Verify responder** on ``cairn.webhooks.<worker_key>.verify`` (queue group:
-  the pool): Strava's subscription handshake relayed by core, answered in the
-  bridge (no provider call, no secret leaves it): 200 with the challenge, 403
-  on a wrong token, 503 when no token is configured, so core relays a clear
-  refusal instead of its own 3 s timeout.
-
-``bridges.__main__`` passes :func:`consumptions` and :func:`replies` (of the pool's provider) to the bridge.
-"""
+"""The pool's webhook intake, plugged into the bridge: one more consumer kind and one more responder."""
 
 from __future__ import annotations
 
@@ -31,8 +7,8 @@ from typing import Any
 from bridges.cairn.admission import MessageKind
 from bridges.cairn.bridge import Consumption, Reply
 from bridges.cairn.consumers import JobConsumer
-from workers.cairn import subjects
-from workers.cairn import webhooks as wh
+from workers.cairn.contract import subjects
+from workers.cairn.handlers import webhooks as wh
 from workers.providers.base import Provider
 
 STREAM_WEBHOOKS = subjects.WEBHOOKS_STREAM
@@ -40,13 +16,22 @@ STREAM_WEBHOOKS = subjects.WEBHOOKS_STREAM
 
 
 def webhook_consumer(settings: Any) -> JobConsumer:
+    """``<worker_name>__webhook_event`` on ``CAIRN_WEBHOOKS``, filtered on ``cairn.webhooks.<worker_key>.event``.
+
+    Shared by every instance (a work queue, like ``CAIRN_JOBS``); its messages go through the
+    same admission, ledger, lease, failure count and settle as jobs (contract §9a).
+    """
     key = subjects.worker_key(settings.worker_name, settings.provider)
     return JobConsumer(wh.KIND, subjects.webhook_event_subject(key),
                        subjects.webhook_durable_name(settings.worker_name), STREAM_WEBHOOKS)
 
 
 def consumptions(settings: Any, provider: Provider) -> list[Consumption]:
-    """The webhook consumer and its admission parser, or nothing while webhooks are off."""
+    """The webhook consumer and its admission parser, or nothing while webhooks are off.
+
+    An undecodable event is poison: a term without a failure envelope, since a webhook event
+    has no import-queue item and no result subject.
+    """
     rules = provider.webhook_rules()
     if rules is None or not rules.enabled:
         return []
@@ -58,7 +43,12 @@ def consumptions(settings: Any, provider: Provider) -> list[Consumption]:
 
 
 def replies(settings: Any, provider: Provider) -> list[Reply]:
-    """The verify responder, whenever the provider has webhook rules (503 without a token)."""
+    """The verify responder, whenever the provider has webhook rules (503 without a token).
+
+    Strava's handshake relayed by core, answered in the bridge (no provider call, no secret
+    leaves it): 200 with the challenge, 403 on a wrong token, 503 unconfigured, so core relays a
+    clear refusal instead of its own timeout.
+    """
     rules = provider.webhook_rules()
     if rules is None:
         return []

@@ -1,6 +1,6 @@
 """The shared test kit: fleet set-ups, stacks and helpers that more than one test module uses.
 
-Rules (``tests/test_imports.py`` enforces the first two):
+Rules (``tests/meta/test_imports.py`` enforces the first two):
 
 - A test module (``tests/test_*.py``) imports helpers from ``tests.kit`` only,
   never from another test module or from ``tests/conftest.py``: a test module

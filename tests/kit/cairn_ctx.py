@@ -33,18 +33,19 @@ from nats.js.kv import KeyValue
 
 from bridges.cairn.admission import DeliveryMeta, Dispatch, History, Rules, Settle, admit, job_kind
 from bridges.cairn.consumers import pool_consumers
-from deploy.devstack import services
-from deploy.devstack.cairn_core import DevCairnCore, bootstrap
-from deploy.devstack.strava import FakeStrava
-from workers.cairn import subjects
+from devstack.fakes.cairn_core import DevCairnCore, bootstrap
+from devstack.fakes.strava import FakeStrava
+from devstack.infra import services
+from workers.cairn.contract import subjects
+from workers.cairn.contract.subjects import RATE_LIMIT_BUCKET
 from workers.cairn.disposition import ENVELOPE_FAILED_NAK_DELAY_S, Disposition, nak
 from workers.cairn.handlers import Delivery, JobContext, run_admitted
 from workers.cairn.handlers.failure import publish_failure
 from workers.cairn.nats_conn import NatsThread
 from workers.cairn.ratelimit import RateLimiter
 from workers.cairn.settings import CairnSettings
-from workers.cairn.subjects import RATE_LIMIT_BUCKET
 from workers.providers.errors import ProviderRateLimited
+from workers.providers.models import PoolIdentity
 from workers.providers.strava.provider import StravaProvider
 from workers.providers.strava.settings import StravaSettings
 from workers.providers.strava.usage import next_short_reset
@@ -67,7 +68,7 @@ def job_context(nats_url: str, redis_url: str, strava: FakeStrava, pool: str, *,
     cairn = CairnSettings(nats_url=nats_url, provider=PROVIDER, worker_name=pool, worker_package=PACKAGE,
                           **settings)
     nt = NatsThread(cairn)
-    provider = StravaProvider(StravaSettings(base_url=strava.base_url), worker_name=pool, package=PACKAGE)
+    provider = StravaProvider(StravaSettings(base_url=strava.base_url), pool=PoolIdentity(pool, PACKAGE))
     limiter = RateLimiter(nt, cairn, provider.rate_windows())
     limiter._bucket()  # open the KV bucket off the loop thread (see context._build)
     if fresh_budget:
@@ -90,7 +91,7 @@ async def core_bucket(js: JetStreamContext, name: str) -> KeyValue:
     Never ``js.create_key_value`` with nats-py's defaults: without direct get a worker's read goes to
     ``STREAM.MSG.GET``, which core's worker template refuses, so the test would run a read path
     production never takes, and on a session nats-server every later test would inherit the bucket
-    (tests/test_suite_rules.py).
+    (tests/meta/test_suite_rules.py).
     """
     await bootstrap.create_bucket(js, next(spec for spec in bootstrap.BUCKETS if spec.name == name))
     return await js.key_value(name)

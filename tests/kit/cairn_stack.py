@@ -4,7 +4,7 @@ Everything is real except the external systems: nats-server with JetStream
 (one per stack), Redis, moto S3 behind the dev core's presign responders,
 ``python -m bridges cairn``, ``celery -A tasks worker -Q provider.<pool>``. The
 world itself (NATS, the dev core, the fake, pools and accounts) is
-``deploy.devstack.cairn_stack`` — the kit the bench and the demo use too — with
+``devstack.infra.cairn_stack`` — the kit the bench and the demo use too — with
 NATS under core's permission template (the pool logs in as ``worker``); this
 module adds what only tests need: a gate in front of the fake's activity
 endpoint that lets a test hold a job mid-flight for as long as it needs (a slow
@@ -26,13 +26,13 @@ from typing import Any
 
 import redis
 
-from deploy.devstack import cairn_stack, services
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.nats_auth import NatsAuth, Pool
-from deploy.devstack.procs import Proc, spawn
-from deploy.devstack.strava import FakeStrava
-from deploy.devstack.strava.kit import ATHLETE_ID_BASE as ATHLETE_BASE  # noqa: F401 - tests pick ids above it
-from deploy.devstack.strava.kit import StravaKit
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.strava import FakeStrava
+from devstack.fakes.strava.kit import ATHLETE_ID_BASE as ATHLETE_BASE  # noqa: F401 - tests pick ids above it
+from devstack.fakes.strava.kit import StravaKit
+from devstack.infra import cairn_stack, services
+from devstack.infra.nats_auth import NatsAuth, Pool
+from devstack.infra.procs import Proc, spawn
 from tasks.routes import provider_queue
 from tests.kit.celery_worker import CeleryWorker
 from tests.kit.gate import Gate, GateMiddleware
@@ -157,6 +157,13 @@ class CairnStack:
         connected = self._strava_kit.connect(self.core, Pool(PROVIDER, self.pool), n_activities,
                                              own_app=own_app, with_gear=False)
         return connected.account
+
+    def hold_at_the_gate(self, job: dict[str, Any]) -> None:
+        """Publish the fetch_source ``job`` with the gate armed; return once its task waits at the gate."""
+        assert self.core is not None, "start() first"
+        self.gate.arm()
+        self.core.enqueue_job("fetch_source", job)
+        assert self.gate.arrived.wait(WAIT_S), "the job never reached Strava"
 
     def first_activity_id(self, acct: Any) -> str:
         assert self.strava is not None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack.procs import spawn, stop_group
+from devstack.infra.procs import spawn, stop_group
 
 WORKER_READY_TIMEOUT_S = 60.0
 WORKER_STOP_TIMEOUT_S = 15.0

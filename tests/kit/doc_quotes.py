@@ -1,6 +1,6 @@
 """What docs/operations.md and the README quote, and whether the code can print it (test kit).
 
-``tests/test_docs_messages.py`` runs it over every quote; ``python -m tests.kit.doc_quotes``
+``tests/meta/test_docs_messages.py`` runs it over every quote; ``python -m tests.kit.doc_quotes``
 lists the quotes that do not match, with the words nothing in the code accounts for.
 
 An operator searches the troubleshooting table for the line in front of them;
@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS_MD = ROOT / "docs" / "operations.md"
 README_MD = ROOT / "README.md"
-OUR_CODE = ("bridges", "tasks", "workers", "ops", "deploy")
+OUR_CODE = ("bridges", "tasks", "workers", "ops", "deploy", "devstack")
 LIBRARIES = ("celery", "kombu", "redbeat", "nats", "redis")  # whose own log lines the docs quote
 # Lines printed by programs that are not Python source we can read, with where each comes from.
 EXTERNAL_TEMPLATES = {
@@ -81,7 +81,7 @@ _EXAMPLE_VALUE = re.compile(
     r"|[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+"  # TimeoutError, UnexpectedEOF, ConnectError
     r"|[A-Z][A-Z0-9_]{2,}"                    # CAIRN_JOBS, REDIS_URL
     r"|True|False|None"
-    r"|\S*://\S*"                             # redis://:**@host:6379/0, tasks.transport:SentinelTransport://...
+    r"|\S*://\S*"                             # redis://:**@host:6379/0, tasks.hardening.transport:SentinelTransport://...
 )
 _VALUE = re.compile(r"[A-Za-z_][\w.:/-]{0,47}")
 # A logger, task or NATS subject: workers.outage, cairn.job, $KV.cairn_worker_presence.<pool>
@@ -424,7 +424,7 @@ def _candidates(doc: str, pool: tuple[str, ...]) -> list[str]:
         weight = sum(w for anchor, w in anchors.items() if anchor in text) * (2 if template in ours else 1)
         if weight:
             scored.append((weight, template))
-    scored.sort(key=lambda pair: (-pair[0], pair[1]))
+    scored.sort(key=lambda pair: (-pair[0], len(pair[1]), pair[1]))  # at equal weight the shortest first
     chosen = [template for _, template in scored[:MAX_CANDIDATES]]
     # The non-Python lines are short and would rank low: any that shares a word is always tried.
     return chosen + [t for t in EXTERNAL_TEMPLATES if t in sharing and t not in chosen]

@@ -9,10 +9,10 @@ installed package. Its "API" is a file drop on loopback (:class:`FileDrop`:
 ``/files`` and ``/files/<id>`` behind a bearer token).
 
 :class:`FileDropKit` is the drop as the Cairn stack kit's ``ProviderFake``
-(``deploy/devstack/provider_fake.py``): the variables a pool needs (the drop's
+(``devstack/fakes/provider_fake.py``): the variables a pool needs (the drop's
 URL, the site directory, the distribution's package name) and accounts
-connected on a pool. Used by tests/test_second_provider.py and
-tests/test_pools.py (a second real pool beside Strava's).
+connected on a pool. Used by tests/providers/test_second_provider.py and
+tests/providers/test_pools.py (a second real pool beside Strava's).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from deploy.devstack import plugins
-from deploy.devstack.cairn_core import DevCairnCore
-from deploy.devstack.http_server import BackgroundServer
-from deploy.devstack.provider_fake import Connected, Pool
+from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.http_server import BackgroundServer
+from devstack.fakes.provider_fake import Connected, Pool
+from devstack.infra import plugins
 from workers.providers.registry import ENTRY_POINT_GROUP
 
 PROVIDER = "filedrop"

@@ -1,7 +1,7 @@
 """A Cairn test stack running a Garmin pool: the devstack kit with the fake Garmin Connect, real bridge and worker.
 
 ``tests.cairn_stack.CairnStack`` with ``CAIRN_PROVIDER=garmin`` and the kit's
-``GarminKit`` (``deploy/devstack/garmin/kit.py``) as its one provider fake: the
+``GarminKit`` (``devstack/fakes/garmin/kit.py``) as its one provider fake: the
 pool's environment is the kit's, the ``CAIRN_GARMIN_*`` variables that point
 garth at the fake (its CONNECT proxy and CA bundle) included, and an account is
 the kit's credentials connection.
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from deploy.devstack.cairn_stack import Connected, ProviderFake
-from deploy.devstack.garmin import FakeGarmin
-from deploy.devstack.garmin.data import FakeAccount
-from deploy.devstack.garmin.kit import PROVIDER as GARMIN
-from deploy.devstack.garmin.kit import GarminKit
+from devstack.fakes.garmin import FakeGarmin
+from devstack.fakes.garmin.data import FakeAccount
+from devstack.fakes.garmin.kit import PROVIDER as GARMIN
+from devstack.fakes.garmin.kit import GarminKit
+from devstack.infra.cairn_stack import Connected, ProviderFake
 from tests.kit.cairn_stack import CairnStack
 
 GARMIN_PACKAGE = "switchyard.providers.garmin"  # CAIRN_WORKER_PACKAGE's default for the garmin provider

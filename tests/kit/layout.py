@@ -5,4 +5,4 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = ("tasks", "bridges", "workers", "ops", "deploy")
+PRODUCT_PACKAGES = ("tasks", "bridges", "workers", "ops", "devstack")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack.procs import Proc, spawn, stop_group
+from devstack.infra.procs import Proc, spawn, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"

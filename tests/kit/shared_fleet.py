@@ -33,9 +33,9 @@ from typing import Any
 
 import pytest
 
-from deploy.devstack import log_budget, services
-from deploy.devstack.procs import Proc
-from deploy.devstack.stack import start_bridge
+from devstack.infra import log_budget, services
+from devstack.infra.procs import Proc
+from devstack.infra.stack import start_bridge
 from tests.kit.celery_worker import CeleryWorker
 from tests.kit.gate import Gate
 from tests.kit.voicy_stack import FINAL, gated_voicy_dev_stack, voicy_dev_stack

@@ -4,7 +4,7 @@ taken by a process that died before sending its task, the task messages waiting 
 
 The pieces the demo and the benchmarks share with the tests (fixtures, tiny
 model, ``fleet_env``, ``start_bridge``, ``start_beat``) live in
-``deploy.devstack.stack``; only test plumbing is here.
+``devstack.infra.stack``; only test plumbing is here.
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from typing import Any
 import redis
 
 from bridges.voicy import VoicyBridge
-from deploy.devstack.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env
+from devstack.infra.procs import Proc
+from devstack.infra.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, fleet_env, start_bridge
+from tests.kit.celery_worker import CeleryWorker
 from tests.kit.gate import Gate
+from tests.kit.procfile import assert_alive, start_procfile_beat
 from tests.kit.waiting import wait_until
 from workers.voicy.runtime import VoicyRuntime
 
@@ -49,6 +52,52 @@ SUITE_CPU_THREADS = 1
 SUITE_POLL_INTERVAL_MS = 400
 
 
+READY_TIMEOUT_S = 60.0  # a worker's "ready." line after its start (imports, the pool's children)
+
+
+@dataclass
+class VoicyFleet:
+    """The Voicy side of the Procfile as its own processes: io and gpu workers, the Voicy bridge, beat."""
+
+    io: CeleryWorker
+    gpu: CeleryWorker
+    bridge: Proc
+    beat: Proc
+
+    def logs(self, tail_chars: int | None = None) -> str:
+        """Every member's log under its name (each cut to its last ``tail_chars``, if given)."""
+        members = (("io", self.io.log()), ("gpu", self.gpu.log()), ("bridge", self.bridge.log()),
+                   ("beat", self.beat.log()))
+        return "\n".join(f"--- {name}\n{text[-tail_chars:] if tail_chars else text}" for name, text in members)
+
+    def assert_alive(self) -> None:
+        assert_alive({"io": self.io.proc.poll, "gpu": self.gpu.proc.poll, "bridge": self.bridge.proc.poll,
+                      "beat": self.beat.proc.poll}, self.logs)
+
+
+@contextmanager
+def voicy_fleet(env: dict[str, str], tmp: Path, *, io_concurrency: int = 1,
+                beat_env: dict[str, str] | None = None) -> Iterator[VoicyFleet]:
+    """Start the workers (ready: their own "ready." line, which a Sentinel URL's fleet logs too), then the
+    bridge and beat (``beat_env`` added to its environment: a fleet that also runs a Cairn pool); stop the
+    bridge and beat first, the workers last."""
+    io = CeleryWorker("io", env, tmp / "io.log", concurrency=io_concurrency)
+    gpu = CeleryWorker("gpu", env, tmp / "gpu.log", concurrency=1)
+    started: list[CeleryWorker | Proc] = [io, gpu]
+    try:
+        for worker in (io, gpu):
+            wait_until(lambda w=worker: " ready." in w.log() or w.proc.poll() is not None, READY_TIMEOUT_S,
+                       f"{worker.queues} worker to be ready")
+        bridge = start_bridge(env, tmp / "bridge.log")
+        started.append(bridge)
+        beat = start_procfile_beat({**env, **(beat_env or {})}, tmp / "beat.log")
+        started.append(beat)
+        yield VoicyFleet(io, gpu, bridge, beat)
+    finally:
+        for member in reversed(started):
+            member.stop()
+
+
 @contextmanager
 def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
                     **env_overrides: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
@@ -56,8 +105,8 @@ def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
     distinctive token (``VOICY_TOKEN_MARK-<client>``), and the fleet environment for them (engines on
     :data:`SUITE_CPU_THREADS`, bridges polling every :data:`SUITE_POLL_INTERVAL_MS`, unless
     ``env_overrides`` says otherwise)."""
-    from deploy.devstack.telegram import FakeTelegram
-    from deploy.devstack.voicy_api import DevVoicyServer
+    from devstack.fakes.telegram import FakeTelegram
+    from devstack.fakes.voicy_api import DevVoicyServer
 
     server = DevVoicyServer().start()
     telegram = FakeTelegram(BOT_TOKEN)
@@ -80,7 +129,7 @@ def gated_voicy_dev_stack(gate: Gate, monkeypatch: Any, tmp_path: Path, redis_ur
                           **env_overrides: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
     """:func:`voicy_dev_stack` with its dev Voicy API behind ``gate`` (a call held for as long as the
     test likes); the gate opens before the server stops, so a held request never keeps it waiting."""
-    from deploy.devstack.voicy_api import server as server_module
+    from devstack.fakes.voicy_api import server as server_module
 
     build_app = server_module.build_app
     monkeypatch.setattr(server_module, "build_app", lambda state: gate.wrap(build_app(state)))
@@ -172,7 +221,7 @@ class QueuedTask:
 
 def queued_tasks(r: redis.Redis, queue: str) -> list[QueuedTask]:
     """Every task message waiting in ``queue`` (kombu's Redis list), oldest last, decoded independently
-    of ``tasks.transport`` so a test of the grant audit does not read the broker through the code it tests."""
+    of ``tasks.hardening.transport`` so a test of the grant audit does not read the broker through the code it tests."""
     tasks = []
     for raw in r.lrange(queue, 0, -1):
         message = json.loads(raw)

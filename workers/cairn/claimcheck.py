@@ -1,31 +1,4 @@
-"""Claim-check results and blob transfer through presigned URLs (contract §5, reference §3.9).
-
-Why a claim-check: event-carrying results (streams, segments) routinely exceed
-the broker's ``max_payload``; an oversized inline publish used to be Term'd
-and wedge the import queue. So the full ``JobResult`` is marshalled once
-(protojson), hashed, uploaded through a URL core presigns, and only a small
-envelope (worker stamp + ``payload_ref``) is published with the contract's
-``Nats-Msg-Id``. The same bytes are hashed and uploaded; the sha256 travels as
-lower-case hex to core and core's ``x-amz-checksum-sha256`` header (base64)
-travels back to S3 untouched.
-
-Why every failure raises: presign and upload failures are transient (NAK +
-retry). A result body is never dropped silently, so presign, PUT and GET each
-raise a specific :class:`ClaimCheckError` subclass the caller NAKs on (a publish
-raises the router's ``PublishError``, transient too).
-Their messages name the step and a status or exception type only: presigned
-URLs carry signatures (S1), and the worker holds no S3 credentials (S2).
-
-Publishing goes through :class:`workers.cairn.routing.PublishRouter` (which
-subject goes to JetStream, which to core NATS), one per claim-check; its
-:class:`~workers.cairn.routing.PublishError` is transient like every error here,
-and a subject NATS refuses raises the permanent
-:class:`~workers.cairn.refusals.PermissionRefused` instead.
-
-Everything here is synchronous on top of :class:`~workers.cairn.nats_conn.NatsThread`
-(Celery tasks are sync); the connection objects are resolved in the calling
-thread, never inside a coroutine on the loop thread (that would wait on itself).
-"""
+"""Claim-check results and blob transfer through presigned URLs (contract §5, reference §3.9)."""
 
 from __future__ import annotations
 
@@ -38,15 +11,15 @@ import httpx
 from google.protobuf import json_format
 from pydantic import ValidationError
 
-from workers.cairn import subjects, wire
-from workers.cairn.messages import (
+from workers.cairn.contract import subjects, wire
+from workers.cairn.contract.messages import (
     PresignDownloadReply,
     PresignDownloadRequest,
     PresignUploadReply,
     PresignUploadRequest,
 )
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.nats_conn import CoreRequestError, CoreUnanswered, request_json
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.routing import PUBLISH_RETRY_BOUND_S, PUBLISH_RETRY_INITIAL_S, PUBLISH_RETRY_MAX_S, PublishRouter
 from workers.errors import PermanentJobError, RetryableJobError
 
@@ -119,6 +92,14 @@ class UploadedBlob:
 
 class ClaimCheck:
     """Presign → PUT → publish envelope, inline results and blob transfer, for one provider pool.
+
+    Event-carrying results routinely exceed the broker's ``max_payload``, so the full
+    ``JobResult`` is marshalled once, hashed, uploaded through a URL core presigns, and only an
+    envelope (worker stamp + ``payload_ref``) is published. The sha256 travels as hex to core and
+    core's base64 ``x-amz-checksum-sha256`` back to S3 untouched. Every failure raises (a
+    :class:`ClaimCheckError` is transient, NAK and retry): a result body is never dropped.
+    Messages name the step and a status only: presigned URLs carry signatures (S1). Sync on top
+    of ``NatsThread``; connection objects are resolved in the calling thread, never on the loop.
 
     One per process (``JobContext.claimcheck``), sharing the process's NATS
     thread and publish router; the HTTP client for presigned URLs is created

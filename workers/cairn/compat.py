@@ -1,22 +1,4 @@
-"""Core release compatibility (contract §1 Versioning), for every part of the pool that talks to core.
-
-Core publishes its release under ``info`` in the ``cairn_core`` KV; a worker
-MUST refuse to run against an incompatible core. Before 1.0 that means the
-same major.minor; from 1.0 the same major and our minor not above core's.
-*Dev builds are exempt*, on either side, by the one rule the settings
-validate ``CAIRN_RELEASE`` with (:func:`workers.cairn.settings.is_dev_build`:
-``dev``, ``dev-abc123``, ``v0.8.0-dev.3``, ...). A missing ``info`` record
-(older core) is a warning, not a refusal.
-
-Why here and not in the bridge: "refuse to run" covers more than consuming.
-The bridge refuses at start (:func:`check_core_release`), but the pool's
-presence and manifest writers run in the Celery workers; if they kept writing,
-core's worker list and connect form would advertise a pool that consumes
-nothing. They ask :class:`CoreGate`, which caches the verdict per process for
-``CORE_CHECK_TTL_S`` (a presence write every 20 s must not cost a KV read
-each time, and a core upgrade is still noticed within a minute) and logs a
-refusal once per change, not once per heartbeat. Both use :func:`core_verdict`.
-"""
+"""Core release compatibility (contract §1 Versioning), for every part of the pool that talks to core."""
 
 from __future__ import annotations
 
@@ -32,7 +14,7 @@ from typing import Any
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.settings import is_dev_build  # the one dev-build rule, shared with CAIRN_RELEASE
 from workers.errors import SwitchyardError
 
@@ -59,7 +41,11 @@ def parse_release(release: str, side: str = "core") -> tuple[int, int, int]:
 
 
 def compatible(worker_release: str, core_release: str) -> bool:
-    """Contract §1: pre-1.0 same major.minor; from 1.0 same major, worker minor ≤ core minor."""
+    """Contract §1: pre-1.0 same major.minor; from 1.0 same major, worker minor ≤ core minor.
+
+    Dev builds are exempt on either side, by the rule ``CAIRN_RELEASE`` is validated with
+    (:func:`workers.cairn.settings.is_dev_build`).
+    """
     if is_dev_build(worker_release) or is_dev_build(core_release):
         return True
     w_major, w_minor, _ = parse_release(worker_release, "worker")
@@ -130,6 +116,10 @@ async def check_core_release(js: JetStreamContext, worker_release: str) -> str |
 
 class CoreGate:
     """Per-process answer to "may this pool advertise itself to core now?", cached for ``ttl_s``.
+
+    "Refuse to run" covers more than consuming: the presence and manifest writers in the Celery
+    workers ask this gate, or core would advertise a pool that consumes nothing. A missing
+    ``info`` record (older core) is a warning, not a refusal.
 
     ``allows(nats)`` reads ``info`` through the process's NATS thread at most
     once per ``ttl_s``. A refusal is logged as an error when the verdict

@@ -1,22 +1,4 @@
-"""Per-job credentials from core: OAuth tokens (``cairn.tokens.<p>.get``) and creds slots.
-
-Why per job and in memory only: contract §9 (and S2) — the worker persists no
-provider credentials; core is the token store. Every value read here is
-registered with the log redactor before anything else happens to it, lives in
-a model whose ``repr`` hides it, and is dropped with the job.
-
-Reply mapping (reference §2.5, §3.7): ``account_gone`` and ``needs_reauth``
-can never succeed → :class:`CredentialsRevoked` (failure envelope + Term);
-``transient`` → :class:`CredentialsUnavailable` with core's ``retry_after``
-(NAK with that delay); anything else (``bad_request``, no reply) is also
-unavailable (NAK). An access token close to expiry is refreshed with the
-provider (when it can) and stored back with optimistic concurrency
-(``previous_expires_at``); ``stale_store`` means another instance refreshed
-first, so we read core's token again. A refused refresh reads core once more
-too: if another instance already stored a fresh token (it used, and a
-rotating provider retired, the refresh token we hold), that token is used;
-otherwise core is told ``needs_reauth`` and the job is termed.
-"""
+"""Per-job credentials from core: OAuth tokens (``cairn.tokens.<p>.get``) and creds slots."""
 
 from __future__ import annotations
 
@@ -26,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workers.cairn.messages import CredsReply, TokenReply, TokenStoreRequest
+from workers.cairn.contract.messages import CredsReply, TokenReply, TokenStoreRequest
+from workers.cairn.contract.subjects import creds_subject, token_subject
 from workers.cairn.nats_conn import CoreRequestError
-from workers.cairn.subjects import creds_subject, token_subject
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import register_secret
 from workers.providers.errors import ProviderAuthError, ProviderError
@@ -44,7 +26,10 @@ TRANSIENT_RETRY_DEFAULT_S = 30.0  # core's retry_after when it does not say
 
 
 class CredentialsRevoked(PermanentJobError):
-    """The account is gone or needs re-authorisation: the job can never succeed."""
+    """The account is gone or needs re-authorisation: the job can never succeed.
+
+    Core's ``account_gone`` and ``needs_reauth`` (reference §2.5, §3.7): failure envelope + Term.
+    """
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -53,7 +38,10 @@ class CredentialsRevoked(PermanentJobError):
 
 
 class CredentialsUnavailable(RetryableJobError):
-    """Core could not answer now; retry after ``retry_after_s``."""
+    """Core could not answer now; retry after ``retry_after_s``.
+
+    ``transient`` carries core's ``retry_after``; ``bad_request`` or no reply NAK too.
+    """
 
     def __init__(self, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
@@ -61,6 +49,8 @@ class CredentialsUnavailable(RetryableJobError):
 
 
 class _Secretive(BaseModel):
+    """Credentials live per job in memory only (contract §9, S2): registered with the redactor, hidden from ``repr``."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
@@ -127,7 +117,13 @@ def get_tokens(ctx: JobContext, account_id: str) -> Tokens:
 
 
 def fetch_tokens(ctx: JobContext, account_id: str) -> Tokens:
-    """A usable access token: core's, or refreshed with the provider and stored back."""
+    """A usable access token: core's, or refreshed with the provider and stored back.
+
+    Stored with optimistic concurrency (``previous_expires_at``): ``stale_store`` means another
+    instance refreshed first, so core's token is read again. A refused refresh reads core once
+    more too (a rotating provider may have retired our refresh token for a stored fresh one);
+    otherwise core is told ``needs_reauth`` and the job is termed.
+    """
     tokens = get_tokens(ctx, account_id)
     if tokens.fresh():
         return tokens

@@ -1,29 +1,4 @@
-"""What a Cairn job task returns: the disposition the bridge applies to the NATS message.
-
-Why a model and not an exception: the bridge holds the JetStream message, the
-task only knows the outcome. Returning a small JSON-able value through the
-Celery result backend keeps that split honest (the task never touches the
-message) and keeps secrets out of results: a ``Disposition`` has an action, a
-delay and a short human reason, nothing else. Reasons are built from error
-classes and codes, never from provider responses or tokens.
-
-``counts_as_failure`` says whether a NAK is a *failed* delivery. The bridge
-terms a job with a failure envelope once it has failed
-``CAIRN_TERM_AFTER_DELIVERIES - 1`` times (contract §3: "after ~5 deliveries
-of a *persistently failing* job"), so a NAK that only waits (a provider rate
-limit, a parser refusal, a hand-over) must not count, or a reconcile's
-sub-jobs waiting out a 100-requests/15-min budget would be termed and lost.
-Whoever builds the NAK knows which it is and says so here; nobody downstream
-guesses from the reason text. A NAK counts unless its builder says otherwise:
-a forgotten flag then bounds retries (the safe side) instead of looping.
-
-Every NAK delay the Cairn side uses is named below, with its reason, and
-nowhere else; the only delays computed instead are the rate-limit waits,
-anchored to the real window reset (``ProviderRateLimited``, ``ratelimit``),
-and core's own retry hint for credentials. A delay is never below
-``MIN_NAK_DELAY_S`` (the model clamps it, and the bridge applies it to a NAK
-without one).
-"""
+"""What a Cairn job task returns: the disposition the bridge applies to the NATS message."""
 
 from __future__ import annotations
 
@@ -38,6 +13,8 @@ REASON_MAX_CHARS = 300  # a reason is a log hint, not a payload
 # --- every NAK delay, with its reason ---------------------------------------------------------
 # No NAK goes out faster than this (the bridge applies it to every NAK, the rate limiter to its
 # waits): consumers have unlimited MaxDeliver, so an instant NAK would be redelivered in a hot loop.
+# Every NAK delay of the Cairn side is named here, with its reason; only rate-limit waits (anchored
+# to the real window reset) and core's credentials hint are computed. None is below MIN_NAK_DELAY_S.
 MIN_NAK_DELAY_S = 1.0
 MAX_NAK_DELAY_S = 24 * 3600.0 + 60.0  # a daily window plus grace is the longest wait we anchor to
 # The job goes to another owner (its lease was lost or never granted to this task, the bridge
@@ -60,6 +37,9 @@ ENVELOPE_FAILED_NAK_DELAY_S = 5.0
 REDIS_DOWN_NAK_DELAY_S = 5.0
 HISTORY_UNAVAILABLE_NAK_DELAY_S = REDIS_DOWN_NAK_DELAY_S  # admission's history read, the same outage
 PARSER_REFUSED_NAK_DELAY_S = 30.0  # a parse_blob for a newer parser or dataset: left to a newer instance
+# A task this worker's release cannot read (a newer argument shape, a job kind it has no handler for):
+# left to a worker of the release that sent it, as a parser refusal is (a rolling upgrade, docs/operations.md §6).
+RELEASE_REFUSED_NAK_DELAY_S = PARSER_REFUSED_NAK_DELAY_S
 WEBHOOK_PUBLISH_NAK_DELAY_S = 5.0  # core or JetStream did not take a webhook's fetch/delete publish
 # Webhook updates are held until their coalescing bucket closes: the wait is the bucket's rest,
 # never below the floor (``WebhookJob.not_before``).
@@ -70,6 +50,10 @@ Action = Literal["ack", "nak", "term"]
 
 class Disposition(BaseModel):
     """``ack`` (done), ``nak`` (redeliver, optionally after ``delay_s``) or ``term`` (never again).
+
+    A value, not an exception: the bridge holds the JetStream message and the task only knows
+    the outcome, so it returns this through the result backend and never touches the message.
+    It holds an action, a delay and a short reason built from error classes, never a secret.
 
     ``counts_as_failure`` only means something on a NAK; it defaults to True so
     a disposition from an older task image (without the field) counts as it
@@ -111,7 +95,9 @@ def nak(delay_s: float | None = None, reason: str = "", *, failure: bool = True)
     """Redeliver; ``delay_s`` anchors a rate-limit wait to the real window reset.
 
     ``failure=False`` for a NAK that only waits or hands the job on (rate limit,
-    parser refusal, lease hand-over): it does not bring the job closer to its term.
+    parser refusal, lease hand-over): it does not bring the job closer to its term
+    (``CAIRN_TERM_AFTER_DELIVERIES``, contract §3 "persistently failing"), or a reconcile's
+    sub-jobs waiting out a provider budget would be termed. A forgotten flag counts: the safe side.
     """
     return Disposition(action="nak", delay_s=delay_s, reason=reason, counts_as_failure=failure)
 

@@ -1,24 +1,4 @@
-"""One NATS connection per process, on a background asyncio loop, usable from sync code.
-
-Celery tasks are synchronous and nats-py is asyncio. Opening a connection per
-task would cost a TCP + auth handshake each time and, under auth-callout, a
-JWT mint. So each worker process (after fork) owns one ``NatsThread``: a daemon
-thread running an event loop with one connection; ``run(coro)`` submits
-coroutines to it and waits for the result.
-
-``request_json`` is the one way sync code asks core something over
-request/reply (tokens, creds, presign): JSON in, a JSON object out, and a
-``Nats-Error`` reply (core's refusal: plain text body plus that header,
-reference §2.4) or no reply at all becomes :class:`CoreRequestError`. A
-subject NATS itself refuses (``Permissions Violation``) is
-:class:`~workers.cairn.refusals.PermissionRefused`, permanent, reported once
-(``workers.cairn.refusals``).
-
-Authentication (reference/cairn.md §2.11, §3.1): production sends
-``CAIRN_WORKER_ENROLLMENT_TOKEN`` as the CONNECT token with the worker name as
-connection name and a fresh user nkey per connection; dev uses anonymous,
-user/password or a creds file.
-"""
+"""One NATS connection per process, on a background asyncio loop, usable from sync code."""
 
 from __future__ import annotations
 
@@ -34,6 +14,7 @@ import nats
 import nkeys
 from nats.errors import ConnectionClosedError, StaleConnectionError, UnexpectedEOF
 
+from workers import dead_peers
 from workers.cairn.refusals import POOL_ROLE, PermissionRefused, Refusals, fault_component, guarded
 from workers.cairn.settings import CairnSettings
 from workers.errors import RetryableJobError
@@ -84,11 +65,18 @@ def _fresh_nkey_seed() -> bytes:
 
 
 def connect_options(settings: CairnSettings) -> dict[str, Any]:
-    """``nats.connect`` keyword arguments for the configured authentication mode."""
+    """``nats.connect`` keyword arguments for the configured authentication mode.
+
+    Production sends ``CAIRN_WORKER_ENROLLMENT_TOKEN`` as the CONNECT token, the worker name as
+    connection name and a fresh user nkey per connection (reference/cairn.md §2.11, §3.1); dev
+    uses anonymous, user/password or a creds file.
+    """
     options: dict[str, Any] = {
         "servers": [settings.nats_url], "name": settings.worker_name,
         "connect_timeout": CONNECT_TIMEOUT_S, "reconnect_time_wait": RECONNECT_WAIT_S,
         "max_reconnect_attempts": -1, "allow_reconnect": True,
+        "ping_interval": dead_peers.NATS_PING_INTERVAL_S,
+        "max_outstanding_pings": dead_peers.NATS_MAX_OUTSTANDING_PINGS,
     }
     if settings.worker_enrollment_token is not None:
         options["token"] = settings.worker_enrollment_token.get_secret_value()
@@ -103,7 +91,11 @@ def connect_options(settings: CairnSettings) -> dict[str, Any]:
 
 
 class NatsThread:
-    """A daemon event-loop thread holding one NATS connection (connects lazily)."""
+    """A daemon event-loop thread holding one NATS connection (connects lazily).
+
+    Celery tasks are sync and nats-py is asyncio; a connection per task would cost a handshake
+    (and under auth-callout a JWT mint) each time, so each worker process owns one after fork.
+    """
 
     def __init__(self, settings: CairnSettings) -> None:
         self.settings = settings
@@ -226,6 +218,9 @@ def fault_recorder(settings: CairnSettings) -> Callable[[str, str], None]:
 def request_json(nats: Any, subject: str, body: dict[str, Any],
                  timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
     """Core request/reply from sync code: ``body`` as compact JSON, the reply as a JSON object.
+
+    A ``Nats-Error`` reply (core's refusal, reference §2.4) or no reply is :class:`CoreRequestError`;
+    a subject NATS refuses is the permanent ``PermissionRefused`` (``workers.cairn.refusals``).
 
     ``nats`` is a :class:`NatsThread` (or anything with ``nc`` and ``run``, like
     the bridge's loop adapter). ``nc`` is resolved here, in the calling thread,

@@ -1,36 +1,4 @@
-"""The outcome ledger: what a finished job decided, kept until its message is settled (C4).
-
-Why: the bridge that holds a JetStream message and the task that runs its job
-are different processes. If the bridge dies after the task finished but before
-it acked, JetStream redelivers the message to some bridge instance, which would
-run the job again: a second Strava fetch, a second ``result:<job>:d2`` for core
-to ingest. So a job task *records* its disposition here before it returns (and
-before it releases its lease), and any bridge instance that receives a
-delivery reads the ledger first: a recorded outcome is applied as it is (an
-ack, a term whose envelope the task already published, a NAK with its delay),
-nothing runs twice.
-
-The bridge also records its own terms here (after publishing the envelope,
-before the term), so a bridge killed in between never publishes a second
-envelope.
-
-Keys. One message is named the same way in every Redis key the fleet keeps
-for it (ledger, lease, failure count): :class:`MessageKey`, its stream, its
-stream sequence and its stream timestamp. The stream is part of the key so a
-second stream (``CAIRN_WEBHOOKS``) never collides with ``CAIRN_JOBS``; the
-timestamp is the same on every redelivery and differs when core recreates a
-stream and its sequences start at 1 again. No pool in the key, and none needed
-(C6): several pools share one Redis and one ``CAIRN_JOBS``, but a message sits
-on exactly one pool's subject and its sequence is its stream's alone, so two
-pools can never name the same message; the pool's own bridge and workers are
-the only ones that ever see it (its consumer, its ``provider.<pool>`` queue).
-
-Lifetime. The bridge deletes the entry when it acks or terms the message (and
-consumes it, in one transaction with the failure count, when it NAKs). An
-entry whose delete was lost with its bridge expires after
-``OUTCOME_TTL_S``: long enough to outlive every bridge of the pool being down
-for a day, short enough that nothing piles up.
-"""
+"""The outcome ledger: what a finished job decided, kept until its message is settled (C4)."""
 
 from __future__ import annotations
 
@@ -60,7 +28,12 @@ RECORD_RETRY_FIRST_WAIT_S = 0.1
 
 @dataclass(frozen=True)
 class MessageKey:
-    """One JetStream message across all its redeliveries."""
+    """One JetStream message across all its redeliveries: its stream, sequence and stream timestamp.
+
+    The same name in every Redis key the fleet keeps for it (ledger, lease, failure count). The
+    stream keeps ``CAIRN_WEBHOOKS`` apart from ``CAIRN_JOBS``; the timestamp differs when core
+    recreates a stream. No pool is needed (C6): a message sits on exactly one pool's subject.
+    """
 
     stream: str
     seq: int
@@ -107,6 +80,11 @@ REPLICA_WAIT_MS = 1000  # bound on WAIT for the replicas to hold a recorded outc
 
 class OutcomeLedger:
     """The ledger through a blocking client (job tasks, ``workers.redisconn.sync_client``).
+
+    The task records its disposition before it returns (and releases its lease), so a bridge
+    that dies before acking does not make the redelivery run the job twice: any bridge reads the
+    ledger first and applies a recorded outcome. The bridge records its own terms here too. It
+    deletes the entry when it settles the message; a lost delete expires after ``OUTCOME_TTL_S``.
 
     ``replicas``: with Redis Sentinel, wait (``WAIT``, at most ``REPLICA_WAIT_MS``) until that
     many replicas hold the entry before the task returns. Replication is asynchronous: a master

@@ -1,15 +1,4 @@
-"""``PoolContext``: who the pool is and how it reaches core — the one shape every Cairn context has.
-
-A provider worker holds two contexts: its main process writes presence with a
-small one (:class:`~workers.cairn.presence.PresenceContext`: no HTTP clients,
-no Redis, no limiter), and each pool process runs jobs with the full
-:class:`~workers.cairn.handlers.context.JobContext`. Code shared by both (the
-presence record's ``webhooks`` flag, the core-release gate) reads the pool's
-identity from whichever it is given. When the two were separate classes, the
-flag read ``ctx.worker_name``, which only the job context had: with webhooks on,
-every presence write failed with ``AttributeError`` and core never saw the
-pool (issue 14). Both now derive from this class, so what one has, both have.
-"""
+"""``PoolContext``: who the pool is and how it reaches core, the one shape every Cairn context has."""
 
 from __future__ import annotations
 
@@ -23,7 +12,11 @@ from workers.providers.base import Provider
 
 @dataclasses.dataclass
 class PoolContext:
-    """Settings, provider and NATS connection, with the pool's identity derived from them."""
+    """Settings, provider and NATS connection, with the pool's identity derived from them.
+
+    The base of both the presence context (main process) and the job context (pool processes),
+    so code shared by both (the ``webhooks`` flag, the core-release gate) finds the same fields.
+    """
 
     settings: Any  # workers.cairn.settings.CairnSettings
     provider: Provider

@@ -1,27 +1,4 @@
-"""Presence and manifest records (contract §1 Manifest, §2 Presence), written from inside the pool.
-
-Presence is written by each live provider-worker instance every ~20 s under
-``<worker_name>.<instance_id>``; the manifest under ``<worker_name>`` at start
-and every 10 minutes (the bucket TTL is 15 min). Both prove the pool runs, and
-both are written by the same :class:`PresenceTimer` in each instance's main
-process: a pool's records are its own, and nothing outside the pool (beat)
-needs to know which pools exist.
-
-Both carry the same ``capabilities`` map, from one source
-(:func:`declared_capabilities`): core decides from the *manifest* whether the
-pool gets ``import_gear`` / ``import_metrics`` jobs (contract §3, §4: "declares
-Gear in its manifest"), and shows the presence copy in its worker list.
-
-Both records go through the pydantic models in :mod:`workers.cairn.messages`
-(every contract field, parser version ``N.M``, https-only provider meta), so a
-malformed record fails here, loudly, instead of silently hiding the pool from
-core's worker list or connect form.
-
-Neither is written against an incompatible core (contract §1: a worker MUST
-refuse to run against one): the writers ask their context's
-:class:`~workers.cairn.compat.CoreGate` first and skip the write, returning
-None, while core's ``info`` names a release this worker may not serve.
-"""
+"""Presence and manifest records (contract §1 Manifest, §2 Presence), written from inside the pool."""
 
 from __future__ import annotations
 
@@ -34,13 +11,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from workers.cairn import subjects
-from workers.cairn.messages import ManifestRecord, PresenceRecord
+from workers.cairn.contract import subjects
+from workers.cairn.contract.messages import ManifestRecord, PresenceRecord
+from workers.cairn.handlers.webhooks import presence_flag
 from workers.cairn.nats_conn import NATS_UNAVAILABLE, NatsThread, NatsUnavailableError
 from workers.cairn.pool import PoolContext
 from workers.cairn.refusals import PermissionRefused
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S
-from workers.cairn.webhooks import presence_flag
 from workers.logs import describe
 from workers.providers.registry import get_provider
 
@@ -64,7 +41,7 @@ def declared_capabilities(provider: Any) -> dict[str, Any] | None:
 
 def presence_record(settings: Any, provider: Any, instance_id: str, webhooks: bool = False) -> dict[str, Any]:
     """Contract §2: worker_name, worker_key, instance_id, version, release, provider, package,
-    webhooks (``workers.cairn.webhooks.presence_flag``), capabilities, last_seen."""
+    webhooks (``workers.cairn.handlers.webhooks.presence_flag``), capabilities, last_seen."""
     record = {
         "worker_name": settings.worker_name, "worker_key": subjects.worker_key(settings.worker_name,
                                                                              settings.provider),
@@ -140,23 +117,16 @@ class PresenceTimer:
     """Renews one instance's presence record every interval, idle or busy (contract §2, invariant C5),
     and the pool's manifest every ``MANIFEST_INTERVAL_S`` (contract §1).
 
-    Runs as a daemon thread in each provider worker's *main* process, started
-    when the worker is ready (``tasks.presence``). Why there, and not a beat
-    task: beat's broadcast had to reach every instance through a kombu fanout
-    that, over Redis, piled up in ``bcast.*`` lists nobody read, and any task
-    waits for a free pool slot, so a pool whose slots all run long jobs (or a
-    beat that is down) went stale after core's 45 s. The main process is the
-    pool: it exists exactly as long as the instance consumes jobs, it is never
-    busy with one, and presence is a NATS KV write, so a Redis outage does not
-    stop it either. A write that fails (NATS away) is logged once, with the
-    exception's message, and retried on the next interval; the first one after
-    is logged as a recovery.
-
-    The manifest rides on the same thread: written at start, then again once
-    ``manifest_interval_s`` has passed since the last write that landed (a failed
-    or gated write is tried again on the next presence interval, well inside the
-    bucket's 15-minute TTL). It used to be a beat task on the shared ``provider``
-    queue; with a queue per pool, beat would have to know every pool to reach it.
+    Runs as a daemon thread in each provider worker's *main* process, started when the worker
+    is ready (``tasks.presence``), not as a task: a task waits for a free pool slot, so a pool
+    busy with long jobs (or a beat that is down) would go stale after core's 45 s, and beat
+    would have to know every pool. The main process exists exactly as long as the instance
+    consumes jobs and is never busy with one; a NATS KV write needs no Redis. A failed write
+    is logged once and retried next interval. The manifest is written at start and again once
+    ``manifest_interval_s`` has passed since the last write that landed (bucket TTL 15 min).
+    Both records carry :func:`declared_capabilities` (core decides Gear/Metrics jobs from the
+    manifest, contract §3, §4), go through the models of :mod:`workers.cairn.contract.messages`, and are
+    skipped against an incompatible core (:class:`~workers.cairn.compat.CoreGate`).
     """
 
     def __init__(self, write: Callable[[], object], interval_s: float = PRESENCE_INTERVAL_S, *,

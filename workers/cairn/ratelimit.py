@@ -1,21 +1,4 @@
-"""The shared provider budget in the ``cairn_rate_limits`` KV, per provider app.
-
-Keys are ``<provider>.<app_id>.<window>`` (contract §3; a token without
-``app_id`` uses the pool: ``<provider>.<worker_name>.<window>``). Per provider
-app, not per pool, on purpose: the provider enforces an app's budget whichever
-pool spends it, so two pools of one provider app share it, and pools of
-different providers (``strava.…``, ``garmin.…``) never meet. Values are
-the Strava worker's limiter JSON ``{capacity, used, window_start,
-window_reset_at}`` (reference §3.8). ``reserve`` is a compare-and-set loop so
-any number of processes share one budget without overspending; ``observe``
-syncs the state from the provider's usage headers on every response, writing
-only what differs from what this process last stored (see :meth:`RateLimiter.sync`).
-
-Which windows exist, their fallback capacities and lengths are the
-provider's (``Provider.rate_windows()``, typed ``RateWindow`` specs); this
-module knows no provider's numbers. A window the provider did not declare is
-unlimited until the provider reports a limit for it.
-"""
+"""The shared provider budget in the ``cairn_rate_limits`` KV, per provider app."""
 
 from __future__ import annotations
 
@@ -31,9 +14,9 @@ import nats.errors
 from google.protobuf import json_format
 from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.disposition import MIN_NAK_DELAY_S
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.refusals import PermissionRefused
 from workers.providers.errors import ProviderRateLimited, ProviderTransientError
 from workers.providers.windows import RateWindow, WindowUsage
@@ -103,7 +86,15 @@ class WindowState:
 
 
 class RateLimiter:
-    """KV-backed limiter; ``hook(app_id)`` gives the provider a ``RateLimitHook`` for one job."""
+    """KV-backed limiter; ``hook(app_id)`` gives the provider a ``RateLimitHook`` for one job.
+
+    Keys are ``<provider>.<app_id>.<window>`` (contract §3; without ``app_id`` the pool's name):
+    per provider app, not per pool, because the provider enforces an app's budget whichever
+    pool spends it. Values are the Strava worker's limiter JSON (reference §3.8). ``reserve`` is
+    a compare-and-set loop so any number of processes share one budget without overspending.
+    Windows and fallback capacities are the provider's (``Provider.rate_windows()``); one it
+    did not declare is unlimited until it reports a limit.
+    """
 
     def __init__(self, nats_thread: Any, settings: Any, windows: Sequence[RateWindow] = ()) -> None:
         self._nats = nats_thread
@@ -194,8 +185,8 @@ class RateLimiter:
 
         Why the exception: every call first reserves (the budget's ``used`` goes up by one) and the
         provider then reports its own count, which is that same number whenever no other call of
-        the app slipped in between; storing it again was two KV writes per API call that changed
-        nothing (issue 15 §3). Whenever the report differs (another process spent meanwhile, the
+        the app slipped in between; storing it again would be two KV writes per API call that
+        change nothing. Whenever the report differs (another process spent meanwhile, the
         provider counted calls we did not, a window rolled over), it is stored as before. A skipped
         report never lowers the budget below what other processes reserved since. The windows'
         puts go out together in one hand-off to the NATS loop.

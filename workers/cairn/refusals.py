@@ -1,28 +1,4 @@
-"""NATS permission refusals: permanent, reported once, never retried as an outage (contract §1, issue 14).
-
-Under auth-callout a worker MUST stay within core's permission template;
-anything else is refused with ``Permissions Violation``. The server answers a
-refused publish or subscribe with ``-ERR 'Permissions Violation for Publish to
-"<subject>"'`` and keeps the connection; nats-py hands that to the error
-callback (lower-cased: ``nats: permissions violation for publish to
-"<subject>"``), and the request that was refused simply times out. Read as a
-timeout, a refusal became "NATS unavailable", a NAK, and the same refusal
-again on every redelivery, for ever.
-
-So every connection has one :class:`Refusals`, fed by its error callback
-(:meth:`Refusals.note`):
-
-* each refused subject is logged **once**, at ERROR, naming the subject, and
-  recorded as a standing fault for the health verdict (``workers.faults``,
-  through the ``record`` callback the connection's owner gives);
-* whoever awaits an operation through :meth:`Refusals.guard` gets
-  :class:`PermissionRefused` (a :class:`~workers.errors.PermanentJobError`)
-  the moment NATS refuses it, instead of a timeout: a job terms, the bridge
-  stops at start. A guard that *claims* its subject reports the refusal itself
-  (the bridge's "refusing to start" line), so nothing says it twice;
-* :meth:`clear` forgets them on reconnect: under auth-callout a reconnect
-  mints a new JWT, perhaps with the permission that was missing.
-"""
+"""NATS permission refusals: permanent, reported once, never retried as an outage (contract §1)."""
 
 from __future__ import annotations
 
@@ -87,7 +63,15 @@ class _Waiter:
 
 
 class Refusals:
-    """The refusals of one NATS connection: reported once each, and raised to whoever awaits them."""
+    """The refusals of one NATS connection: reported once each, and raised to whoever awaits them.
+
+    Under auth-callout a subject outside core's template is refused with ``Permissions
+    Violation``; nats-py hands that to the error callback (:meth:`note`) and the request simply
+    times out. Read as a timeout it would be NAKed and refused again for ever, so each refused
+    subject is logged once at ERROR and recorded as a standing fault (``workers.faults``), and
+    :meth:`guard` raises :class:`PermissionRefused` at once. :meth:`clear` forgets them on
+    reconnect, whose new JWT may carry the missing permission.
+    """
 
     def __init__(self, component: str, record: Record | None = None) -> None:
         self.component = component  # the fault's name in ``workers.faults`` (e.g. ``cairn-pool/<worker_name>``)

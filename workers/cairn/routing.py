@@ -1,19 +1,4 @@
-"""Publish routing (contract §5): JetStream for subjects a stream captures, core NATS for the rest.
-
-Why: results and sub-jobs go to JetStream streams and need a JetStream publish
-(PubAck, ``Nats-Msg-Id`` dedup); other subjects (``cairn.events.*``, a
-subject no stream captures) are core NATS. A JetStream publish to a subject no
-stream captures waits for an ack that never comes and delivers twice on retry,
-so :class:`PublishRouter` asks the server once per subject
-(``$JS.API.STREAM.NAMES`` with a subject filter) and caches the answer: a
-stream for good, "no stream" for ``NEGATIVE_ROUTE_TTL_S`` (core may create it).
-A subject NATS refuses raises :class:`~workers.cairn.refusals.PermissionRefused`
-(permanent), never a :class:`PublishError`.
-
-Synchronous on top of :class:`~workers.cairn.nats_conn.NatsThread`; the
-connection objects are resolved in the calling thread, never inside a
-coroutine on the loop thread (that would wait on itself).
-"""
+"""Publish routing (contract §5): JetStream for subjects a stream captures, core NATS for the rest."""
 
 from __future__ import annotations
 
@@ -27,7 +12,7 @@ from typing import Any
 
 import nats.errors
 
-from workers.cairn import subjects
+from workers.cairn.contract import subjects
 from workers.cairn.refusals import PermissionRefused, guarded
 from workers.errors import RetryableJobError
 
@@ -54,7 +39,14 @@ class PublishError(RetryableJobError):
 
 
 class PublishRouter:
-    """JetStream publish for stream-captured subjects, core publish otherwise; decided once per subject."""
+    """JetStream publish for stream-captured subjects, core publish otherwise; decided once per subject.
+
+    A JetStream publish to a subject no stream captures waits for an ack that never comes, so
+    the server is asked once per subject (``$JS.API.STREAM.NAMES``): a stream is cached for
+    good, "no stream" for ``NEGATIVE_ROUTE_TTL_S`` (core may create it). A refused subject
+    raises ``PermissionRefused`` (permanent), never :class:`PublishError`. Sync on top of
+    ``NatsThread``; connection objects are resolved in the calling thread, never on the loop.
+    """
 
     def __init__(self, nats: Any, *, negative_ttl_s: float = NEGATIVE_ROUTE_TTL_S,
                  retry_bound_s: float = PUBLISH_RETRY_BOUND_S) -> None:

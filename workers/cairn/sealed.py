@@ -1,13 +1,4 @@
-"""Park a secret-bearing object in Redis and hand over only a random key.
-
-Why: the OAuth exchange request (client_secret, code) and its reply (tokens)
-must cross from the bridge to a pool task and back, but Celery task arguments
-and results are visible in Flower and the result backend (S1). So the object is
-parked under an unguessable key with a short TTL, only the key travels, and
-the receiver reads-and-deletes it (``GETDEL``): a parked secret is read at
-most once and never outlives its TTL. The key is random, so the pools sharing
-a Redis never meet: only the pool the bridge sent the task to learns it.
-"""
+"""Park a secret-bearing object in Redis and hand over only a random key."""
 
 from __future__ import annotations
 
@@ -29,7 +20,12 @@ def _redis_key(key: str) -> str:
 
 
 def park(client: Any, obj: dict[str, Any], ttl_s: float) -> str:
-    """Store ``obj`` (JSON) for ``ttl_s`` seconds under a fresh random key; return the key."""
+    """Store ``obj`` (JSON) for ``ttl_s`` seconds under a fresh random key; return the key.
+
+    The OAuth exchange's secrets must cross between bridge and pool task, but task arguments and
+    results show in Flower and the result backend (S1): only the key travels, and the receiver
+    reads-and-deletes it (``GETDEL``), so a secret is read at most once within its TTL.
+    """
     key = KEY_PREFIX + secrets.token_urlsafe(KEY_RANDOM_BYTES)
     ttl_ms = max(MIN_TTL_MS, int(ttl_s * 1000))
     body = json.dumps(obj, separators=(",", ":"))

@@ -1,21 +1,4 @@
-"""Cairn-side settings (``CAIRN_*``), with the Strava worker's variable names.
-
-Versions (contract §1 Versioning) are three independent things:
-
-* ``WORKER_VERSION`` (= ``WORKER_RELEASE``) is the release ``vX.Y.Z``: the core
-  contract we implement (v0.7.x: major.minor follow core; checked against the
-  ``cairn_core`` KV ``info`` record before the pool runs). It goes into the
-  presence record as ``release``.
-* the dataset ``N`` is the archive format of the raw blob;
-* the parser version ``N.M`` is what ``JobResult.worker_version`` and the
-  presence/manifest ``version`` carry. Only the provider knows it
-  (``Provider.parser_version``, Strava's in ``providers/strava/dataset.py``).
-
-Dev builds are exempt from the release check (§1). :func:`is_dev_build` is the
-one rule for "dev build": ``CAIRN_RELEASE`` is validated with it, and the
-bridge applies it to our release and to core's alike, so a release this module
-accepts as a dev build is never refused, or blamed on the wrong side, later.
-"""
+"""Cairn-side settings (``CAIRN_*``), with the Strava worker's variable names."""
 
 from __future__ import annotations
 
@@ -31,7 +14,11 @@ from workers.config import load_settings
 from workers.logs import register_secret
 from workers.redisconn import redis_settings
 
-WORKER_RELEASE = "v0.7.0"
+# The release vX.Y.Z: the core contract we implement (major.minor follow core; checked against the
+# ``cairn_core`` KV ``info`` before the pool runs), sent as presence ``release``. Not the dataset N
+# (raw blob format) nor the parser version N.M, which only the provider knows (``Provider.parser_version``).
+# The patch level is ours: it is this Switchyard release (pyproject's version, CHANGELOG.md).
+WORKER_RELEASE = "v0.7.1"
 WORKER_VERSION = WORKER_RELEASE  # the release string, not the parser version
 RELEASE_PATTERN = r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$"  # vX.Y.Z[-pre][+build]
 # A dev build: ``dev`` itself or anything starting with it (``dev-abc123``, ``dev.3``, ``dev+g1``), or a
@@ -74,7 +61,11 @@ def pool_variable(worker_name: str, field: str) -> str:
 
 
 def is_dev_build(release: str) -> bool:
-    """Whether ``release`` (ours or core's) is a dev build, exempt from the compatibility check."""
+    """Whether ``release`` (ours or core's) is a dev build, exempt from the compatibility check.
+
+    The one rule: ``CAIRN_RELEASE`` is validated with it and the bridge applies it to both
+    sides, so a release accepted here is never refused, or blamed on the wrong side, later.
+    """
     return bool(_DEV_BUILD_RE.match(release.strip()))
 
 

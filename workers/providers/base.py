@@ -1,21 +1,4 @@
-"""The provider interface: everything the Cairn bridge, tasks and handlers may ask of a provider.
-
-Why an interface: the bridge and the handlers must serve Strava today and
-Garmin or a file importer tomorrow without changing. Everything
-provider-specific (HTTP API, usage headers and rate windows, sport tables, the
-archive format) lives in one sub-package behind :class:`Provider`; the
-contract-specific parts (NATS, claim-check, token RPCs, the shared rate-limit
-KV) stay in ``workers/cairn`` and reach a provider only through
-``ProviderContext``. Every method the generic code calls is declared here, with
-a default where it is optional, so nothing probes a provider with ``hasattr``.
-
-The vocabulary lives next door, one concept per module: job kinds in
-``kinds``, errors in ``errors``, the per-call context in ``context``, rate
-windows in ``windows``, data shapes in ``models``, webhook rules in
-``webhooks``. Nothing under ``workers/providers`` imports ``workers/cairn``
-(tests/test_imports.py): a provider speaks this vocabulary, never the NATS layer. How a new provider plugs in
-(an entry point, no generic module touched) is in docs/DESIGN.md.
-"""
+"""The provider interface: everything the Cairn bridge, tasks and handlers may ask of a provider."""
 
 from __future__ import annotations
 
@@ -29,6 +12,7 @@ import httpx
 from workers.providers.context import DEFAULT_BUCKET, ProviderContext
 from workers.providers.errors import ProviderPermanentError
 from workers.providers.models import (
+    NO_POOL,
     AccountJob,
     ActivityRef,
     Capabilities,
@@ -38,6 +22,7 @@ from workers.providers.models import (
     FetchOutcome,
     MetricsJob,
     OAuthTokens,
+    PoolIdentity,
 )
 from workers.providers.webhooks import WebhookRules
 from workers.providers.windows import RateWindow
@@ -50,6 +35,12 @@ AUTH_CREDENTIALS = "credentials"  # the connection's login per job from cairn.cr
 class Provider(abc.ABC):
     """One provider API behind the contract's job kinds. Stateless between calls.
 
+    Everything provider-specific (HTTP API, rate windows, sport tables, archive format) lives
+    in one sub-package behind this class, so the bridge and handlers serve any provider
+    unchanged; the contract parts reach a provider only through ``ProviderContext``, and nothing
+    under ``workers/providers`` imports ``workers/cairn`` (tests/meta/test_imports.py). Every method
+    the generic code calls is declared here, with a default where optional: no ``hasattr``.
+
     ``name`` is the provider token of every subject (``CAIRN_PROVIDER``);
     ``parser_version`` (``N.M``) is what results, presence and the manifest
     carry, ``dataset_version`` the ``N`` of the raw archives it writes.
@@ -59,12 +50,15 @@ class Provider(abc.ABC):
     dataset_version: int
     parser_version: str
     archive_content_type: str = "application/json"  # the raw archive's type (parse_blob names it again)
+    pool: PoolIdentity = NO_POOL  # the pool this instance serves (``from_settings`` sets it)
 
     @classmethod
-    def from_settings(cls, settings: Any | None = None) -> Self:
-        """Build the provider for a pool. ``settings`` is the pool's ``CairnSettings`` (worker
-        name, package); a provider reads its own ``CAIRN_<NAME>_*`` settings itself."""
-        return cls()
+    def from_settings(cls, settings: Any | None, pool: PoolIdentity) -> Self:
+        """Build the provider for ``pool``. ``settings`` is the pool's ``CairnSettings``; a provider
+        reads its own ``CAIRN_<NAME>_*`` settings itself. The registry derives ``pool`` once."""
+        provider = cls()
+        provider.pool = pool
+        return provider
 
     # ------------------------------------------------------------------ declarations
 

@@ -1,12 +1,4 @@
-"""``ProviderContext``: what one provider call may use — a token, an HTTP client, the budget.
-
-Why a context and not arguments: the contract layer (``workers/cairn``) owns
-the token RPCs, the pooled HTTP client and the shared rate-limit KV; a
-provider reaches them only through this object, so it never imports NATS.
-The access token is fetched fresh per job by the caller (contract §9) and
-lives only here; ``repr`` hides it and it is registered with the log redactor
-so it cannot leak through a log line or an exception text.
-"""
+"""``ProviderContext``: what one provider call may use: a token, an HTTP client, the budget."""
 
 from __future__ import annotations
 
@@ -66,7 +58,11 @@ class ProviderContext:
     """One job's view of the world. ``bucket`` is the short-term window the job spends,
     chosen by the provider from the job's reason (``Provider.bucket_for``); empty means
     the provider's default. An OAuth provider gets ``access_token``; a credentials
-    provider gets ``login`` instead (``Provider.auth_method()`` decides which)."""
+    provider gets ``login`` instead (``Provider.auth_method()`` decides which).
+
+    The contract layer owns token RPCs, the HTTP client and the shared budget; a provider
+    reaches them only here, so it never imports NATS. The token is fetched per job (contract
+    §9), hidden from ``repr`` and registered with the redactor."""
 
     access_token: str = dataclasses.field(repr=False)
     http: httpx.Client

@@ -1,16 +1,4 @@
-"""Provider errors: how a provider says why a call failed, without knowing the contract's acks.
-
-Errors are classes, not messages, and they know nothing of NATS (nothing under
-``workers/providers`` imports ``workers/cairn``): the failure mapping
-(``workers/cairn/handlers/failure.py``) turns ``ProviderRateLimited`` into a
-NAK with a delay anchored to the real window, ``ProviderNotFound`` and
-``ProviderPermanentError`` into failure envelope + Term, ``ProviderAuthError``
-into needs-reauth, ``ProviderAccountBlocked`` (MFA, locked) into envelope +
-Term, and ``ProviderTransientError`` into a plain NAK. Every error carries
-the contract's ``code`` and worker ``ErrorClass`` name so the caller can build
-a failure envelope without knowing the provider. Messages never carry tokens
-or client secrets.
-"""
+"""Provider errors: how a provider says why a call failed, without knowing the contract's acks."""
 
 from __future__ import annotations
 
@@ -20,7 +8,12 @@ from workers.errors import AuthError, PermanentJobError, RetryableJobError
 
 
 class ProviderError(Exception):
-    """Mixin carrying the contract's failure ``code`` and worker ``ErrorClass`` name."""
+    """Mixin carrying the contract's failure ``code`` and worker ``ErrorClass`` name.
+
+    Classes, not messages, and no NATS: ``workers/cairn/handlers/failure.py`` maps rate limited
+    → NAK anchored to the window, not found / permanent / account blocked → envelope + Term,
+    auth → needs-reauth, transient → NAK. Messages never carry tokens or client secrets.
+    """
 
     code: str = "provider_error"
     error_class: str = "ERROR_CLASS_TRANSIENT"

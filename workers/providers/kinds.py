@@ -1,20 +1,9 @@
-"""The job kinds of contract §3, and the consumer kinds beside them: the one definition every layer imports.
-
-A kind is the token after ``cairn.jobs.`` in a job subject
-(``cairn.jobs.<kind>.<provider>.<worker_name>``). It lives here, with the
-provider contract, because a provider declares which kinds it serves
-(``Capabilities.jobs``) and must not import the NATS layer to do so;
-``workers/cairn/subjects.py`` imports these names to build subjects, and the
-handlers, admission, the conformance check and the dev tools name kinds
-through them, never as typed strings.
-
-A *consumer* kind names what a bridge consumer pulls and admission reads; the
-job kinds are consumer kinds of ``CAIRN_JOBS``, and ``WEBHOOK_EVENT`` is the
-one of ``CAIRN_WEBHOOKS`` (a provider's push events, contract §9a).
-"""
+"""The job kinds of contract §3 and the consumer kinds beside them: the one definition every layer imports."""
 
 from __future__ import annotations
 
+# A job kind is the token after ``cairn.jobs.`` in a subject. It lives with the provider contract
+# because a provider declares the kinds it serves (``Capabilities.jobs``) without importing NATS.
 FETCH_SOURCE = "fetch_source"
 RECONCILE = "reconcile"
 PARSE_BLOB = "parse_blob"

@@ -1,12 +1,4 @@
-"""The data a provider takes and returns: job views, outcomes, discover and OAuth bodies.
-
-These are the one definition of each shape. The discover (§8) and OAuth
-exchange (§9b) bodies are what the provider returns *and* what goes on the
-wire, so they live here, next to the interface that returns them, and the
-contract layer (``workers/cairn``) serializes them with ``to_wire``.
-Inbound fields from newer counterparts are ignored. Secret-bearing fields are
-``repr=False`` so a model never prints a token.
-"""
+"""The data a provider takes and returns: job views, outcomes, discover and OAuth bodies."""
 
 from __future__ import annotations
 
@@ -29,7 +21,11 @@ def _rfc3339(value: datetime) -> str:
 
 
 class ProviderModel(BaseModel):
-    """Boundary models: tolerant of extra fields from newer counterparts."""
+    """Boundary models: tolerant of extra fields from newer counterparts; secrets are ``repr=False``.
+
+    The discover (§8) and OAuth exchange (§9b) bodies are what a provider returns *and* what
+    goes on the wire, so they are defined once, here; ``workers/cairn`` serializes them.
+    """
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -227,3 +223,19 @@ class Capabilities:
 
     jobs: frozenset[str]
     data_types: Mapping[str, Mapping[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolIdentity:
+    """The pool a provider instance serves: what its raw archives' provenance names (contract §5)."""
+
+    worker_name: str = ""
+    package: str = ""
+
+    @classmethod
+    def of(cls, settings: Any) -> PoolIdentity:
+        """The pool ``settings`` describe (a ``CairnSettings``); None or a provider's own settings name none."""
+        return cls(str(getattr(settings, "worker_name", "") or ""), str(getattr(settings, "worker_package", "") or ""))
+
+
+NO_POOL = PoolIdentity()  # a provider built outside a pool (a test, a parse-only tool): provenance names none

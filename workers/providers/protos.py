@@ -14,7 +14,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pool, json_format, message_factory
 
-PB_PACKAGE = "workers.cairn.pb"
+PB_PACKAGE = "workers.cairn.contract.pb"
 WORKER_EVENT = "cairn.worker.v1.WorkerEvent"
 # A missing sample in a float stream column: NaN is core's per-sample gap marker (reference §1.13), and
 # protojson spells a NaN double as the *string* "NaN" (§1); ParseDict, like core's parser, refuses a bare
@@ -35,11 +35,19 @@ def activity_type_fields(kind: str, discipline: str, ebike: bool, virtual: bool)
     return fields
 
 
+def ref(provider: str, user_id: str, account_id: str, external_id: str) -> dict[str, Any]:
+    """One entity's ``cairn.worker.v1.ExternalRef`` in protojson (the account only when the job names one)."""
+    out = {"userId": user_id, "provider": provider, "externalId": external_id}
+    if account_id:
+        out["externalAccountId"] = account_id
+    return out
+
+
 def proto_class(full_name: str) -> type[Any]:
     """The generated class of ``full_name`` (e.g. ``cairn.worker.v1.JobResult``).
 
     Looked up by proto name in the descriptor pool after importing every
-    ``*_pb2`` module under ``workers.cairn.pb``, so providers do not depend on
+    ``*_pb2`` module under ``workers.cairn.contract.pb``, so providers do not depend on
     how the stubs are laid out on disk.
     """
     package = importlib.import_module(PB_PACKAGE)

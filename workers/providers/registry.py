@@ -1,12 +1,4 @@
-"""Provider lookup by name: built-in providers here, any other through an entry point.
-
-Why import paths and not imports: the bridge and the tasks resolve the
-provider from configuration (``CAIRN_PROVIDER``) and must not import every
-provider's dependencies. A provider shipped in its own distribution registers
-in the ``switchyard.providers`` entry-point group
-(``garmin = switchyard_garmin.provider:GarminProvider``) and touches no
-module of this repository; docs/DESIGN.md has the recipe.
-"""
+"""Provider lookup by name: built-in providers here, any other through an entry point."""
 
 from __future__ import annotations
 
@@ -16,10 +8,11 @@ from typing import Any
 
 from workers.errors import ConfigError
 from workers.providers.base import Provider
+from workers.providers.models import PoolIdentity
 
 ENTRY_POINT_GROUP = "switchyard.providers"
 
-# name → "module:Class" of a ``Provider`` subclass, built with ``Class.from_settings(settings)``.
+# name → "module:Class" of a ``Provider`` subclass, built with ``Class.from_settings(settings, pool)``.
 PROVIDERS: dict[str, str] = {
     "strava": "workers.providers.strava.provider:StravaProvider",
     "garmin": "workers.providers.garmin.provider:GarminProvider",
@@ -43,7 +36,12 @@ def _target(name: str) -> str:
 
 
 def provider_class(name: str) -> type[Provider]:
-    """The ``Provider`` subclass registered as ``name``; ConfigError for anything else."""
+    """The ``Provider`` subclass registered as ``name``; ConfigError for anything else.
+
+    Resolved by import path, so a process imports only its own provider's dependencies. A
+    provider in its own distribution registers in the ``switchyard.providers`` entry-point
+    group and touches no module here (docs/DESIGN.md has the recipe).
+    """
     module_name, _, attr = _target(name.strip().lower()).partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
     if not (isinstance(cls, type) and issubclass(cls, Provider)):
@@ -52,6 +50,5 @@ def provider_class(name: str) -> type[Provider]:
 
 
 def get_provider(name: str, settings: Any = None) -> Provider:
-    """Build the provider ``name``; ``settings`` (the pool's ``CairnSettings``) goes to its
-    ``from_settings``."""
-    return provider_class(name).from_settings(settings)
+    """Build the provider ``name`` for the pool ``settings`` (its ``CairnSettings``) describe."""
+    return provider_class(name).from_settings(settings, PoolIdentity.of(settings))

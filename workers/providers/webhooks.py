@@ -1,14 +1,4 @@
-"""What a provider says about its webhooks: the rules it hands the generic path, and their answers.
-
-Contract §9a / reference §2.13: core relays a provider's subscription
-handshake and its push events to the pool. What a handshake must answer and
-what an event *means* is the provider's; decoding core's envelope, looking the
-owner up and publishing is the generic path's (``workers.cairn.webhooks``). The
-two meet here, on the provider's side of the boundary, so a provider never
-imports the NATS layer: it returns :class:`WebhookRules` from
-``Provider.webhook_rules()`` (None: the pool takes no webhooks), and its rules
-answer with a :class:`VerifyReply` and classify events into :class:`WebhookJob`.
-"""
+"""What a provider says about its webhooks: the rules it hands the generic path, and their answers."""
 
 from __future__ import annotations
 
@@ -58,7 +48,11 @@ class VerifyReply:
 
 
 class WebhookRules(Protocol):
-    """A provider's webhook knowledge (``Provider.webhook_rules()``).
+    """A provider's webhook knowledge (``Provider.webhook_rules()``; None: the pool takes none).
+
+    Contract §9a / reference §2.13: what a handshake answers and what an event means is the
+    provider's; decoding core's envelope, finding the owner and publishing is the generic path's
+    (``workers.cairn.handlers.webhooks``). They meet here, so a provider never imports the NATS layer.
 
     ``enabled``: the pool takes events (e.g. a verify token is configured);
     ``handshake_token``: the secret the handshake expects, None when unset (the

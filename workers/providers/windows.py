@@ -1,15 +1,4 @@
-"""Rate-limit windows: what a provider declares, what it observes, and how it spends them.
-
-Why the provider declares its windows: only the provider knows its API's
-budgets (Strava: 100 calls per 15 minutes, 1000 per day; another API may
-count per minute or per hour). The shared limiter in
-``workers/cairn/ratelimit.py`` keeps one KV entry per window,
-``<provider>.<app_id>.<window>`` in ``cairn_rate_limits``, and knows nothing
-else: it learns each window's name, fallback capacity and length from
-:class:`RateWindow` specs (``Provider.rate_windows()``), is told what to spend
-through :class:`RateLimitHook`, and syncs the real numbers from
-:class:`WindowUsage` the provider read off each response.
-"""
+"""Rate-limit windows: what a provider declares, what it observes, and how it spends them."""
 
 from __future__ import annotations
 
@@ -24,6 +13,10 @@ SnapshotSlot = Literal["short", "long"]
 @dataclasses.dataclass(frozen=True)
 class RateWindow:
     """One budget window of a provider app, as the shared limiter needs to know it.
+
+    Only the provider knows its API's budgets; the limiter (``workers/cairn/ratelimit.py``)
+    learns each window from these specs, spends through :class:`RateLimitHook` and syncs the
+    real numbers from :class:`WindowUsage`.
 
     ``capacity`` is the budget the limiter opens a window with before the
     provider has reported its real limit on a response (0: unlimited, never

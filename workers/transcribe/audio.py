@@ -22,7 +22,7 @@ def decode(path: Path, sampling_rate: int = SAMPLE_RATE) -> np.ndarray:
     Why not ``decode_audio`` itself: it runs a full ``gc.collect()`` after every
     file, against resampler objects an old PyAV left in reference cycles
     (faster-whisper issue #390). The PyAV this project pins leaves none
-    (tests/test_audio.py proves it), and a full collection holds the GIL for as
+    (tests/engine/test_audio.py proves it), and a full collection holds the GIL for as
     long as the heap is big, so clips prepared on threads would queue behind it.
     A container without an audio stream (a video-only MP4 sent as a document) is
     a ``PermanentJobError`` here, where decoding it would fail with a bare

@@ -1,23 +1,11 @@
-"""The process's engine: built from the registry by name, once per process, after fork.
-
-Why one per process: loading large-v3 takes seconds and gigabytes, GPU memory
-is not fully returned when a model is dropped (reference/ecosystem.md §4.2),
-and CUDA contexts do not survive fork. So :func:`get_engine` builds the engine
-lazily inside the pool child on its first job — never at import, never in the
-parent before fork — and keeps it for the life of the process. Importing this
-module imports no engine (nor faster-whisper): the registry names engines as
-strings and :func:`engine_class` imports only the one selected.
-
-Which engine: ``EngineSettings.engine_name`` (``VOICY_WORKER_TRANSCRIBER``,
-else ``VOICY_WORKER_BATCH_SIZE`` > 0 → ``faster-whisper-batched``, else
-``faster-whisper``).
-"""
+"""The process's engine: built from the registry by name, once per process, after fork."""
 
 from __future__ import annotations
 
 import importlib
 import threading
 
+from workers.transcribe import host_threads
 from workers.transcribe.protocol import TranscriptionEngine
 from workers.transcribe.registry import engine_target
 from workers.transcribe.settings import EngineSettings
@@ -42,12 +30,26 @@ def engine_class(name: str) -> type[TranscriptionEngine]:
 
 
 def create_engine(settings: EngineSettings, pool_processes: int = SINGLE_PROCESS_POOL) -> TranscriptionEngine:
-    """A new engine of the kind ``settings`` select, its model loaded (``ConfigError`` if it cannot be)."""
+    """A new engine of the kind ``settings`` select, its model loaded (``ConfigError`` if it cannot be).
+
+    The host thread pools are sized first (``host_threads.prepare``): importing
+    the engine's module loads CTranslate2 and numpy, which read their size then.
+    """
+    host_threads.prepare(settings.device)
     return engine_class(settings.engine_name)(settings, pool_processes)  # type: ignore[call-arg]
 
 
 def get_engine(settings: EngineSettings) -> TranscriptionEngine:
-    """The process's engine, built on first use (after fork) and kept."""
+    """The process's engine, built on first use (after fork) and kept.
+
+    Why once per process and after fork: loading large-v3 takes seconds and
+    gigabytes, GPU memory is not fully returned when a model is dropped
+    (reference/ecosystem.md §4.2), and CUDA contexts do not survive fork. So
+    it is built lazily inside the pool child on its first job, never at
+    import or in the parent. Importing this module imports no engine: the
+    registry names engines as strings. Which engine:
+    ``EngineSettings.engine_name``.
+    """
     global _engine
     with _lock:
         if _engine is None:

@@ -1,45 +1,4 @@
-"""The batched engine's decoding loop: VAD windows decoded a batch at a time, and a window that stops
-early decoded again from where it stopped, as the sequential engine seeks.
-
-Why not faster-whisper's ``BatchedInferencePipeline.transcribe`` as it is: it
-cuts the speech into chunks of up to 30 s and decodes each chunk exactly
-once. Whisper was trained on 30 s windows whose last sentence is often cut
-off, so when a chunk's last sentence runs close to the window's end the model
-closes its output at that sentence's *start* timestamp and leaves the rest to
-"the next window". The sequential engine has a next window: it seeks to that
-timestamp and decodes from there. The batched pipeline has none, so the
-sentence is lost: on the 340 s bench recording 63 of 870 words, every one at
-the end of a chunk (docs/BENCHMARKS.md "Words").
-
-So this loop keeps the batching and adds the seek:
-
-* Silero VAD finds the speech (``VAD_MIN_SILENCE_MS``, faster-whisper's own
-  batched setting, so every short pause is a place to cut), and the speech is
-  laid end to end as the pipeline does (``collect_chunks``); timestamps are
-  mapped back to the recording (``SpeechTimestampsMap``).
-* The speech is cut into windows of at most ``WINDOW_S`` (24 s) at those
-  pauses, each as full as it can be (the fewest windows, the fewest encoder
-  passes). 24 s and not Whisper's full 30: the model then sees the last
-  sentence end in silence and closes it, so a window rarely needs resuming
-  (on the 340 s bench recording, 30 s windows needed 8 resumptions, 24 s none,
-  and cost more CPU in all: docs/BENCHMARKS.md).
-* Each round decodes up to ``batch_size`` of the earliest pending windows in
-  one batched pass (``clip_timestamps`` over the speech array, one window per
-  clip). A window whose last segment ends ``MIN_TAIL_S`` or more before the
-  window does goes back into the queue from that timestamp (at most
-  ``MAX_SEEKS`` times, and only if the decode moved forward), so its tail is
-  decoded in the next round, batched with the windows that follow.
-* A window that Whisper itself calls silent (no-speech probability above
-  ``NO_SPEECH_THRESHOLD`` with a mean log-probability at or below
-  ``LOG_PROB_THRESHOLD``: the sequential engine's rule and values) gives no
-  segments, as in the sequential engine.
-* Segments are yielded in time order as soon as no earlier window is pending,
-  so progress still streams, batch by batch.
-
-Decoding options are the sequential engine's (``workers.transcribe.whisper``):
-beam size, no previous-text prompt, timestamps on; the batched pass has no
-temperature fallback.
-"""
+"""The batched engine's decoding loop: VAD windows a batch at a time, a window that stops early resumed."""
 
 from __future__ import annotations
 
@@ -57,6 +16,10 @@ WINDOW_S = 24.0  # longest speech per window: Whisper's 30 s less room to see th
 VAD_MIN_SILENCE_MS = 160  # BatchedInferencePipeline's own setting: every short pause is a cut point
 MIN_TAIL_S = 1.0  # a decode that stops this far before its window's end is resumed from where it stopped
 MAX_SEEKS = 4  # resumptions per window at most (each must move forward): no loop on a stubborn window
+# Windows of the first pass: the recording's first words reach progress after one window's decode,
+# not after the whole first batch (with batch 8, every window of a recording up to ~3 min). Later
+# passes take ``batch_size``. Costs one pass more on a recording of 2..batch_size+1 windows.
+FIRST_PASS_WINDOWS = 1
 NO_SPEECH_THRESHOLD = 0.6  # faster-whisper's defaults for skipping a silent window
 LOG_PROB_THRESHOLD = -1.0
 
@@ -136,7 +99,50 @@ def _silent(segment: WhisperSegment) -> bool:
 
 
 class SeekingBatchDecoder:
-    """Decodes one recording's speech ``batch_size`` windows at a time, resuming windows that stop early."""
+    """Decodes one recording's speech ``batch_size`` windows at a time, resuming windows that stop early.
+
+    Why not faster-whisper's ``BatchedInferencePipeline.transcribe`` as it is: it
+    cuts the speech into chunks of up to 30 s and decodes each chunk exactly
+    once. Whisper was trained on 30 s windows whose last sentence is often cut
+    off, so when a chunk's last sentence runs close to the window's end the model
+    closes its output at that sentence's *start* timestamp and leaves the rest to
+    "the next window". The sequential engine has a next window: it seeks to that
+    timestamp and decodes from there. The batched pipeline has none, so the
+    sentence is lost: on the 340 s bench recording 63 of 870 words, every one at
+    the end of a chunk (docs/BENCHMARKS.md "Words").
+
+    So this loop keeps the batching and adds the seek:
+
+    * Silero VAD finds the speech (``VAD_MIN_SILENCE_MS``, faster-whisper's own
+      batched setting, so every short pause is a place to cut), and the speech is
+      laid end to end as the pipeline does (``collect_chunks``); timestamps are
+      mapped back to the recording (``SpeechTimestampsMap``).
+    * The speech is cut into windows of at most ``WINDOW_S`` (24 s) at those
+      pauses, each as full as it can be (the fewest windows, the fewest encoder
+      passes). 24 s and not Whisper's full 30: the model then sees the last
+      sentence end in silence and closes it, so a window rarely needs resuming
+      (on the 340 s bench recording, 30 s windows needed 8 resumptions, 24 s none,
+      and cost more CPU in all: docs/BENCHMARKS.md).
+    * Each round decodes up to ``batch_size`` of the earliest pending windows in
+      one batched pass (``clip_timestamps`` over the speech array, one window per
+      clip). A window whose last segment ends ``MIN_TAIL_S`` or more before the
+      window does goes back into the queue from that timestamp (at most
+      ``MAX_SEEKS`` times, and only if the decode moved forward), so its tail is
+      decoded in the next round, batched with the windows that follow.
+    * A window that Whisper itself calls silent (no-speech probability above
+      ``NO_SPEECH_THRESHOLD`` with a mean log-probability at or below
+      ``LOG_PROB_THRESHOLD``: the sequential engine's rule and values) gives no
+      segments, as in the sequential engine.
+    * Segments are yielded in time order as soon as no earlier window is pending,
+      so progress streams pass by pass; the first pass decodes only
+      ``FIRST_PASS_WINDOWS`` window, so a recording of a few windows (all of them
+      one pass at ``batch_size`` 8) still shows its first words while the rest
+      is decoded.
+
+    Decoding options are the sequential engine's (``workers.transcribe.whisper``):
+    beam size, no previous-text prompt, timestamps on; the batched pass has no
+    temperature fallback.
+    """
 
     def __init__(self, pipeline: BatchedInferencePipeline, *, batch_size: int, beam_size: int,
                  window_s: float = WINDOW_S) -> None:
@@ -156,8 +162,10 @@ class SeekingBatchDecoder:
         heapq.heapify(pending)
         done: list[tuple[int, int, WhisperSegment]] = []  # (start sample, order, segment), a heap
         order = 0
+        size = min(FIRST_PASS_WINDOWS, self._batch_size)
         while pending:
-            batch = [heapq.heappop(pending) for _ in range(min(self._batch_size, len(pending)))]
+            batch = [heapq.heappop(pending) for _ in range(min(size, len(pending)))]
+            size = self._batch_size
             for window, found in zip(batch, self._decode(speech.samples, batch, language)):
                 for segment in found:
                     heapq.heappush(done, (int(segment.start * SAMPLE_RATE), order, segment))

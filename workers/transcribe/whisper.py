@@ -1,39 +1,4 @@
-"""The sequential faster-whisper engine (registry name ``faster-whisper``), streaming segments.
-
-Model: ``VOICY_WORKER_MODEL`` is a name (``large-v3``) or a local CTranslate2
-directory. A directory is loaded with ``local_files_only=True`` (it must hold
-``tokenizer.json`` or faster-whisper would fetch one); a name is too when
-``HF_HUB_OFFLINE`` is set, so tests and air-gapped hosts never download.
-Device, compute type and CPU threads: ``workers.transcribe.device``.
-
-Language: the job's hint, else ``VOICY_WORKER_LANGUAGE``, else detected
-(Voicy's order, reference/voicy.md §6.7). A hint the model does not know
-(``english``, ``xx``) is skipped in that order rather than failing the job:
-faster-whisper's tokenizer raises ``ValueError`` for it on a multilingual
-model, and that would be reported retryable and fail the same way three times
-(``workers.transcribe.languages``). VAD is on (bundled Silero model, no
-download) so silence is skipped.
-
-Each 30 s window is decoded *without* the previous window's text as a prompt
-(``condition_on_previous_text=False``; faster-whisper's default is on). With
-the prompt, a window that begins with words the prompt already holds (speech
-that repeats itself, like the demo's long message of a story told three times)
-can make the decoder continue from where the prompt's text goes on and skip
-everything in between: 39 words of one window lost, reproduced at will on a
-slightly perturbed copy of that message and gone with the prompt off
-(docs/BENCHMARKS.md "Words"). Without it each window stands alone, as in the
-batched engine, which faster-whisper never prompts.
-
-Empty transcripts (silence, music) are a *normal result* with ``text: ""``:
-Voicy's client has uploaded them so since commit 8920982, the server accepts
-``""`` and answers "no text detected" (reference/voicy.md §8.1); a retry
-would only transcribe the same silence again. Errors: ``workers.transcribe.failures``.
-
-Subclasses change how segments are produced (:meth:`WhisperEngine._segments`),
-not the streaming loop, the language rule or the error mapping
-(``workers.transcribe.batched``). Both also batch short recordings across jobs
-(``transcribe_clips``, ``workers.transcribe.clips``) with the same loaded model.
-"""
+"""The sequential faster-whisper engine (registry name ``faster-whisper``), streaming segments."""
 
 from __future__ import annotations
 
@@ -47,6 +12,7 @@ from faster_whisper import WhisperModel
 from faster_whisper.transcribe import Segment as WhisperSegment
 
 from workers.errors import ConfigError
+from workers.transcribe import host_threads
 from workers.transcribe.audio import decode
 from workers.transcribe.clips import ClipBatcher
 from workers.transcribe.device import (
@@ -92,7 +58,42 @@ def _offline() -> bool:
 
 
 class WhisperEngine:
-    """A loaded ``WhisperModel`` and the options it was loaded with; decodes window after window."""
+    """A loaded ``WhisperModel`` and the options it was loaded with; decodes window after window.
+
+    Model: ``VOICY_WORKER_MODEL`` is a name (``large-v3``) or a local CTranslate2
+    directory. A directory is loaded with ``local_files_only=True`` (it must hold
+    ``tokenizer.json`` or faster-whisper would fetch one); a name is too when
+    ``HF_HUB_OFFLINE`` is set, so tests and air-gapped hosts never download.
+    Device, compute type and CPU threads: ``workers.transcribe.device``.
+
+    Language: the job's hint, else ``VOICY_WORKER_LANGUAGE``, else detected
+    (Voicy's order, reference/voicy.md §6.7). A hint the model does not know
+    (``english``, ``xx``) is skipped in that order rather than failing the job:
+    faster-whisper's tokenizer raises ``ValueError`` for it on a multilingual
+    model, and that would be reported retryable and fail the same way three times
+    (``workers.transcribe.languages``). VAD is on (bundled Silero model, no
+    download) so silence is skipped.
+
+    Each 30 s window is decoded *without* the previous window's text as a prompt
+    (``condition_on_previous_text=False``; faster-whisper's default is on). With
+    the prompt, a window that begins with words the prompt already holds (speech
+    that repeats itself, like the demo's long message of a story told three times)
+    can make the decoder continue from where the prompt's text goes on and skip
+    everything in between: 39 words of one window lost, reproduced at will on a
+    slightly perturbed copy of that message and gone with the prompt off
+    (docs/BENCHMARKS.md "Words"). Without it each window stands alone, as in the
+    batched engine, which faster-whisper never prompts.
+
+    Empty transcripts (silence, music) are a *normal result* with ``text: ""``:
+    Voicy's client uploads them so, the server accepts
+    ``""`` and answers "no text detected" (reference/voicy.md §8.1); a retry
+    would only transcribe the same silence again. Errors: ``workers.transcribe.failures``.
+
+    Subclasses change how segments are produced (:meth:`WhisperEngine._segments`),
+    not the streaming loop, the language rule or the error mapping
+    (``workers.transcribe.batched``). Both also batch short recordings across jobs
+    (``transcribe_clips``, ``workers.transcribe.clips``) with the same loaded model.
+    """
 
     name = SEQUENTIAL_ENGINE
 
@@ -115,10 +116,10 @@ class WhisperEngine:
         self._clips = ClipBatcher(self._model, beam_size=self.beam_size,
                                   max_clips=settings.clip_batch_on(self.device),
                                   language_for=self.language_for)
-        log.info("loaded model %s on %s (%s), cpu_threads=%d (%s), engine %s, clip batches of %d",
+        log.info("loaded model %s on %s (%s), cpu_threads=%d (%s), %s, engine %s, clip batches of %d",
                  self.metadata.model, self.device, self.compute_type, self.cpu_threads,
-                 threads_reason(settings.cpu_threads, self.device, cores, pool_processes), self.name,
-                 max(1, self._clips.max_clips))
+                 threads_reason(settings.cpu_threads, self.device, cores, pool_processes),
+                 host_threads.applied().describe(self.device), self.name, max(1, self._clips.max_clips))
 
     @property
     def metadata(self) -> EngineInfo:

@@ -1,13 +1,4 @@
-"""Voicy's ``progress``/``result`` body, built from an engine's transcript on Voicy's side.
-
-Why here and not in the engine: the engine seam (``workers.transcribe``) returns
-typed segments and metadata and knows nothing of Voicy's wire format; the
-label Voicy stores as ``workerEngine`` is Voicy configuration
-(``VOICY_WORKER_ENGINE``, default ``faster-whisper``, whichever engine runs),
-so an operator can tell fleets apart (reference/voicy.md §6.7). Progress and
-result share one body (§1.9, §1.10); absent values are omitted when dumped,
-never sent as ``null``.
-"""
+"""Voicy's ``progress``/``result`` body, built from an engine's transcript on Voicy's side."""
 
 from __future__ import annotations
 
@@ -21,7 +12,12 @@ def engine_metadata(info: EngineInfo) -> EngineMetadata:
 
 
 def transcript_body(transcript: Transcript, engine_label: str, info: EngineInfo) -> TranscriptBody:
-    """The body of a ``progress`` (partial transcript) or ``result`` (final) call."""
+    """The body of a ``progress`` (partial transcript) or ``result`` (final) call (§1.9, §1.10).
+
+    Built here, not in the engine, which knows nothing of Voicy's wire format: ``engine_label``
+    is Voicy configuration (``VOICY_WORKER_ENGINE``, reference/voicy.md §6.7) so an operator can
+    tell fleets apart. Absent values are omitted when dumped, never sent as ``null``.
+    """
     return TranscriptBody(text=transcript.text,
                           parts=[Part(time_code=s.time_code, text=s.text) for s in transcript.segments],
                           language=transcript.language, engine=engine_label, duration=transcript.duration,

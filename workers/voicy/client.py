@@ -1,21 +1,4 @@
-"""HTTP client for the Voicy Worker API, on httpx with tenacity retries.
-
-Status handling follows the real server and client (reference/voicy.md §1,
-§6.2, §6.8):
-
-* 401 → ``AuthError``: the token is invalid or disabled; nothing we post will land.
-* 404 with a "stale job" code → ``StaleJobError``: the job is no longer ours,
-  drop it quietly. The server only ever sends ``job_not_found``; the other
-  three codes are the ones Voicy's client also recognises.
-* 5xx, 429, timeouts and connection errors → retried with bounded
-  exponential backoff, then ``RetryableJobError``.
-* Any other 4xx → ``VoicyApiError`` (a ``PermanentJobError``) carrying the
-  server's ``error`` code. (Voicy's own client reports these as retryable;
-  they are deterministic validation errors, so retrying cannot help.)
-
-The token lives only in the ``Authorization`` header. Messages name the
-method, path (job ids only) and status, never a header or a body.
-"""
+"""HTTP client for the Voicy Worker API, on httpx with tenacity retries."""
 
 from __future__ import annotations
 
@@ -25,6 +8,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential_jitter
 
+from workers import dead_peers
 from workers.errors import AuthError, PermanentJobError, RetryableJobError, StaleJobError
 from workers.voicy.models import (
     Bucket,
@@ -46,13 +30,19 @@ RETRY_INITIAL_S = 0.2  # first backoff; doubles each try, with jitter
 RETRY_MAX_S = 5.0  # cap of one backoff
 RETRY_BUDGET_S = 60.0  # no new try starts after this long since the first
 DEFAULT_TIMEOUT_S = 300.0  # Voicy's DOWNLOAD_TIMEOUT_MS, used for every API call
+# A 404 with one of these is StaleJobError (drop quietly). The server only sends ``job_not_found``;
+# the other three are the ones Voicy's client also recognises.
 STALE_CODES = frozenset({"job_not_found", "job_not_owned", "job_not_active", "job_cancelled"})
 TRANSIENT_STATUSES = frozenset({429})  # besides every 5xx
 AUTH_MESSAGE = "Voicy worker token is invalid or disabled (VOICY_WORKER_TOKEN)"
 
 
 class VoicyApiError(PermanentJobError):
-    """A non-retryable 4xx from the Worker API; ``code`` is the server's ``error`` value."""
+    """A non-retryable 4xx from the Worker API; ``code`` is the server's ``error`` value.
+
+    Voicy's own client reports these as retryable; they are deterministic validation errors,
+    so retrying cannot help.
+    """
 
     def __init__(self, message: str, *, status: int, code: str | None) -> None:
         super().__init__(message)
@@ -65,6 +55,11 @@ class _Transient(Exception):
 
 class VoicyClient:
     """One client per process; each method maps its endpoint's statuses to our exception tree.
+
+    As the real server and client do (reference/voicy.md §1, §6.2, §6.8): 401 is ``AuthError``;
+    a stale 404 ``StaleJobError``; 5xx, 429, timeouts and connection errors are retried, then
+    ``RetryableJobError``; any other 4xx ``VoicyApiError``. The token lives only in the
+    ``Authorization`` header; messages name method, path and status, never a header or body.
 
     ``VoicyClient(settings)`` or ``VoicyClient(base_url, token, timeout_s)``.
     ``transport`` is for tests that want a different httpx transport.
@@ -80,6 +75,7 @@ class VoicyClient:
             timeout_s = settings.timeout_s if timeout_s is None else timeout_s
         if not token:
             raise AuthError(AUTH_MESSAGE)
+        transport = transport or httpx.HTTPTransport(socket_options=dead_peers.socket_options())  # silent cuts
         self._http = httpx.Client(base_url=base_url.rstrip("/"), transport=transport,
                                   timeout=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
                                   headers={"Authorization": f"Bearer {token}"}, follow_redirects=False)

@@ -1,15 +1,4 @@
-"""The fleet's shared view of the Voicy jobs it holds, kept in Redis.
-
-Several bridge instances and any number of workers share one picture:
-
-* ``held`` — every job the fleet holds, with a small record (stage, media key,
-  language hint); the heartbeat and the reaper walk this set;
-* ``backlog`` — downloads in flight plus downloaded-but-not-yet-transcribing jobs.
-  A bridge *reserves* a backlog slot atomically before it claims, so two bridges
-  together never exceed ``VOICY_WORKER_READY_QUEUE_LIMIT``;
-* ``gpu`` — jobs queued for or running on the gpu pool, which bounds claim-ready;
-  a gpu slot looks there for ready jobs to batch with its own (``workers.voicy.gather``).
-"""
+"""The fleet's shared view of the Voicy jobs it holds, kept in Redis."""
 
 from __future__ import annotations
 
@@ -80,7 +69,14 @@ class HeldJob(BaseModel):
 
 
 class Fleet:
-    """Shared fleet state; every method is one or two Redis round trips."""
+    """Shared fleet state; every method is one or two Redis round trips.
+
+    ``held``: every job the fleet holds, with its record (walked by heartbeat and reaper).
+    ``backlog``: downloads in flight plus downloaded jobs not yet transcribing; a bridge reserves
+    a slot atomically before it claims, so bridges together never exceed
+    ``VOICY_WORKER_READY_QUEUE_LIMIT``. ``gpu``: jobs queued for or on the gpu pool, which bounds
+    claim-ready and where a gpu slot looks for jobs to batch (``workers.voicy.gather``).
+    """
 
     def __init__(self, client: redis.Redis) -> None:
         self.r = client

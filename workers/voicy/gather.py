@@ -1,35 +1,4 @@
-"""Who joins a batch: the ready short jobs a gpu slot takes along with its own, each by its lease.
-
-A gpu task that starts on a short job (``workers.voicy.transcription``) looks
-on the fleet's gpu set for other jobs whose transcription is queued (their
-lease *granted*, not running) and whose media fits one window, and takes each
-by the same compare-and-set its own task would use (``Leases.take`` with the
-token read from the grant). So a job is still transcribed by exactly one
-execution (V2): whoever takes the grant first, this slot or the job's own
-task; the loser finds the lease running and does nothing (that task logs
-"already owned by another execution"). A taken job gets its own lease keeper
-at once (``join``), as if its own task had started.
-
-Why not Celery-side batching (``celery-batches``): it buffers task *messages*
-in the worker's main process and needs a prefetch of at least the batch size;
-under the fleet's prefetch policy (one message per process, none while busy:
-``tasks.settings``) it measured batches of one, and with a larger prefetch the
-buffered messages are delivered but unacknowledged, so a SIGKILLed worker
-strands them until the 12 h visibility timeout while their grants block the
-reaper (docs/DESIGN.md "Batching short voices"). Here nothing waits anywhere
-but in Redis, where the reaper sees it.
-
-The wait is bounded: the slot looks again every ``GATHER_POLL_S`` for at most
-``VOICY_WORKER_CLIP_BATCH_WAIT_MS``, and only while jobs are still on their
-way (claimed jobs whose download is not done: ``Fleet.incoming``; a claim
-still in flight does not count, since it mostly finds nothing). A lone voice
-finds nothing on its way and is transcribed at once. Polling, not an event: the
-wait is a few hundred milliseconds at most, and a wake-up list would wake
-only one of several waiting slots.
-
-Best effort: a Redis error while gathering ends the gathering, and the slot
-transcribes what it already holds.
-"""
+"""Who joins a batch: the ready short jobs a gpu slot takes along with its own, each by its lease."""
 
 from __future__ import annotations
 
@@ -58,7 +27,18 @@ def batchable(held: HeldJob | None, window_s: float) -> bool:
 
 def gather(rt: VoicyRuntime, own_id: str, *, limit: int, window_s: float, join: Join,
            clock: Callable[[], float] = time.monotonic) -> int:
-    """Take up to ``limit`` ready short jobs besides ``own_id``, calling ``join`` for each; return how many."""
+    """Take up to ``limit`` ready short jobs besides ``own_id``, calling ``join`` for each; return how many.
+
+    Each job is taken by the compare-and-set its own task would use (``Leases.take`` with the
+    grant's token), so it is still transcribed by exactly one execution (V2). Batching happens
+    here, not in Celery (``celery-batches``): that needs a prefetch of the batch size, and
+    buffered unacked messages of a killed worker would be stranded until the visibility timeout
+    (docs/DESIGN.md "Batching short voices"); here nothing waits but in Redis, where the reaper
+    sees it. The wait is bounded by ``VOICY_WORKER_CLIP_BATCH_WAIT_MS`` and lasts only while jobs
+    are still downloading (``Fleet.incoming``), so a lone voice is not delayed. Polling, not an
+    event: a wake-up list would wake only one of several waiting slots. Best effort: a Redis
+    error ends the gathering and the slot transcribes what it holds.
+    """
     started = clock()
     deadline = started + rt.settings.clip_batch_wait_s
     seen = {own_id}

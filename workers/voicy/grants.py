@@ -1,33 +1,4 @@
-"""The grant audit: confirmed grants whose task's message no worker will run, found by the reaper.
-
-A Voicy task is sent, then its grant confirmed for ``QUEUED_LEASE_TTL_S`` (6 h),
-because a queued task is safe in the broker (``workers.voicy.pipeline``). It is
-not always: a worker's main process that took the message from its queue and
-then lost its broker connection, or was SIGKILLed, before its pool started the
-task leaves the message in kombu's ``unacked`` hash until the 12 h visibility
-timeout restores it; Sentinel's asynchronous replication can lose it outright
-(the pop replicated, kombu's write into ``unacked`` not); a task that was acked
-and died before taking its grant leaves no message at all. Each time the job
-stays granted, heartbeated and never reaped, for hours, to a task nobody runs.
-
-So the reaper audits every *confirmed* grant (a remaining TTL longer than a
-pending grant's) against the broker's messages, read by the tasks layer
-(:data:`BrokerScan`, ``tasks.transport``: Celery and kombu stay out of here). A
-grant whose message waits in a queue is fine, however long it waits. A grant
-whose message has been out of every queue for ``VOICY_WORKER_STRANDED_GRANT_MS``
-is stranded: under early ack with prefetch disabled a delivered message is
-started (acked) within milliseconds and its task takes the grant at once. The
-time out of the queues is counted from the first pass that saw it (a mark in
-Redis whose age is its TTL's remainder, no clocks compared), so a message seen
-between kombu's pop and its ``unacked`` write, or a take retrying across a Redis
-blip, is never taken for lost by one unlucky pass.
-
-Where the message is (delivered but not acked, or nowhere) only shapes the log
-line: either way the job is recovered by the reaper (``pipeline.reap``), which
-replaces the grant by compare-and-set. Being wrong costs a redo, never a double:
-a late original task finds its grant gone and does nothing (V2). kombu's own
-``unacked`` entry is left alone; its restore, hours later, delivers that no-op.
-"""
+"""The grant audit: confirmed grants whose task's message no worker will run, found by the reaper."""
 
 from __future__ import annotations
 
@@ -80,7 +51,17 @@ def confirmed_grants(rt: VoicyRuntime, job_ids: list[str]) -> list[tuple[str, st
 
 
 def stranded(rt: VoicyRuntime, scan: BrokerScan) -> list[Stranded]:
-    """The held jobs whose confirmed grant is stranded now; the broker is read only if one is confirmed."""
+    """The held jobs whose confirmed grant is stranded now; the broker is read only if one is confirmed.
+
+    A confirmed grant can outlive its message: a worker that lost its broker or was killed
+    before running the task leaves it in kombu's ``unacked`` until the visibility timeout,
+    Sentinel's asynchronous replication can lose it, and an acked task may die before its take.
+    Under early ack a delivered message is started within milliseconds, so a message out of
+    every queue for ``VOICY_WORKER_STRANDED_GRANT_MS`` is stranded. The time is counted from the
+    first pass that saw it (a Redis mark, no clocks compared), so one unlucky pass never decides.
+    Being wrong costs a redo, never a double: the reaper replaces the grant by compare-and-set
+    and a late original task finds it gone (V2).
+    """
     grants = confirmed_grants(rt, rt.fleet.held_ids())
     if not grants:
         return []

@@ -1,17 +1,4 @@
-"""Where downloaded media waits for a gpu worker: a local directory or S3.
-
-A local directory is enough on one box. When download hosts and GPU hosts
-differ, ``VOICY_WORKER_MEDIA_STORE=s3://bucket/prefix`` lets any gpu host read
-what any io host stored (boto3; endpoint from ``VOICY_WORKER_S3_ENDPOINT_URL``
-or ``AWS_ENDPOINT_URL``, credentials from boto3's usual chain). Keys are
-``<job id><ext>``; ``describe(key)`` is what we report to Voicy as
-``localSourcePath`` (a path, or an ``s3://`` URL).
-
-Both stores make a key appear whole or not at all: local writes go to a
-temporary name and are renamed; S3 objects only appear when the upload
-completes. The size bound is enforced while streaming, so an oversized
-download stops at ``max_bytes`` instead of filling the disk.
-"""
+"""Where downloaded media waits for a gpu worker: a local directory or S3."""
 
 from __future__ import annotations
 
@@ -41,7 +28,12 @@ class MediaTooLarge(PermanentJobError):
 
 
 class MediaStore(Protocol):
-    """What the io and gpu tasks need from a store; keys are plain file names."""
+    """What the io and gpu tasks need from a store; keys are plain file names (``<job id><ext>``).
+
+    A key appears whole or not at all (a local rename, a completed S3 upload), and the size
+    bound is enforced while streaming, so an oversized download stops instead of filling a disk.
+    ``describe(key)`` is what Voicy is told as ``localSourcePath``.
+    """
 
     def put_stream(self, key: str, chunks: Iterable[bytes], max_bytes: int) -> int:
         """Store ``chunks`` under ``key`` atomically; ``MediaTooLarge`` past ``max_bytes``. Returns the size."""
@@ -204,7 +196,11 @@ def _describe_error(exc: Exception) -> str:
 
 
 def media_store_from_url(url: str) -> MediaStore:
-    """``s3://bucket/prefix`` → S3; ``file:///dir`` or a plain path → a local directory."""
+    """``s3://bucket/prefix`` → S3; ``file:///dir`` or a plain path → a local directory.
+
+    S3 lets any gpu host read what any io host stored when they differ (endpoint from
+    ``VOICY_WORKER_S3_ENDPOINT_URL`` or ``AWS_ENDPOINT_URL``, credentials from boto3's chain).
+    """
     if url.startswith("s3://"):
         bucket, _, prefix = url[len("s3://"):].partition("/")
         return S3MediaStore(bucket, prefix)

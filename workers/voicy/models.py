@@ -1,14 +1,4 @@
-"""Pydantic models for the Voicy Worker API (reference/voicy.md §1), and its failure redaction.
-
-Requests are dumped with ``exclude_none``: the server answers JSON ``null``
-with a 400 while an omitted field keeps the stored value (§1.0), so we never
-send null. Responses ignore unknown keys: the real job object has about 30
-of them (§1.0 ``serializeJob``) and a newer server may add more.
-
-``FailureBody`` redacts its ``error`` with Voicy's own ``redactSensitiveText``
-rules (§6.9) *and* our registered secrets, and cuts it to the server's 2000
-UTF-16 units, so an unredacted failure text cannot be built at all.
-"""
+"""Pydantic models for the Voicy Worker API (reference/voicy.md §1), and its failure redaction."""
 
 from __future__ import annotations
 
@@ -64,6 +54,9 @@ def cut_utf16(text: str, limit: int) -> str:
 
 
 class _Wire(BaseModel):
+    """Dumped without ``None``: the server answers ``null`` with a 400 while an omitted field keeps
+    the stored value (§1.0). Unknown keys are ignored: a job has ~30 and a newer server may add more."""
+
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
     def body(self) -> dict[str, Any]:
@@ -161,7 +154,11 @@ class TranscriptBody(_Wire):
 
 
 class FailureBody(_Wire):
-    """``POST /jobs/:id/failure``; ``error`` is redacted and cut as it is built."""
+    """``POST /jobs/:id/failure``; ``error`` is redacted and cut as it is built.
+
+    Voicy's ``redactSensitiveText`` rules (§6.9) and our registered secrets, cut to the server's
+    2000 UTF-16 units: an unredacted failure text cannot be built at all.
+    """
 
     error: str
     retryable: bool

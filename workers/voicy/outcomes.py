@@ -1,24 +1,4 @@
-"""How a Voicy job ends for the execution that holds its lease: result, failure, dropped or handed back.
-
-Every step that works on a job under its lease (download, transcription,
-one job of a batch) ends it through here, so the rules are written once (V1):
-
-* a failure is posted with the right ``retryable`` flag (:func:`report_failure`)
-  and the job forgotten (:func:`finish`: media deleted, fleet records dropped);
-* a lost lease (``LeaseLost``, or a stale 404 after the lease was taken over)
-  leaves the job, media and all, to its new owner;
-* a stale 404 with the lease still ours means Voicy dropped the job: forget it;
-* a failure is posted only after the lease is *fenced* (``LeaseKeeper.fence``:
-  confirmed ours by Redis right now), since it requeues the job at Voicy and a
-  host cut off past its lease TTL may have had the job handed on;
-* a rejected worker token is re-raised: nothing we post would be accepted, the
-  lease expires and the reaper retries later;
-* our own Redis away (a restart, a failover: R1) is not the job's failure: nothing
-  is posted and nothing raised, the records stay, and once Redis is back the lease
-  expires and the reaper recovers the job as a dead worker's;
-* ``SystemExit`` (the process is being shut down under the task) hands the job
-  back (:func:`hand_back`) so the reaper recovers it at once.
-"""
+"""How a Voicy job ends for the execution that holds its lease: result, failure, dropped or handed back."""
 
 from __future__ import annotations
 
@@ -91,6 +71,9 @@ def hand_back(rt: VoicyRuntime, job_id: str, lease_value: str) -> bool:
 
 def settle(rt: VoicyRuntime, job_id: str, lease_value: str, exc: Exception, keeper: LeaseKeeper) -> None:
     """End the job after ``exc`` stopped its work: the one mapping from an error to an outcome.
+
+    Every step under a lease (download, transcription, one job of a batch) ends here, so the
+    rules are written once (V1).
 
     ``keeper`` renews the job's lease (it says whether the lease was lost, and
     fences it before a failure is posted). ``AuthError`` is re-raised after

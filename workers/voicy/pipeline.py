@@ -1,34 +1,4 @@
-"""The Voicy job pipeline, free of Celery: claim, download, heartbeat, reap.
-
-Task functions in ``tasks/voicy.py`` call these and dispatch the next step;
-the transcription step is ``workers.voicy.transcription``, and how a job ends
-(result, failure, handed back) is ``workers.voicy.outcomes``. Every step first
-*takes* the job's lease (``workers.lease``): a duplicate delivery, or a task
-whose job was recovered elsewhere, finds the lease in another state and
-returns without touching Voicy (V2). Every outcome ends the job exactly one way
-(V1): result posted, failure posted (Voicy requeues a retryable one), or handed
-back to the reaper by letting the lease expire (a killed process) or releasing
-it (a process shut down mid-job, ``outcomes.hand_back``).
-
-A job's lease, from claim to result:
-
-1. the bridge claims it and :func:`adopt_claim` grants it to a new token with a
-   *pending* TTL (one lease TTL, ``VOICY_WORKER_LEASE_TTL_MS``);
-2. the download task carrying that token is sent, then :func:`confirm_grant`
-   extends the grant to ``QUEUED_LEASE_TTL_S`` (the task may wait in the broker);
-3. :func:`run_download` takes it (``running``, renewed while it works) and hands
-   it over to the transcription's token, pending again, until that task is sent
-   and the grant confirmed;
-4. ``transcription.run_transcription`` takes it (or a gpu slot batching short
-   jobs takes it with its own, ``workers.voicy.gather``), posts the result and
-   releases it.
-
-Every grant is sent-then-confirmed the same way, the reaper's too
-(``tasks.voicy.dispatch``). A process killed between a grant and its send
-leaves only a pending grant, which expires within a lease TTL like a dead
-worker's running lease, so the reaper (:func:`reap`) recovers the job instead
-of finding it granted for hours to a task that does not exist.
-"""
+"""The Voicy job pipeline, free of Celery: claim, download, heartbeat, reap."""
 
 from __future__ import annotations
 
@@ -61,6 +31,10 @@ def adopt_claim(rt: VoicyRuntime, job_id: str, *, attempts: int, language: str |
                 stage: Stage = Stage.CLAIMED, media_key: str | None = None,
                 slot: str | None = None) -> str:
     """Record a freshly claimed job as held and grant it, pending, to a new token; return the token.
+
+    The first of a lease's steps (claim → grant → send → confirm → take → hand over → release):
+    every step takes the lease first, so a duplicate delivery returns without touching Voicy
+    (V2), and every grant is sent-then-confirmed, the reaper's too (``tasks.voicy.dispatch``).
 
     One Redis transaction (:meth:`Fleet.adopt`) also swaps the backlog
     reservation ``slot`` the claim was made under for the job. If it raises,
@@ -129,7 +103,7 @@ def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
             held.duration_s = _media_seconds(rt, key)
         rt.fleet.update(held)
         # On the gpu set *before* Voicy calls the job ready: a bridge pass in between would find a free
-        # slot and claim-ready the job's own ready state back from Voicy (tests/test_voicy_gpu_slot.py).
+        # slot and claim-ready the job's own ready state back from Voicy (tests/voicy/test_voicy_gpu_slot.py).
         rt.fleet.enter_gpu(job_id)
         rt.client.downloaded(job_id, rt.store.describe(key))
         next_token = new_token()
@@ -154,6 +128,26 @@ def _media_seconds(rt: VoicyRuntime, key: str) -> float | None:
     except JobError as exc:
         log.info("media length of %s unknown: %s", key, redact(str(exc)))
         return None
+
+
+def refuse(rt: VoicyRuntime, job_id: str, token: str, why: str) -> bool:
+    """A job task of a shape this release cannot read (``tasks.shapes``): hand the job back to Voicy.
+
+    Under the task's own grant, as every step: a copy whose grant is gone does nothing (V2). The
+    retryable failure (its text says why, and Voicy keeps it as the job's last error) has Voicy
+    requeue the job, so a worker of the release that sent the task takes it again. False if the
+    grant was not this task's.
+    """
+    lease_value = rt.leases.take(job_id, token, rt.lease_ttl_s)
+    if lease_value is None:
+        log.info("job %s: refused task no longer owns the job; skipping", job_id)
+        return False
+
+    def body(_keeper: LeaseKeeper) -> None:
+        raise RetryableJobError(f"{why}; handed back for a worker of the release that sent it")
+
+    guarded(rt, job_id, lease_value, body)
+    return True
 
 
 # --- heartbeats and recovery (beat) ----------------------------------------------------------

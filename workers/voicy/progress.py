@@ -1,12 +1,4 @@
-"""When to post a partial transcript: only when it grew and the interval has passed.
-
-The server stores every progress call and throttles visible Telegram edits
-itself (``VOICY_PROGRESS_EDIT_INTERVAL_MS``, reference/voicy.md §4); we still
-avoid one request per segment, and the contract asks workers to post only
-"meaningful transcript changes". The first post also waits one interval from
-the start, so a short voice message goes straight to its result. The interval
-boundary itself is allowed (``>=``), like the server's throttle.
-"""
+"""When to post a partial transcript: only when it grew and the interval has passed."""
 
 from __future__ import annotations
 
@@ -17,7 +9,13 @@ from workers.voicy.settings import VoicySettings
 
 
 class ProgressThrottle:
-    """Decide per partial transcript whether to send it; ``clock`` is injectable for tests."""
+    """Decide per partial transcript whether to send it; ``clock`` is injectable for tests.
+
+    The server stores every progress call and throttles Telegram edits itself (reference/voicy.md
+    §4), but the contract asks for "meaningful transcript changes" only. The first post waits one
+    interval from the start, so a short voice goes straight to its result; the boundary itself is
+    allowed (``>=``), like the server's throttle.
+    """
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s

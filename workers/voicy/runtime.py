@@ -1,11 +1,4 @@
-"""What one process needs for Voicy work, built once per process after fork: ``VoicyRuntime``.
-
-Its own module because every step of a job needs it (claiming, download,
-transcription, the way a job ends, recovery), and those steps live in
-modules of their own (``pipeline``, ``transcription``, ``outcomes``) that must
-not import each other in a circle. The lease constants every step shares are
-here for the same reason.
-"""
+"""What one process needs for Voicy work, built once per process after fork: ``VoicyRuntime``."""
 
 from __future__ import annotations
 
@@ -29,7 +22,11 @@ PENDING_GRANT_LEASE_TTLS = 1.0
 
 @dataclass
 class VoicyRuntime:
-    """Everything one process needs for Voicy work; built once per process, after fork."""
+    """Everything one process needs for Voicy work; built once per process, after fork.
+
+    In its own module, with the lease constants every step shares, because the steps
+    (``pipeline``, ``transcription``, ``outcomes``) must not import each other in a circle.
+    """
 
     settings: VoicySettings
     client: VoicyClient

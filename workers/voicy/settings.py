@@ -1,50 +1,4 @@
-"""Voicy-side settings, with the same ``VOICY_WORKER_*`` names as Voicy's own worker client.
-
-Why the same names: an operator who ran Voicy's bundled client moves its
-environment over unchanged (reference/voicy.md §6.1). Only documented names
-are read: the field aliases are exactly the names §6.1 lists (``TOKEN`` for the
-bot token, ``VOICY_WHISPER_MODEL`` for the model), never a bare field name such
-as ``MODEL``, which pydantic-settings would match case-insensitively against
-unrelated variables. Differences, on purpose:
-
-* ``POLL_INTERVAL_MS`` defaults to 1000 (Voicy: 5000): the bridge claims only
-  while it has capacity, so a short idle poll costs little and picks work up sooner.
-* ``PROGRESS_INTERVAL_MS`` (ours) below 1000 is **clamped** to 1000, mirroring
-  the server's own clamp of its edit interval (§4); faster progress posts
-  would only be stored, never shown.
-* ``MAX_MEDIA_BYTES`` bounds a download (Voicy streams without a limit, §6.4).
-  The default is the cloud Bot API's 20 MiB cap; ``VOICY_MAX_MEDIA_FILE_SIZE_MB``
-  (the server's variable) is honoured when ours is unset.
-* The engine's variables (``MODEL``/``VOICY_WHISPER_MODEL``, ``LANGUAGE``,
-  ``DEVICE``, ``COMPUTE_TYPE``, ``BEAM_SIZE``, ``CPU_THREADS``, ``TRANSCRIBER``,
-  ``BATCH_SIZE``) belong to ``workers.transcribe.settings.EngineSettings``, which
-  ``VoicySettings`` extends: one read of the environment validates both, so a
-  bad engine variable stops the bridge and the workers at start like any other.
-  ``ENGINE`` stays here: it is only the label Voicy stores as ``workerEngine``
-  (§6.7), free text as in Voicy's client; it selects nothing.
-* ``READY_QUEUE_LIMIT``'s default: Voicy's ``max(download, 2 × transcription)``,
-  unless short recordings are batched (``CLIP_BATCH_SIZE`` > 1, or unset on a
-  CUDA device: 16): then ``max(download, transcription × (clip batch + 1))``, so
-  that when a gpu slot frees up a whole batch is downloaded and waiting for it,
-  and one more is on its way (with Voicy's default a slot could never find more
-  than two). With both ``CLIP_BATCH_SIZE`` and ``DEVICE`` unset this process
-  looks for a CUDA device itself, so a bridge on a host without the GPU needs
-  one of them set to size the backlog for GPU batches.
-* ``CLIP_BATCH_WAIT_MS`` (ours, default 250) bounds how long a gpu slot waits
-  for more short jobs to fill its batch, and it waits only while more are on
-  their way (claimed jobs still downloading), so a lone voice is not delayed.
-* ``LEASE_TTL_MS``, ``MEDIA_STORE``, ``STRANDED_GRANT_MS`` are ours; the transcriber-command variables
-  of Voicy's client are gone (the engine runs in-process).
-
-Numbers follow the client's rule (§6.1): unset or empty means the default;
-otherwise JavaScript's ``Number(v)`` (:func:`js_number`), and a result that is
-not finite or is below 0 is a ``ConfigError`` naming the variable. Fractions
-are accepted. The three slot counts (download and transcription concurrency,
-ready-queue limit) become whole numbers the way the client's ``running < v``
-comparisons treat a fraction: ``max(1, v)`` rounded **up**, so ``2.5`` admits 3.
-Secrets are ``SecretStr`` and are registered with the log redactor the moment
-settings load.
-"""
+"""Voicy-side settings, with the same ``VOICY_WORKER_*`` names as Voicy's own worker client."""
 
 from __future__ import annotations
 
@@ -149,7 +103,7 @@ def number_env(name: str) -> float | None:
 
 
 def whole_slots(value: float) -> int:
-    """A slot count as Voicy's client uses it: ``max(1, v)``, and ``running < v`` admits ``ceil(v)``."""
+    """A slot count as Voicy's client uses it: ``max(1, v)``, and ``running < v`` admits ``ceil(v)`` (2.5 → 3)."""
     return math.ceil(max(MIN_SLOTS, value))
 
 
@@ -192,29 +146,37 @@ class VoicyTimings(BaseSettings):
 
 
 class VoicySettings(VoicyTimings, EngineSettings):
-    """Everything the Voicy side reads from the environment (``VOICY_WORKER_*``), its engine's too."""
+    """Everything the Voicy side reads from the environment (``VOICY_WORKER_*``), its engine's too.
+
+    The names are Voicy's client's, so an operator moves its environment over unchanged
+    (reference/voicy.md §6.1); only the aliases §6.1 lists are read, never a bare field name such
+    as ``MODEL``, which pydantic-settings would match case-insensitively against unrelated
+    variables. The engine's variables are :class:`EngineSettings`', inherited so one read of the
+    environment validates both. Numbers follow the client's rule (:func:`js_number`): unset or
+    empty is the default, a non-finite or negative result is a ``ConfigError``.
+    """
 
     api_url: str
     token: SecretStr
     work_dir: Path = Field(default_factory=lambda: Path.cwd() / "tmp" / "voicy-worker")
     # a directory or s3://bucket/prefix; default: work_dir (checked even when unset: see _shared_on_heroku)
     media_store: str | None = Field(default=None, validate_default=True)
-    poll_interval_ms: NonNegative = DEFAULT_POLL_INTERVAL_MS
+    poll_interval_ms: NonNegative = DEFAULT_POLL_INTERVAL_MS  # Voicy: 5000; we claim only with capacity
     download_timeout_ms: NonNegative = DEFAULT_DOWNLOAD_TIMEOUT_MS
     restart_delay_ms: NonNegative = DEFAULT_RESTART_DELAY_MS
     download_concurrency: SlotCount = DEFAULT_DOWNLOAD_CONCURRENCY
     transcription_concurrency: SlotCount = DEFAULT_TRANSCRIPTION_CONCURRENCY
-    ready_queue_limit: SlotCount | None = None
+    ready_queue_limit: SlotCount | None = None  # default: Voicy's, or a whole clip batch per gpu slot (_derive)
     idle_exit: bool = False
     stale_active_job_ms: NonNegative = DEFAULT_STALE_ACTIVE_JOB_MS
     telegram_api_url: str = DEFAULT_TELEGRAM_API_URL
     telegram_bot_token: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("VOICY_WORKER_TELEGRAM_BOT_TOKEN", "TOKEN"))
-    max_media_bytes: NonNegativeInt | None = None
-    engine: str = DEFAULT_ENGINE  # the label sent with progress/result (workerEngine), not a selector
-    progress_interval_ms: NonNegative = DEFAULT_PROGRESS_INTERVAL_MS
-    clip_batch_wait_ms: NonNegative = DEFAULT_CLIP_BATCH_WAIT_MS
-    stranded_grant_ms: NonNegative = DEFAULT_STRANDED_GRANT_MS
+    max_media_bytes: NonNegativeInt | None = None  # ours (Voicy streams unbounded, §6.4)
+    engine: str = DEFAULT_ENGINE  # ENGINE: only the workerEngine label sent with results (§6.7), selects nothing
+    progress_interval_ms: NonNegative = DEFAULT_PROGRESS_INTERVAL_MS  # ours; clamped like the server's edits (§4)
+    clip_batch_wait_ms: NonNegative = DEFAULT_CLIP_BATCH_WAIT_MS  # ours
+    stranded_grant_ms: NonNegative = DEFAULT_STRANDED_GRANT_MS  # ours (workers.voicy.grants)
 
     @field_validator("api_url", "telegram_api_url")
     @classmethod

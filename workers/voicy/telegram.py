@@ -1,34 +1,4 @@
-"""Resolve and download a job's Telegram media without ever exposing the bot token.
-
-Follows Voicy's client (reference/voicy.md §6.4): a legacy ``sourceUrl`` only
-when it is not token-bearing (§3.4 pattern) and passes the allow-list; else
-``filePath``; else ``getFile`` for the ``fileId``. Cloud Bot API paths are
-relative and downloaded over HTTP (``{TG}/file/bot<TOKEN>/<path>``); a local
-Bot API server (``--local``) returns absolute paths, copied from disk when the
-API host is loopback.
-
-Why the token never leaks: every URL we build carries the placeholder
-``TOKEN_MARK`` instead of the token, and only :class:`BotTokenTransport`
-swaps the real token in, right before the bytes go on the wire and only for
-the Bot API's own origin. httpx's request log line, its exceptions and our
-messages therefore only ever see ``/bot__BOT_TOKEN__/``.
-
-Classification (§6.8): a missing bot token and a refused source URL are
-permanent; getFile or download HTTP errors, timeouts and file-system errors
-are retryable, except Telegram's "file is too big" and our size bound, which
-no retry can fix.
-
-A connection the server closed unanswered is sent once more, on a new connection,
-before it counts as a failure: any HTTP/1.1 server may close an idle keep-alive
-connection at any moment (RFC 9112 §9.3.1), and when it does so just as our
-pooled client sends on it, the request fails with ``RemoteProtocolError``
-("Server disconnected without sending a response") or a reset. httpx's pool
-drops idle connections after 5 s and uvicorn (every dev-stack fake) closes them
-after 5 s, so the chaos run met this race; the real Bot API's front end closes
-idle connections on a timer of its own, so production meets it too. Both
-requests are idempotent GETs (RFC 9110 §9.2.2), and a download is sent again only
-before its first byte was read.
-"""
+"""Resolve and download a job's Telegram media without ever exposing the bot token."""
 
 from __future__ import annotations
 
@@ -127,7 +97,11 @@ def _allowed(url: str, api_url: str) -> bool:
 
 
 class BotTokenTransport(httpx.BaseTransport):
-    """Replaces ``/bot__BOT_TOKEN__/`` with the real token on the wire, for the Bot API origin only."""
+    """Replaces ``/bot__BOT_TOKEN__/`` with the real token on the wire, for the Bot API origin only.
+
+    Every URL we build carries ``TOKEN_MARK`` instead of the token, so httpx's request log, its
+    exceptions and our messages only ever see ``/bot__BOT_TOKEN__/``.
+    """
 
     def __init__(self, api_url: str, token: str | None, inner: httpx.BaseTransport | None = None) -> None:
         api = httpx.URL(api_url)
@@ -150,7 +124,12 @@ class BotTokenTransport(httpx.BaseTransport):
 
 
 class TelegramFiles:
-    """getFile and download against the cloud or a local Bot API server."""
+    """getFile and download against the cloud or a local Bot API server.
+
+    Errors (§6.8): a missing bot token and a refused source URL are permanent; getFile or
+    download HTTP errors, timeouts and file-system errors are retryable, except Telegram's
+    "file is too big" and our size bound, which no retry can fix.
+    """
 
     def __init__(self, settings: VoicySettings, transport: httpx.BaseTransport | None = None) -> None:
         self.api_url = settings.telegram_api_url
@@ -208,7 +187,11 @@ class TelegramFiles:
 
     def _get(self, what: str, url: str, *, params: dict[str, str] | None = None,
              stream: bool = False) -> httpx.Response:
-        """GET ``url``, once more if the server closed the connection unanswered (see the module doc).
+        """GET ``url``, once more if the server closed the connection unanswered.
+
+        Any HTTP/1.1 server may close an idle keep-alive connection at any moment (RFC 9112
+        §9.3.1), racing our pooled client's send; both requests are idempotent GETs (RFC 9110
+        §9.2.2).
 
         ``stream=True`` returns before the body is read (the caller closes the response), so
         a download is never sent again after any of its bytes were read.
@@ -229,7 +212,12 @@ class TelegramFiles:
         return self.chunks(file_url(self.api_url, TOKEN_MARK, file_path))
 
     def open_source(self, source: Source) -> Iterator[bytes]:
-        """The media's bytes, lazily; resolution errors are raised now, transfer errors while iterating."""
+        """The media's bytes, lazily; resolution errors are raised now, transfer errors while iterating.
+
+        As Voicy's client (reference/voicy.md §6.4): a legacy ``sourceUrl`` only when not
+        token-bearing and allowed; else ``filePath``; else ``getFile``. A local Bot API server's
+        absolute paths are read from disk when its host is loopback.
+        """
         if source.source_url and not is_token_bearing(source.source_url):
             if not _allowed(source.source_url, self.api_url):
                 raise PermanentJobError(NOT_ALLOWED)

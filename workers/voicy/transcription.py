@@ -1,29 +1,4 @@
-"""The transcription step: a job's stored media to its result, alone or in a batch of short jobs.
-
-A gpu task takes its job's lease (``workers.lease``) and then:
-
-* **alone** (a recording longer than one 30 s window, clip batching off, or an
-  engine that cannot batch): ``POST /transcribe``, the engine streams segments,
-  progress is posted as the transcript grows, then the result; every failure
-  ends the job one way (``workers.voicy.outcomes``);
-* **in a batch** (a short recording, ``VOICY_WORKER_CLIP_BATCH_SIZE`` > 1):
-  it first takes other ready short jobs along (``workers.voicy.gather``: each
-  by its own lease, waiting at most ``VOICY_WORKER_CLIP_BATCH_WAIT_MS`` and only
-  while more are on their way), then the engine decodes all of them in one pass
-  (``transcribe_clips``). Nothing else is shared: each job keeps its own lease
-  and keeper (so its heartbeats, which beat sends for live leases), its own
-  ``/transcribe``, progress throttle, result or failure. A job that fails (its
-  media undecodable, its ``/transcribe`` refused, its lease lost, its result
-  rejected) ends alone and the others go on. A job the batch does not answer
-  (longer than one window, its length not known at download; or a decode the
-  sequential engine would retry at a higher temperature) is transcribed alone
-  right after the others' results are posted. If nothing else is ready, the
-  job is transcribed alone, exactly as without batching.
-
-A process shut down mid-batch (``SystemExit``) hands back every job of the
-batch that has not ended; a killed one leaves leases that expire, and the
-reaper recovers each job once (V1).
-"""
+"""The transcription step: a job's stored media to its result, alone or in a batch of short jobs."""
 
 from __future__ import annotations
 
@@ -146,7 +121,13 @@ class _Job:
 
 
 class _Batch:
-    """Short jobs one gpu slot transcribes in one pass, each under its own lease keeper."""
+    """Short jobs one gpu slot transcribes in one pass, each under its own lease keeper.
+
+    Only the decode is shared (``transcribe_clips``): each job keeps its own lease, heartbeats,
+    ``/transcribe``, progress, result or failure, and one that fails ends alone. A job the batch
+    does not answer (longer than a window, or a decode the sequential engine would retry hotter)
+    is transcribed alone afterwards. A shutdown mid-batch hands back every job not yet ended (V1).
+    """
 
     def __init__(self, rt: VoicyRuntime) -> None:
         self.rt = rt

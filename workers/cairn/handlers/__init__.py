@@ -1,26 +1,16 @@
-"""Cairn job handlers: the domain work behind the provider pool's Celery tasks (no Celery here).
-
-``run_admitted(ctx, kind, job, delivery) -> Disposition`` runs a job the bridge's
-admission (``bridges.cairn.admission.admit``, the one decision point) already
-parsed and judged; ``run.run_job`` calls it under the job's lease. ``discover``
-and ``exchange`` answer the two request/reply subjects. Every error is turned
-into the contract's ack discipline in one place (``failure.disposition_for``),
-so a handler only says what success looks like. Nothing here judges a raw
-payload: there is no second admission path.
-"""
+"""Cairn job handlers: the domain work behind the provider pool's Celery tasks (no Celery here)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from workers.cairn import webhooks
 from workers.cairn.disposition import Disposition, ack, nak, term
-from workers.cairn.handlers import fetch_source, gear_metrics, parse_blob, reconcile
+from workers.cairn.handlers import fetch_source, gear_metrics, parse_blob, reconcile, webhooks
 from workers.cairn.handlers.context import Delivery, JobContext, build_context, reset_context
 from workers.cairn.handlers.discover import discover
 from workers.cairn.handlers.exchange import exchange
-from workers.cairn.handlers.failure import disposition_for, terminate
+from workers.cairn.handlers.failure import disposition_for, refused
 from workers.providers.kinds import FETCH_SOURCE, IMPORT_GEAR, IMPORT_METRICS, PARSE_BLOB, RECONCILE, WEBHOOK_EVENT
 
 log = logging.getLogger(__name__)
@@ -39,11 +29,15 @@ __all__ = ["HANDLERS", "Delivery", "Disposition", "JobContext", "ack", "build_co
 
 
 def run_admitted(ctx: JobContext, kind: str, job: Any, delivery: Delivery) -> Disposition:
-    """Run a job that admission already parsed and judged; every failure maps onto ack/nak/term."""
+    """Run a job that admission already parsed and judged; every failure maps onto ack/nak/term.
+
+    Admission (``bridges.cairn.admission.admit``) is the one decision point: nothing here judges
+    a raw payload. Errors become the contract's ack discipline in one place
+    (``failure.disposition_for``), so a handler only says what success looks like.
+    """
     handler = HANDLERS.get(kind)
-    if handler is None:  # admission only admits the kinds this pool consumes; a newer bridge's kind
-        return terminate(ctx, kind, job, delivery, code="unsupported_job",
-                         message=f"this pool does not serve {kind}")
+    if handler is None:  # admission admits only the kinds its pool consumes: a newer bridge's kind
+        return refused(f"job kind {kind} has no handler in this release")
     try:
         return handler(ctx, job, delivery)
     except Exception as exc:  # noqa: BLE001 - every failure maps onto ack/nak/term

@@ -1,20 +1,4 @@
-"""``JobContext``: the per-process objects every Cairn handler uses, built once after fork.
-
-Why one object: a provider task runs many jobs in one process; the NATS
-connection (a background asyncio loop, ``NatsThread``), the provider's pooled
-HTTP client, the Redis client used for reconcile coalescing, the shared rate
-limiter and the claim-check (presigned-URL client and cached publish routes)
-are all expensive to create and safe to reuse. ``build_context()`` is called lazily by the task module (after
-the prefork fork, never in the parent). Per-delivery facts (attempt number,
-stream sequence) travel separately in :class:`Delivery`, because the context is
-shared by every job of the process.
-
-The NATS primitives the handlers need are reached here so every handler
-speaks to core the same way: ``request`` (core request/reply, JSON in and
-out, ``Nats-Error`` replies become :class:`CoreRequestError`), ``publish``
-(JetStream publish with a ``Nats-Msg-Id`` for stream subjects, through the
-claim-check's cached routes) and ``claimcheck`` (presign, PUT, envelope).
-"""
+"""``JobContext``: the per-process objects every Cairn handler uses, built once after fork."""
 
 from __future__ import annotations
 
@@ -75,7 +59,12 @@ class Delivery:
 
 @dataclasses.dataclass
 class JobContext(PoolContext):
-    """Everything a handler needs; see the module docstring for why it is shared.
+    """Everything a handler needs, shared by every job of the process.
+
+    The NATS thread, the provider's pooled HTTP client, the Redis client, the rate limiter and
+    the claim-check are expensive to create and safe to reuse, so ``build_context()`` makes them
+    once, lazily after the prefork fork. Per-delivery facts travel in :class:`Delivery`. Every
+    handler reaches core through ``request``, ``publish`` and ``claimcheck`` here.
 
     The pool's identity (``worker_name``, ``worker_stamp``, ``core_gate``, ...) comes
     from :class:`~workers.cairn.pool.PoolContext`, the shape the presence context has too.
@@ -142,22 +131,14 @@ def _build(settings: Any) -> JobContext:
 
 
 # --------------------------------------------------------------------------- subjects
-# Re-exported from ``workers.cairn.subjects`` so handlers import one place.
-from workers.cairn.subjects import (  # noqa: E402
+# Re-exported from ``workers.cairn.contract.subjects`` so handlers import one place.
+from workers.cairn.contract.subjects import (  # noqa: E402
     creds_subject,
     job_subject,
-    presign_download_subject,
-    presign_upload_subject,
     reconcile_result_subject,
     result_subject,
     token_subject,
 )
 
-
-def presign_subject(provider: str, direction: str) -> str:
-    """``direction`` is ``upload`` or ``download``."""
-    return presign_upload_subject(provider) if direction == "upload" else presign_download_subject(provider)
-
-
 __all__ = ["CoreRequestError", "Delivery", "JobContext", "build_context", "creds_subject", "job_subject",
-           "presign_subject", "reconcile_result_subject", "reset_context", "result_subject", "token_subject"]
+           "reconcile_result_subject", "reset_context", "result_subject", "token_subject"]

@@ -1,12 +1,4 @@
-"""discover (contract §8): one round of "what could be imported", answered in the pool.
-
-The provider walks its listing under the shared budget and already returns
-partial pages with ``rate_limited``/``next_page`` and errors in the reply.
-Everything that goes wrong *around* it (token fetch, core unreachable, a bug)
-becomes ``{"error": ...}`` here: never an empty success when the real cause
-was an error or a rate limit — the UI would show "0 importable activities".
-Core marks the account rate-limited when the error text says ``rate_limited``.
-"""
+"""discover (contract §8): one round of "what could be imported", answered in the pool."""
 
 from __future__ import annotations
 
@@ -28,7 +20,13 @@ RATE_LIMITED_ERROR = "rate_limited: provider budget exhausted, try again shortly
 
 
 def discover(ctx: JobContext, request: dict[str, Any]) -> dict[str, Any]:
-    """The §8 reply dict (JSON-able, no secrets)."""
+    """The §8 reply dict (JSON-able, no secrets).
+
+    The provider returns partial pages and its own errors in the reply; whatever goes wrong
+    around it (token fetch, core unreachable, a bug) becomes ``{"error": ...}``, never an empty
+    success the UI would show as "0 importable activities". Core marks the account
+    rate-limited when the error text says ``rate_limited``.
+    """
     try:
         req = DiscoverRequest.model_validate(request or {})
     except ValidationError:

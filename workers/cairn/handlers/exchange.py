@@ -1,13 +1,4 @@
-"""OAuth code exchange (contract §9b) in the pool.
-
-The request carries ``client_secret`` and ``code`` and the reply carries the
-tokens; both travel between bridge and task only as sealed Redis keys
-(``workers.cairn.sealed``). Here every secret is registered with the log
-redactor before the provider sees it. The worker keeps nothing: core stores
-the reply as the account's token state. ``provider_account_id`` is the
-provider's stable account id (Strava's athlete id), which the provider
-fetches when the token response lacks it.
-"""
+"""OAuth code exchange (contract §9b) in the pool."""
 
 from __future__ import annotations
 
@@ -34,7 +25,12 @@ def _error(code: str, message: str) -> dict[str, Any]:
 
 
 def exchange(ctx: JobContext, request: dict[str, Any]) -> dict[str, Any]:
-    """The §9b reply: tokens + ``provider_account_id``, or ``{"error", "message"}``."""
+    """The §9b reply: tokens + ``provider_account_id``, or ``{"error", "message"}``.
+
+    Request and reply cross between bridge and task only as sealed Redis keys
+    (``workers.cairn.sealed``); every secret is registered with the redactor before the provider
+    sees it, and the worker keeps nothing (core stores the tokens).
+    """
     if not isinstance(request, dict):
         return _error("bad_request", "request is not an object")
     for key in ("client_secret", "code", "code_verifier"):

@@ -1,31 +1,18 @@
-"""Failure envelopes (contract §6) and the one mapping from errors to dispositions.
-
-Why one mapping: every handler fails the same ways (rate limit, core or S3
-unreachable, provider refusal, unmappable data), and the contract's ack
-discipline (§3) must hold for all of them: a rate limit NAKs with a delay
-anchored to the real window reset, anything transient NAKs, and anything that
-can never succeed publishes a failure envelope and then Terms, so core fails
-the import-queue item with the true reason instead of "stale: no result".
-
-Envelope = worker stamp + ``error {class, code, message}`` + ``failed_ref``,
-no events. The stamp is not required by §6 but C3 asks for it on every
-``JobResult`` and core ignores every other field once ``error`` is set.
-Messages are redacted and short; they are built from our own error texts,
-which never carry tokens. Every NAK here is a failed delivery (it brings the
-job closer to the bridge's term after ~5 failures) except a rate limit, which
-only waits for the window: a reconcile's sub-jobs may wait out many windows.
-"""
+"""Failure envelopes (contract §6) and the one mapping from errors to dispositions."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from workers.cairn import wire
 from workers.cairn.claimcheck import ClaimCheckError
+from workers.cairn.contract import wire
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.contract.subjects import failure_msg_id
 from workers.cairn.credentials import CredentialsRevoked, CredentialsUnavailable, report_needs_reauth
 from workers.cairn.disposition import (
     ENVELOPE_FAILED_NAK_DELAY_S,
+    RELEASE_REFUSED_NAK_DELAY_S,
     TRANSIENT_NAK_DELAY_S,
     UNEXPECTED_NAK_DELAY_S,
     Disposition,
@@ -33,9 +20,7 @@ from workers.cairn.disposition import (
     term,
 )
 from workers.cairn.handlers.context import Delivery, JobContext, reconcile_result_subject, result_subject
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.refusals import PermissionRefused
-from workers.cairn.subjects import failure_msg_id
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.logs import redact
 from workers.providers.errors import (
@@ -72,7 +57,11 @@ def _job_field(job: Any, name: str) -> str:
 
 def failure_envelope(ctx: JobContext, job: Any, *, code: str, message: str,
                      error_class: str = "ERROR_CLASS_INVALID_INPUT") -> pb.JobResult:
-    """The §6 ``JobResult``: ``error`` and ``failed_ref`` (the claim-check adds the stamp)."""
+    """The §6 ``JobResult``: ``error`` and ``failed_ref`` (the claim-check adds the stamp).
+
+    No events; the stamp is not required by §6 but C3 asks for it on every ``JobResult``.
+    Messages are short and redacted, built from our own error texts.
+    """
     if error_class not in ERROR_CLASSES:
         error_class = "ERROR_CLASS_INVALID_INPUT"
     return wire.failure_envelope(code=code or "failed", message=redact(message or "")[:MESSAGE_MAX_CHARS],
@@ -115,7 +104,12 @@ def terminate(ctx: JobContext, kind: str, job: Any, delivery: Delivery, *, code:
 
 
 def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, exc: BaseException) -> Disposition:
-    """The contract's ack discipline for an error raised by a handler."""
+    """The contract's ack discipline for an error raised by a handler (§3).
+
+    A rate limit NAKs until the real window reset without counting as a failure; anything
+    transient NAKs as a failed delivery; anything that can never succeed publishes a failure
+    envelope and Terms, so core fails the item with the true reason, not "stale: no result".
+    """
     if isinstance(exc, ProviderRateLimited):
         delay = exc.delay_s()
         log.info("%s rate limited (%s window); nak %.0fs", kind, exc.window, delay)
@@ -143,3 +137,15 @@ def disposition_for(ctx: JobContext, kind: str, job: Any, delivery: Delivery, ex
         return nak(TRANSIENT_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}: {redact(str(exc))[:120]}")
     log.warning("%s unexpected failure %s; nak", kind, type(exc).__name__)
     return nak(UNEXPECTED_NAK_DELAY_S, reason=f"unexpected: {type(exc).__name__}")
+
+
+def refused(why: str) -> Disposition:
+    """A NAK (no failure) for a task this worker's release cannot read: a rolling upgrade's mismatch.
+
+    Nothing is taken or recorded, as for another pool's job: the message waits
+    ``RELEASE_REFUSED_NAK_DELAY_S`` and goes to a worker of the release that sent it. The
+    line names the fix, since only a deploy in the wrong order sends what the workers cannot read.
+    """
+    log.warning("cairn job refused: %s; handed back (NAK %.0fs, not a failure) for a worker of the release "
+                "that sent it (deploy workers before bridges)", why, RELEASE_REFUSED_NAK_DELAY_S)
+    return nak(RELEASE_REFUSED_NAK_DELAY_S, reason=f"refused by this worker's release: {why}", failure=False)

@@ -1,28 +1,4 @@
-"""fetch_source: import one activity (contract §4, §5; reference §3.6).
-
-Order, and why:
-
-1. credentials from core (per job, memory only): a token or a login;
-2. the provider fetch (every API call reserves shared budget first and syncs
-   it from the usage headers; a 429 or an exhausted budget is
-   ``ProviderRateLimited`` → NAK until the real window reset);
-3. the raw archive (dataset-N envelope, presign kind ``raw``) *before* the
-   result, so the activity names its ``raw_blob_id`` and a later re-parse
-   reproduces this import; a failed archive NAKs (a source without its raw
-   inputs could only ever be re-fetched, spending quota);
-4. the claim-checked result: GEAR events first, then the ACTIVITY that
-   references them, msg-id ``result:<job_id>:d<delivery>`` so a deferred
-   retry re-publishes past the dedup window (ingest is idempotent);
-5. a second claim-checked result with the SEGMENT events, then the
-   SEGMENT_EFFORT events, msg-id ``…:d<delivery>:seg``, after the activity it
-   refers to (reference §3.6 steps 10–11). A failed publish NAKs like the
-   first one (contract §5: never drop a result body);
-6. when the segment loop ran out of budget, NAK (not a failure) until the
-   window resets: the re-run re-publishes everything, cached segments cheap.
-
-Photos are mirrored by the provider through ``UserBlobSink`` (presign with the
-user id, durable layout) before the archive is built, best effort.
-"""
+"""fetch_source: import one activity (contract §4, §5; reference §3.6)."""
 
 from __future__ import annotations
 
@@ -30,11 +6,11 @@ import logging
 from typing import Any
 
 from workers.cairn.claimcheck import KIND_RAW, UserBlobSink, segment_result_msg_id, strict_result
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.contract.subjects import activity_result_msg_id, result_subject
 from workers.cairn.credentials import fetch_creds, fetch_tokens
 from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, ack, nak
 from workers.cairn.handlers.context import Delivery, JobContext
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
-from workers.cairn.subjects import activity_result_msg_id, result_subject
 from workers.providers.base import AUTH_CREDENTIALS
 from workers.providers.context import Login, ProviderContext
 from workers.providers.kinds import FETCH_SOURCE
@@ -109,6 +85,15 @@ def publish_results(ctx: JobContext, subject: str, outcome: FetchOutcome, msg_id
 
 
 def handle(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
+    """Credentials, provider fetch, raw archive, then the results; the order is the contract's.
+
+    The raw archive is uploaded *before* the result so the activity names its ``raw_blob_id``
+    and a re-parse reproduces this import (a source without its raw inputs could only be
+    re-fetched, spending quota). Then the activity result (GEAR events before the ACTIVITY,
+    msg-id ``result:<job_id>:d<delivery>`` so a deferred retry re-publishes past the dedup
+    window) and the SEGMENT result after it (reference §3.6 steps 10-11). A segment loop out of
+    budget NAKs until the window resets, not as a failure.
+    """
     pctx = provider_context(ctx, job)
     pctx.blobs = UserBlobSink(ctx.claimcheck)
     outcome = ctx.provider.fetch_source(pctx, job)

@@ -1,13 +1,4 @@
-"""import_gear and import_metrics: account-level data jobs (contract §4, §5).
-
-import_gear answers with one GEAR event per gear on the account, retired
-included; the result is small and event-only, published inline (§5 allows
-it) with msg-id ``result:<job_id>``. import_metrics is served only when the
-provider declares it (Strava has no health metrics, so its pool never
-creates that consumer); its METRIC events are claim-checked like any
-event-carrying result. A kind the provider does not serve is a permanent
-failure: envelope + Term, never a NAK loop.
-"""
+"""import_gear and import_metrics: account-level data jobs (contract §4, §5)."""
 
 from __future__ import annotations
 
@@ -15,11 +6,11 @@ import logging
 from typing import Any
 
 from workers.cairn.claimcheck import strict_result
+from workers.cairn.contract.subjects import result_msg_id
 from workers.cairn.disposition import Disposition, ack
 from workers.cairn.handlers.context import Delivery, JobContext, result_subject
 from workers.cairn.handlers.failure import Permanent
 from workers.cairn.handlers.fetch_source import provider_context
-from workers.cairn.subjects import result_msg_id
 from workers.providers.kinds import IMPORT_GEAR, IMPORT_METRICS
 
 log = logging.getLogger(__name__)
@@ -30,6 +21,7 @@ def _declared(ctx: JobContext, kind: str) -> bool:
 
 
 def handle_gear(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
+    """One GEAR event per gear (retired included), small enough to publish inline (§5)."""
     if not _declared(ctx, IMPORT_GEAR):
         raise Permanent("unsupported_job", f"{ctx.provider_name} does not serve import_gear")
     events = ctx.provider.import_gear(provider_context(ctx, job), job)
@@ -41,6 +33,7 @@ def handle_gear(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
 
 
 def handle_metrics(ctx: JobContext, job: Any, delivery: Delivery) -> Disposition:
+    """METRIC events, claim-checked; a kind the provider does not declare is Permanent, never a NAK loop."""
     if not _declared(ctx, IMPORT_METRICS):
         raise Permanent("unsupported_job", f"{ctx.provider_name} declares no metrics")
     events = ctx.provider.import_metrics(provider_context(ctx, job), job)

@@ -1,17 +1,4 @@
-"""parse_blob: quota-free re-parse of an archived raw blob (contract §1, §4; reference §3.10).
-
-The blob is read through the presigned GET in the job; an expired URL (past
-``expires_at``, or S3 answering 403) is re-presigned via
-``cairn.blobs.presign_download.<provider>`` with the fallback handle (the raw
-blob key). The provider's parser is the same function the import ran on the
-same bytes, and the activity names the same raw blob (key, size, content
-type), so the claim-checked body is byte-identical to the import's; so is the
-second (segment) result, published after it as the import did.
-
-``min_parser_version`` is judged once, at admission (the bridge NAKs a job
-our parser must not take: a higher version, or another dataset); the handler
-receives an admitted job and does not judge it again.
-"""
+"""parse_blob: quota-free re-parse of an archived raw blob (contract §1, §4; reference §3.10)."""
 
 from __future__ import annotations
 
@@ -19,12 +6,12 @@ import logging
 from datetime import UTC, datetime
 
 from workers.cairn.claimcheck import DownloadError
+from workers.cairn.contract.jobs import ParseBlobJob
+from workers.cairn.contract.subjects import activity_result_msg_id
 from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, ack, nak
 from workers.cairn.handlers.context import Delivery, JobContext, result_subject
 from workers.cairn.handlers.failure import Permanent
 from workers.cairn.handlers.fetch_source import publish_results
-from workers.cairn.jobs import ParseBlobJob
-from workers.cairn.subjects import activity_result_msg_id
 from workers.providers.kinds import PARSE_BLOB
 
 log = logging.getLogger(__name__)
@@ -38,7 +25,11 @@ def _expired(expires_at: datetime | None) -> bool:
 
 
 def read_archive(ctx: JobContext, job: ParseBlobJob) -> tuple[bytes, str]:
-    """The archive bytes and the blob key the activity should name (the fallback handle)."""
+    """The archive bytes and the blob key the activity should name (the fallback handle).
+
+    An expired URL (past ``expires_at``, or S3's 403) is re-presigned through
+    ``cairn.blobs.presign_download.<provider>`` with the raw blob key.
+    """
     url, handle = job.blob.url, job.blob.fallback_handle
     if _expired(job.blob.expires_at):
         if not handle:
@@ -56,6 +47,10 @@ def read_archive(ctx: JobContext, job: ParseBlobJob) -> tuple[bytes, str]:
 
 
 def handle(ctx: JobContext, job: ParseBlobJob, delivery: Delivery) -> Disposition:
+    """Re-parse with the import's own parser: the results are byte-identical to the import's.
+
+    ``min_parser_version`` was judged once, at admission; it is not judged again here.
+    """
     raw, blob_id = read_archive(ctx, job)
     outcome = ctx.provider.parse_blob(raw, job)
     if blob_id:

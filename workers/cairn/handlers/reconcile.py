@@ -1,31 +1,4 @@
-"""reconcile: catch new activity since the watermark (contract §7; reference §3.13).
-
-* Window: ``max(watermark − 1 h, now − 30 d)`` — never the full history.
-* Unknown ext-ids (not in ``known_ext_ids``) become fetch_source sub-jobs on
-  *our own* pool subject, capped by ``max_enqueue``, each with the
-  deterministic msg-id ``reconcile:<provider>:<account_id>:<ext_id>`` so a
-  re-run within the dedup window never enqueues an activity twice.
-* The result is published inline to ``cairn.results.reconcile.<p>.<account>``
-  **always**, even with nothing new: it is what advances ``last_sync_at``.
-  ``new_watermark`` = max(watermark, newest enqueued start).
-
-Coalescing (§7 SHOULD, ~10 min): a Redis ``SET NX`` with a TTL per account
-claims the account for ``RECONCILE_COALESCE_S``. A second reconcile job for
-the same account inside that time is a cheap ack **that still publishes its
-result** (echoing the job's own watermark, no provider call): otherwise a
-scheduler backlog would keep ``last_sync_at`` stale and the scheduler would
-re-poll the account every tick. The claim holds the job id, so a NAK'd
-redelivery of the *same* job is not coalesced, and a failed run releases the
-claim so its retry really lists.
-
-A reconcile without ``user_id`` (the §10 conformance harness sends
-``{job_id, account_id, provider, max_enqueue}``, reference §5) is answered, not
-termed: its result is published with the job's own watermark, but nothing is
-listed or enqueued and no coalescing window is claimed. A fetch_source sub-job
-needs its owner (core refuses an activity whose ``ref.user_id`` is not a
-UUID), so listing would only spend provider budget; the next scheduled
-reconcile, which always names the user, lists the account for real.
-"""
+"""reconcile: catch new activity since the watermark (contract §7; reference §3.13)."""
 
 from __future__ import annotations
 
@@ -33,24 +6,28 @@ import json
 import logging
 from datetime import UTC, datetime, timedelta
 
-from workers.cairn import wire
+from workers.cairn.contract import wire
+from workers.cairn.contract.jobs import ReconcileJob
+from workers.cairn.contract.pb.cairn.worker.v1 import worker_pb2 as pb
+from workers.cairn.contract.subjects import reconcile_subjob_msg_id, result_msg_id
 from workers.cairn.disposition import Disposition, ack
 from workers.cairn.handlers.context import Delivery, JobContext, job_subject, reconcile_result_subject
 from workers.cairn.handlers.fetch_source import provider_context
-from workers.cairn.jobs import ReconcileJob
-from workers.cairn.pb.cairn.worker.v1 import worker_pb2 as pb
 from workers.cairn.routing import PublishError
-from workers.cairn.subjects import reconcile_subjob_msg_id, result_msg_id
 from workers.providers.kinds import FETCH_SOURCE
 
 log = logging.getLogger(__name__)
 
 SUBJOB_REASON = "reconcile"  # the ``reason`` of the fetch_source sub-jobs a reconcile enqueues
+# Contract §7 SHOULD: a Redis SET NX per account holds the job id for this long; a second reconcile
+# inside it acks cheaply but still publishes its result, or last_sync_at would stay stale.
 RECONCILE_COALESCE_S = 600  # contract §7: coalesce reconcile jobs per account (~10 min)
 WATERMARK_OVERLAP_S = 3600  # list from watermark − 1 h (late uploads, clock skew)
 MAX_LOOKBACK_S = 30 * 24 * 3600  # never further back than 30 days
 DEFAULT_MAX_ENQUEUE = 500
 COALESCE_KEY_PREFIX = "cairn:reconcile:coalesce:"  # + <pool>:<account_id>: pools sharing a Redis never collide
+# A reconcile without user_id (the §10 conformance harness, reference §5) is answered with its own
+# watermark: a sub-job needs its owner (core refuses a ref.user_id that is not a UUID).
 OWNERLESS_REASON = "no user_id: nothing listed or enqueued"
 _RELEASE_IF_OURS = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -107,6 +84,12 @@ def reconcile_result(new_watermark: datetime | None) -> pb.JobResult:
 
 
 def handle(ctx: JobContext, job: ReconcileJob, delivery: Delivery) -> Disposition:
+    """List from :func:`window_start`, enqueue unknown ext-ids, and always publish the result.
+
+    Sub-jobs go to our own pool subject, capped by ``max_enqueue``, with the deterministic
+    :func:`sub_job_msg_id` so a re-run never enqueues one twice. The result is published even
+    with nothing new: it advances ``last_sync_at``. A failed run releases its coalescing claim.
+    """
     watermark = job.watermark
     subject = reconcile_result_subject(ctx.provider_name, job.account_id)
     msg_id = result_msg_id(str(job.job_id))

@@ -1,23 +1,4 @@
-"""``run_job``: one admitted Cairn job under its lease, its outcome recorded before it returns.
-
-Why here and not in the task module: the lease (take, keep, release) and the
-outcome ledger are domain rules, the same whatever runs them, so the Celery
-task stays a few lines (as the Voicy tasks, whose leases live in
-``workers/voicy/pipeline.py``).
-
-The order is the point (C4):
-
-1. *take* the lease the bridge granted to this task's token (compare-and-set);
-   a copy whose grant was revoked or replaced does nothing and records nothing;
-2. run the handler while a keeper thread renews the lease;
-3. *record* the disposition in the outcome ledger, still holding the lease, so
-   a bridge that sees the message again (its own, or another instance after
-   the first died) applies it instead of running the job again;
-4. release the lease and return the disposition to the bridge that waits.
-
-A copy whose lease was lost while it ran (another copy owns the message now)
-records nothing: the owner's outcome is the one that counts.
-"""
+"""``run_job``: one admitted Cairn job under its lease, its outcome recorded before it returns."""
 
 from __future__ import annotations
 
@@ -26,12 +7,12 @@ from typing import Any
 
 import redis
 
+from workers.cairn.contract.jobs import JOB_MODELS, parse_job
+from workers.cairn.contract.subjects import JOBS_STREAM
 from workers.cairn.disposition import HANDOVER_NAK_DELAY_S, Disposition, nak
 from workers.cairn.handlers import run_admitted
 from workers.cairn.handlers.context import Delivery, JobContext
-from workers.cairn.jobs import JOB_MODELS, parse_job
 from workers.cairn.outcomes import MessageKey, OutcomeLedger
-from workers.cairn.subjects import JOBS_STREAM
 from workers.lease import LeaseKeeper, Leases
 
 log = logging.getLogger(__name__)
@@ -59,6 +40,11 @@ def run_job(ctx: JobContext, leases: Leases, ledger: OutcomeLedger, lease_ttl_s:
 
     ``meta``: ``stream``, ``seq``, ``stamp`` (the message), ``delivery`` (its attempt),
     ``subject`` and ``lease_token`` (the bridge's grant to this task).
+
+    The order is the point (C4): take the lease granted to this token (a revoked copy does
+    nothing), run the handler under a keeper, record the disposition in the ledger while still
+    holding the lease, then release it. A copy that lost its lease records nothing. Domain
+    rules, not Celery's, so the task stays a few lines.
     """
     key = MessageKey.from_meta(meta, default_stream=JOBS_STREAM)
     try:

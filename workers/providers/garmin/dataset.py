@@ -24,8 +24,10 @@ import io
 import json
 import zipfile
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
+from workers.providers import protos
 from workers.providers.errors import ProviderPermanentError, archive_dataset
 from workers.providers.garmin.fit import decode_fit
 from workers.providers.garmin.mapping import elapsed_s, map_activity, map_gear, map_stream, start_time, ts
@@ -117,11 +119,7 @@ def parse_dataset(raw: bytes, *, user_id: str, account_id: str, ext_id: str = ""
     if start is None or start <= EPOCH or elapsed_s(messages) <= 0:
         raise UnmappableActivity(f"activity {ext_id} has no start time or no positive duration")
 
-    def ref(external_id: str) -> dict[str, Any]:
-        out = {"userId": user_id, "provider": PROVIDER, "externalId": external_id}
-        if account_id:
-            out["externalAccountId"] = account_id
-        return out
+    ref = partial(protos.ref, PROVIDER, user_id, account_id)
 
     events: list[dict[str, Any]] = []
     seen: set[str] = set()

@@ -1,24 +1,21 @@
-"""Garmin's original download → the FIT file inside → decoded messages (garmin-fit-sdk).
+"""Garmin's original download → the FIT file inside → decoded messages (fitdecode).
 
-Why Garmin's own SDK: it is the reference decoder for the profile every Garmin
-device writes (scale and offset, component expansion such as
-``enhanced_speed``, sub-fields, merged heart rate), so the mapping reads
-named, scaled values and never a byte layout.
-
-Connect serves the original upload as a zip (``<id>_ACTIVITY.fit`` inside). A
-download that is not a zip, holds no ``.fit``, or whose FIT fails the header,
-CRC or decode, is :class:`CorruptFit`: permanent (the same bytes fail the same
-way every time), so the job ends with a failure envelope instead of a loop.
-An activity uploaded as GPX or TCX has no FIT original: ``unsupported_file``.
+Connect serves the original upload as a zip (``<id>_ACTIVITY.fit`` inside). Every
+failure here is permanent (the same bytes fail the same way every time), so the
+job ends with a failure envelope instead of a loop; each names its true cause
+(the reasons are listed in docs/operations.md, Garmin).
 """
 
 from __future__ import annotations
 
 import io
+import struct
 import zipfile
 from typing import Any
 
-from garmin_fit_sdk import Decoder, Stream
+import fitdecode
+from fitdecode.exceptions import FitCRCError, FitEOFError, FitError, FitHeaderError, FitParseError
+from fitdecode.types import DevField, SubField
 
 from workers.providers.errors import ProviderPermanentError
 
@@ -27,12 +24,32 @@ FOREIGN_SUFFIXES = (".gpx", ".tcx", ".kml", ".csv")
 MAX_FIT_BYTES = 64 * 1024 * 1024  # a FIT inside the zip above this is refused, whatever the zip claims
 FIT_MAGIC = b".FIT"
 FIT_MAGIC_OFFSET = 8
+SUPPORTED_PROTOCOL_MAJOR = 2  # FIT protocol 2.x (developer fields); a later major may change the record layout
+MAX_REASON_CHARS = 160  # a decoder's own words in a failure message, bounded
 
 
 class CorruptFit(ProviderPermanentError):
-    """The original file cannot be read as a FIT activity."""
+    """The file's header, size or CRC is broken (or the download holds no FIT at all)."""
 
     code = "corrupt_fit"
+
+
+class MalformedFit(ProviderPermanentError):
+    """Header, size and CRC are intact, but the records break the protocol (a data message with no definition)."""
+
+    code = "malformed_fit"
+
+
+class UnsupportedFitFeature(ProviderPermanentError):
+    """An intact FIT file using a feature the decoder does not read; the message names the feature."""
+
+    code = "unsupported_fit_feature"
+
+
+class NotAnActivity(ProviderPermanentError):
+    """A readable FIT file with no session: a course, workout or monitoring file, not an activity."""
+
+    code = "not_an_activity"
 
 
 class UnsupportedFile(ProviderPermanentError):
@@ -69,15 +86,58 @@ def fit_from_download(body: bytes) -> bytes:
 
 
 def decode_fit(data: bytes) -> dict[str, list[dict[str, Any]]]:
-    """Every message of an intact FIT file, by ``<name>_mesgs``; ``CorruptFit`` otherwise."""
-    if not Decoder(Stream.from_byte_array(bytearray(data))).check_integrity():
-        raise CorruptFit("not an intact FIT file (header, size or CRC)")
+    """Every message of an activity FIT file, as ``{"<name>_mesgs": [{field: value}]}``.
+
+    Why fitdecode and not Garmin's own SDK: on the same fit-tool-written files both read normal
+    headers, developer fields and several sessions alike, but garmin-fit-sdk refuses every
+    compressed-timestamp record ("not currently supported"), a header form the protocol defines and
+    older devices write; fitdecode reads all four (docs/DESIGN.md, "Garmin: the FIT decoder"). Its
+    values are the profile's: scaled, named enums, components expanded (``enhanced_speed``),
+    ``date_time`` fields as aware UTC datetimes. Developer fields are left out (a Connect IQ field
+    may reuse a native name such as ``power``) and so are invalid (None) values, so the mapping
+    reads what the device measured and nothing else.
+    """
+    messages: dict[str, list[dict[str, Any]]] = {}
     try:
-        messages, errors = Decoder(Stream.from_byte_array(bytearray(data))).read()
-    except Exception as exc:  # noqa: BLE001 - the SDK raises plain errors on malformed input
-        raise CorruptFit(f"FIT decoding failed: {type(exc).__name__}") from None
-    if errors:
-        raise CorruptFit(f"FIT decoding failed: {type(errors[0]).__name__}")
+        with fitdecode.FitReader(io.BytesIO(data), check_crc=fitdecode.CrcCheck.RAISE,
+                                 error_handling=fitdecode.ErrorHandling.RAISE, keep_raw_chunks=False) as reader:
+            for frame in reader:
+                if isinstance(frame, fitdecode.FitHeader) and frame.proto_ver[0] > SUPPORTED_PROTOCOL_MAJOR:
+                    major, minor = frame.proto_ver
+                    raise UnsupportedFitFeature(f"FIT protocol version {major}.{minor} (this decoder reads "
+                                                f"{SUPPORTED_PROTOCOL_MAJOR}.x)")
+                if isinstance(frame, fitdecode.FitDataMessage):
+                    messages.setdefault(f"{frame.name}_mesgs", []).append(_fields(frame))
+    except FitHeaderError as exc:
+        raise CorruptFit(f"broken FIT header: {_words(exc)}") from None
+    except FitCRCError:
+        raise CorruptFit("FIT CRC mismatch (the file is damaged)") from None
+    except FitEOFError:
+        raise CorruptFit("FIT file shorter than its header's data size (truncated)") from None
+    except FitParseError as exc:
+        raise MalformedFit(f"FIT records break the protocol: {_words(exc)}") from None
+    except FitError as exc:
+        raise UnsupportedFitFeature(f"FIT content the decoder does not read: {_words(exc)}") from None
+    except (ValueError, KeyError, IndexError, TypeError, struct.error, NotImplementedError) as exc:
+        raise UnsupportedFitFeature(f"FIT content the decoder does not read: {type(exc).__name__}") from None
+    if not messages:
+        raise CorruptFit("not a FIT file (no header)")
     if not messages.get("session_mesgs"):
-        raise CorruptFit("the FIT file holds no session (not an activity)")
+        raise NotAnActivity("the FIT file holds no session (a course, workout or monitoring file)")
     return messages
+
+
+def _fields(frame: fitdecode.FitDataMessage) -> dict[str, Any]:
+    """A message's values by name; a sub-field (``avg_running_cadence``) also under its field's name."""
+    fields: dict[str, Any] = {}
+    for field in frame.fields:
+        if field.value is None or isinstance(field.field, DevField):
+            continue
+        fields[field.name] = field.value
+        if isinstance(field.field, SubField) and field.parent_field is not None:
+            fields.setdefault(field.parent_field.name, field.value)
+    return fields
+
+
+def _words(exc: Exception) -> str:
+    return str(exc)[:MAX_REASON_CHARS]

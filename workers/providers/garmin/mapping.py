@@ -2,7 +2,7 @@
 
 The FIT file is the measurement: sport and sub-sport, start, durations,
 totals, laps and the per-second records all come from it (session, lap and
-record messages, as garmin-fit-sdk decodes and scales them). Connect's
+record messages, as fitdecode decodes and scales them). Connect's
 activity summary adds what a device does not write: the title and
 description, the IANA time zone (a FIT file only knows the UTC offset, from
 ``activity.local_timestamp``), the event type (race) and the activity type
@@ -149,6 +149,8 @@ def timezone_name(summary: dict[str, Any], messages: dict[str, list[dict[str, An
         return zone.strip()
     for activity in messages.get("activity_mesgs") or []:
         local, stamp = activity.get("local_timestamp"), activity.get("timestamp")
+        if isinstance(local, datetime):  # fitdecode reads the local wall clock as if it were UTC
+            local = int(local.timestamp()) - FIT_EPOCH_UNIX
         if isinstance(local, int) and isinstance(stamp, datetime):
             offset = local + FIT_EPOCH_UNIX - int(stamp.timestamp())
             hours, rest = divmod(offset, SECONDS_PER_HOUR)

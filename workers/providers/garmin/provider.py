@@ -42,10 +42,12 @@ from workers.providers.garmin.dataset import (
     parse_dataset,
 )
 from workers.providers.garmin.fit import fit_from_download
-from workers.providers.garmin.session import RATE_WINDOWS, SHORT_WINDOW, GarminSessions
+from workers.providers.garmin.login_gate import LoginGate
+from workers.providers.garmin.session import SHORT_WINDOW, GarminSessions, rate_windows
 from workers.providers.garmin.settings import GarminSettings, check_environment
 from workers.providers.kinds import FETCH_SOURCE, PARSE_BLOB, RECONCILE
 from workers.providers.models import (
+    NO_POOL,
     ActivityRef,
     Capabilities,
     DiscoverItem,
@@ -53,9 +55,11 @@ from workers.providers.models import (
     DiscoverRequest,
     FetchJob,
     FetchOutcome,
+    PoolIdentity,
     RawArchive,
 )
 from workers.providers.windows import RateWindow
+from workers.redisconn import sync_client
 
 log = logging.getLogger(__name__)
 
@@ -83,19 +87,19 @@ class GarminProvider(Provider):
     parser_version = PARSER_VERSION
     archive_content_type = CONTENT_TYPE
 
-    def __init__(self, settings: GarminSettings | None = None, *, worker_name: str = "",
-                 package: str = "") -> None:
+    def __init__(self, settings: GarminSettings | None = None, *, pool: PoolIdentity = NO_POOL,
+                 gate: LoginGate | None = None) -> None:
         self.settings = settings or load_settings(GarminSettings)
-        self.worker_name, self.package = worker_name, package
-        self.sessions = GarminSessions(self.settings)
+        self.pool = pool
+        self.sessions = GarminSessions(self.settings, gate)
 
     @classmethod
-    def from_settings(cls, settings: object | None = None) -> GarminProvider:
-        """Registry factory: ``CAIRN_GARMIN_*`` settings, checked against the environment at start."""
+    def from_settings(cls, settings: object | None, pool: PoolIdentity) -> GarminProvider:
+        """Registry factory: ``CAIRN_GARMIN_*`` settings, checked against the environment at start; logins
+        single-flight across the pool's hosts through the fleet's Redis (``login_gate``)."""
         garmin = settings if isinstance(settings, GarminSettings) else load_settings(GarminSettings)
         check_environment(garmin)
-        return cls(garmin, worker_name=str(getattr(settings, "worker_name", "") or ""),
-                   package=str(getattr(settings, "worker_package", "") or ""))
+        return cls(garmin, pool=pool, gate=LoginGate(sync_client()))
 
     # ------------------------------------------------------------------ declarations
 
@@ -120,8 +124,8 @@ class GarminProvider(Provider):
         }
 
     def rate_windows(self) -> tuple[RateWindow, ...]:
-        """Conservative per-account windows (Garmin publishes none): see ``session.RATE_WINDOWS``."""
-        return RATE_WINDOWS
+        """Conservative per-account windows (Garmin publishes none): see ``session.rate_windows``."""
+        return rate_windows(self.settings)
 
     def bucket_for(self, reason: str) -> str:
         return SHORT_WINDOW
@@ -140,8 +144,8 @@ class GarminProvider(Provider):
         gear, gear_errors = self._gear(ctx, ext_id)
         fit = fit_from_download(self.sessions.download(ctx, DOWNLOAD_PATH.format(id=ext_id)))
         body = build_archive(ext_id, summary if isinstance(summary, dict) else {}, gear, fit,
-                             worker_name=self.worker_name, worker_version=self.parser_version,
-                             package=self.package)
+                             worker_name=self.pool.worker_name, worker_version=self.parser_version,
+                             package=self.pool.package)
         outcome = self.parse_blob(body, job)
         outcome.archive = RawArchive(body, DATASET_VERSION, CONTENT_TYPE)
         outcome.gear_errors = gear_errors

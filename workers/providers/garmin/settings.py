@@ -33,6 +33,9 @@ DEFAULT_DOMAIN = "garmin.com"
 SESSION_CACHE_MAX_ACCOUNTS = 256  # garth sessions kept in memory per process (LRU)
 SESSION_IDLE_TTL_S = 6 * 3600.0  # a session unused this long is dropped (its OAuth2 token lives ~1 day)
 HTTP_TIMEOUT_S = 30  # garth's per-request timeout (an original FIT download can be a few MB)
+# Connect requests per minute per connected account: deliberately below what garminconnect users report
+# being throttled at (a burst of ~100 calls); an import is three requests.
+REQUESTS_PER_MINUTE = 30
 MAX_DOWNLOAD_BYTES = 64 * 1024 * 1024  # an original-file zip above this is refused (the archive bound)
 PERSISTING_VARIABLES = ("GARTH_HOME", "GARTH_TOKEN")
 # requests lets these override Session.verify on every request that does not pass verify itself
@@ -55,6 +58,7 @@ class GarminSettings(BaseSettings):
     session_cache_max: int = Field(default=SESSION_CACHE_MAX_ACCOUNTS, ge=1)
     session_idle_ttl_s: float = Field(default=SESSION_IDLE_TTL_S, gt=0)
     max_download_bytes: int = Field(default=MAX_DOWNLOAD_BYTES, gt=0)
+    requests_per_minute: int = Field(default=REQUESTS_PER_MINUTE, ge=1)
 
     @field_validator("domain")
     @classmethod

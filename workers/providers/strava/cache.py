@@ -1,11 +1,4 @@
-"""A small bounded cache (LRU + time-to-live) for provider lookups that save API budget.
-
-Why bounded both ways: a pool serves many athletes for weeks, so a cache kept
-"for the life of the process" (the published worker's segment cache) only
-grows; the size bound caps memory, the TTL lets upstream changes (a renamed
-segment, a deleted blob) show through. Thread-safe: a Celery pool process may
-run tasks on threads.
-"""
+"""A small bounded cache (LRU + time-to-live) for provider lookups that save API budget."""
 
 from __future__ import annotations
 
@@ -17,7 +10,11 @@ from typing import Any
 
 
 class BoundedCache:
-    """A thread-safe LRU with a size bound and a time-to-live; values are shared, never mutated."""
+    """A thread-safe LRU with a size bound and a time-to-live; values are shared, never mutated.
+
+    A pool serves many athletes for weeks: the size bound caps memory, and the TTL lets
+    upstream changes (a renamed segment, a deleted blob) show through.
+    """
 
     def __init__(self, max_entries: int, ttl_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:

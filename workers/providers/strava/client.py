@@ -1,16 +1,4 @@
-"""The Strava HTTP API (v3) and OAuth token endpoint over httpx.
-
-Why this shape: every API call must (1) reserve budget in the shared limiter
-first, (2) sync the limiter from the usage headers of *every* response,
-including errors and 429s, and (3) turn a status into the provider error class
-the task maps to a disposition (reference §3.6, §4.1). Doing all three in one
-``_get`` keeps any endpoint from forgetting one.
-
-Secrets: the access token travels only in the ``Authorization`` header and the
-client secret only in the token-endpoint form body; neither is ever part of
-a URL, log line or exception message (httpx exceptions are re-raised as our
-own messages built from method, path and status only).
-"""
+"""The Strava HTTP API (v3) and OAuth token endpoint over httpx."""
 
 from __future__ import annotations
 
@@ -53,7 +41,13 @@ def new_http_client() -> httpx.Client:
 
 
 class StravaClient:
-    """Authenticated API calls for one job; cheap to build, holds no state beyond the call."""
+    """Authenticated API calls for one job; cheap to build, holds no state beyond the call.
+
+    One ``_get`` reserves budget first, syncs the limiter from the usage headers of *every*
+    response (429s included) and maps the status to a provider error (reference §3.6, §4.1), so
+    no endpoint forgets one. The token travels only in the ``Authorization`` header and the
+    client secret only in the token form body; errors name method, path and status only.
+    """
 
     def __init__(self, http: httpx.Client, access_token: str, *, base_url: str = DEFAULT_BASE_URL,
                  rate_limit: RateLimitHook | None = None, bucket: str = SHORT_WINDOW) -> None:

@@ -32,10 +32,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
 
+from workers.providers import protos
 from workers.providers.errors import ProviderPermanentError, ProviderTransientError, archive_dataset
 from workers.providers.strava.mapping import ingest_problems, map_activity, map_gear, map_streams, ts
 from workers.providers.strava.models import StravaActivity, StravaGear
@@ -126,11 +128,7 @@ def parse_dataset(raw: bytes, *, user_id: str, account_id: str, ext_id: str = ""
     if not ext_id:
         raise ProviderPermanentError("archive names no activity id", code="missing_ext_id")
 
-    def ref(external_id: str) -> dict[str, Any]:
-        out = {"userId": user_id, "provider": PROVIDER, "externalId": external_id}
-        if account_id:
-            out["externalAccountId"] = account_id
-        return out
+    ref = partial(protos.ref, PROVIDER, user_id, account_id)
 
     events: list[dict[str, Any]] = []
     gear_id = activity.gear_id or activity.gear.id

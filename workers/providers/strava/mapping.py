@@ -1,22 +1,4 @@
-"""Strava activity, streams and gear → Cairn protojson shapes (reference §4.3–4.5).
-
-Why protojson dicts and not proto objects here: the mapping is pure data and
-can be tested (and diffed) without the generated stubs; ``wire.py`` turns the
-dicts into ``cairn.worker.v1`` / ``cairn.v1`` messages with strict
-``json_format.ParseDict``, so a field that is not in the contract fails loudly
-in our tests instead of at core (which parses strictly).
-
-Rules worth knowing, each from the reference: heart rate and power are
-truncated in the summary but rounded in laps; calories fall back to kJ 1:1;
-``is_race`` is ``workout_type`` 11 for rides and 1 for runs; the summary
-message is always present. ``ingest_problems`` says when a mapped activity
-lacks what core requires (start time, positive elapsed time). Streams: sample timestamps are made strictly
-increasing (contract "stream hygiene": a duplicate timestamp keeps the last
-sample, a backwards one is dropped); missing float samples are NaN (core's
-per-sample gap marker, written as protojson's ``"NaN"``: ``protos.STREAM_GAP``;
-a bare float NaN is refused by the strict parser) and missing int samples 0
-(int columns are dense).
-"""
+"""Strava activity, streams and gear → Cairn protojson shapes (reference §4.3–4.5)."""
 
 from __future__ import annotations
 
@@ -124,7 +106,13 @@ def _round(value: float) -> int:
 
 
 def map_activity(activity: StravaActivity, gear: StravaGear | None = None) -> dict[str, Any]:
-    """``cairn.v1.ActivitySourcePayload`` as a protojson dict."""
+    """``cairn.v1.ActivitySourcePayload`` as a protojson dict.
+
+    Dicts, not proto objects: pure data, testable without stubs; ``protos`` parses them strictly,
+    so a field outside the contract fails in our tests, not at core. Reference rules: heart rate
+    and power truncated in the summary but rounded in laps, calories fall back to kJ 1:1,
+    ``is_race`` from ``RACE_WORKOUT_TYPE``, the summary always present.
+    """
     sport = activity.sport_type
     kind, discipline, ebike, virtual = classify_sport(sport, activity.type)
     payload: dict[str, Any] = activity_type_fields(kind, discipline, ebike, virtual)
@@ -253,7 +241,9 @@ def map_streams(streams: dict[str, Any] | None) -> dict[str, Any] | None:
     """``cairn.v1.ActivityStream`` (protojson dict) from Strava's key_by_type map.
 
     None without a non-empty ``time`` channel (no stream at all, core keeps
-    whatever it has).
+    whatever it has). Stream hygiene (contract): timestamps made strictly increasing (a
+    duplicate keeps the last sample, a backwards one is dropped); missing float samples are
+    ``protos.STREAM_GAP`` (a bare NaN is refused by the strict parser), missing ints 0.
     """
     if not streams:
         return None

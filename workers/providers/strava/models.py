@@ -1,10 +1,4 @@
-"""Pydantic models of the Strava JSON we read (reference §4.2), tolerant by design.
-
-Why tolerant: Strava adds fields and sends ``null`` where a number is expected;
-an unknown field or a null must never make an import fail. Every field is
-optional with a neutral default; ``extra="ignore"`` drops what we do not use
-(the raw JSON is archived separately, so nothing is lost for a later parser).
-"""
+"""Pydantic models of the Strava JSON we read (reference §4.2), tolerant by design."""
 
 from __future__ import annotations
 
@@ -14,6 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class StravaModel(BaseModel):
+    """Every field optional with a neutral default, extras ignored: Strava adds fields and sends nulls.
+
+    Nothing is lost: the raw JSON is archived separately for a later parser.
+    """
+
     model_config = ConfigDict(extra="ignore")
 
     @field_validator("*", mode="before")

@@ -1,24 +1,4 @@
-"""Activity photos mirrored into Cairn's blob store (reference §3.6 step 8, §1.8 ``Attachment``).
-
-Best effort by design: a photo is decoration, so nothing here may fail or
-delay the activity. The listing (``GET /activities/{id}/photos``) is an API
-call and reserves budget like every other; a denied reservation, a 429 or any
-error falls back to the activity's primary photo (already in the detail, no
-API call). Photo bytes come from Strava's CDN, not the API: they spend no API
-budget, carry no usage headers, and are fetched without the Authorization
-header (the token must never reach a CDN).
-
-Each download takes the largest size offered, is streamed with a hard bound
-(:data:`MAX_PHOTO_BYTES`, the published worker's 32 MiB; a declared
-``Content-Length`` above it is refused before reading) and is uploaded through
-core's presign with the user id and the real content type (the response
-header when it names an image, else sniffed from the bytes).
-
-Parse parity (contract §1): the archive keeps every photo's Strava JSON and,
-for a mirrored one, the blob id, content type and chosen size
-(:func:`archive_entries`); :func:`attachments` builds the ``Attachment``
-entries from that alone, so ``parse_blob`` yields the same attachments.
-"""
+"""Activity photos mirrored into Cairn's blob store (reference §3.6 step 8, §1.8 ``Attachment``)."""
 
 from __future__ import annotations
 
@@ -78,7 +58,11 @@ def may_have_photos(activity: Mapping[str, Any]) -> bool:
 
 def candidates(client: StravaClient, activity: Mapping[str, Any],
                ext_id: str) -> tuple[list[dict[str, Any]], str]:
-    """(photo JSONs to mirror, their source): the listing, else the detail's primary photo."""
+    """(photo JSONs to mirror, their source): the listing, else the detail's primary photo.
+
+    Best effort: a photo is decoration and may not fail or delay the activity. The listing
+    reserves budget like any call; a denial, 429 or error falls back to the primary photo.
+    """
     if not may_have_photos(activity):
         return [], ""
     try:
@@ -122,7 +106,10 @@ def _allowed_url(url: str) -> bool:
 
 
 def download(http: httpx.Client, url: str, max_bytes: int = MAX_PHOTO_BYTES) -> tuple[bytes, str]:
-    """(bytes, Content-Type header) of one photo, streamed; refused past ``max_bytes``."""
+    """(bytes, Content-Type header) of one photo, streamed; refused past ``max_bytes``.
+
+    From Strava's CDN: no API budget, no usage headers, and never the Authorization header.
+    """
     if not _allowed_url(url):
         raise PhotoError("photo URL is neither https nor loopback http")
     try:
@@ -199,7 +186,10 @@ def archive_entries(http: httpx.Client, sink: BlobSink, user_id: str, photos: Se
 
 
 def attachments(entries: Sequence[Any]) -> list[dict[str, Any]]:
-    """``Attachment`` dicts (protojson) of the mirrored photos, in archive order."""
+    """``Attachment`` dicts (protojson) of the mirrored photos, in archive order.
+
+    Built from the archive entries alone, so ``parse_blob`` yields the same attachments (contract §1).
+    """
     out = []
     for entry in entries:
         if not isinstance(entry, dict) or not isinstance(entry.get("mirror"), dict):

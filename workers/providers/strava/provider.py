@@ -18,7 +18,7 @@ What it does per job kind (reference §3.6, §3.10–3.13, contract §4–§9b):
 * OAuth exchange — code → tokens; the athlete id is the provider account id.
 
 Webhooks: ``webhooks.py`` (Strava's subscription handshake and what each push
-event means); the generic path is ``workers.cairn.webhooks``.
+event means); the generic path is ``workers.cairn.handlers.webhooks``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from workers.providers.errors import (
 )
 from workers.providers.kinds import FETCH_SOURCE, IMPORT_GEAR, PARSE_BLOB, RECONCILE
 from workers.providers.models import (
+    NO_POOL,
     AccountJob,
     ActivityRef,
     Capabilities,
@@ -53,6 +54,7 @@ from workers.providers.models import (
     FetchJob,
     FetchOutcome,
     OAuthTokens,
+    PoolIdentity,
     RawArchive,
 )
 from workers.providers.strava import client as api
@@ -93,10 +95,9 @@ class StravaProvider(Provider):
     dataset_version = DATASET_VERSION
     parser_version = PARSER_VERSION
 
-    def __init__(self, settings: StravaSettings | None = None, *, worker_name: str = "",
-                 package: str = "") -> None:
+    def __init__(self, settings: StravaSettings | None = None, *, pool: PoolIdentity = NO_POOL) -> None:
         self.settings = settings or load_settings(StravaSettings)
-        self.worker_name, self.package = worker_name, package
+        self.pool = pool
         self._gear_cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._gear_lock = threading.Lock()
         self.segment_cache = SegmentCache(self.settings.segment_cache_max_entries,
@@ -106,12 +107,10 @@ class StravaProvider(Provider):
         self._webhooks = StravaWebhookRules()
 
     @classmethod
-    def from_settings(cls, settings: object | None = None) -> StravaProvider:
-        """Registry factory: accepts ``StravaSettings`` or any settings with worker identity."""
+    def from_settings(cls, settings: object | None, pool: PoolIdentity) -> StravaProvider:
+        """Registry factory: ``StravaSettings``, or ``CAIRN_STRAVA_*`` read from the environment."""
         strava = settings if isinstance(settings, StravaSettings) else load_settings(StravaSettings)
-        return cls(strava, worker_name=str(getattr(settings, "worker_name", "") or ""),
-                   package=str(getattr(settings, "worker_package", "")
-                               or getattr(settings, "package", "") or ""))
+        return cls(strava, pool=pool)
 
     # ------------------------------------------------------------------ declarations
 
@@ -189,8 +188,8 @@ class StravaProvider(Provider):
         if job.fetch_streams and mappable:
             segments = fetch_segments(client, activity, self.segment_cache, job.account_id)
         body = build_archive(activity, streams, gear, segments=segments.details if segments else None,
-                             photos=photos, worker_name=self.worker_name,
-                             worker_version=self.parser_version, package=self.package)
+                             photos=photos, worker_name=self.pool.worker_name,
+                             worker_version=self.parser_version, package=self.pool.package)
         outcome = self.parse_blob(body, job)
         outcome.archive = RawArchive(body, DATASET_VERSION, CONTENT_TYPE)
         outcome.gear_errors, outcome.photo_errors = gear_errors, photo_errors

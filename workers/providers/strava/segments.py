@@ -1,25 +1,4 @@
-"""Segments and segment efforts (reference §3.6 step 9, §4.6): fetch, cache, map.
-
-Why a cache, and why bounded: an athlete rides the same segments again and
-again, and each ``GET /segments/{id}`` spends the 100-requests-per-15-minutes
-budget; the published worker kept every detail for the life of the process,
-which grows without limit on a pool that serves many athletes. Here the cache
-is an LRU with a size bound and a TTL (a renamed segment or a new star shows up
-within the TTL). It is keyed by (account, segment): a DetailedSegment is read
-*as the athlete* (``starred``, private segments), so one athlete's copy is
-never served to another.
-
-Why the loop stops at a rate limit instead of failing: the activity is already
-fetched; what is left are details we can ask for after the window resets. The
-caller publishes what it has and NAKs the job with a delay anchored to the
-window (not a failure); the re-run finds the finished segments in this cache
-and only pays for the rest.
-
-Parse parity (contract §1): every detail used goes into the archive
-(``segments``), and :func:`segment_events` builds the events from the archive
-alone, so ``parse_blob`` reproduces them byte for byte. Older dataset-1
-archives have no ``segments`` and yield none.
-"""
+"""Segments and segment efforts (reference §3.6 step 9, §4.6): fetch, cache, map."""
 
 from __future__ import annotations
 
@@ -46,7 +25,11 @@ CLIMB_CATEGORIES = {0: "NONE", 1: "FOUR", 2: "THREE", 3: "TWO", 4: "ONE", 5: "HO
 
 
 class SegmentCache(BoundedCache):
-    """Segment details by (account id, segment id), with this module's bounds as defaults."""
+    """Segment details by (account id, segment id), with this module's bounds as defaults.
+
+    Athletes ride the same segments again and again and each detail spends the short window;
+    keyed by account because a detail is read as the athlete (``starred``, private segments).
+    """
 
     def __init__(self, max_entries: int = SEGMENT_CACHE_MAX_ENTRIES, ttl_s: float = SEGMENT_CACHE_TTL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -89,7 +72,9 @@ def fetch_segments(client: StravaClient, activity: Mapping[str, Any], cache: Seg
     """Each distinct segment's detail, from the cache or the API (every call reserves budget).
 
     A rate limit (budget denied or HTTP 429) stops the loop and is returned;
-    any other failure skips that segment (and its efforts).
+    any other failure skips that segment (and its efforts). The activity is already fetched:
+    the caller publishes what it has and NAKs until the window resets, and the re-run finds
+    the finished details in the cache.
     """
     result = SegmentFetch(details=[])
     for segment_id in segment_ids(activity):
@@ -169,7 +154,8 @@ def segment_events(activity: Mapping[str, Any], details: Sequence[Any], ext_id: 
                    ref: Callable[[str], dict[str, Any]]) -> list[dict[str, Any]]:
     """SEGMENT events (one per distinct segment) then SEGMENT_EFFORT events (one per effort).
 
-    Built from the archive alone: ``details`` are the archived DetailedSegments.
+    Built from the archive alone: ``details`` are the archived DetailedSegments, so
+    ``parse_blob`` reproduces them byte for byte (contract §1); an archive without them yields none.
     An effort whose segment has no archived detail or no polyline is skipped
     with it (core could not resolve the effort's segment).
     """

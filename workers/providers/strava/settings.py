@@ -1,9 +1,4 @@
-"""Strava provider settings (``CAIRN_STRAVA_*``).
-
-Why a base URL setting: the dev stack and the tests point the provider at a
-fake Strava on loopback; production keeps the default. The API lives under
-``/api/v3`` and the OAuth endpoints under ``/oauth`` of the same origin.
-"""
+"""Strava provider settings (``CAIRN_STRAVA_*``)."""
 
 from __future__ import annotations
 
@@ -20,7 +15,7 @@ from workers.providers.strava.segments import SEGMENT_CACHE_MAX_ENTRIES, SEGMENT
 class StravaSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CAIRN_STRAVA_", extra="ignore")
 
-    base_url: str = DEFAULT_BASE_URL
+    base_url: str = DEFAULT_BASE_URL  # the dev stack points it at a fake Strava; API at /api/v3, OAuth at /oauth
     token_url: str = ""  # CAIRN_STRAVA_TOKEN_URL: full URL overriding <base_url>/oauth/token
     gear_cache_ttl_s: float = 3600.0
     segment_cache_max_entries: int = Field(default=SEGMENT_CACHE_MAX_ENTRIES, ge=1)

@@ -1,16 +1,4 @@
-"""Strava's rate-limit headers and the real reset times of its windows.
-
-Why compute resets ourselves: Strava reports only ``limit`` and ``usage`` per
-window, never when a window resets. The windows are fixed on the clock
-(reference §4.7): the 15-minute window resets at :00/:15/:30/:45 UTC and the
-daily one at midnight UTC. Anchoring a 429 backoff to those boundaries (plus a
-little grace for clock skew) is what the contract means by "NAK with delay
-anchored to the limit window"; "now + 15 min" would waste up to 15 minutes.
-
-The read budget (``X-ReadRateLimit-*``) is what every call we make spends, so
-it is preferred; the overall headers are the fallback when either read header
-is missing or malformed, as in the published worker.
-"""
+"""Strava's rate-limit headers and the real reset times of its windows."""
 
 from __future__ import annotations
 
@@ -46,7 +34,11 @@ USAGE_HEADER = "X-RateLimit-Usage"
 
 
 def next_short_reset(now: datetime) -> datetime:
-    """The next quarter-hour boundary strictly after ``now`` (UTC)."""
+    """The next quarter-hour boundary strictly after ``now`` (UTC).
+
+    Strava reports limit and usage but never a reset; its windows are fixed on the clock
+    (reference §4.7), and anchoring a NAK to the boundary is what the contract asks.
+    """
     now = now.astimezone(UTC)
     floor = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0)
     return floor + timedelta(seconds=SHORT_WINDOW_S)
@@ -74,7 +66,9 @@ def _pair(value: str | None) -> tuple[int, int] | None:
 def parse_usage(headers: Mapping[str, str], now: datetime | None = None) -> list[WindowUsage]:
     """The short and daily windows reported on a response; empty when none are.
 
-    ``headers`` may be an ``httpx.Headers`` (case-insensitive) or a plain dict.
+    ``headers`` may be an ``httpx.Headers`` (case-insensitive) or a plain dict. The read budget
+    (``X-ReadRateLimit-*``), which every call we make spends, is preferred; the overall headers
+    are the fallback when a read header is missing or malformed.
     A window whose limit is not positive is skipped (nothing to sync).
     """
     now = now or datetime.now(UTC)

@@ -1,6 +1,6 @@
 """Strava's webhook rules: the subscription handshake and what each push event means.
 
-The generic path (``workers.cairn.webhooks``) decodes core's envelope, looks
+The generic path (``workers.cairn.handlers.webhooks``) decodes core's envelope, looks
 the owner up and publishes; it finds these rules through the provider
 (``StravaProvider.webhook_rules()``). This module only knows Strava:
 
@@ -26,7 +26,8 @@ the owner up and publishes; it finds these rules through the provider
     swallowed by JetStream's dedup window. Holding each event until its bucket
     closes means the one fetch that gets through starts after every update it
     stands for (a clock skew of up to ``COALESCE_GRACE_S`` is absorbed);
-  - activity ``delete`` → tell core (``deleted_upstream``), no fetch;
+  - activity ``delete`` → a ``delete`` job: the generic handler fetches it once, so core hears
+    ``not_found`` (``workers.cairn.handlers.webhooks``);
   - athlete ``update`` with ``updates.authorized == "false"`` → deauthorized;
   - anything else → ignored (acked).
 """

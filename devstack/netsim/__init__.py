@@ -1,0 +1,1 @@
+"""Hosts in network namespaces, their links, latency and cuts."""

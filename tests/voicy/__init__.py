@@ -1,0 +1,1 @@
+"""Tests of the Voicy side: pipeline, leases, media."""

@@ -1,0 +1,219 @@
+"""Telegram media resolution and download against the fake Bot API on loopback (reference/voicy.md §6.4)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devstack.fakes.telegram import FakeTelegram
+from workers.errors import PermanentJobError, RetryableJobError
+from workers.voicy.media_store import LocalMediaStore, MediaTooLarge
+from workers.voicy.models import Source
+from workers.voicy.settings import VoicySettings
+from workers.voicy.telegram import (
+    NO_TOKEN_DOWNLOAD,
+    NO_TOKEN_RESOLVE,
+    NOT_ALLOWED,
+    TOKEN_MARK,
+    TelegramFiles,
+    download_to_store,
+    extension_for,
+    file_url,
+    is_token_bearing,
+)
+
+BOT_TOKEN = "987654321:AAH-telegram-SECRET_token-0123456789ab"
+BOT_SECRET_HALF = BOT_TOKEN.split(":", 1)[1]
+DATA = b"OggS" + bytes(range(256)) * 40  # ~10 KiB, several chunks of nothing in particular
+
+
+@pytest.fixture(scope="module")
+def cloud() -> Iterator[FakeTelegram]:
+    with FakeTelegram(BOT_TOKEN) as tg:
+        yield tg
+
+
+@pytest.fixture(scope="module")
+def local_api() -> Iterator[FakeTelegram]:
+    with FakeTelegram(BOT_TOKEN, local_mode=True) as tg:
+        yield tg
+
+
+def settings_for(tg_url: str, tmp: Path, bot_token: str | None = BOT_TOKEN, timeout_ms: float = 5000,
+                 max_bytes: int | None = None) -> VoicySettings:
+    return VoicySettings(api_url="http://127.0.0.1:9/worker/v1", token="voicy-token-unused",
+                         work_dir=tmp, telegram_api_url=tg_url, telegram_bot_token=bot_token,
+                         download_timeout_ms=timeout_ms, max_media_bytes=max_bytes)
+
+
+def _everything(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc)) + repr(exc)
+
+
+def _assert_token_free(text: str) -> None:
+    assert BOT_TOKEN not in text and BOT_SECRET_HALF not in text
+
+
+def test_cloud_file_id_is_resolved_and_streamed_into_the_store(cloud: FakeTelegram, tmp_path: Path,
+                                                               http_logs: pytest.LogCaptureFixture) -> None:
+    cloud.add_file("AwAC-cloud", DATA, path="voice/file 7 ü.oga")  # needs segment encoding
+    store = LocalMediaStore(tmp_path / "media")
+    settings = settings_for(cloud.url, tmp_path)
+    key = download_to_store(Source(jobId="665f00000000000000000001", fileId="AwAC-cloud",
+                                   mimeType="audio/ogg"), store, settings)
+    assert key == "665f00000000000000000001.ogg"
+    with store.local_path(key) as path:
+        assert path.read_bytes() == DATA
+    assert [r["status"] for r in cloud.requests_of("download")][-1] == 200
+    assert "getFile" in http_logs.text and f"bot{TOKEN_MARK}" in http_logs.text  # httpx logged the placeholder
+    _assert_token_free(http_logs.text)
+
+
+def test_known_file_path_skips_get_file(cloud: FakeTelegram, tmp_path: Path) -> None:
+    path = cloud.add_file("AwAC-known", DATA)
+    get_files = len(cloud.requests_of("getFile"))
+    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    assert b"".join(files.open_source(Source(jobId="j", fileId="AwAC-known", filePath=path))) == DATA
+    assert len(cloud.requests_of("getFile")) == get_files
+
+
+def test_local_bot_api_absolute_path_is_copied_from_disk(local_api: FakeTelegram, tmp_path: Path) -> None:
+    disk_path = local_api.add_file("AwAC-local", DATA)
+    assert Path(disk_path).is_absolute()
+    downloads = len(local_api.requests_of("download"))
+    files = TelegramFiles(settings_for(local_api.url, tmp_path))
+    assert b"".join(files.open_source(Source(jobId="j", fileId="AwAC-local"))) == DATA
+    assert len(local_api.requests_of("download")) == downloads  # copied, not fetched over HTTP
+    Path(disk_path).unlink()
+    with pytest.raises(RetryableJobError, match="could not be read"):
+        b"".join(files.open_source(Source(jobId="j", filePath=disk_path)))
+
+
+def test_source_url_rules(cloud: FakeTelegram, tmp_path: Path) -> None:
+    cloud.add_file("AwAC-url", DATA, path="voice/legacy.oga")
+    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    token_url = f"https://api.telegram.org/file/bot{BOT_TOKEN}/voice/legacy.oga"
+    # A token-bearing legacy URL is never used: the file id is resolved instead.
+    got = b"".join(files.open_source(Source(jobId="j", fileId="AwAC-url", sourceUrl=token_url)))
+    assert got == DATA
+    with pytest.raises(PermanentJobError, match=NOT_ALLOWED):
+        files.open_source(Source(jobId="j", sourceUrl="https://example.invalid/x.ogg"))
+    with pytest.raises(RetryableJobError, match="no URL or Telegram file id"):
+        files.open_source(Source(jobId="j"))
+
+
+def test_missing_bot_token_is_permanent_with_voicys_messages(tmp_path: Path) -> None:
+    files = TelegramFiles(settings_for("https://api.telegram.org", tmp_path, bot_token=None))
+    with pytest.raises(PermanentJobError) as resolve:
+        files.open_source(Source(jobId="j", fileId="x"))
+    assert str(resolve.value) == NO_TOKEN_RESOLVE
+    with pytest.raises(PermanentJobError) as download:
+        files.open_source(Source(jobId="j", filePath="voice/x.oga"))
+    assert str(download.value) == NO_TOKEN_DOWNLOAD
+
+
+@pytest.mark.parametrize(("stage", "status"), [("getFile", 404), ("getFile", 502), ("download", 500),
+                                               ("download", 404)])
+def test_http_errors_are_retryable_and_token_free(cloud: FakeTelegram, tmp_path: Path, stage: str,
+                                                  status: int, http_logs: pytest.LogCaptureFixture) -> None:
+    file_id = f"AwAC-{stage}-{status}"
+    cloud.add_file(file_id, DATA)
+    cloud.fail_next(file_id, status=status, stage=stage)  # type: ignore[arg-type]
+    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    with pytest.raises(RetryableJobError, match=f"HTTP {status}") as info:
+        b"".join(files.open_source(Source(jobId="j", fileId=file_id)))
+    _assert_token_free(_everything(info.value))
+    _assert_token_free(http_logs.text)
+    assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA  # the fault was one-off
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+@pytest.mark.parametrize("stage", ["getFile", "download"])
+def test_a_connection_the_server_closes_unanswered_is_retried_once(cloud: FakeTelegram, tmp_path: Path,
+                                                                  stage: str, how: str,
+                                                                  http_logs: pytest.LogCaptureFixture) -> None:
+    """A keep-alive server may close an idle connection just as a request goes out on it (RFC 9112
+    §9.3.1; seen in the chaos run as ``Telegram getFile failed: RemoteProtocolError``): both requests are
+    idempotent GETs, so the client sends it once more, on a new connection, and the job never notices."""
+    file_id = f"AwAC-hangup-{stage}-{how}"
+    cloud.add_file(file_id, DATA)
+    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA  # connection pooled
+    cloud.hang_up_next(file_id, stage=stage, how=how)  # type: ignore[arg-type]
+    before = len(cloud.requests_of(stage))  # type: ignore[arg-type]
+    assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA
+    assert [r["status"] for r in cloud.requests_of(stage)[before:]] == [0, 200]  # type: ignore[arg-type]
+    assert "closed the connection unanswered" in http_logs.text  # said at INFO, not a job failure
+    _assert_token_free(http_logs.text)
+
+
+@pytest.mark.parametrize("stage", ["getFile", "download"])
+def test_a_second_hang_up_is_a_retryable_failure_not_a_loop(cloud: FakeTelegram, tmp_path: Path, stage: str,
+                                                            http_logs: pytest.LogCaptureFixture) -> None:
+    file_id = f"AwAC-hangup-twice-{stage}"
+    cloud.add_file(file_id, DATA)
+    cloud.hang_up_next(file_id, stage=stage, times=3)  # type: ignore[arg-type]
+    before = len(cloud.requests_of(stage))  # type: ignore[arg-type]
+    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    try:
+        with pytest.raises(RetryableJobError, match="RemoteProtocolError") as info:
+            b"".join(files.open_source(Source(jobId="j", fileId=file_id)))
+    finally:
+        cloud.clear_faults()
+    assert len(cloud.requests_of(stage)) - before == 2  # type: ignore[arg-type]
+    _assert_token_free(_everything(info.value))
+    _assert_token_free(http_logs.text)
+
+
+def test_wrong_token_and_unknown_file_are_retryable(cloud: FakeTelegram, tmp_path: Path) -> None:
+    wrong = TelegramFiles(settings_for(cloud.url, tmp_path, bot_token="111:wrong-token-value-xyz"))
+    with pytest.raises(RetryableJobError, match="HTTP 401.*VOICY_WORKER_TELEGRAM_BOT_TOKEN") as info:
+        wrong.open_source(Source(jobId="j", fileId="whatever"))
+    assert "wrong-token-value" not in _everything(info.value)
+    with pytest.raises(RetryableJobError, match="HTTP 400"):
+        TelegramFiles(settings_for(cloud.url, tmp_path)).open_source(Source(jobId="j", fileId="nope"))
+
+
+def test_download_timeout_is_retryable(cloud: FakeTelegram, tmp_path: Path) -> None:
+    cloud.add_file("AwAC-slow", DATA)
+    cloud.delay("AwAC-slow", 3.0)
+    files = TelegramFiles(settings_for(cloud.url, tmp_path, timeout_ms=300))
+    try:
+        with pytest.raises(RetryableJobError, match="Timeout") as info:
+            b"".join(files.open_source(Source(jobId="j", fileId="AwAC-slow")))
+    finally:
+        cloud.clear_faults()
+    _assert_token_free(_everything(info.value))
+
+
+def test_size_bound_is_permanent_and_leaves_nothing(cloud: FakeTelegram, tmp_path: Path) -> None:
+    cloud.add_file("AwAC-big", DATA)
+    store = LocalMediaStore(tmp_path / "media")
+    settings = settings_for(cloud.url, tmp_path, max_bytes=1024)
+    with pytest.raises(MediaTooLarge) as info:
+        download_to_store(Source(jobId="jbig", fileId="AwAC-big"), store, settings)
+    assert not info.value.retryable
+    assert list((tmp_path / "media").iterdir()) == []
+
+
+def test_url_and_extension_rules() -> None:
+    assert is_token_bearing(f"https://api.telegram.org/file/bot{BOT_TOKEN}/voice/x.oga")
+    assert is_token_bearing(f"http://127.0.0.1:8081/bot{BOT_TOKEN}?x=1")  # host is not checked
+    assert not is_token_bearing(f"https://h/bot{BOT_TOKEN}#frag")  # '#' right after: no match (§3.4)
+    assert not is_token_bearing("https://example.invalid/proof.ogg")
+    assert file_url("http://h", "1:t", "/voice/a b/ü(1).oga") == "http://h/file/bot1:t/voice/a%20b/%C3%BC(1).oga"
+    cases = [
+        (dict(mimeType="Audio/MPEG; x=1", fileName="a.wav"), ".mp3"),
+        (dict(mimeType="application/octet-stream", fileName="Talk.M4A"), ".m4a"),
+        (dict(sourceKind="video_note", filePath="v/x.oga"), ".mp4"),
+        (dict(sourceUrl="https://h/a/b.opus?x=1", filePath="v/x.oga"), ".opus"),
+        (dict(sourceUrl="https://h/a/noext", filePath="v/x.oga"), ".ogg"),
+        (dict(filePath="voice/file_1.oga"), ".oga"),
+        (dict(filePath="C:\\bot\\voice\\file_1.WAV"), ".wav"),
+        (dict(), ".ogg"),
+    ]
+    for fields, ext in cases:
+        assert extension_for(Source(jobId="j", **fields)) == ext, fields

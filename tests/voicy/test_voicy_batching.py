@@ -1,0 +1,231 @@
+"""Batching short voices across jobs on the gpu queue (issue 15 §1): the semantics, end to end.
+
+Real Redis, the dev Voicy API, fake Telegram, the bridge, beat and real
+``celery worker`` processes for io and gpu. A gpu slot whose job is short
+takes the other ready short jobs along by their own leases and transcribes
+them in one pass (``workers.voicy.transcription``, ``workers.voicy.gather``).
+What must hold for every job of a batch: its own running lease, heartbeats,
+progress, result or failure (V1, V2); a failure stays with its job; a long
+recording goes alone; the wait for batch-mates is bounded and a lone voice
+does not wait; a worker killed mid-batch loses nothing and recovers each job
+once.
+
+To find jobs in a known state, the jobs are downloaded before the gpu worker
+starts (its first task then finds the others ready), and the dev API holds
+its ``/transcribe`` answers (``DevVoicyServer.delay``), which keeps a batch in
+its start for a known while: long enough to see all its leases running, and
+to make each job's first progress post due (the throttle starts with the
+step and posts only after ``VOICY_WORKER_PROGRESS_INTERVAL_MS``, 1 s here).
+Batching is off by default on a CPU (``EngineSettings.clip_batch_on``), so
+every test here turns it on with ``VOICY_WORKER_CLIP_BATCH_SIZE=4``. The io
+worker and the bridge, alike in every test, are the module's (started once:
+``tests/kit/shared_fleet.py``); each test starts its own gpu worker and beat.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from devstack.fakes.synth_media import write_repeated_speech_ogg
+from devstack.infra.log_budget import Allow
+from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_beat
+from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
+from tests.kit.voicy_stack import enqueue_fixture, requests_for, wait_final
+from tests.kit.waiting import wait_until
+from workers.lease import LEASE_PREFIX, LeaseState, view
+from workers.voicy.runtime import LEASE_NAMESPACE
+
+# H1: each test ends with the log budget of its processes (tests/conftest.py ``log_budget``).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("log_budget")]
+LOG_BUDGET_ALLOW = (  # each applies to the test it names only
+    Allow(r"failed \(retryable=False\): media could not be decoded", logs=("gpu",),
+          reason="the corrupt voice of the batch fails alone, permanently",
+          provoked_by="test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome"),
+    Allow(r"job \w+: worker lost; redispatching transcription", logs=("io",),
+          reason="the reaper (on the io worker) redispatches each job of the SIGKILLed batch",
+          provoked_by="test_a_worker_killed_mid_batch_loses_nothing_and_each_job_is_recovered_once"),
+)
+
+READY_TIMEOUT_S = 120.0
+CLIPS_PER_PASS = "4"
+REPEATED_VOICE_S = 18.0  # one sentence said about five times: too repetitive for a batched decode to keep
+TRANSCRIBE_HOLD_S = 1.2  # each /transcribe answer held: a batch of 4 spends ≥ 4.8 s in its start
+SLOW_DOWNLOAD_HOLD_S = 20.0  # a download still on its way long after the bounded wait ended
+BOUNDED_WAIT_MS = 1500
+HEARTBEAT_EVERY_MS = "1000"  # production's 30 s would send none while the batch is held
+
+
+@pytest.fixture(scope="module")
+def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVoicyFleet]:
+    """The io worker (two processes) and the bridge, batching on, every test's alike (tests/kit/shared_fleet.py):
+    started once, not once per test. The gpu worker, and beat, are each test's own: a test starts its gpu
+    worker once its jobs wait ready, or kills it, and sets the gpu side's batch wait or heartbeat cadence."""
+    with shared_voicy_fleet(tmp_path_factory.mktemp("batching-fleet"), "batching", io_concurrency=2,
+                            members=("io", "bridge"),
+                            VOICY_WORKER_CLIP_BATCH_SIZE=CLIPS_PER_PASS) as fleet:  # a CPU's default is off: opt in
+        yield fleet
+
+
+@pytest.fixture()
+def voicy(shared_fleet: SharedVoicyFleet, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The shared fleet's dev Voicy API, fake Telegram and environment, for one test (what the io worker and
+    the bridge log meanwhile goes to this test's log budget), and the fleet itself."""
+    with shared_fleet.attributed(tmp_path) as fleet:
+        yield fleet.server, fleet.telegram, fleet.env, fleet
+
+
+def _shorts(count: int) -> list[dict]:
+    return sorted((m for m in audio_manifest() if m["duration_s"] < 30), key=lambda m: m["name"])[:count]
+
+
+def _lease_values(r: redis.Redis, job_ids: list[str]) -> list[str | None]:
+    values = r.mget([f"{LEASE_PREFIX}{LEASE_NAMESPACE}:{job_id}" for job_id in job_ids])
+    return [v.decode() if v else None for v in values]
+
+
+def _all_running(r: redis.Redis, job_ids: list[str]) -> list[str] | None:
+    """The jobs' lease values if every one is running at this moment (one read), else None."""
+    values = _lease_values(r, job_ids)
+    return values if all(view(v).state is LeaseState.RUNNING for v in values) else None  # type: ignore[return-value]
+
+
+def _wait_ready(server, job_ids: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Every job downloaded (its ``/downloaded`` accepted), its transcription queued for a gpu slot."""
+    wait_until(lambda: all(any(req["status"] == 200 for req in requests_for(server, j, "downloaded"))
+                           for j in job_ids), READY_TIMEOUT_S, "every job to be downloaded")
+
+
+def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, celery_workers, tmp_path):
+    """Four ready jobs, one gpu process: one batch. Each job runs under its own lease and gets its own
+    heartbeats, progress and result; the undecodable one fails alone, its batch-mates complete."""
+    server, telegram, env, fleet = voicy
+    assert env["VOICY_WORKER_CLIP_BATCH_SIZE"] == CLIPS_PER_PASS
+    env = dict(env, VOICY_WORKER_HEARTBEAT_INTERVAL_MS=HEARTBEAT_EVERY_MS)  # heartbeats within the held batch
+    r = redis.Redis.from_url(fleet.redis_url)
+    items = {enqueue_fixture(server, telegram, item): item for item in _shorts(3)}
+    telegram.add_file("fid-corrupt", (AUDIO_DIR / "undecodable.ogg").read_bytes())
+    bad = server.enqueue_job("fid-corrupt", mime_type="audio/ogg")
+    ids = [*items, bad]
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")  # sends the heartbeats, at this test's cadence
+    try:
+        _wait_ready(server, ids)
+        server.delay("transcribe", TRANSCRIBE_HOLD_S)
+        gpu = celery_workers("gpu", env)  # one process: its first task takes the three others along
+        running = wait_until(lambda: _all_running(r, ids), READY_TIMEOUT_S, "all four leases running at once")
+        jobs = wait_final(server, ids)
+    finally:
+        beat.stop()
+    # one gpu process held four running leases at the same moment: a batch, each job under its own lease
+    assert len(set(running)) == 4  # type: ignore[arg-type]
+    batch_started = min(req["at"] for job_id in ids for req in requests_for(server, job_id, "transcribe"))
+    for job_id, item in items.items():
+        job = jobs[job_id]
+        assert job["status"] == "completed", (item["name"], job.get("lastError"), gpu.log()[-3000:])
+        for word in item["keywords"]:
+            assert word.lower() in job["resultText"].lower()
+        assert [req["status"] for req in requests_for(server, job_id, "result")] == [200]
+        assert not requests_for(server, job_id, "failure")
+        progress = requests_for(server, job_id, "progress")
+        assert progress and all(p["status"] == 200 for p in progress), item["name"]
+        assert all(job["resultText"].startswith(p["json"]["text"]) for p in progress)  # its own words
+        assert any(h["at"] > batch_started for h in requests_for(server, job_id, "heartbeat")), item["name"]
+        assert f"job {job_id} transcribed in" in gpu.log() and "in a batch of 4" in gpu.log()
+    failed = jobs[bad]
+    assert failed["status"] == "failed" and "could not be decoded" in failed["lastError"]
+    assert [req["json"]["retryable"] for req in requests_for(server, bad, "failure")] == [False]
+    assert not requests_for(server, bad, "result")
+    assert len(re.findall(r"transcribed in [0-9.]+s in a batch of 4", gpu.log())) == 3
+    assert gpu.log().count("transcription already owned by another execution") == 3  # the mates' own tasks
+
+
+def test_a_long_recording_goes_alone_and_the_short_ones_still_batch(voicy, celery_workers, tmp_path):
+    """The 35.6 s story never joins a batch (its length is known from the download); a short voice
+    the batch does not answer (too repetitive: the sequential engine would decode it again) is
+    transcribed alone after its batch-mates' results; the other short ones share one pass."""
+    server, telegram, env, _fleet = voicy
+    story = max(audio_manifest(), key=lambda m: m["duration_s"])
+    assert story["duration_s"] > 30
+    long_id = enqueue_fixture(server, telegram, story)
+    short_ids = [enqueue_fixture(server, telegram, item) for item in _shorts(3)]
+    telegram.add_file("fid-again", write_repeated_speech_ogg(tmp_path / "again.ogg", REPEATED_VOICE_S).read_bytes())
+    again_id = server.enqueue_job("fid-again", mime_type="audio/ogg")
+    _wait_ready(server, [long_id, again_id, *short_ids])
+    gpu = celery_workers("gpu", env)
+    jobs = wait_final(server, [long_id, again_id, *short_ids])
+    assert all(job["status"] == "completed" for job in jobs.values()), {j: d.get("lastError") for j, d in jobs.items()}
+    lines = {job_id: [line for line in gpu.log().splitlines() if f"job {job_id} transcribed in" in line]
+             for job_id in jobs}
+    (long_line,), (again_line,) = lines[long_id], lines[again_id]
+    assert "in a batch" not in long_line and "35.6s of audio" in long_line
+    assert "in a batch" not in again_line and "left to the caller" in gpu.log()
+    assert gpu.log().index("left to the caller") < gpu.log().index(again_line)
+    for job_id in short_ids:
+        (line,) = lines[job_id]
+        assert "in a batch of 4" in line  # the three, and the repeated one that the pass left alone
+        assert gpu.log().index(line) < gpu.log().index(again_line)  # posted before it was redone
+
+
+def test_the_wait_for_batch_mates_is_bounded_and_a_lone_voice_does_not_wait(voicy, celery_workers,
+                                                                             tmp_path):
+    server, telegram, env, _fleet = voicy
+    env = dict(env, VOICY_WORKER_CLIP_BATCH_WAIT_MS=str(BOUNDED_WAIT_MS))  # the gpu side's wait for batch-mates
+    first, lone, slow_item, late = _shorts(4)
+    gpu = celery_workers("gpu", env)
+    try:
+        wait_final(server, [enqueue_fixture(server, telegram, first)])  # the model is loaded now
+        # nothing else on its way: transcribed at once, alone
+        lone_id = enqueue_fixture(server, telegram, lone)
+        wait_final(server, [lone_id])
+        # a download on its way that outlasts the bound: the next voice waits for it, but only so long
+        telegram.delay("fid-slow", SLOW_DOWNLOAD_HOLD_S)
+        slow_id = enqueue_fixture(server, telegram, slow_item, file_id="fid-slow")
+        wait_until(lambda: server.get_job(slow_id)["status"] == "downloading"
+                   and telegram.requests_of("download")[-1]["status"] == 0, 60, "the slow download in flight")
+        late_id = enqueue_fixture(server, telegram, late)
+        jobs = wait_final(server, [late_id])
+        assert server.get_job(slow_id)["status"] == "downloading"  # still on its way: the wait ended first
+        telegram.clear_faults()
+        # the slow voice still completes; and no worker stops under a job in flight
+        assert wait_final(server, [slow_id])[slow_id]["status"] == "completed"
+    finally:
+        telegram.clear_faults()
+    assert jobs[late_id]["status"] == "completed"
+    log = gpu.log()
+    assert f"job {lone_id} transcribed in" in log and f"job {lone_id}: waited" not in log
+    waited = re.search(rf"job {late_id}: waited (\d+) ms for jobs on their way; 0 joined", log)
+    assert waited and int(waited.group(1)) >= BOUNDED_WAIT_MS, log[-3000:]
+    (line,) = [line for line in log.splitlines() if f"job {late_id} transcribed in" in line]
+    assert "in a batch" not in line
+
+
+def test_a_worker_killed_mid_batch_loses_nothing_and_each_job_is_recovered_once(voicy, celery_workers,
+                                                                               tmp_path):
+    """V1 + V2 for a batch: SIGKILL the gpu worker while four jobs are in one batch; the reaper
+    recovers each job once, a new worker completes each once."""
+    server, telegram, env, fleet = voicy
+    r = redis.Redis.from_url(fleet.redis_url)
+    ids = [enqueue_fixture(server, telegram, item) for item in _shorts(4)]
+    beat = start_beat(env, tmp_path, tmp_path / "beat.log")
+    try:
+        _wait_ready(server, ids)
+        server.delay("transcribe", TRANSCRIBE_HOLD_S)
+        gpu = celery_workers("gpu", env)
+        wait_until(lambda: _all_running(r, ids), READY_TIMEOUT_S, "all four jobs in one batch")
+        gpu.kill(signal.SIGKILL)
+        server.delay("transcribe", 0)
+        celery_workers("gpu", env)  # a replacement host comes up
+        jobs = wait_final(server, ids)
+    finally:
+        beat.stop()
+    io_log = fleet.log_of("io")
+    for job_id in ids:
+        assert jobs[job_id]["status"] == "completed", jobs[job_id].get("lastError")
+        assert [req["status"] for req in requests_for(server, job_id, "result")] == [200]
+        assert not requests_for(server, job_id, "failure")
+        assert io_log.count(f"job {job_id}: worker lost; redispatching transcription") == 1
