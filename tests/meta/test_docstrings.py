@@ -22,8 +22,6 @@ NOT_YET_CONVERTED = {
     "tasks/hardening/stop_consuming.py",
     "tasks/settings.py",
     "workers/transcribe/batched.py",
-    "workers/transcribe/clips.py",
-    "workers/transcribe/settings.py",
 }
 
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faster_whisper import BatchedInferencePipeline
-from faster_whisper.audio import decode_audio
 from faster_whisper.transcribe import Segment as WhisperSegment
 
 from workers.errors import ConfigError
+from workers.transcribe.audio import decode
 from workers.transcribe.engine import SINGLE_PROCESS_POOL
 from workers.transcribe.registry import BATCHED_ENGINE
 from workers.transcribe.seek import SAMPLE_RATE, SeekingBatchDecoder, Speech
@@ -67,7 +67,7 @@ class BatchedWhisperEngine(WhisperEngine):
                                            beam_size=self.beam_size)
 
     def _segments(self, path: Path, language: str | None) -> tuple[Iterable[WhisperSegment], DecodeInfo]:
-        audio = decode_audio(str(path), sampling_rate=SAMPLE_RATE)
+        audio = decode(path, SAMPLE_RATE)
         if len(audio) <= ONE_WINDOW_S * SAMPLE_RATE:  # nothing to batch: the sequential engine's decode, as is
             return self._model.transcribe(audio, language=language, **decode_options(self.beam_size))
         speech = Speech.of(audio)

@@ -1,67 +1,36 @@
-"""Several short recordings in one batched pass: the clip batcher behind ``transcribe_clips``.
-
-Why: Whisper pads every input to a 30 s window, so a 5 s voice message costs
-the encoder a whole window, and decoding one message at a time leaves most of
-a GPU idle. (A CPU is busy either way: there a batch costs the CPU time of its
-clips one by one, docs/BENCHMARKS.md "Voice bursts".) faster-whisper cannot batch
-separate files (its issue #1264), but its ``BatchedInferencePipeline`` decodes
-``clip_timestamps`` over one array as one batch, one window per clip. So the
-clips are laid end to end in one array and each gets its own window.
-
-Each clip's words are what the sequential engine gives for it alone, because
-its window holds exactly the same samples:
-
-* its speech is found and cut out as the sequential engine does it (Silero VAD
-  with faster-whisper's default ``VadOptions``, then ``collect_chunks``), and
-  its timestamps are mapped back the same way (``SpeechTimestampsMap``);
-* the features of each window are computed from that clip's samples alone and
-  padded to 30 s on their own, so batch-mates never change a clip's input
-  (each window boundary is given as the exact float faster-whisper reads back
-  as the sample index, and one silent frame separates clips so every window
-  starts on its own frame, which is how a segment is traced to its clip);
-* the same model, beam size and first temperature (0). The batched pipeline
-  has no second chance, where the sequential engine decodes a window again at
-  higher temperatures when its text looks like a failure (too repetitive, or
-  too unlikely) and drops an unlikely window it judges silent. So a clip whose
-  decode meets those same tests (faster-whisper's defaults: compression ratio
-  above 2.4, average log-probability below -1) is not answered from the batch:
-  it is left to the caller like a long one, and the sequential engine
-  transcribes it on its own, retries and all.
-  docs/BENCHMARKS.md "Voice bursts" measures the words against per-clip runs.
-
-Per clip, not per batch: the language (the clip's hint if the model knows it,
-else ``VOICY_WORKER_LANGUAGE``, else detected on that clip; clips of different
-languages are decoded in separate passes), failures (media that cannot be
-decoded fails its clip only; if a batched pass itself fails, e.g. out of GPU
-memory, each of its clips is decoded again on its own), and the progress
-callback (one that raises, a lost lease, ends its own clip only). A clip
-longer than one window is not decoded here, and one whose decode the
-sequential engine would retry or skip is not answered from here: the outcome
-of either is ``None``, and the caller transcribes it on its own after posting
-the others.
-"""
+"""Short recordings of separate jobs decoded together, one window each: the clip batcher behind ``transcribe_clips``."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 from faster_whisper import BatchedInferencePipeline, WhisperModel
-from faster_whisper.audio import decode_audio
 from faster_whisper.transcribe import get_compression_ratio
 from faster_whisper.vad import SpeechTimestampsMap, VadOptions, collect_chunks, get_speech_timestamps
 
-from workers.transcribe.failures import classify, require_audio_stream
+from workers.transcribe.audio import SAMPLE_RATE, decode
+from workers.transcribe.failures import classify
 from workers.transcribe.protocol import CLIP_WINDOW_S, Clip, ClipOutcome
 from workers.transcribe.results import DURATION_DIGITS, Segment, Transcript
-from workers.transcribe.seek import SAMPLE_RATE, exact_seconds, seek_of
+from workers.transcribe.seek import exact_seconds, seek_of
 
 log = logging.getLogger(__name__)
 
 ENGLISH = "en"  # what an English-only model transcribes in, whatever it is asked
-SEPARATOR_SAMPLES = 160  # one feature frame (10 ms at 16 kHz) of silence between clips in the array
+SEPARATOR_SAMPLES = 160  # one feature frame (10 ms at 16 kHz) of silence between clips: each window starts on its own
+# Clips decoded and cut to their speech at once, on threads (PyAV and onnxruntime's Silero VAD release
+# the GIL), while a pass decodes the group before them. On a GPU a voice's decoding and VAD cost the
+# host several times its share of a batched pass (reference/gpu.md), so one thread would be the
+# bottleneck; a few keep up without taking the host's cores from other gpu processes.
+PREPARE_THREADS = 4
+# The batched pass decodes text tokens only. With timestamp tokens, CTranslate2's batched beam search
+# grows with the square of the batch on a GPU (faster-whisper #985); without them it stays linear
+# (docs/BENCHMARKS.md "Clip batches"). A clip's segment times come from its own speech instead.
+WITHOUT_TIMESTAMPS = True
 # faster-whisper's defaults for ``WhisperModel.transcribe``, which the sequential engine uses: a window
 # decoded more repetitively or less likely than this is decoded again at a higher temperature (or, if
 # it also looks silent, skipped).
@@ -71,7 +40,8 @@ LOG_PROB_THRESHOLD = -1.0
 
 @dataclass
 class _Prepared:
-    """A clip decoded and cut to its speech, waiting for its pass."""
+    """A clip decoded and cut to its speech (Silero VAD with faster-whisper's default ``VadOptions``, as
+    the sequential engine cuts it), waiting for its pass."""
 
     index: int
     clip: Clip
@@ -79,22 +49,46 @@ class _Prepared:
     timestamps: SpeechTimestampsMap  # speech time → time in the recording
     transcript: Transcript
     ended: Exception | None = None  # set when its callback raised: no more segments for it
-    offset: int = field(default=0)  # where its window starts in the batch array (samples)
-    decoded: list[str] = field(default_factory=list)  # its window's text, piece by piece, as decoded
-    avg_logprob: float = 0.0  # of its window's decode (one per window)
+    decoded: str = ""  # its window's text as decoded, empty until its pass
+    avg_logprob: float = 0.0  # of its window's decode
+
+    @property
+    def language(self) -> str:
+        return self.transcript.language or ENGLISH
+
+    def speech_span(self) -> tuple[float, float]:
+        """Where its speech starts and ends in the recording (s): the one segment a clip's text gets,
+        since a decode without timestamp tokens says nothing finer. A voice message is mostly one
+        run of speech; its first and last words lie inside this span."""
+        end = self.timestamps.get_original_time(len(self.speech) / SAMPLE_RATE, is_end=True)
+        return self.timestamps.get_original_time(0.0), min(end, self.transcript.duration or end)  # map rounds up
 
 
 def second_chance(prepared: _Prepared) -> bool:
     """True when the sequential engine would not keep this window's decode as it is: too unlikely (it
-    decodes it again at a higher temperature, or skips it if it also looks silent) or too repetitive."""
-    if not prepared.decoded:
+    decodes it again at a higher temperature, or skips it if it also looks silent) or too repetitive.
+    The batched pass has no temperature fallback, so such a clip is left to the caller, whose
+    sequential engine transcribes it alone, retries and all."""
+    if not prepared.decoded.strip():
         return False
-    repetitive = get_compression_ratio("".join(prepared.decoded).strip()) > COMPRESSION_RATIO_THRESHOLD
+    repetitive = get_compression_ratio(prepared.decoded.strip()) > COMPRESSION_RATIO_THRESHOLD
     return repetitive or prepared.avg_logprob < LOG_PROB_THRESHOLD
 
 
 class ClipBatcher:
-    """Decodes short clips ``max_clips`` at a time with one loaded ``WhisperModel``."""
+    """Decodes short clips ``max_clips`` at a time with one loaded ``WhisperModel``.
+
+    Why: Whisper pads every input to a 30 s window, so a 5 s voice message costs
+    the encoder a whole window, and one message at a time leaves most of a GPU
+    idle. faster-whisper cannot batch separate files (its issue #1264), but its
+    ``BatchedInferencePipeline`` decodes ``clip_timestamps`` over one array as
+    one batch, one window per clip: so the clips' speech is laid end to end.
+    Each window's features are computed from its own clip and padded alone, so
+    batch-mates never change a clip's input. Per clip, not per batch: the
+    language, failures, the progress callback, and whether its decode is kept
+    (:func:`second_chance`). A clip longer than one window, or one without a
+    kept decode, has the outcome ``None``: the caller transcribes it alone.
+    """
 
     def __init__(self, model: WhisperModel, *, beam_size: int, max_clips: int,
                  language_for: Callable[[str | None], str | None]) -> None:
@@ -103,42 +97,53 @@ class ClipBatcher:
         self._beam_size = beam_size
         self.max_clips = max_clips
         self._language_for = language_for
-        self._rate = SAMPLE_RATE  # what decode_audio, VAD and the feature extractor all use
         self._fps = model.frames_per_second
 
     def transcribe(self, clips: Sequence[Clip]) -> list[ClipOutcome]:
-        """One outcome per clip, in order (see the module docstring)."""
+        """One outcome per clip, in order. Clips are prepared on ``PREPARE_THREADS`` threads; a language's
+        group is decoded as soon as it is full, while the threads prepare the clips after it."""
         outcomes: list[ClipOutcome] = [None] * len(clips)
-        by_language: dict[str, list[_Prepared]] = {}
-        for index, clip in enumerate(clips):
-            try:
-                prepared = self._prepare(index, clip)
-            except Exception as exc:
-                outcomes[index] = classify(exc)
+        pending: dict[str, list[_Prepared]] = {}
+        decoded: list[_Prepared] = []
+        with ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="clip-prepare") as pool:
+            futures = [pool.submit(self._prepare, index, clip) for index, clip in enumerate(clips)]
+            for index, future in enumerate(futures):
+                prepared = self._collect(index, future, outcomes)
+                if prepared is None:
+                    continue
+                group = pending.setdefault(prepared.language, [])
+                group.append(prepared)
+                if len(group) >= max(1, self.max_clips):
+                    self._decode(group, prepared.language)
+                    decoded += pending.pop(prepared.language)
+        for language, group in pending.items():
+            self._decode(group, language)
+            decoded += group
+        for prepared in decoded:
+            if prepared.ended is None and second_chance(prepared):
+                log.info("clip %d: its decode would be retried or skipped on its own; left to the caller",
+                         prepared.index)
                 continue
-            if prepared is None:
-                continue  # longer than one window: the caller's
-            if not len(prepared.speech):
-                outcomes[index] = prepared.transcript  # no speech: an empty transcript, as alone
-                continue
-            by_language.setdefault(prepared.transcript.language or ENGLISH, []).append(prepared)
-        for language, group in by_language.items():
-            for start in range(0, len(group), self.max_clips):
-                self._decode(group[start:start + self.max_clips], language)
-        for group in by_language.values():
-            for prepared in group:
-                if prepared.ended is None and second_chance(prepared):
-                    log.info("clip %d: its decode would be retried or skipped on its own; left to the caller",
-                             prepared.index)
-                    continue  # None: transcribed on its own, retries and all
-                outcomes[prepared.index] = prepared.ended or prepared.transcript
+            outcomes[prepared.index] = prepared.ended or prepared.transcript
         return outcomes
+
+    @staticmethod
+    def _collect(index: int, future: Future[_Prepared | None], outcomes: list[ClipOutcome]) -> _Prepared | None:
+        """A prepared clip that needs a pass; any other outcome is settled in ``outcomes`` here."""
+        try:
+            prepared = future.result()
+        except Exception as exc:  # undecodable, no audio stream, missing: that clip only
+            outcomes[index] = classify(exc)
+            return None
+        if prepared is not None and not len(prepared.speech):
+            outcomes[index] = prepared.transcript  # no speech: an empty transcript, as alone
+            return None
+        return prepared  # None (longer than one window) stays the caller's
 
     def _prepare(self, index: int, clip: Clip) -> _Prepared | None:
         """Decode the clip and cut it to its speech; ``None`` when it is longer than one window."""
-        require_audio_stream(clip.path)
-        audio = decode_audio(str(clip.path), sampling_rate=self._rate)
-        duration = len(audio) / self._rate
+        audio = decode(clip.path)
+        duration = len(audio) / SAMPLE_RATE
         if duration > CLIP_WINDOW_S:
             return None
         speech_chunks = get_speech_timestamps(audio, VadOptions())
@@ -146,7 +151,7 @@ class ClipBatcher:
         speech = np.concatenate(pieces) if speech_chunks else np.zeros(0, dtype=np.float32)
         language = self._language(clip.language, speech)
         transcript = Transcript(language=language, duration=round(duration, DURATION_DIGITS))
-        return _Prepared(index, clip, speech, SpeechTimestampsMap(speech_chunks, self._rate), transcript)
+        return _Prepared(index, clip, speech, SpeechTimestampsMap(speech_chunks, SAMPLE_RATE), transcript)
 
     def _language(self, hint: str | None, speech: np.ndarray) -> str | None:
         """The clip's language as the sequential engine settles it: English for an English-only
@@ -160,7 +165,8 @@ class ClipBatcher:
         return self._model.detect_language(audio=speech)[0]
 
     def _decode(self, group: list[_Prepared], language: str) -> None:
-        """One batched pass over ``group``; if the pass itself fails, each clip alone."""
+        """One batched pass over ``group``; if the pass itself fails (e.g. out of GPU memory), each clip
+        alone."""
         try:
             self._pass(group, language)
         except Exception as exc:
@@ -172,18 +178,19 @@ class ClipBatcher:
             for prepared in group:
                 if prepared.ended is None:
                     prepared.transcript.segments.clear()
-                    prepared.decoded.clear()
+                    prepared.decoded = ""
                     self._decode([prepared], language)
 
     def _pass(self, group: list[_Prepared], language: str) -> None:
-        """Lay the clips' speech end to end, decode one window per clip, route segments back."""
+        """Lay the clips' speech end to end, decode one window per clip, route each window's text back
+        by the frame it starts on (each boundary is the exact float faster-whisper reads back as the
+        sample index)."""
         pieces: list[np.ndarray] = []
         spans: list[dict[str, float]] = []
         by_frame: dict[int, _Prepared] = {}
         cursor = 0
         separator = np.zeros(SEPARATOR_SAMPLES, dtype=np.float32)
         for prepared in group:
-            prepared.offset = cursor
             end = cursor + len(prepared.speech)
             spans.append({"start": exact_seconds(cursor), "end": exact_seconds(end)})
             by_frame[seek_of(cursor, self._fps)] = prepared
@@ -191,17 +198,15 @@ class ClipBatcher:
             cursor = end + SEPARATOR_SAMPLES
         segments, _ = self._pipeline.transcribe(
             np.concatenate(pieces), language=language, clip_timestamps=spans, batch_size=len(group),
-            beam_size=self._beam_size, without_timestamps=False, vad_filter=False)
-        for segment in segments:
+            beam_size=self._beam_size, without_timestamps=WITHOUT_TIMESTAMPS, vad_filter=False)
+        for segment in segments:  # one per window: no timestamp tokens split it
             prepared = by_frame[segment.seek]
-            prepared.decoded.append(segment.text)
+            prepared.decoded += segment.text
             prepared.avg_logprob = segment.avg_logprob
             text = segment.text.strip()
             if prepared.ended is not None or not text:
                 continue
-            offset_s = prepared.offset / self._rate
-            start = prepared.timestamps.get_original_time(segment.start - offset_s)
-            end = prepared.timestamps.get_original_time(segment.end - offset_s, is_end=True)
+            start, end = prepared.speech_span()
             prepared.transcript.segments.append(Segment(start=start, end=end, text=text))
             if prepared.clip.on_segment is not None:
                 try:

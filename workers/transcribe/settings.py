@@ -1,48 +1,4 @@
-"""The engine's own settings, read from the ``VOICY_WORKER_*`` names operators already use.
-
-Why its own class: an engine needs the model, where to run it and how, and
-nothing about Voicy's API, Telegram or the media store. ``EngineSettings`` is
-that and only that, so ``workers.transcribe`` never imports ``workers.voicy``;
-a bench or a second caller loads it alone (:func:`load_engine_settings`).
-``workers.voicy.settings.VoicySettings`` extends it, so the Voicy processes
-read and validate the whole environment once and a bad engine variable still
-stops the bridge and the workers at start, naming it.
-
-The environment names are the ones Voicy's client documents
-(reference/voicy.md §6.1: ``VOICY_WORKER_MODEL``, falling back to
-``VOICY_WHISPER_MODEL``, and ``VOICY_WORKER_LANGUAGE``) plus ours, all the
-field name under the ``VOICY_WORKER_`` prefix (``DEVICE``, ``COMPUTE_TYPE``,
-``CPU_THREADS``, ``BEAM_SIZE``, ``TRANSCRIBER``, ``BATCH_SIZE``, ``CLIP_BATCH_SIZE``); only the model
-has an explicit alias list, for its fallback. Never a bare field name such as
-``MODEL``. Which engine runs:
-
-* ``VOICY_WORKER_BATCH_SIZE`` unset (default): ``faster-whisper-batched`` with
-  batches of ``DEFAULT_BATCH_SIZE`` (8); N > 0: the same with batches of N;
-  0: ``faster-whisper``, the sequential engine. The batched engine decodes a
-  recording of one window (most voice messages) exactly as the sequential one
-  does, and a longer one in batches of VAD windows (``workers.transcribe.seek``):
-  with the same words, for the same CPU seconds on this project's CPU (and a
-  faster wall clock on a quiet box, where two threads are used more fully) and
-  several times faster on a GPU (docs/BENCHMARKS.md "Transcription engines").
-* ``VOICY_WORKER_TRANSCRIBER`` names the engine explicitly (a key of
-  ``workers.transcribe.registry.ENGINES`` or of the ``switchyard.engines`` entry points);
-  unset, the batch size chooses as above. A name that contradicts a batch size that is set is a ``ConfigError``
-  naming ``VOICY_WORKER_BATCH_SIZE`` rather than one of them silently winning.
-* ``VOICY_WORKER_CLIP_BATCH_SIZE`` is a different batch: how many *separate
-  short recordings* (each at most one 30 s window) a gpu slot decodes in one
-  pass (``workers.transcribe.clips``), whichever engine runs the long ones. 0 or
-  1: every recording alone. Unset (auto): 16 on CUDA, off on a CPU
-  (:meth:`EngineSettings.clip_batch_on`). Why: a GPU decodes a batch in about
-  the time of one clip; on a CPU a batch costs the CPU time of its clips one by
-  one (measured 0.97–1.04×), so it saves nothing there while every voice of a
-  batch waits for the whole pass (docs/BENCHMARKS.md "Voice bursts").
-* ``VOICY_WORKER_ENGINE`` is *not* read here: it is the label Voicy stores as
-  ``workerEngine`` (``VoicySettings.engine``), free text as in Voicy's client.
-
-``LANGUAGE`` must be a code faster-whisper knows (``workers.transcribe.languages``):
-Voicy passes it to its transcriber unchecked, but here a typo would fail every
-job on a multilingual model, so it stops start-up instead.
-"""
+"""The engine's own settings, read from the ``VOICY_WORKER_*`` names operators already use."""
 
 from __future__ import annotations
 
@@ -63,10 +19,12 @@ SEQUENTIAL_BATCH_SIZE = 0  # BATCH_SIZE=0: no batching, the sequential engine
 DEFAULT_BATCH_SIZE = 8  # BATCH_SIZE unset: the batched engine, 8 windows per pass (faster-whisper's default)
 AUTO_CLIP_BATCH = None  # CLIP_BATCH_SIZE unset: by device (EngineSettings.clip_batch_on)
 NO_CLIP_BATCHING = 1  # CLIP_BATCH_SIZE at or below this: every recording on its own
-# Short recordings per batched pass when CLIP_BATCH_SIZE is unset. A GPU decodes a batch in about the
-# time of one clip; a CPU spends the same CPU time on a batch as on its clips one by one
-# (docs/BENCHMARKS.md "Voice bursts"), so there batching would only make each voice wait for the pass.
+# Short recordings per batched pass when CLIP_BATCH_SIZE is unset. On an H200 a pass without timestamp
+# tokens cost the same per clip at 16 as at 48, so a bigger batch only makes each voice wait for a
+# longer pass (docs/BENCHMARKS.md "Clip batches").
 CUDA_CLIP_BATCH = 16
+# A CPU spends the same CPU time on a batch as on its clips one by one (docs/BENCHMARKS.md "Clip
+# batches"), so there batching would only make each voice wait for the pass.
 CPU_CLIP_BATCH = NO_CLIP_BATCHING
 
 ENGINE_ENV_PREFIX = "VOICY_WORKER_"
@@ -76,7 +34,18 @@ ENGINE_SETTINGS_CONFIG = SettingsConfigDict(env_prefix=ENGINE_ENV_PREFIX, extra=
 
 class EngineSettings(BaseSettings):
     """Everything an engine reads from the environment. Field order matters: ``transcriber``
-    is validated before ``batch_size``, which is checked against it."""
+    is validated before ``batch_size``, which is checked against it.
+
+    Why its own class: an engine needs the model, where to run it and how, and nothing about
+    Voicy's API, Telegram or the media store, so ``workers.transcribe`` never imports
+    ``workers.voicy`` and a bench loads it alone (:func:`load_engine_settings`).
+    ``workers.voicy.settings.VoicySettings`` extends it, so a bad engine variable still stops
+    the bridge and the workers at start, naming it. The names are Voicy's client's
+    (reference/voicy.md §6.1: ``VOICY_WORKER_MODEL``, falling back to ``VOICY_WHISPER_MODEL``,
+    and ``VOICY_WORKER_LANGUAGE``) plus ours, each the field name under ``VOICY_WORKER_``;
+    never a bare ``MODEL``. ``VOICY_WORKER_ENGINE`` is not read here: it is the label Voicy
+    stores as ``workerEngine`` (``VoicySettings.engine``).
+    """
 
     model_config = ENGINE_SETTINGS_CONFIG
 
@@ -94,6 +63,8 @@ class EngineSettings(BaseSettings):
     @field_validator("language")
     @classmethod
     def _known_language(cls, value: str | None) -> str | None:
+        """A code faster-whisper knows: Voicy passes it on unchecked, but here a typo would fail
+        every job on a multilingual model, so it stops start-up instead."""
         if value is None or not value.strip():
             return None
         code = normalize(value)
@@ -126,15 +97,19 @@ class EngineSettings(BaseSettings):
 
     @property
     def engine_name(self) -> str:
-        """The registry name of the engine to run: the one named, else chosen by the batch size."""
+        """The registry name of the engine to run: the one named, else chosen by the batch size
+        (unset or N > 0: ``faster-whisper-batched``; 0: ``faster-whisper``, the sequential one).
+        The batched engine decodes a recording of one window exactly as the sequential one does,
+        and a longer one in batches of VAD windows (docs/BENCHMARKS.md "Transcription engines")."""
         if self.transcriber:
             return self.transcriber
         return SEQUENTIAL_ENGINE if self.batch_size == SEQUENTIAL_BATCH_SIZE else BATCHED_ENGINE
 
     @property
     def clip_batching(self) -> bool:
-        """True when a gpu slot may transcribe several short recordings in one pass: set above 1, or
-        auto (the engine decides by its device: the io and bridge processes cannot know it)."""
+        """True when a gpu slot may transcribe several short recordings of separate jobs (each at most
+        one window) in one pass: set above 1, or auto (the engine decides by its device: the io and
+        bridge processes cannot know it)."""
         return self.clip_batch_size is AUTO_CLIP_BATCH or self.clip_batch_size > NO_CLIP_BATCHING
 
     def clip_batch_on(self, device: str) -> int:

@@ -13,6 +13,7 @@ from faster_whisper.transcribe import Segment as WhisperSegment
 
 from workers.errors import ConfigError
 from workers.transcribe import host_threads
+from workers.transcribe.audio import decode
 from workers.transcribe.clips import ClipBatcher
 from workers.transcribe.device import (
     default_compute_type,
@@ -22,7 +23,7 @@ from workers.transcribe.device import (
     usable_cores,
 )
 from workers.transcribe.engine import SINGLE_PROCESS_POOL
-from workers.transcribe.failures import classify, require_audio_stream
+from workers.transcribe.failures import classify
 from workers.transcribe.languages import pick_language
 from workers.transcribe.protocol import Clip, ClipOutcome, OnSegment
 from workers.transcribe.registry import SEQUENTIAL_ENGINE
@@ -136,7 +137,6 @@ class WhisperEngine:
         lost lease) stops decoding and propagates unchanged.
         """
         try:
-            require_audio_stream(path)
             segments, info = self._segments(path, self.language_for(language))
             transcript = Transcript(language=info.language, duration=round(info.duration, DURATION_DIGITS))
             iterator = iter(segments)
@@ -166,8 +166,9 @@ class WhisperEngine:
         return self._clips.transcribe(clips)
 
     def _segments(self, path: Path, language: str | None) -> tuple[Iterable[WhisperSegment], DecodeInfo]:
-        """faster-whisper's lazy segment generator and its info, for one file."""
-        return self._model.transcribe(str(path), language=language, **decode_options(self.beam_size))
+        """faster-whisper's lazy segment generator and its info, for one file (its samples decoded as
+        faster-whisper decodes them, ``workers.transcribe.audio``)."""
+        return self._model.transcribe(decode(path), language=language, **decode_options(self.beam_size))
 
     def language_for(self, hint: str | None) -> str | None:
         """The job's hint if this model knows it, else ``VOICY_WORKER_LANGUAGE``, else ``None`` (detect)."""
