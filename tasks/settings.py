@@ -1,11 +1,4 @@
-"""Celery configuration for the whole fleet, with the reasons for each choice.
-
-Celery is the *execution transport*; the external systems (Voicy's requeue,
-JetStream's redelivery) stay the source of truth for retrying a job, and a
-per-job lease in Redis (``workers.lease``) decides who owns a job now
-(ARCHITECTURE.md "Who redelivers"). Every setting below serves that rule.
-See reference/ecosystem.md §1.2-§1.5 for what goes wrong with the defaults.
-"""
+"""Celery configuration for the whole fleet, with the reason for each choice on its constant."""
 
 from __future__ import annotations
 
@@ -157,7 +150,12 @@ def _redis_connection(settings: RedisSettings) -> dict[str, Any]:
 
 
 def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
-    """The Celery configuration mapping (``app.conf.update(celery_config())``)."""
+    """The Celery configuration mapping (``app.conf.update(celery_config())``).
+
+    Celery is the execution transport only: Voicy's requeue and JetStream's redelivery stay the
+    source of truth for retrying a job, and a per-job lease in Redis (``workers.lease``) decides who
+    owns it now, so every setting here keeps Celery from running a second copy of its own.
+    """
     settings = settings or load_settings(FleetSettings)
     connection = _redis_connection(settings)
     transport = {

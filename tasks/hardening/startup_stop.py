@@ -1,21 +1,4 @@
-"""A stop signal while a worker starts stops it cleanly: no CRITICAL line, no traceback, exit 0.
-
-Why: the Procfile's ``REMAP_SIGTERM=SIGQUIT`` makes SIGTERM Celery's cold shutdown, and Celery
-installs its handler before the worker starts its pool and consumer. The handler stops the prefork
-pool on the spot; arriving between the pool's start and the consumer's event loop (a deploy or a
-dyno restart, ``make demo``'s Ctrl-C while a worker still starts: on a loaded box that window lasts
-seconds), it left the consumer to start on a stopped pool, and the loop's first check of the pool
-ended the worker with ``Unrecoverable error: AttributeError(... 'did_start_ok')``, a traceback and
-exit 1 (``tests/fleet/test_procfile.py``, a worker stopped at each moment of its start-up).
-
-So from just before the pool starts until the event loop runs, a stop signal (SIGTERM, SIGINT,
-SIGQUIT) does what Celery's cold shutdown does except stopping the pool from inside the handler:
-it says so, sends ``worker_shutting_down`` and sets the cold-shutdown flag. Celery checks that
-flag while it connects, while its consumer starts and at the top of its loop, and then terminates
-the worker, pool included, as after any cold shutdown. Nothing was consumed yet, so there is no
-task to cancel or hand back. Once the loop runs, Celery's own handlers are back (a running task's
-soft shutdown window, the second Ctrl-C that forces the exit).
-"""
+"""A stop signal while a worker starts stops it cleanly: no CRITICAL line, no traceback, exit 0."""
 
 from __future__ import annotations
 
@@ -40,7 +23,15 @@ def stopping() -> bool:
 
 
 class StopWhileStarting(bootsteps.StartStopStep):
-    """Worker bootstep, right after the event loop's hub exists and before the pool starts."""
+    """Worker bootstep, right after the event loop's hub exists and before the pool starts.
+
+    Under ``REMAP_SIGTERM=SIGQUIT`` Celery's cold-shutdown handler stops the prefork pool on the spot;
+    arriving between the pool's start and the event loop, it left the consumer to start on a stopped
+    pool and the worker ended with ``Unrecoverable error`` and exit 1. Until the loop runs, a stop
+    signal here does what the cold shutdown does except stopping the pool inside the handler: it sets
+    the cold-shutdown flag, which Celery checks while it connects, starts its consumer and at the top
+    of its loop, and then terminates the worker, pool included. Nothing was consumed yet.
+    """
 
     requires = ("celery.worker.components:Hub",)
 

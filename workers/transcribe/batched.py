@@ -1,30 +1,4 @@
-"""The batched faster-whisper engine (``faster-whisper-batched``, the default): windows decoded a batch at a time.
-
-Selected unless ``VOICY_WORKER_BATCH_SIZE`` is 0 (``workers.transcribe.settings``).
-A recording of one window (at most ``ONE_WINDOW_S``, most voice messages) has
-nothing to batch: it is decoded exactly as the sequential engine decodes it
-(faster-whisper's ``transcribe`` with the same options, temperature fallback
-included), so its words are faster-whisper's own. A longer one has its speech
-cut at VAD pauses into windows of at most 24 s, ``batch_size`` of them decoded
-in one forward pass of faster-whisper's ``BatchedInferencePipeline``; a window
-whose decode stops before its end is resumed from there in the next pass
-(``workers.transcribe.seek``: without that, faster-whisper's batched mode drops
-the last sentence of many windows). On this project's 2-core CPU with tiny.en
-that costs the sequential engine's CPU seconds for the same words, and larger
-batched operations keep both threads busier (docs/BENCHMARKS.md "Transcription
-engines"); on a GPU faster-whisper documents a several-fold speed-up (3.7× for
-large-v2). No code here is GPU-only.
-
-What differs from the sequential engine on a long recording: window
-boundaries (the sequential engine's follow its own timestamps; these are
-fixed at pauses, then resumed), so a word at a boundary may be heard
-differently, and no temperature fallback within a batch. Neither engine
-prompts a window with the previous one's text. Progress streams as each batch
-is decoded.
-
-Everything else (model loading, device, threads, language rule, error
-mapping, the streaming loop) is the sequential engine's (:class:`WhisperEngine`).
-"""
+"""The batched faster-whisper engine (``faster-whisper-batched``, the default): windows a batch at a time."""
 
 from __future__ import annotations
 
@@ -54,7 +28,15 @@ class _Info:
 
 
 class BatchedWhisperEngine(WhisperEngine):
-    """The same model, decoded ``VOICY_WORKER_BATCH_SIZE`` windows at a time."""
+    """The same model, decoded ``VOICY_WORKER_BATCH_SIZE`` windows at a time.
+
+    A recording of one window (most voice messages) is decoded exactly as the sequential engine
+    decodes it, temperature fallback included. A longer one is cut at VAD pauses into windows of at
+    most 24 s, a batch of them per forward pass of ``BatchedInferencePipeline``; a window whose
+    decode stops before its end is resumed from there in the next pass (``workers.transcribe.seek``),
+    or the batched pipeline would drop the last sentence of many windows. What differs from the
+    sequential engine on a long recording: window boundaries, and no temperature fallback in a batch.
+    """
 
     name = BATCHED_ENGINE
 
