@@ -36,7 +36,7 @@ def run_check(stack: CairnStack, *extra: str, worker_name: str | None = None) ->
     """As core's operators run the harness: core's NATS login, not the pool's (its env holds the pool's)."""
     core = stack.nats_auth.core
     cmd = [sys.executable, "-m", "ops", "check", "cairn", "--nats", stack.nats.url,  # type: ignore[union-attr]
-           "--user", core.user, "--password", core.password,
+           "--user", core.user, f"--password={core.password}",  # a password may begin with "-"
            "--provider", PROVIDER, "--worker-name", worker_name or stack.pool, "--timeout", "15", *extra]
     return subprocess.run(cmd, cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=120)
 

@@ -58,7 +58,7 @@ def run_check(env: dict[str, str], *options: str) -> subprocess.CompletedProcess
 
 def core_login(stack: CairnStack) -> list[str]:
     core = stack.nats_auth.core
-    return ["--user", core.user, "--password", core.password]
+    return ["--user", core.user, f"--password={core.password}"]  # a password may begin with "-"
 
 
 def test_anonymous_clients_are_refused_here(stack: CairnStack) -> None:

@@ -238,7 +238,7 @@ def _check(stack: GarminStack, *extra: str) -> subprocess.CompletedProcess[str]:
     assert stack.nats is not None
     core = stack.nats_auth.core
     return subprocess.run([sys.executable, "-m", "ops", "check", "cairn", "--nats", stack.nats.url,
-                           "--user", core.user, "--password", core.password,
+                           "--user", core.user, f"--password={core.password}",  # a password may begin with "-"
                            "--provider", GARMIN, "--worker-name", stack.pool, "--timeout", "15", *extra],
                           cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
 

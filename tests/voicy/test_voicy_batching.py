@@ -53,6 +53,7 @@ LOG_BUDGET_ALLOW = (  # each applies to the test it names only
 )
 
 READY_TIMEOUT_S = 120.0
+LOG_LINE_TIMEOUT_S = 10.0  # a job's "transcribed in" line follows its result post by milliseconds
 CLIPS_PER_PASS = "4"
 REPEATED_VOICE_S = 18.0  # one sentence said about five times: too repetitive for a batched decode to keep
 TRANSCRIBE_HOLD_S = 1.2  # each /transcribe answer held: a batch of 4 spends ≥ 4.8 s in its start
@@ -159,8 +160,17 @@ def test_a_long_recording_goes_alone_and_the_short_ones_still_batch(voicy, celer
     gpu = celery_workers("gpu", env)
     jobs = wait_final(server, [long_id, again_id, *short_ids])
     assert all(job["status"] == "completed" for job in jobs.values()), {j: d.get("lastError") for j, d in jobs.items()}
-    lines = {job_id: [line for line in gpu.log().splitlines() if f"job {job_id} transcribed in" in line]
-             for job_id in jobs}
+
+    def transcribed_lines() -> dict[str, list[str]]:
+        return {job_id: [line for line in gpu.log().splitlines() if f"job {job_id} transcribed in" in line]
+                for job_id in jobs}
+
+    # A job's line is logged just after its result is posted, so the last one may follow its completion.
+    def all_logged() -> dict[str, list[str]] | None:
+        found = transcribed_lines()
+        return found if all(found.values()) else None
+
+    lines = wait_until(all_logged, LOG_LINE_TIMEOUT_S, "every job's 'transcribed in' line")
     (long_line,), (again_line,) = lines[long_id], lines[again_id]
     assert "in a batch" not in long_line and "35.6s of audio" in long_line
     assert "in a batch" not in again_line and "left to the caller" in gpu.log()
