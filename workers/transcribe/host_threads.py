@@ -86,14 +86,15 @@ def prepare(device: str, environ: MutableMapping[str, str] | None = None,
     own environment the first call's outcome stands: the libraries read the variable once.
     ``loaded``: the modules already imported (default: this process's)."""
     global _applied
-    if environ is not None:
-        chosen = decide(device, environ, nvidia_gpu_listed(environ), loaded=sys.modules if loaded is None else loaded)
-        environ.update(chosen.env)
-        return chosen
-    if _applied is None:
-        _applied = decide(device, os.environ, nvidia_gpu_listed(os.environ), loaded=sys.modules)
-        os.environ.update(_applied.env)
-    return _applied
+    own = environ is None
+    if own and _applied is not None:
+        return _applied
+    env = os.environ if environ is None else environ
+    chosen = decide(device, env, nvidia_gpu_listed(env), loaded=sys.modules if loaded is None else loaded)
+    env.update(chosen.env)
+    if own:
+        _applied = chosen
+    return chosen
 
 
 def applied() -> HostThreads:
