@@ -64,10 +64,6 @@ WORKER_SOFT_SHUTDOWN_TIMEOUT_S = 10.0
 
 RESULT_EXPIRES_S = 3600
 BROKER_SOCKET_TIMEOUT_S = 30.0
-# Silent cuts (D1): keepalive, TCP_USER_TIMEOUT, health checks and a connect bound on every broker
-# and result-backend connection, so a host cut off without an RST works again within
-# ``dead_peers.HEAL_BOUND_S`` of the heal (workers/dead_peers.py says why each value).
-BROKER_HEALTH_CHECK_INTERVAL_S = dead_peers.REDIS_HEALTH_CHECK_INTERVAL_S
 
 # --- Redis outages (invariant R1) -----------------------------------------------------
 # A Redis restart, an outage of up to a minute or a Sentinel failover must not stop any
@@ -161,8 +157,9 @@ def celery_config(settings: FleetSettings | None = None) -> dict[str, Any]:
     transport = {
         "visibility_timeout": VISIBILITY_TIMEOUT_S,
         "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+        # Silent cuts (D1): keepalive, TCP_USER_TIMEOUT, health checks and a connect bound, so a host
+        # cut off without an RST works again within dead_peers.HEAL_BOUND_S of the heal.
         **dead_peers.redis_options(),
-        "health_check_interval": BROKER_HEALTH_CHECK_INTERVAL_S,
         **connection.pop("broker_transport_options", {}),
     }
     backend_transport = {"visibility_timeout": VISIBILITY_TIMEOUT_S,
