@@ -5,26 +5,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
+from redis.lock import Lock
 
 log = logging.getLogger(__name__)
 
 LOCK_PREFIX = "cairn:garmin:login:"  # + account id; the value is a random holder token, never a secret
-# Longer than a whole login (sign-in page, login POST, two OAuth exchanges, each under the 30 s request
-# timeout in the worst case is more, but a healthy one is well under a second): a holder that died frees it.
+# Far longer than a healthy login (sign-in page, login POST, two OAuth exchanges: well under a
+# second), so only a holder that died leaves the key to expire.
 LOCK_TTL_S = 60.0
 # How long another host waits for the holder's login before it logs in itself (bounded: a hung holder
 # must not stall the account's imports; the lock's TTL frees it later anyway).
 WAIT_S = 20.0
 POLL_S = 0.1  # how often a waiter looks whether the holder released the lock
-# Release only our own lock: a holder whose TTL ran out must not delete the next holder's.
-_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
 
 class LoginGate:
@@ -61,32 +58,32 @@ class LoginGate:
             if found is not None:
                 yield found
                 return
-            token = self._acquire(account_id)
+            held = self._acquire(account_id)
             try:
                 yield None
             finally:
-                self._release(account_id, token)
+                self._release(held)
 
-    def _acquire(self, account_id: str) -> str | None:
-        """The holder token once this process holds the account's key; None when it gave up waiting."""
+    def _acquire(self, account_id: str) -> Lock | None:
+        """redis-py's lock on the account's key once this process holds it (its value a random token,
+        released only by its holder); None when it gave up waiting or Redis did not answer."""
         if self._redis is None:
             return None
-        token, key = uuid.uuid4().hex, LOCK_PREFIX + account_id
-        deadline = time.monotonic() + self.wait_s
+        lock = self._redis.lock(LOCK_PREFIX + account_id, timeout=LOCK_TTL_S, sleep=POLL_S,
+                                blocking_timeout=self.wait_s)
         try:
-            while not self._redis.set(key, token, nx=True, px=int(LOCK_TTL_S * 1000)):
-                if time.monotonic() >= deadline:
-                    log.info("garmin login for account %s: another instance still logging in after %.0fs; "
-                             "logging in too", account_id, self.wait_s)
-                    return None
-                time.sleep(POLL_S)
+            if lock.acquire():
+                return lock
         except redis.RedisError as exc:
             log.warning("garmin login gate unavailable (%s): logging in without it", type(exc).__name__)
             return None
-        return token
+        log.info("garmin login for account %s: another instance still logging in after %.0fs; "
+                 "logging in too", account_id, self.wait_s)
+        return None
 
-    def _release(self, account_id: str, token: str | None) -> None:
-        if self._redis is None or token is None:
+    @staticmethod
+    def _release(lock: Lock | None) -> None:
+        if lock is None:
             return
-        with contextlib.suppress(redis.RedisError):  # the TTL frees it anyway
-            self._redis.eval(_RELEASE, 1, LOCK_PREFIX + account_id, token)
+        with contextlib.suppress(redis.RedisError):  # not ours any more, or Redis away: the TTL frees it
+            lock.release()
