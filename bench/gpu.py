@@ -14,7 +14,8 @@ falls on all alike:
   fleet does);
 * one batched pass of n clips (the first n voices): its wall time per clip,
   against the smallest n (issue 20's target: 48 at most 1.25× of 4);
-* the long recording: the sequential engine against the batched one.
+* the long recording: the sequential engine against the batched one, with
+  timestamp tokens and with text tokens only (a part per window).
 
 Host CPU is ``time.process_time``: every thread of this process (CTranslate2's,
 OpenBLAS's, onnxruntime's). WER is against the scripts (``bench.wer``); "same
@@ -169,14 +170,19 @@ def _passes(batchers: dict[int, ClipBatchingEngine], voices: list[Item], repeats
 
 def _long(item: Item, engine: Callable[..., TranscriptionEngine], batches: Sequence[int],
           repeats: int) -> dict[str, object]:
-    """The long recording: the sequential engine, then the batched one per batch size, interleaved."""
+    """The long recording: the sequential engine, then the batched one per batch size and token kind,
+    interleaved."""
     engines = {SEQUENTIAL: engine(batch_size=0, clip_batch_size=1)}
-    engines.update({f"batched engine, batch {b}": engine(batch_size=b, clip_batch_size=1) for b in batches})
+    for b in batches:
+        for stamps, kind in ((True, "timestamp tokens"), (False, "text tokens")):
+            engines[f"batched engine, batch {b}, {kind}"] = engine(batch_size=b, clip_batch_size=1,
+                                                                   timestamp_tokens=stamps)
     for e in engines.values():
         e.transcribe(item.path)
     walls: dict[str, list[float]] = {n: [] for n in engines}
     cpus: dict[str, list[float]] = {n: [] for n in engines}
     texts: dict[str, str] = {}
+    parts: dict[str, int] = {}
     names = list(engines)
     for i in range(repeats):
         for name in names if i % 2 == 0 else names[::-1]:
@@ -184,12 +190,14 @@ def _long(item: Item, engine: Callable[..., TranscriptionEngine], batches: Seque
             walls[name].append(wall)
             cpus[name].append(cpu)
             texts[name] = out.text  # type: ignore[attr-defined]
+            parts[name] = len(out.parts)  # type: ignore[attr-defined]
     seq = statistics.median(walls[SEQUENTIAL])
     return {"seconds": item.seconds, **{
         name: {"wall_s": _spread(walls[name]), "cpu_s": _spread(cpus[name], 1),
                "realtime_x": round(item.seconds / statistics.median(walls[name]), 1),
                "vs_sequential": round(seq / statistics.median(walls[name]), 2),
-               "wer_pct": round(100 * score(item.script, texts[name]).wer, 2)} for name in names}}
+               "wer_pct": round(100 * score(item.script, texts[name]).wer, 2), "parts": parts[name]}
+        for name in names}}
 
 
 def table(f: dict[str, object]) -> str:
@@ -209,10 +217,10 @@ def table(f: dict[str, object]) -> str:
     for p in passes.values():  # type: ignore[union-attr]
         lines.append(f"| {p['clips']} | {p['wall_s']} s | {p['per_clip_s']} s | {p['per_clip_vs_smallest']}× | "
                      f"{p['cpu_s']} s |")
-    lines += ["", f"| {long['seconds']} s recording | wall | × realtime | vs sequential | host CPU | WER |",  # type: ignore[index]
-              "|---|---|---|---|---|---|"]
+    lines += ["", f"| {long['seconds']} s recording | wall | × realtime | vs sequential | host CPU | WER | parts |",  # type: ignore[index]
+              "|---|---|---|---|---|---|---|"]
     for name, r in long.items():  # type: ignore[union-attr]
         if isinstance(r, dict):
             lines.append(f"| {name} | {r['wall_s']['median']} s | {r['realtime_x']} | {r['vs_sequential']}× | "
-                         f"{r['cpu_s']['median']} s | {r['wer_pct']} % |")
+                         f"{r['cpu_s']['median']} s | {r['wer_pct']} % | {r['parts']} |")
     return "\n".join(lines)

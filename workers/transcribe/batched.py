@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from workers.transcribe.registry import BATCHED_ENGINE
 from workers.transcribe.seek import SAMPLE_RATE, SeekingBatchDecoder, Speech
 from workers.transcribe.settings import EngineSettings
 from workers.transcribe.whisper import DecodeInfo, WhisperEngine, decode_options
+
+log = logging.getLogger(__name__)
 
 ENGLISH = "en"  # what an English-only model transcribes in, whatever it is asked
 ONE_WINDOW_S = 30.0  # Whisper's window: a recording this long or shorter is decoded in one
@@ -36,6 +39,8 @@ class BatchedWhisperEngine(WhisperEngine):
     decode stops before its end is resumed from there in the next pass (``workers.transcribe.seek``),
     or the batched pipeline would drop the last sentence of many windows. What differs from the
     sequential engine on a long recording: window boundaries, and no temperature fallback in a batch.
+    With ``VOICY_WORKER_TIMESTAMP_TOKENS`` off (unset on CUDA) the passes decode text tokens only, a
+    part per window, and a window the sequential engine would decode again is decoded alone.
     """
 
     name = BATCHED_ENGINE
@@ -46,7 +51,10 @@ class BatchedWhisperEngine(WhisperEngine):
         super().__init__(settings, pool_processes)
         self.batch_size = settings.windows_per_pass
         self.decoder = SeekingBatchDecoder(BatchedInferencePipeline(self._model), batch_size=self.batch_size,
-                                           beam_size=self.beam_size)
+                                           beam_size=self.beam_size,
+                                           timestamps=settings.timestamp_tokens_on(self.device))
+        log.info("batched engine: %d windows per pass, %s", self.batch_size,
+                 "timestamp tokens" if self.decoder.timestamps else "text tokens, a part per window")
 
     def _segments(self, path: Path, language: str | None) -> tuple[Iterable[WhisperSegment], DecodeInfo]:
         audio = decode(path, SAMPLE_RATE)

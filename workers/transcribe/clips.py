@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from faster_whisper import BatchedInferencePipeline, WhisperModel
-from faster_whisper.transcribe import get_compression_ratio
 from faster_whisper.vad import SpeechTimestampsMap, VadOptions, collect_chunks, get_speech_timestamps
 
 from workers.transcribe.audio import SAMPLE_RATE, decode
 from workers.transcribe.failures import classify
+from workers.transcribe.fallback import would_retry
 from workers.transcribe.protocol import CLIP_WINDOW_S, Clip, ClipOutcome
 from workers.transcribe.results import DURATION_DIGITS, Segment, Transcript
 from workers.transcribe.seek import exact_seconds, seek_of
@@ -31,11 +31,6 @@ PREPARE_THREADS = 4
 # grows with the square of the batch on a GPU (faster-whisper #985); without them it stays linear
 # (docs/BENCHMARKS.md "Clip batches"). A clip's segment times come from its own speech instead.
 WITHOUT_TIMESTAMPS = True
-# faster-whisper's defaults for ``WhisperModel.transcribe``, which the sequential engine uses: a window
-# decoded more repetitively or less likely than this is decoded again at a higher temperature (or, if
-# it also looks silent, skipped).
-COMPRESSION_RATIO_THRESHOLD = 2.4
-LOG_PROB_THRESHOLD = -1.0
 
 
 @dataclass
@@ -65,14 +60,10 @@ class _Prepared:
 
 
 def second_chance(prepared: _Prepared) -> bool:
-    """True when the sequential engine would not keep this window's decode as it is: too unlikely (it
-    decodes it again at a higher temperature, or skips it if it also looks silent) or too repetitive.
-    The batched pass has no temperature fallback, so such a clip is left to the caller, whose
-    sequential engine transcribes it alone, retries and all."""
-    if not prepared.decoded.strip():
-        return False
-    repetitive = get_compression_ratio(prepared.decoded.strip()) > COMPRESSION_RATIO_THRESHOLD
-    return repetitive or prepared.avg_logprob < LOG_PROB_THRESHOLD
+    """True when the sequential engine would not keep this window's decode as it is
+    (``workers.transcribe.fallback``): such a clip is left to the caller, whose sequential engine
+    transcribes it alone, retries and all."""
+    return would_retry(prepared.decoded, prepared.avg_logprob)
 
 
 class ClipBatcher:

@@ -11,6 +11,8 @@ from faster_whisper import BatchedInferencePipeline
 from faster_whisper.transcribe import Segment as WhisperSegment
 from faster_whisper.vad import SpeechTimestampsMap, VadOptions, collect_chunks, get_speech_timestamps
 
+from workers.transcribe.fallback import silent, would_retry
+
 SAMPLE_RATE = 16000  # what faster-whisper decodes audio to
 WINDOW_S = 24.0  # longest speech per window: Whisper's 30 s less room to see the last sentence end
 VAD_MIN_SILENCE_MS = 160  # BatchedInferencePipeline's own setting: every short pause is a cut point
@@ -20,8 +22,6 @@ MAX_SEEKS = 4  # resumptions per window at most (each must move forward): no loo
 # not after the whole first batch (with batch 8, every window of a recording up to ~3 min). Later
 # passes take ``batch_size``. Costs one pass more on a recording of 2..batch_size+1 windows.
 FIRST_PASS_WINDOWS = 1
-NO_SPEECH_THRESHOLD = 0.6  # faster-whisper's defaults for skipping a silent window
-LOG_PROB_THRESHOLD = -1.0
 
 
 @dataclass(order=True)
@@ -95,7 +95,7 @@ def seek_of(start: int, frames_per_second: int) -> int:
 
 def _silent(segment: WhisperSegment) -> bool:
     """The sequential engine's skip rule, applied to the window the segment was decoded from."""
-    return segment.no_speech_prob > NO_SPEECH_THRESHOLD and segment.avg_logprob <= LOG_PROB_THRESHOLD
+    return silent(segment.no_speech_prob, segment.avg_logprob)
 
 
 class SeekingBatchDecoder:
@@ -129,10 +129,9 @@ class SeekingBatchDecoder:
       window does goes back into the queue from that timestamp (at most
       ``MAX_SEEKS`` times, and only if the decode moved forward), so its tail is
       decoded in the next round, batched with the windows that follow.
-    * A window that Whisper itself calls silent (no-speech probability above
-      ``NO_SPEECH_THRESHOLD`` with a mean log-probability at or below
-      ``LOG_PROB_THRESHOLD``: the sequential engine's rule and values) gives no
-      segments, as in the sequential engine.
+    * A window that Whisper itself calls silent (``workers.transcribe.fallback``:
+      the sequential engine's rule and values) gives no segments, as in the
+      sequential engine.
     * Segments are yielded in time order as soon as no earlier window is pending,
       so progress streams pass by pass; the first pass decodes only
       ``FIRST_PASS_WINDOWS`` window, so a recording of a few windows (all of them
@@ -140,19 +139,28 @@ class SeekingBatchDecoder:
       is decoded.
 
     Decoding options are the sequential engine's (``workers.transcribe.whisper``):
-    beam size, no previous-text prompt, timestamps on; the batched pass has no
-    temperature fallback.
+    beam size, no previous-text prompt; the batched pass has no temperature fallback.
+
+    With ``timestamps=False`` the passes decode text tokens only (on a GPU the
+    timestamp path of a batched beam search grows with the square of the batch:
+    docs/BENCHMARKS.md "GPU"). A window is then one segment, timed by its speech,
+    and never resumed: without timestamp tokens the model does not hand a
+    sentence to a next window. A window whose decode the sequential engine would
+    not keep (``workers.transcribe.fallback.would_retry``) is decoded again alone
+    by ``WhisperModel.transcribe``, temperature fallback and all.
     """
 
     def __init__(self, pipeline: BatchedInferencePipeline, *, batch_size: int, beam_size: int,
-                 window_s: float = WINDOW_S) -> None:
+                 window_s: float = WINDOW_S, timestamps: bool = True) -> None:
         self.pipeline = pipeline
+        self.timestamps = timestamps
         self._batch_size = batch_size
         self._beam_size = beam_size
         self._window = int(window_s * SAMPLE_RATE)
         self._frames_per_second = pipeline.model.frames_per_second
         self.passes = 0  # batched passes run (for the bench)
         self.resumed = 0  # windows resumed after stopping early (for the bench)
+        self.retried = 0  # text-token windows decoded again alone (for the bench)
 
     def segments(self, speech: Speech, language: str) -> Iterator[WhisperSegment]:
         """The speech's segments in time order (recording time), streamed as rounds complete."""
@@ -185,14 +193,37 @@ class SeekingBatchDecoder:
         found: list[list[WhisperSegment]] = [[] for _ in batch]
         segments, _ = self.pipeline.transcribe(
             samples, language=language, clip_timestamps=spans, batch_size=len(batch), beam_size=self._beam_size,
-            without_timestamps=False, vad_filter=False)
+            without_timestamps=not self.timestamps, vad_filter=False)
         for segment in segments:
             found[seeks[segment.seek]].append(segment)
+        if not self.timestamps:
+            found = [self._text_window(samples, w, parts, language) for w, parts in zip(batch, found)]
         return [[] if parts and _silent(parts[0]) else parts for parts in found]
+
+    def _text_window(self, samples: np.ndarray, window: Window, parts: list[WhisperSegment],
+                     language: str) -> list[WhisperSegment]:
+        """A text-token window's one segment, spanning its speech; decoded again alone when the
+        sequential engine would not keep it."""
+        if not parts:
+            return parts
+        text = "".join(p.text for p in parts)
+        if would_retry(text, parts[0].avg_logprob):
+            self.retried += 1
+            return self._alone(samples, window, language)
+        return [replace(parts[0], text=text, start=window.start / SAMPLE_RATE, end=window.end / SAMPLE_RATE)]
+
+    def _alone(self, samples: np.ndarray, window: Window, language: str) -> list[WhisperSegment]:
+        """One window through ``WhisperModel.transcribe`` (timestamps, temperature fallback, silence
+        skip), its times moved to the speech array's."""
+        offset = window.start / SAMPLE_RATE
+        segments, _ = self.pipeline.model.transcribe(
+            samples[window.start:window.end], language=language, beam_size=self._beam_size,
+            condition_on_previous_text=False, vad_filter=False)
+        return [replace(s, start=s.start + offset, end=s.end + offset) for s in segments]
 
     def _tail(self, window: Window, found: list[WhisperSegment]) -> Window | None:
         """What is left of ``window`` to decode again: from its last segment's end, if far enough."""
-        if not found or window.seeks >= MAX_SEEKS:
+        if not self.timestamps or not found or window.seeks >= MAX_SEEKS:
             return None
         stopped = int(round(max(s.end for s in found) * SAMPLE_RATE))
         if stopped <= window.start or window.end - stopped < MIN_TAIL_S * SAMPLE_RATE:

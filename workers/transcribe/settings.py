@@ -26,6 +26,12 @@ CUDA_CLIP_BATCH = 16
 # A CPU spends the same CPU time on a batch as on its clips one by one (docs/BENCHMARKS.md "Clip
 # batches"), so there batching would only make each voice wait for the pass.
 CPU_CLIP_BATCH = NO_CLIP_BATCHING
+# Whether the batched engine's passes over a long recording decode timestamp tokens, when
+# TIMESTAMP_TOKENS is unset. On a GPU a batched pass with them grows with the square of the batch
+# (reference/gpu.md), so there each window is one part timed by its speech; on a CPU the pass stays
+# linear and the parts keep Whisper's own sentence timing (docs/BENCHMARKS.md "Transcription engines").
+CUDA_TIMESTAMP_TOKENS = False
+CPU_TIMESTAMP_TOKENS = True
 
 ENGINE_ENV_PREFIX = "VOICY_WORKER_"
 ENGINE_SETTINGS_CONFIG = SettingsConfigDict(env_prefix=ENGINE_ENV_PREFIX, extra="ignore", populate_by_name=True,
@@ -59,6 +65,7 @@ class EngineSettings(BaseSettings):
     transcriber: str | None = None  # a registry name; unset: chosen by batch_size
     batch_size: int | None = Field(default=None, ge=0)  # windows decoded at once; 0: sequential; unset: default
     clip_batch_size: int | None = Field(default=AUTO_CLIP_BATCH, ge=0)  # short recordings per pass; ≤ 1: off
+    timestamp_tokens: bool | None = None  # batched windows of a long recording; unset: by device
 
     @field_validator("language")
     @classmethod
@@ -118,6 +125,13 @@ class EngineSettings(BaseSettings):
         if self.clip_batch_size is not None:
             return self.clip_batch_size
         return CUDA_CLIP_BATCH if device == CUDA_DEVICE else CPU_CLIP_BATCH
+
+    def timestamp_tokens_on(self, device: str) -> bool:
+        """Whether the batched engine decodes timestamp tokens on ``device`` (resolved): the
+        configured value, else the device's default."""
+        if self.timestamp_tokens is not None:
+            return self.timestamp_tokens
+        return CUDA_TIMESTAMP_TOKENS if device == CUDA_DEVICE else CPU_TIMESTAMP_TOKENS
 
     @property
     def windows_per_pass(self) -> int:
