@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from faster_whisper.vad import SpeechTimestampsMap, VadOptions, collect_chunks, 
 from workers.transcribe.audio import SAMPLE_RATE, decode
 from workers.transcribe.failures import classify
 from workers.transcribe.fallback import would_retry
-from workers.transcribe.protocol import CLIP_WINDOW_S, Clip, ClipOutcome
+from workers.transcribe.protocol import CLIP_WINDOW_S, Clip, ClipOutcome, MoreClips
 from workers.transcribe.results import DURATION_DIGITS, Segment, Transcript
 from workers.transcribe.seek import exact_seconds, seek_of
 
@@ -66,6 +67,38 @@ def second_chance(prepared: _Prepared) -> bool:
     return would_retry(prepared.decoded, prepared.avg_logprob)
 
 
+class _Run:
+    """One ``transcribe`` call's clips, their preparation in flight, groups waiting for a pass, outcomes."""
+
+    def __init__(self) -> None:
+        self.clips: list[Clip] = []
+        self.outcomes: list[ClipOutcome] = []
+        self.futures: deque[tuple[int, Future[_Prepared | None]]] = deque()
+        self.pending: dict[str, list[_Prepared]] = {}
+
+    def submit(self, pool: ThreadPoolExecutor, prepare: Callable[[int, Clip], _Prepared | None],
+               clips: Sequence[Clip]) -> bool:
+        """Start preparing ``clips`` (appended to the run); True if there were any."""
+        for clip in clips:
+            index = len(self.clips)
+            self.clips.append(clip)
+            self.outcomes.append(None)
+            self.futures.append((index, pool.submit(prepare, index, clip)))
+        return bool(clips)
+
+    def settle(self, index: int, outcome: Transcript | Exception) -> None:
+        """Record a clip's outcome and tell its ``on_done`` now; a raising callback is that clip's
+        business, not the batch's."""
+        self.outcomes[index] = outcome
+        on_done = self.clips[index].on_done
+        if on_done is None:
+            return
+        try:
+            on_done(outcome)
+        except Exception as exc:
+            log.warning("clip %d: its on_done raised %s", index, type(exc).__name__)
+
+
 class ClipBatcher:
     """Decodes short clips ``max_clips`` at a time with one loaded ``WhisperModel``.
 
@@ -90,44 +123,53 @@ class ClipBatcher:
         self._language_for = language_for
         self._fps = model.frames_per_second
 
-    def transcribe(self, clips: Sequence[Clip]) -> list[ClipOutcome]:
-        """One outcome per clip, in order. Clips are prepared on ``PREPARE_THREADS`` threads; a language's
-        group is decoded as soon as it is full, while the threads prepare the clips after it."""
-        outcomes: list[ClipOutcome] = [None] * len(clips)
-        pending: dict[str, list[_Prepared]] = {}
-        decoded: list[_Prepared] = []
+    def transcribe(self, clips: Sequence[Clip], more: MoreClips | None = None) -> list[ClipOutcome]:
+        """One outcome per clip, in order (``clips``, then ``more``'s). Clips are prepared on
+        ``PREPARE_THREADS`` threads; a language's group is decoded as soon as it is full, while the
+        threads prepare the clips after it, including those ``more`` returns just before the pass."""
+        run = _Run()
         with ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="clip-prepare") as pool:
-            futures = [pool.submit(self._prepare, index, clip) for index, clip in enumerate(clips)]
-            for index, future in enumerate(futures):
-                prepared = self._collect(index, future, outcomes)
-                if prepared is None:
+            run.submit(pool, self._prepare, clips)
+            while run.futures or run.pending:
+                if run.futures:
+                    index, future = run.futures.popleft()
+                    prepared = self._collect(index, future, run)
+                    if prepared is None:
+                        continue
+                    group = run.pending.setdefault(prepared.language, [])
+                    group.append(prepared)
+                    if len(group) >= max(1, self.max_clips):
+                        self._pass_over(run.pending.pop(prepared.language), run, pool, more)
                     continue
-                group = pending.setdefault(prepared.language, [])
-                group.append(prepared)
-                if len(group) >= max(1, self.max_clips):
-                    self._decode(group, prepared.language)
-                    decoded += pending.pop(prepared.language)
-        for language, group in pending.items():
-            self._decode(group, language)
-            decoded += group
-        for prepared in decoded:
+                if more is not None and run.submit(pool, self._prepare, more()):
+                    continue  # more clips arrived: they may fill a group before a part-full pass runs
+                language = next(iter(run.pending))
+                self._pass_over(run.pending.pop(language), run, pool, None)
+        return run.outcomes
+
+    def _pass_over(self, group: list[_Prepared], run: _Run, pool: ThreadPoolExecutor, more: MoreClips | None) -> None:
+        """Ask ``more`` first (its clips prepare while this pass decodes), decode ``group``, and
+        settle each of its clips at once."""
+        if more is not None:
+            run.submit(pool, self._prepare, more())
+        self._decode(group, group[0].language)
+        for prepared in group:
             if prepared.ended is None and second_chance(prepared):
                 log.info("clip %d: its decode would be retried or skipped on its own; left to the caller",
                          prepared.index)
                 continue
-            outcomes[prepared.index] = prepared.ended or prepared.transcript
-        return outcomes
+            run.settle(prepared.index, prepared.ended or prepared.transcript)
 
     @staticmethod
-    def _collect(index: int, future: Future[_Prepared | None], outcomes: list[ClipOutcome]) -> _Prepared | None:
-        """A prepared clip that needs a pass; any other outcome is settled in ``outcomes`` here."""
+    def _collect(index: int, future: Future[_Prepared | None], run: _Run) -> _Prepared | None:
+        """A prepared clip that needs a pass; any other outcome is settled here."""
         try:
             prepared = future.result()
         except Exception as exc:  # undecodable, no audio stream, missing: that clip only
-            outcomes[index] = classify(exc)
+            run.settle(index, classify(exc))
             return None
         if prepared is not None and not len(prepared.speech):
-            outcomes[index] = prepared.transcript  # no speech: an empty transcript, as alone
+            run.settle(index, prepared.transcript)  # no speech: an empty transcript, as alone
             return None
         return prepared  # None (longer than one window) stays the caller's
 

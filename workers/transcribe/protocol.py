@@ -14,19 +14,26 @@ OnSegment = Callable[[Transcript], None]
 CLIP_WINDOW_S = 30.0
 
 
-@dataclass(frozen=True)
-class Clip:
-    """One short recording of a batch: its file, its language hint, and its own progress callback."""
-
-    path: Path
-    language: str | None = None  # the job's hint; the engine applies the language rule per clip
-    on_segment: OnSegment | None = None
-
-
 # Per clip, in order: its transcript; the exception that ended it (a decoding error, or one its
 # ``on_segment`` raised); or ``None``: not answered from the batch (longer than one window, or a
 # decode that ``transcribe`` would retry or skip), so the caller transcribes it on its own.
 ClipOutcome = Transcript | Exception | None
+OnDone = Callable[[Transcript | Exception], None]
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One short recording of a batch: its file, its language hint, its own progress callback, and
+    ``on_done``, called with its outcome as soon as its pass ends (not for ``None``), so its result
+    need not wait for the passes after it."""
+
+    path: Path
+    language: str | None = None  # the job's hint; the engine applies the language rule per clip
+    on_segment: OnSegment | None = None
+    on_done: OnDone | None = None
+
+
+MoreClips = Callable[[], Sequence[Clip]]  # clips that became ready since: asked before each pass
 
 
 @runtime_checkable
@@ -63,6 +70,8 @@ class ClipBatchingEngine(TranscriptionEngine, Protocol):
         """Clips decoded in one pass (``VOICY_WORKER_CLIP_BATCH_SIZE``); 1 or less: it does not batch."""
         ...
 
-    def transcribe_clips(self, clips: Sequence[Clip]) -> list[ClipOutcome]:
-        """One outcome per clip, in order; the words of each as ``transcribe`` alone would give them."""
+    def transcribe_clips(self, clips: Sequence[Clip], more: MoreClips | None = None) -> list[ClipOutcome]:
+        """One outcome per clip, in order (``clips``, then each clip ``more`` returned, as it returned
+        them); the words of each as ``transcribe`` alone would give them. ``more`` is asked before each
+        pass, so the clips it returns are prepared while that pass decodes; it bounds itself."""
         ...

@@ -25,7 +25,7 @@ from workers.transcribe.device import (
 from workers.transcribe.engine import SINGLE_PROCESS_POOL
 from workers.transcribe.failures import classify
 from workers.transcribe.languages import pick_language
-from workers.transcribe.protocol import Clip, ClipOutcome, OnSegment
+from workers.transcribe.protocol import Clip, ClipOutcome, MoreClips, OnSegment
 from workers.transcribe.registry import SEQUENTIAL_ENGINE
 from workers.transcribe.results import DURATION_DIGITS, EngineInfo, Segment, Transcript
 from workers.transcribe.settings import EngineSettings
@@ -161,9 +161,9 @@ class WhisperEngine:
         """Short recordings per batched pass (``VOICY_WORKER_CLIP_BATCH_SIZE``)."""
         return self._clips.max_clips
 
-    def transcribe_clips(self, clips: Sequence[Clip]) -> list[ClipOutcome]:
-        """Several short recordings in one batched pass, one outcome each (``workers.transcribe.clips``)."""
-        return self._clips.transcribe(clips)
+    def transcribe_clips(self, clips: Sequence[Clip], more: MoreClips | None = None) -> list[ClipOutcome]:
+        """Short recordings in batched passes, one outcome each (``workers.transcribe.clips``)."""
+        return self._clips.transcribe(clips, more)
 
     def _segments(self, path: Path, language: str | None) -> tuple[Iterable[WhisperSegment], DecodeInfo]:
         """faster-whisper's lazy segment generator and its info, for one file (its samples decoded as
