@@ -145,6 +145,25 @@ def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, ce
     assert gpu.log().count("transcription already owned by another execution") == 3  # the mates' own tasks
 
 
+def test_a_job_ready_before_a_pass_joins_it_and_each_pass_posts_its_own_results(voicy, celery_workers):
+    """Five ready jobs, batches of four: the first task takes four at the start and the fifth before its
+    first pass (prepared while that pass decodes), all in one task; the first pass's four results are
+    posted before the second pass runs, not when the task ends."""
+    server, telegram, env, _ = voicy
+    items = {enqueue_fixture(server, telegram, item): item for item in _shorts(5)}
+    ids = list(items)
+    _wait_ready(server, ids)
+    gpu = celery_workers("gpu", env)
+    jobs = wait_final(server, ids)
+    assert all(jobs[job_id]["status"] == "completed" for job_id in ids), gpu.log()[-3000:]
+    wait_until(lambda: all(f"job {job_id} transcribed in" in gpu.log() for job_id in ids), LOG_LINE_TIMEOUT_S,
+               "every job's log line")
+    assert gpu.log().count("transcription already owned by another execution") == 4  # one task took all five
+    order = re.findall(r"decoded a pass of (\d+) clips|job (\w+) transcribed in", gpu.log())
+    assert [(n or "job") for n, _ in order] == ["4", "job", "job", "job", "job", "1", "job"], order
+    assert [req["status"] for job_id in ids for req in requests_for(server, job_id, "result")] == [200] * 5
+
+
 def test_a_long_recording_goes_alone_and_the_short_ones_still_batch(voicy, celery_workers, tmp_path):
     """The 35.6 s story never joins a batch (its length is known from the download); a short voice
     the batch does not answer (too repetitive: the sequential engine would decode it again) is

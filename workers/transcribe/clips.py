@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -152,7 +153,9 @@ class ClipBatcher:
         settle each of its clips at once."""
         if more is not None:
             run.submit(pool, self._prepare, more())
+        began = time.monotonic()
         self._decode(group, group[0].language)
+        log.info("decoded a pass of %d clips in %.2fs", len(group), time.monotonic() - began)
         for prepared in group:
             if prepared.ended is None and second_chance(prepared):
                 log.info("clip %d: its decode would be retried or skipped on its own; left to the caller",

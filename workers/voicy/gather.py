@@ -45,7 +45,7 @@ def gather(rt: VoicyRuntime, own_id: str, *, limit: int, window_s: float, join: 
     taken = waits = 0
     try:
         while True:
-            taken += _take_ready(rt, seen, limit - taken, window_s, join)
+            taken += take_ready(rt, seen, limit - taken, window_s, join)
             if taken >= limit or clock() >= deadline or not rt.fleet.incoming():
                 break
             waits += 1
@@ -60,8 +60,10 @@ def gather(rt: VoicyRuntime, own_id: str, *, limit: int, window_s: float, join: 
     return taken
 
 
-def _take_ready(rt: VoicyRuntime, seen: set[str], want: int, window_s: float, join: Join) -> int:
-    """One look at the gpu set: take every queued, batchable job not seen yet, up to ``want``."""
+def take_ready(rt: VoicyRuntime, seen: set[str], want: int, window_s: float, join: Join) -> int:
+    """One look at the gpu set, no wait: take every queued, batchable job not seen yet, up to ``want``.
+
+    Also how a batch takes more jobs between its passes (``workers.voicy.transcription``)."""
     ids = [job_id for job_id in rt.fleet.gpu_ids(CANDIDATES_PER_LOOK) if job_id not in seen]
     if not ids:
         return 0

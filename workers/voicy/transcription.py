@@ -19,12 +19,17 @@ from workers.transcribe.protocol import CLIP_WINDOW_S, Clip, ClipBatchingEngine,
 from workers.transcribe.results import Transcript
 from workers.voicy.bodies import transcript_body
 from workers.voicy.fleet import HeldJob, Stage
-from workers.voicy.gather import batchable, gather
+from workers.voicy.gather import batchable, gather, take_ready
 from workers.voicy.outcomes import LeaseLost, finish, guarded, hand_back, settle
 from workers.voicy.progress import ProgressThrottle
 from workers.voicy.runtime import VoicyRuntime
 
 log = logging.getLogger(__name__)
+
+# Passes one gpu task runs at most. Before each pass after its first batch it takes the short jobs
+# that became ready since, so their media is decoded and cut to speech while the pass runs, not in
+# front of the next one (issue 20); the bound hands the slot back to Celery now and then.
+PASSES_PER_TASK = 4
 
 
 def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
@@ -61,6 +66,7 @@ class _Job:
     started: float = field(default_factory=time.monotonic)
     open: bool = True  # not ended yet (no result, failure or drop)
     posted: bool = False
+    batch: int = 1  # jobs taken into the batch together with this one (the log's "in a batch of")
 
     def start(self) -> HeldJob:
         """Check the media, ``POST /transcribe`` and mark the record: the job is being transcribed.
@@ -121,12 +127,15 @@ class _Job:
 
 
 class _Batch:
-    """Short jobs one gpu slot transcribes in one pass, each under its own lease keeper.
+    """Short jobs one gpu slot transcribes in batched passes, each under its own lease keeper.
 
     Only the decode is shared (``transcribe_clips``): each job keeps its own lease, heartbeats,
-    ``/transcribe``, progress, result or failure, and one that fails ends alone. A job the batch
-    does not answer (longer than a window, or a decode the sequential engine would retry hotter)
-    is transcribed alone afterwards. A shutdown mid-batch hands back every job not yet ended (V1).
+    ``/transcribe``, progress, result or failure, and one that fails ends alone; a job's result is
+    posted when its own pass ends. Before each pass the slot takes the short jobs that became ready
+    since (up to ``PASSES_PER_TASK`` passes' worth), so they are prepared while it decodes. A job the
+    passes do not answer (longer than a window, or a decode the sequential engine would retry
+    hotter) is transcribed alone afterwards. A shutdown mid-batch hands back every job not yet
+    ended (V1).
     """
 
     def __init__(self, rt: VoicyRuntime) -> None:
@@ -134,6 +143,7 @@ class _Batch:
         self.jobs: list[_Job] = []
         self._keepers = contextlib.ExitStack()
         self._auth: AuthError | None = None
+        self._room = 0  # jobs this task may still take between passes (PASSES_PER_TASK)
 
     def join(self, job_id: str, lease_value: str) -> None:
         """Add a job whose lease was just taken, and start renewing that lease at once."""
@@ -193,32 +203,67 @@ class _Batch:
             self._end(job, lambda job=job: job.transcribe_started(engine))
 
     def _batch(self, engine: ClipBatchingEngine) -> list[_Job]:
-        """Start every job, decode them in one pass, post each outcome; return the ones it left alone."""
+        """Start every job, decode them in batched passes (taking the jobs that became ready before each
+        pass along), post each outcome as its pass ends; return the ones the passes left alone."""
+        started: list[_Job] = []
+        self._room = engine.max_clips * PASSES_PER_TASK - len(self.jobs)
         with contextlib.ExitStack() as files:
-            started: list[tuple[_Job, Clip]] = []
-            for job in self.jobs:
-                try:
-                    held = job.start()
-                    path: Path = files.enter_context(self.rt.store.local_path(held.media_key or ""))
-                except Exception as exc:
-                    self._settle(job, exc)
-                    continue
-                started.append((job, Clip(path, held.language, job.on_progress(engine))))
+            clips = self._start(self.jobs, engine, files, started)
             try:
-                outcomes = engine.transcribe_clips([clip for _, clip in started]) if started else []
+                outcomes = engine.transcribe_clips(clips, lambda: self._more(engine, files, started)) if clips else []
             except Exception as exc:  # the engine promises one outcome per clip; anything else ends them all
-                for job, _ in started:
-                    self._settle(job, exc)
+                for job in started:
+                    if job.open:
+                        self._settle(job, exc)
                 return []
         left: list[_Job] = []
-        for (job, _), outcome in zip(started, outcomes):
+        for job, outcome in zip(started, outcomes):
+            if not job.open:
+                continue  # ended when its pass did (Clip.on_done)
             if outcome is None:
                 left.append(job)
-            elif isinstance(outcome, Exception):
-                self._settle(job, outcome)
             else:
-                self._end(job, lambda job=job, t=outcome: job.post(t, engine, len(started)))
+                self._conclude(job, outcome, engine)
         return left
+
+    def _more(self, engine: ClipBatchingEngine, files: contextlib.ExitStack, started: list[_Job]) -> list[Clip]:
+        """The short jobs that became ready since the last look, up to one pass and the task's bound."""
+        if self._room <= 0:
+            return []
+        before = len(self.jobs)
+        try:
+            take_ready(self.rt, {job.job_id for job in self.jobs}, min(engine.max_clips, self._room),
+                       CLIP_WINDOW_S, self.join)
+        except redis.RedisError as exc:
+            log.warning("could not look for more jobs to batch (%s); going on with these", type(exc).__name__)
+            self._room = 0
+        self._room -= len(self.jobs) - before
+        return self._start(self.jobs[before:], engine, files, started)
+
+    def _start(self, jobs: list[_Job], engine: ClipBatchingEngine, files: contextlib.ExitStack,
+               started: list[_Job]) -> list[Clip]:
+        """``/transcribe`` each job and open its media: its clip, or the job ends here alone."""
+        clips: list[Clip] = []
+        for job in jobs:
+            try:
+                held = job.start()
+                path: Path = files.enter_context(self.rt.store.local_path(held.media_key or ""))
+            except Exception as exc:
+                self._settle(job, exc)
+                continue
+            started.append(job)
+            clips.append(Clip(path, held.language, job.on_progress(engine),
+                              lambda outcome, job=job: self._conclude(job, outcome, engine)))
+        for job in started[len(started) - len(clips):]:
+            job.batch = len(clips)
+        return clips
+
+    def _conclude(self, job: _Job, outcome: Transcript | Exception, engine: ClipBatchingEngine) -> None:
+        """Post a job's result, or end it with the exception that ended its clip."""
+        if isinstance(outcome, Exception):
+            self._settle(job, outcome)
+        else:
+            self._end(job, lambda: job.post(outcome, engine, job.batch))
 
 
 def _enter_transcribing(rt: VoicyRuntime, job_id: str, media_key: str) -> None:
