@@ -60,6 +60,7 @@ DEMO_TIMEOUT_S = 600.0
 REFRESH_S = 0.25  # redraw period on a terminal
 PLAIN_PRINT_INTERVAL_S = 5.0  # print period when stdout is not a terminal (CI, a pipe)
 BAR_WIDTH = 30
+CTRL_C_POLL_S = 1.0  # how often a main thread waiting for Ctrl-C wakes to run a handler another thread took
 DEMO_STACK_NAME = "demo"  # core's bucket is cairn-demo
 # Every worker line runs at its Procfile default divided by this: one box hosts the whole fleet.
 CONCURRENCY_DIVISOR = 2
@@ -164,6 +165,16 @@ def activity_payloads(results: list[Any]) -> list[dict[str, Any]]:
     payloads = [ev["activity"].get("payload", {}) for r in results for ev in r.data.get("events", [])
                 if "activity" in ev]
     return sorted(payloads, key=lambda p: p.get("startTime", ""))
+
+
+def wait_for_ctrl_c() -> None:
+    """Block until Ctrl-C (or a SIGTERM made one) raises ``KeyboardInterrupt`` here.
+
+    Not ``signal.pause()``: this process has threads (the in-process fakes), and the kernel may
+    hand the signal to one of them; CPython then runs its handler only when the main thread next
+    runs bytecode, which a main thread blocked in ``pause()`` never does."""
+    while True:
+        time.sleep(CTRL_C_POLL_S)
 
 
 @contextmanager
@@ -395,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         demo_health.show(verdict)  # now, while the fleet runs: --serve waits for Ctrl-C below
         if args.serve:
             say("serving; press Ctrl-C to stop")
-            signal.pause()
+            wait_for_ctrl_c()
     except KeyboardInterrupt:
         say("\ninterrupted: stopping the fleet first, then the stack")
     finally:

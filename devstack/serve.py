@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from devstack.demo import Demo, signals_ignored
+from devstack.demo import Demo, signals_ignored, wait_for_ctrl_c
 from devstack.infra.cairn_stack import CA_OVERRIDES
 
 # The first line of every .env this writes: only such a file is overwritten, or deleted at the stop.
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             f"password {env['FLOWER_PASSWORD']})")
         say("now, in another terminal:  . .venv/bin/activate && honcho start")
         say("ready; press Ctrl-C to stop the services (stop honcho first)")
-        signal.pause()
+        wait_for_ctrl_c()
     except KeyboardInterrupt:
         say("\ninterrupted: stopping the services")
     finally:
