@@ -69,23 +69,37 @@ def second_chance(prepared: _Prepared) -> bool:
 
 
 class _Run:
-    """One ``transcribe`` call's clips, their preparation in flight, groups waiting for a pass, outcomes."""
+    """One ``transcribe`` call's clips, their preparation in flight, groups waiting for a pass, outcomes,
+    and the look for more clips under way (at most one: ``more`` is never asked twice at once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prepare: Callable[[int, Clip], _Prepared | None], pool: ThreadPoolExecutor) -> None:
         self.clips: list[Clip] = []
         self.outcomes: list[ClipOutcome] = []
         self.futures: deque[tuple[int, Future[_Prepared | None]]] = deque()
         self.pending: dict[str, list[_Prepared]] = {}
+        self.looking: Future[bool] | None = None
+        self._prepare = prepare
+        self._pool = pool
 
-    def submit(self, pool: ThreadPoolExecutor, prepare: Callable[[int, Clip], _Prepared | None],
-               clips: Sequence[Clip]) -> bool:
+    def submit(self, clips: Sequence[Clip]) -> bool:
         """Start preparing ``clips`` (appended to the run); True if there were any."""
         for clip in clips:
             index = len(self.clips)
             self.clips.append(clip)
             self.outcomes.append(None)
-            self.futures.append((index, pool.submit(prepare, index, clip)))
+            self.futures.append((index, self._pool.submit(self._prepare, index, clip)))
         return bool(clips)
+
+    def look(self, looker: ThreadPoolExecutor, more: MoreClips) -> None:
+        """Ask ``more`` on the look thread and start preparing what it returns, unless a look is under
+        way: a pass decodes meanwhile instead of waiting for the caller's claims and downloads."""
+        if self.looking is None:
+            self.looking = looker.submit(lambda: self.submit(more()))
+
+    def looked(self) -> bool:
+        """Wait for the look under way; True if it found clips. Its error is the caller's, as ``more``'s."""
+        looking, self.looking = self.looking, None
+        return looking is not None and looking.result()
 
     def settle(self, index: int, outcome: Transcript | Exception) -> None:
         """Record a clip's outcome and tell its ``on_done`` now; a raising callback is that clip's
@@ -127,11 +141,13 @@ class ClipBatcher:
     def transcribe(self, clips: Sequence[Clip], more: MoreClips | None = None) -> list[ClipOutcome]:
         """One outcome per clip, in order (``clips``, then ``more``'s). Clips are prepared on
         ``PREPARE_THREADS`` threads; a language's group is decoded as soon as it is full, while the
-        threads prepare the clips after it, including those ``more`` returns just before the pass."""
-        run = _Run()
-        with ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="clip-prepare") as pool:
-            run.submit(pool, self._prepare, clips)
-            while run.futures or run.pending:
+        threads prepare the clips after it. ``more`` is asked on a thread of its own while each pass
+        decodes, and once more before a group that is not full, which its clips may fill."""
+        with ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="clip-prepare") as pool, \
+                ThreadPoolExecutor(1, thread_name_prefix="clip-look") as looker:  # shut first: a look submits to pool
+            run = _Run(self._prepare, pool)
+            run.submit(clips)
+            while run.futures or run.pending or run.looking:
                 if run.futures:
                     index, future = run.futures.popleft()
                     prepared = self._collect(index, future, run)
@@ -140,19 +156,20 @@ class ClipBatcher:
                     group = run.pending.setdefault(prepared.language, [])
                     group.append(prepared)
                     if len(group) >= max(1, self.max_clips):
-                        self._pass_over(run.pending.pop(prepared.language), run, pool, more)
+                        self._pass_over(run.pending.pop(prepared.language), run, looker, more)
                     continue
-                if more is not None and run.submit(pool, self._prepare, more()):
+                found = run.looked() if run.looking else more is not None and run.submit(more())
+                if found or not run.pending:
                     continue  # more clips arrived: they may fill a group before a part-full pass runs
                 language = next(iter(run.pending))
-                self._pass_over(run.pending.pop(language), run, pool, None)
+                self._pass_over(run.pending.pop(language), run, looker, more)
         return run.outcomes
 
-    def _pass_over(self, group: list[_Prepared], run: _Run, pool: ThreadPoolExecutor, more: MoreClips | None) -> None:
-        """Ask ``more`` first (its clips prepare while this pass decodes), decode ``group``, and
-        settle each of its clips at once."""
+    def _pass_over(self, group: list[_Prepared], run: _Run, looker: ThreadPoolExecutor,
+                   more: MoreClips | None) -> None:
+        """Decode ``group`` while ``more`` is asked beside it, and settle each of its clips at once."""
         if more is not None:
-            run.submit(pool, self._prepare, more())
+            run.look(looker, more)
         began = time.monotonic()
         self._decode(group, group[0].language)
         log.info("decoded a pass of %d clips in %.2fs", len(group), time.monotonic() - began)

@@ -33,7 +33,7 @@ class Clip:
     on_done: OnDone | None = None
 
 
-MoreClips = Callable[[], Sequence[Clip]]  # clips that became ready since: asked before each pass
+MoreClips = Callable[[], Sequence[Clip]]  # clips that became ready since: asked while each pass decodes
 
 
 @runtime_checkable
@@ -72,6 +72,7 @@ class ClipBatchingEngine(TranscriptionEngine, Protocol):
 
     def transcribe_clips(self, clips: Sequence[Clip], more: MoreClips | None = None) -> list[ClipOutcome]:
         """One outcome per clip, in order (``clips``, then each clip ``more`` returned, as it returned
-        them); the words of each as ``transcribe`` alone would give them. ``more`` is asked before each
-        pass, so the clips it returns are prepared while that pass decodes; it bounds itself."""
+        them); the words of each as ``transcribe`` alone would give them. ``more`` is asked on a thread of
+        its own while each pass decodes (never twice at once), so neither it nor the preparation of the
+        clips it returns holds a pass up; it bounds itself."""
         ...

@@ -26,9 +26,9 @@ from workers.voicy.runtime import VoicyRuntime
 
 log = logging.getLogger(__name__)
 
-# Passes one gpu task runs at most. Before each pass after its first batch it takes the short jobs
-# that became ready since, so their media is decoded and cut to speech while the pass runs, not in
-# front of the next one (issue 20); the bound hands the slot back to Celery now and then.
+# Passes one gpu task runs at most. While each pass decodes it takes the short jobs that became
+# ready since (on the clip batcher's look thread), so their claims, media and speech are ready when
+# the pass ends, not fetched in front of the next one; the bound hands the slot back to Celery now and then.
 PASSES_PER_TASK = 4
 
 
@@ -131,8 +131,8 @@ class _Batch:
 
     Only the decode is shared (``transcribe_clips``): each job keeps its own lease, heartbeats,
     ``/transcribe``, progress, result or failure, and one that fails ends alone; a job's result is
-    posted when its own pass ends. Before each pass the slot takes the short jobs that became ready
-    since (up to ``PASSES_PER_TASK`` passes' worth), so they are prepared while it decodes. A job the
+    posted when its own pass ends. While each pass decodes the slot takes the short jobs that became
+    ready since (``_more``, on the batcher's look thread; up to ``PASSES_PER_TASK`` passes' worth). A job the
     passes do not answer (longer than a window, or a decode the sequential engine would retry
     hotter) is transcribed alone afterwards. A shutdown mid-batch hands back every job not yet
     ended (V1).
@@ -227,7 +227,10 @@ class _Batch:
         return left
 
     def _more(self, engine: ClipBatchingEngine, files: contextlib.ExitStack, started: list[_Job]) -> list[Clip]:
-        """The short jobs that became ready since the last look, up to one pass and the task's bound."""
+        """The short jobs that became ready since the last look, up to one pass and the task's bound.
+
+        Runs on the batcher's look thread beside a pass: it alone adds jobs, and the pass's results
+        (main thread) touch only their own jobs; Redis, httpx and boto3 clients are thread-safe."""
         if self._room <= 0:
             return []
         before = len(self.jobs)
