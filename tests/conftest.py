@@ -118,10 +118,11 @@ def log_budget(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[
     budget.check([tmp_path], allow)
 
 
-# The slow modules that took longest (wall, serially, tests/kit/cpu_profile.py on the shared box),
+# The slow and model modules that took longest (wall, serially, tests/kit/cpu_profile.py on the shared box),
 # longest first: handed out first, they do not end up as the run's tail. Only an order; a module
 # missing here runs after these, in collection order.
-LONGEST_FIRST = ("test_redis_restart", "test_shutdown", "test_voicy_e2e", "test_voicy_batching", "test_pools",
+LONGEST_FIRST = ("test_redis_restart", "test_shutdown", "test_engine_clips", "test_voicy_stranded", "test_voicy_e2e",
+                 "test_engine_words", "test_voicy_batching", "test_engine_batched", "test_pools",
                  "test_cairn_e2e", "test_voicy_grants", "test_presence_procfile", "test_nats_permissions", "test_demo",
                  "test_sentinel", "test_procfile", "test_cairn_outages", "test_health", "test_voicy_recovery",
                  "test_voicy_words", "test_hosts", "test_cairn_check_auth", "test_garmin_burst", "test_garmin_logins",
@@ -137,13 +138,14 @@ def _module_rank(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Slow tests first (the longest modules of :data:`LONGEST_FIRST` ahead), then model tests, then
-    the rest (a stable sort: each module keeps its order).
+    """Slow and model tests first (the longest modules of :data:`LONGEST_FIRST` ahead), then the rest
+    (a stable sort: each module keeps its order). The model modules are CPU-bound and the slow ones
+    mostly wait on fleet processes, so they are mixed at the start rather than left to the end.
 
     pytest-xdist (``--dist loadfile --no-loadscope-reorder``, see the Makefile) hands modules out in
     the order of their first test, one at a time to whichever worker is free: the long modules start
     early and the short ones fill the gaps at the end, instead of one worker picking up test_sentinel
     while the others have finished. Without xdist only the order changes; no test may depend on it.
     """
-    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.get_closest_marker("model") is None,
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None and item.get_closest_marker("model") is None,
                                  _module_rank(item)))
