@@ -88,6 +88,7 @@ EXIT_NO_CUDA = 2
 MAX_DIFFERING_SHOWN = 5  # voices whose words differ between the fleets, shown with both texts
 TINY_MODEL_LABEL = "tiny.en (int8)"
 BATCH_OF = re.compile(r"in a batch of (\d+)")
+LOOK = re.compile(r"took (\d+) ready jobs beside the pass in ([\d.]+)s")  # workers/voicy/transcription.py
 
 
 class NoCuda(SystemExit):
@@ -187,6 +188,14 @@ class Fleet:
                 counts[key] = counts.get(key, 0) + 1
         return dict(sorted(counts.items()))
 
+    def looks(self) -> dict[str, float]:
+        """Jobs taken beside a pass and the seconds those looks took (their claim, ``/transcribe`` and
+        media fetch), from the gpu log: the work a rolling batch keeps off the decoding thread."""
+        jobs, seconds = 0, 0.0
+        for found in LOOK.finditer(self.procs[1].log_path.read_text(errors="replace")):
+            jobs, seconds = jobs + int(found.group(1)), seconds + float(found.group(2))
+        return {"jobs": jobs, "seconds": round(seconds, 3), "ms_per_job": round(1000 * seconds / max(1, jobs), 1)}
+
     def close(self) -> None:
         for proc in reversed(self.procs):
             proc.stop()
@@ -265,7 +274,7 @@ def run(voices: int = DEFAULT_VOICES, repeats: int = DEFAULT_REPEATS, lone: int 
                 for i in range(lone):
                     for label in order if i % 2 == 0 else order[::-1]:
                         lones[label].append(fleets[label].lone(lone_voice))
-            batches = fleets["batched"].batch_sizes()
+            batches, looks = fleets["batched"].batch_sizes(), fleets["batched"].looks()
         finally:
             for fleet in fleets.values():
                 fleet.close()
@@ -293,6 +302,7 @@ def run(voices: int = DEFAULT_VOICES, repeats: int = DEFAULT_REPEATS, lone: int 
                              for i in differing[:MAX_DIFFERING_SHOWN]],
         "voice_claim_to_result_mean_s": {label: _spread(waits[label]) for label in fleets},
         "voices_by_batch_size": batches,
+        "taken_beside_a_pass": looks,
     }
     if lone_voice is not None:
         figures["lone_voice"] = {"seconds": round(lone_voice.seconds, 1),
@@ -326,6 +336,10 @@ def table(figures: dict[str, object]) -> str:
         f"| a voice's claim → result in the burst, mean, s, median | {waits['batched']['median']} | "  # type: ignore[index]
         f"{waits['one_at_a_time']['median']} | | |",  # type: ignore[index]
     ]
+    looks = figures.get("taken_beside_a_pass")
+    if isinstance(looks, dict) and looks["jobs"]:
+        rows.append(f"| jobs taken beside a pass (claim, `/transcribe`, media), ms per job | "
+                    f"{looks['ms_per_job']} ({looks['jobs']} jobs) | | | |")
     lone = figures.get("lone_voice")
     if isinstance(lone, dict):
         bound_pct = round(100 * (TARGET_LONE_RATIO - 1))

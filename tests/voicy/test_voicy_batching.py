@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from bench.voicy_burst import LOOK
 from devstack.fakes.synth_media import write_repeated_speech_ogg
 from devstack.infra.log_budget import Allow
 from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_beat
@@ -146,9 +147,9 @@ def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, ce
 
 
 def test_a_job_ready_before_a_pass_joins_it_and_each_pass_posts_its_own_results(voicy, celery_workers):
-    """Five ready jobs, batches of four: the first task takes four at the start and the fifth before its
-    first pass (prepared while that pass decodes), all in one task; the first pass's four results are
-    posted before the second pass runs, not when the task ends."""
+    """Five ready jobs, batches of four: the first task takes four at the start and the fifth while its
+    first pass decodes (claimed, fetched and prepared beside it), all in one task; the first pass's
+    four results are posted before the second pass runs, not when the task ends."""
     server, telegram, env, _ = voicy
     items = {enqueue_fixture(server, telegram, item): item for item in _shorts(5)}
     ids = list(items)
@@ -162,6 +163,7 @@ def test_a_job_ready_before_a_pass_joins_it_and_each_pass_posts_its_own_results(
     order = re.findall(r"decoded a pass of (\d+) clips|job (\w+) transcribed in", gpu.log())
     assert [(n or "job") for n, _ in order] == ["4", "job", "job", "job", "job", "1", "job"], order
     assert [req["status"] for job_id in ids for req in requests_for(server, job_id, "result")] == [200] * 5
+    assert [int(n) for n, _ in LOOK.findall(gpu.log())] == [1]  # the line bench voicy-burst reads
 
 
 def test_a_long_recording_goes_alone_and_the_short_ones_still_batch(voicy, celery_workers, tmp_path):

@@ -233,7 +233,7 @@ class _Batch:
         (main thread) touch only their own jobs; Redis, httpx and boto3 clients are thread-safe."""
         if self._room <= 0:
             return []
-        before = len(self.jobs)
+        before, began = len(self.jobs), time.monotonic()
         try:
             take_ready(self.rt, {job.job_id for job in self.jobs}, min(engine.max_clips, self._room),
                        CLIP_WINDOW_S, self.join)
@@ -241,7 +241,10 @@ class _Batch:
             log.warning("could not look for more jobs to batch (%s); going on with these", type(exc).__name__)
             self._room = 0
         self._room -= len(self.jobs) - before
-        return self._start(self.jobs[before:], engine, files, started)
+        clips = self._start(self.jobs[before:], engine, files, started)
+        if clips:
+            log.info("took %d ready jobs beside the pass in %.3fs", len(clips), time.monotonic() - began)
+        return clips
 
     def _start(self, jobs: list[_Job], engine: ClipBatchingEngine, files: contextlib.ExitStack,
                started: list[_Job]) -> list[Clip]:
