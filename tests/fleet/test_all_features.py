@@ -5,6 +5,7 @@ with everything a production deployment switches on together:
 
 * Redis through Sentinel (master, replica, three Sentinels: ``REDIS_URL=sentinel://...``);
 * the S3 media store (moto in server mode): io and gpu share nothing else;
+* clip batching across jobs, as a GPU host runs it (a CPU's default is off);
 * ``LOG_FORMAT=json``;
 * Flower with auth (the ``web`` line);
 * Strava webhooks with a verify token, and the pool under core's NATS permission template;
@@ -46,7 +47,8 @@ pytestmark = pytest.mark.slow
 DYNOS = {"web": 1, "voicy_bridge": 1, "cairn_bridge": 1, "gpu": 2, "io": 1, "provider": 2, "beat": 1}
 MEDIA_BUCKET = "sy-features-media"
 FLOWER_USER, FLOWER_PASSWORD = "ops", "sy-flower-SECRET-7c1e"
-VOICES, FETCHES = 2, 3
+VOICES, FETCHES = 4, 3
+CLIPS_PER_PASS = "4"
 JOBS_BOUND_S = 240.0
 PRESENCE_BOUND_S = 60.0
 FLOWER_BOUND_S = 60.0
@@ -70,7 +72,7 @@ class AllFeaturesRig(ChaosRig):
             "VOICY_WORKER_MEDIA_STORE": f"s3://{MEDIA_BUCKET}/voicy", "VOICY_WORKER_S3_ENDPOINT_URL": self.s3_endpoint,
             "AWS_ACCESS_KEY_ID": "features", "AWS_SECRET_ACCESS_KEY": "features", "AWS_DEFAULT_REGION": "us-east-1",
             "LOG_FORMAT": "json", "FLOWER_USER": FLOWER_USER, "FLOWER_PASSWORD": FLOWER_PASSWORD,
-            "PORT": str(free_port()),
+            "PORT": str(free_port()), "VOICY_WORKER_CLIP_BATCH_SIZE": CLIPS_PER_PASS,
         })
         env.update(demo_webhook.fleet_env())  # CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN
         return env

@@ -57,7 +57,7 @@ READY_TIMEOUT_S = 120.0
 LOG_LINE_TIMEOUT_S = 10.0  # a job's "transcribed in" line follows its result post by milliseconds
 CLIPS_PER_PASS = "4"
 REPEATED_VOICE_S = 18.0  # one sentence said about five times: too repetitive for a batched decode to keep
-TRANSCRIBE_HOLD_S = 1.2  # each /transcribe answer held: a batch of 4 spends ≥ 4.8 s in its start
+TRANSCRIBE_HOLD_S = 1.2  # each /transcribe answer held: one at a time, a batch of 4 would spend ≥ 4.8 s starting
 SLOW_DOWNLOAD_HOLD_S = 20.0  # a download still on its way long after the bounded wait ended
 BOUNDED_WAIT_MS = 1500
 HEARTBEAT_EVERY_MS = "1000"  # production's 30 s would send none while the batch is held
@@ -104,8 +104,9 @@ def _wait_ready(server, job_ids: list[str]) -> None:  # type: ignore[no-untyped-
 
 
 def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, celery_workers, tmp_path):
-    """Four ready jobs, one gpu process: one batch. Each job runs under its own lease and gets its own
-    heartbeats, progress and result; the undecodable one fails alone, its batch-mates complete."""
+    """Four ready jobs, one gpu process: one batch, started at once (their held ``/transcribe`` calls
+    overlap). Each job runs under its own lease and gets its own heartbeats, progress and result; the
+    undecodable one fails alone, its batch-mates complete."""
     server, telegram, env, fleet = voicy
     assert env["VOICY_WORKER_CLIP_BATCH_SIZE"] == CLIPS_PER_PASS
     env = dict(env, VOICY_WORKER_HEARTBEAT_INTERVAL_MS=HEARTBEAT_EVERY_MS)  # heartbeats within the held batch
@@ -125,7 +126,9 @@ def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, ce
         beat.stop()
     # one gpu process held four running leases at the same moment: a batch, each job under its own lease
     assert len(set(running)) == 4  # type: ignore[arg-type]
-    batch_started = min(req["at"] for job_id in ids for req in requests_for(server, job_id, "transcribe"))
+    starts = [requests_for(server, job_id, "transcribe")[0]["at"] for job_id in ids]
+    batch_started = min(starts)
+    assert (max(starts) - batch_started).total_seconds() < TRANSCRIBE_HOLD_S, starts  # not one after another
     for job_id, item in items.items():
         job = jobs[job_id]
         assert job["status"] == "completed", (item["name"], job.get("lastError"), gpu.log()[-3000:])

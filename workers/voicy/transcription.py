@@ -6,6 +6,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 # ready since (on the clip batcher's look thread), so their claims, media and speech are ready when
 # the pass ends, not fetched in front of the next one; the bound hands the slot back to Celery now and then.
 PASSES_PER_TASK = 4
+# Jobs a batch starts at once (each a ``POST /transcribe`` and a media fetch, two round trips): a
+# batch of 16 then waits about one job's latency, not sixteen, before its pass can have them.
+START_THREADS = 8
 
 
 def run_transcription(rt: VoicyRuntime, job_id: str, token: str) -> bool:
@@ -248,21 +252,37 @@ class _Batch:
 
     def _start(self, jobs: list[_Job], engine: ClipBatchingEngine, files: contextlib.ExitStack,
                started: list[_Job]) -> list[Clip]:
-        """``/transcribe`` each job and open its media: its clip, or the job ends here alone."""
+        """``/transcribe`` each job and fetch its media, all at once: its clip, or the job ends here alone."""
         clips: list[Clip] = []
-        for job in jobs:
-            try:
-                held = job.start()
-                path: Path = files.enter_context(self.rt.store.local_path(held.media_key or ""))
-            except Exception as exc:
-                self._settle(job, exc)
+        for job, opened in zip(jobs, self._open_all(jobs)):
+            if isinstance(opened, Exception):
+                self._settle(job, opened)
                 continue
+            media, path = opened
+            files.enter_context(media)  # the media's local copy lives as long as the batch
             started.append(job)
-            clips.append(Clip(path, held.language, job.on_progress(engine),
+            clips.append(Clip(path, job.held.language if job.held else None, job.on_progress(engine),
                               lambda outcome, job=job: self._conclude(job, outcome, engine)))
         for job in started[len(started) - len(clips):]:
             job.batch = len(clips)
         return clips
+
+    def _open_all(self, jobs: list[_Job]) -> list[tuple[contextlib.ExitStack, Path] | Exception]:
+        """Each job started and its media local, on up to ``START_THREADS`` threads (httpx, redis-py and
+        boto3 clients are thread-safe); a job's error is its outcome."""
+        if len(jobs) <= 1:
+            return [self._open(job) for job in jobs]
+        with ThreadPoolExecutor(min(START_THREADS, len(jobs)), thread_name_prefix="job-start") as pool:
+            return list(pool.map(self._open, jobs))
+
+    def _open(self, job: _Job) -> tuple[contextlib.ExitStack, Path] | Exception:
+        try:
+            held = job.start()
+            with contextlib.ExitStack() as media:
+                path: Path = media.enter_context(self.rt.store.local_path(held.media_key or ""))
+                return media.pop_all(), path
+        except Exception as exc:
+            return exc
 
     def _conclude(self, job: _Job, outcome: Transcript | Exception, engine: ClipBatchingEngine) -> None:
         """Post a job's result, or end it with the exception that ended its clip."""
