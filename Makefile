@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ARGS   ?=
 # xdist workers: the tests mostly wait on services, so more than the 2 cores (docs/TESTING.md).
 TEST_WORKERS  ?= 6
-CHECK_WORKERS ?= 4
+CHECK_WORKERS ?= 6
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 # Write bytecode: otherwise every xdist worker and fleet process compiles the project again.
 export PYTHONDONTWRITEBYTECODE :=
