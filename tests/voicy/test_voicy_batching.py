@@ -54,6 +54,7 @@ LOG_BUDGET_ALLOW = (  # each applies to the test it names only
 )
 
 READY_TIMEOUT_S = 120.0
+OWNED_SKIP = "transcription already owned by another execution"  # a task whose job a batch took
 LOG_LINE_TIMEOUT_S = 10.0  # a job's "transcribed in" line follows its result post by milliseconds
 CLIPS_PER_PASS = "4"
 REPEATED_VOICE_S = 18.0  # one sentence said about five times: too repetitive for a batched decode to keep
@@ -95,6 +96,13 @@ def _all_running(r: redis.Redis, job_ids: list[str]) -> list[str] | None:
     """The jobs' lease values if every one is running at this moment (one read), else None."""
     values = _lease_values(r, job_ids)
     return values if all(view(v).state is LeaseState.RUNNING for v in values) else None  # type: ignore[return-value]
+
+
+def _wait_owned_skips(gpu, count: int) -> None:  # type: ignore[no-untyped-def]
+    """The batch-mates' own tasks each found their job taken: exactly ``count`` skip lines. They run only
+    once the batch's task has ended (one gpu process), so after the last job's result, not before."""
+    wait_until(lambda: gpu.log().count(OWNED_SKIP) >= count, LOG_LINE_TIMEOUT_S, f"{count} skipped tasks")
+    assert gpu.log().count(OWNED_SKIP) == count, gpu.log()[-3000:]
 
 
 def _wait_ready(server, job_ids: list[str]) -> None:  # type: ignore[no-untyped-def]
@@ -146,7 +154,7 @@ def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, ce
     assert [req["json"]["retryable"] for req in requests_for(server, bad, "failure")] == [False]
     assert not requests_for(server, bad, "result")
     assert len(re.findall(r"transcribed in [0-9.]+s in a batch of 4", gpu.log())) == 3
-    assert gpu.log().count("transcription already owned by another execution") == 3  # the mates' own tasks
+    _wait_owned_skips(gpu, 3)  # the mates' own tasks
 
 
 def test_a_job_ready_before_a_pass_joins_it_and_each_pass_posts_its_own_results(voicy, celery_workers):
@@ -162,7 +170,7 @@ def test_a_job_ready_before_a_pass_joins_it_and_each_pass_posts_its_own_results(
     assert all(jobs[job_id]["status"] == "completed" for job_id in ids), gpu.log()[-3000:]
     wait_until(lambda: all(f"job {job_id} transcribed in" in gpu.log() for job_id in ids), LOG_LINE_TIMEOUT_S,
                "every job's log line")
-    assert gpu.log().count("transcription already owned by another execution") == 4  # one task took all five
+    _wait_owned_skips(gpu, 4)  # one task took all five
     order = re.findall(r"decoded a pass of (\d+) clips|job (\w+) transcribed in", gpu.log())
     assert [(n or "job") for n, _ in order] == ["4", "job", "job", "job", "job", "1", "job"], order
     assert [req["status"] for job_id in ids for req in requests_for(server, job_id, "result")] == [200] * 5
