@@ -13,6 +13,7 @@ import redis
 from kombu.transport import redis as kombu_redis
 
 from tasks.hardening.last_pop import HandBackLastPop
+from tasks.hardening.unreadable import SetAsideUnreadable
 
 CLOSED_MESSAGE = "broker connection already closed"
 UNACKED_KEY = kombu_redis.Channel.unacked_key
@@ -59,11 +60,12 @@ class _ReusedClient:
         return client
 
 
-class RedisChannel(_GuardedConnparams, _ReusedClient, HandBackLastPop, kombu_redis.Channel):
+class RedisChannel(_GuardedConnparams, _ReusedClient, HandBackLastPop, SetAsideUnreadable, kombu_redis.Channel):
     pass
 
 
-class SentinelChannel(_GuardedConnparams, _ReusedClient, HandBackLastPop, kombu_redis.SentinelChannel):
+class SentinelChannel(_GuardedConnparams, _ReusedClient, HandBackLastPop, SetAsideUnreadable,
+                      kombu_redis.SentinelChannel):
     pass
 
 
@@ -115,15 +117,6 @@ def task_messages(client: redis.Redis, queues: Iterable[str],
     One ``MULTI`` reads every list and the ``unacked`` hash, so a message moving
     between them is not seen in both or missed by both at once. A message that
     does not decode is skipped: it is not one of ours to judge.
-
-    :func:`task_messages` is the one place that
-    knows kombu's Redis layout: a queue is a list per priority step (``io``,
-    ``io\x06\x163`` ...), a delivered message waits for its ack in the ``unacked``
-    hash as ``[message, exchange, routing_key]``, and a message is Celery's JSON
-    envelope whose ``body`` is base64 of ``[args, kwargs, embed]``. The Voicy grant
-    audit (``workers.voicy.grants``) uses it to tell a task waiting in a queue from
-    one no worker will run. It assumes kombu's default key names (no
-    ``global_keyprefix``, no renamed ``unacked_key``), which ``tasks.settings`` keeps.
     """
     keys = [key for queue in queues for key in queue_keys(queue)]
     with client.pipeline(transaction=True) as pipe:

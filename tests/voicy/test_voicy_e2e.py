@@ -54,6 +54,9 @@ LOG_BUDGET_ALLOW = (  # each applies to the test it names only (tests/conftest.p
     Allow(r"failed \(retryable=True\): media not available to this fleet after a restart", logs=("bridge",),
           reason="a ready job whose media the restarted fleet does not hold goes back to Voicy for a new download",
           provoked_by="test_restart_recovers_ready_and_stale_jobs_through_claim_ready"),
+    Allow(r"queue '(io|gpu)': an item that is not a task message \(.*\) was set aside in '(io|gpu)\.unreadable'",
+          logs=("io", "gpu"), reason="hostile bytes pushed onto the queues: each set aside at ERROR, workers go on",
+          provoked_by="test_hostile_bytes_in_a_queue_are_set_aside_and_the_workers_go_on"),
     Allow(r"job \w+: worker lost; redispatching transcription", logs=("io",),
           reason="the reaper (on the io worker) redispatches the job whose gpu worker was SIGKILLed",
           provoked_by="test_sigkill_mid_transcription_recovers_and_completes_once"),
@@ -390,3 +393,28 @@ def test_duplicate_delivery_transcribes_once(shared_but_gpu, celery_workers, tmp
     # The queue empties when the worker fetches the duplicate, before it refuses it: await the refusal.
     wait_until(lambda: "already owned by another execution" in "".join(
         p.read_text() for p in tmp_path.glob("worker-*gpu*.log")), 30, "the duplicate's refusal in the gpu log")
+
+
+HOSTILE_ITEMS = (b"not json", b"\xff\xfe\x00garbage", b"[1]", b"")
+
+
+def test_hostile_bytes_in_a_queue_are_set_aside_and_the_workers_go_on(shared):
+    """Items that are not task messages, pushed onto both queues ahead of a real job: each worker sets
+    every one aside, exactly as pushed, in ``<queue>.unreadable`` with an ERROR naming its queue and
+    cause, and goes on to complete the job (kombu's own read raised, and Celery stopped the worker)."""
+    server, telegram = shared.server, shared.telegram
+    r = redis.Redis.from_url(shared.redis_url)
+    for queue in ("io", "gpu"):
+        r.lpush(queue, *HOSTILE_ITEMS)  # consumed first: kombu publishes with LPUSH and pops the other end
+    job_id = enqueue_fixture(server, telegram, sorted(audio_manifest(), key=lambda m: m["duration_s"])[0])
+    assert wait_final(server, [job_id])[job_id]["status"] == "completed"
+    for queue in ("io", "gpu"):
+        wait_until(lambda queue=queue: r.llen(f"{queue}.unreadable") == len(HOSTILE_ITEMS), 30,
+                   f"{queue}'s hostile items set aside")
+        assert sorted(r.lrange(f"{queue}.unreadable", 0, -1)) == sorted(HOSTILE_ITEMS)
+        r.delete(f"{queue}.unreadable")
+    logs = shared.text()
+    for queue in ("io", "gpu"):
+        assert logs.count(f"queue '{queue}': an item that is not a task message (") == len(HOSTILE_ITEMS)
+    assert "(JSONDecodeError: Expecting value" in logs and "(JSON list, not an object" in logs
+    assert "Unrecoverable error" not in logs
