@@ -9,10 +9,11 @@ from typing import Any
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
+from tasks.hardening.last_pop import BRPOP
+
 log = logging.getLogger(__name__)
 
 UNREADABLE_SUFFIX = ".unreadable"  # the list an unreadable item of queue ``io`` goes to: ``io.unreadable``
-BRPOP = "BRPOP"
 
 
 class SetAsideUnreadable:
@@ -22,7 +23,8 @@ class SetAsideUnreadable:
     kombu decodes each popped item inside its BRPOP read; an item that is not JSON raised there,
     Celery called the error unrecoverable and the worker exited, its prefetched tasks restored and
     the item gone. Anything with write access to Redis can push such bytes. This is kombu 5.7's
-    ``Channel._brpop_read`` with the decode guarded (tests/fleet/test_hostile_queue.py).
+    ``Channel._brpop_read`` with the decode guarded; tests/fleet/test_redisconn.py fails when kombu's
+    changes, and tests/voicy/test_voicy_e2e.py feeds the workers hostile items.
     """
 
     client: Any

@@ -9,6 +9,8 @@ Failover itself is tested against real servers in ``test_sentinel.py``.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import logging
 import uuid
 
@@ -16,6 +18,7 @@ import pytest
 import redis
 from celery import Celery
 from kombu import Connection, Queue
+from kombu.transport import redis as kombu_redis
 from kombu.transport.redis import Transport as KombuTransport
 
 from tasks import hardening
@@ -158,3 +161,14 @@ def test_the_broker_channel_builds_one_client_per_pool_not_one_per_command(redis
 def test_a_url_is_shown_with_every_password_masked(url: str, shown: str) -> None:
     """What the doctor and the verdict print when Redis does not answer: the URL tried, no password."""
     assert shown_url(url) == shown
+
+
+# kombu 5.7.0's ``Channel._brpop_read``, which tasks/hardening/unreadable.py mirrors with its decode guarded.
+KOMBU_BRPOP_READ_SHA256 = "c42518699709f2df90f55a048fe6346612ae5527e5c4a6819f2c0920dc62088f"
+
+
+def test_the_mirrored_brpop_read_is_still_kombus_own() -> None:
+    """A kombu that changes its BRPOP read fails here: compare it with ``SetAsideUnreadable._brpop_read``,
+    carry the change over, then record the new digest."""
+    source = inspect.getsource(kombu_redis.Channel._brpop_read)
+    assert hashlib.sha256(source.encode()).hexdigest() == KOMBU_BRPOP_READ_SHA256, source

@@ -258,16 +258,16 @@ class _Batch:
             if isinstance(opened, Exception):
                 self._settle(job, opened)
                 continue
-            media, path = opened
+            media, path, held = opened
             files.enter_context(media)  # the media's local copy lives as long as the batch
             started.append(job)
-            clips.append(Clip(path, job.held.language if job.held else None, job.on_progress(engine),
+            clips.append(Clip(path, held.language, job.on_progress(engine),
                               lambda outcome, job=job: self._conclude(job, outcome, engine)))
         for job in started[len(started) - len(clips):]:
             job.batch = len(clips)
         return clips
 
-    def _open_all(self, jobs: list[_Job]) -> list[tuple[contextlib.ExitStack, Path] | Exception]:
+    def _open_all(self, jobs: list[_Job]) -> list[tuple[contextlib.ExitStack, Path, HeldJob] | Exception]:
         """Each job started and its media local, on up to ``START_THREADS`` threads (httpx, redis-py and
         boto3 clients are thread-safe); a job's error is its outcome."""
         if len(jobs) <= 1:
@@ -275,12 +275,12 @@ class _Batch:
         with ThreadPoolExecutor(min(START_THREADS, len(jobs)), thread_name_prefix="job-start") as pool:
             return list(pool.map(self._open, jobs))
 
-    def _open(self, job: _Job) -> tuple[contextlib.ExitStack, Path] | Exception:
+    def _open(self, job: _Job) -> tuple[contextlib.ExitStack, Path, HeldJob] | Exception:
         try:
             held = job.start()
             with contextlib.ExitStack() as media:
                 path: Path = media.enter_context(self.rt.store.local_path(held.media_key or ""))
-                return media.pop_all(), path
+                return media.pop_all(), path, held
         except Exception as exc:
             return exc
 
