@@ -180,8 +180,10 @@ def test_web_refuses_to_start_without_authentication(
 # ---------------------------------------------------------------------------- celery pools
 @pytest.mark.slow
 def test_each_pool_starts_consumes_its_queue_and_shuts_down_cold(
-        redis_url: str, launch: Callable[..., ProcfileProcess]) -> None:
+        fresh_redis: str, launch: Callable[..., ProcfileProcess]) -> None:
     from celery import Celery
+
+    redis_url = fresh_redis  # the pools consume every queue: nothing an earlier test left in them may reach this one
 
     host, run = socket.gethostname(), uuid.uuid4().hex[:8]
     names = {ptype: f"{ptype}.{run}" for ptype in WORKER_TYPES}
