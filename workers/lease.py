@@ -185,7 +185,7 @@ class Leases:
     def hand_over(self, job_id: str, running: str, token: str, ttl_s: float) -> bool:
         """Atomically pass a running lease to the next queued task (download → transcribe)."""
         return self._ending(job_id, running,
-                            bool(self._take(keys=[self.key(job_id)], args=[running, granted(token), _ms(ttl_s)])))
+                            lambda: self._take(keys=[self.key(job_id)], args=[running, granted(token), _ms(ttl_s)]))
 
     def confirm(self, job_id: str, token: str, ttl_s: float) -> bool:
         """Phase two of a grant: extend it to ``ttl_s`` once the task carrying ``token`` is sent.
@@ -206,14 +206,28 @@ class Leases:
         return bool(self._renew(keys=[self.key(job_id)], args=[value, _ms(ttl_s)]))
 
     def release(self, job_id: str, value: str) -> bool:
-        return self._ending(job_id, value, bool(self._release(keys=[self.key(job_id)], args=[value])))
+        return self._ending(job_id, value, lambda: self._release(keys=[self.key(job_id)], args=[value]))
 
-    def _ending(self, job_id: str, value: str, ended: bool) -> bool:
-        if ended:
-            with self._ended_lock:
-                self._ended[(job_id, value)] = None
-                while len(self._ended) > ENDED_REMEMBERED:
-                    self._ended.popitem(last=False)
+    def _ending(self, job_id: str, value: str, end: Callable[[], object]) -> bool:
+        """Run ``end`` (a script that ends the lease ``value``), remembered as ended here *before* it runs.
+
+        A keeper renewing on its own thread can reach Redis between the script's write and the
+        script's reply: its renewal then finds the lease changed. Marked only after the reply, the
+        end was not yet known here, and the keeper reported a loss that was this process's own end.
+        The mark is taken back unless Redis answered that the end took place.
+        """
+        mark = (job_id, value)
+        with self._ended_lock:
+            self._ended[mark] = None
+            while len(self._ended) > ENDED_REMEMBERED:
+                self._ended.popitem(last=False)
+        ended = False
+        try:
+            ended = bool(end())
+        finally:
+            if not ended:
+                with self._ended_lock:
+                    self._ended.pop(mark, None)
         return ended
 
     def ended_here(self, job_id: str, value: str) -> bool:

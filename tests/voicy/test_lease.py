@@ -133,6 +133,50 @@ def test_a_lease_the_body_ended_itself_is_not_reported_lost(fresh_redis: str, en
     assert "lease lost" not in caplog.text
 
 
+@pytest.mark.parametrize("end", ["release", "hand_over"])
+def test_a_renewal_between_the_ends_write_and_its_reply_is_no_loss(fresh_redis: str, end: str,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """The keeper's thread renews while the body's end is on the wire: Redis runs the end, then the
+    renewal, and only then does the end's reply come back. The renewal finds the lease changed; the
+    end is this process's own, so it is no loss (a fresh-clone run logged "lease lost" for a download
+    handed over just as its keeper renewed)."""
+    leases = _leases(fresh_redis)
+    token = new_token()
+    leases.grant("job8", token, 30)
+    running = leases.take("job8", token, 30)
+    assert running
+    keeper = LeaseKeeper(leases, "job8", running, 30)  # its thread never started: the renewal is ours to place
+    script = "_release" if end == "release" else "_take"
+    real = getattr(leases, script)
+    renewed: list[bool] = []
+
+    def then_the_renewal(*args: object, **kwargs: object) -> object:
+        answer = real(*args, **kwargs)  # the end has landed in Redis ...
+        renewed.append(keeper.held())  # ... and the keeper's renewal lands before its reply is read
+        return answer
+
+    setattr(leases, script, then_the_renewal)
+    with caplog.at_level(logging.WARNING, logger="workers.lease"):
+        ended = leases.release("job8", running) if end == "release" else leases.hand_over("job8", running, "next", 30)
+    assert ended and renewed == [False]  # the renewal found the lease changed ...
+    assert not keeper.lost.is_set()  # ... and knew the end was this process's own
+    assert "lease lost" not in caplog.text
+
+
+def test_an_end_redis_refused_is_not_remembered(fresh_redis: str) -> None:
+    """A release of a lease that is no longer ours ends nothing here: the keeper reports the loss."""
+    leases = _leases(fresh_redis)
+    token = new_token()
+    leases.grant("job9", token, 30)
+    running = leases.take("job9", token, 30)
+    assert running
+    leases.grant("job9", "someone-else", 30)  # the reaper re-granted it
+    assert not leases.release("job9", running)
+    assert not leases.ended_here("job9", running)
+    keeper = LeaseKeeper(leases, "job9", running, 30)
+    assert not keeper.held() and keeper.lost.is_set()
+
+
 def test_confirm_extends_only_a_matching_grant(fresh_redis: str) -> None:
     """Phase two of a grant: a pending grant is extended; nothing else is touched or created."""
     leases = _leases(fresh_redis)
