@@ -14,13 +14,14 @@ from tasks.hardening import (
     scheduler,
     startup_stop,
     stop_consuming,
+    stop_timers,
     transport,
 )
 
 # In the order they are installed: the configuration the first four rewrite must be in place already
 # (``tasks.settings.celery_config``); the rest hook signals, bootsteps and loggers.
 HARDENING: tuple[ModuleType, ...] = (transport, result_backend, consumer, scheduler,
-                                     startup_stop, stop_consuming, quick_drain, lost_acks, prefork)
+                                     startup_stop, stop_consuming, quick_drain, stop_timers, lost_acks, prefork)
 
 
 def install(app: Any) -> None:

@@ -1,0 +1,74 @@
+"""A prefork pool stopped inside a signal handler still fires the loop's timers while it drains
+(``tasks/hardening/stop_timers.py``).
+
+Celery's cold shutdown (the Procfile's ``REMAP_SIGTERM=SIGQUIT``) stops the pool on the main thread
+from the signal handler; the drain's timer thread then steps the hub's scheduler. Here the handler
+runs where it hurt: inside that scheduler's generator, as a signal landing there runs it. A real
+pool child holds its work until a timer entry releases it, so the drain ends only through a timer
+fired during it.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+from collections.abc import Iterator
+
+import pytest
+from celery.concurrency.prefork import TaskPool
+from kombu.asynchronous import Hub, get_event_loop, set_event_loop
+from kombu.asynchronous.timer import Timer
+
+import tasks
+from tasks.hardening.stop_timers import DrainTimers, fire_with_own_scheduler
+
+WORK_BOUND_S = 20.0  # the child gives up waiting for the timer after this: the drain then ends unfired
+_released = multiprocessing.Event()  # created before the pool forks: the child inherits it
+
+
+def _work_in_hand() -> bool:
+    """The pool child's task: runs until the timer entry releases it."""
+    return _released.wait(WORK_BOUND_S)
+
+
+@pytest.fixture()
+def hub() -> Iterator[Hub]:
+    before = get_event_loop()
+    loop = set_event_loop(Hub(Timer()))
+    _released.clear()
+    yield loop
+    _released.set()
+    set_event_loop(before)
+
+
+def test_every_worker_wraps_its_pools_stop() -> None:
+    assert DrainTimers in tasks.app.steps["worker"]
+
+
+def test_a_stop_run_inside_the_scheduler_still_fires_timers_while_the_pool_drains(
+        hub: Hub, caplog: pytest.LogCaptureFixture) -> None:
+    pool = TaskPool(1, initargs=(tasks.app, "stop-timers@test"))
+    pool.on_stop = fire_with_own_scheduler(pool.on_stop)  # what the worker bootstep does
+    pool.start()
+    fired: list[str] = []
+
+    def entry() -> None:
+        fired.append(threading.current_thread().name)
+        _released.set()
+
+    started = threading.Event()
+    pool.apply_async(_work_in_hand, accept_callback=lambda *_: started.set())
+    assert started.wait(WORK_BOUND_S), "the pool child took no work"
+    hub.call_later(0, entry)
+
+    def interrupted() -> Iterator[tuple[float | None, object]]:
+        pool.stop()  # Celery's cold-shutdown handler, run in the frame the signal landed in
+        yield from iter(hub.timer)
+
+    scheduler = hub.scheduler = interrupted()
+    with caplog.at_level(logging.WARNING):
+        next(scheduler)
+    assert fired == ["prefork-timer-shutdown"]  # fired by the drain's own thread, once
+    assert hub.scheduler is scheduler  # the interrupted frame goes on with its own scheduler
+    assert "Exception in timer thread" not in caplog.text and "generator already executing" not in caplog.text
