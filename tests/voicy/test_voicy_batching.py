@@ -51,6 +51,9 @@ LOG_BUDGET_ALLOW = (  # each applies to the test it names only
     Allow(r"job \w+: worker lost; redispatching transcription", logs=("io",),
           reason="the reaper (on the io worker) redispatches each job of the SIGKILLed batch",
           provoked_by="test_a_worker_killed_mid_batch_loses_nothing_and_each_job_is_recovered_once"),
+    Allow(r"job \w+: worker shutting down mid-job; handed back for recovery", logs=("gpu",),
+          reason="the SIGTERMed gpu worker hands back each job of the batch it was starting",
+          provoked_by="test_a_worker_killed_mid_batch_loses_nothing_and_each_job_is_recovered_once"),
 )
 
 READY_TIMEOUT_S = 120.0
@@ -59,6 +62,7 @@ LOG_LINE_TIMEOUT_S = 10.0  # a job's "transcribed in" line follows its result po
 CLIPS_PER_PASS = "4"
 REPEATED_VOICE_S = 18.0  # one sentence said about five times: too repetitive for a batched decode to keep
 TRANSCRIBE_HOLD_S = 1.2  # each /transcribe answer held: one at a time, a batch of 4 would spend ≥ 4.8 s starting
+STOP_HOLD_S = 4.0  # each /transcribe answer held while a SIGTERM reaches the batch: it lands in the start
 SLOW_DOWNLOAD_HOLD_S = 20.0  # a download still on its way long after the bounded wait ended
 BOUNDED_WAIT_MS = 1500
 HEARTBEAT_EVERY_MS = "1000"  # production's 30 s would send none while the batch is held
@@ -246,21 +250,30 @@ def test_the_wait_for_batch_mates_is_bounded_and_a_lone_voice_does_not_wait(voic
     assert "in a batch" not in line
 
 
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
 def test_a_worker_killed_mid_batch_loses_nothing_and_each_job_is_recovered_once(voicy, celery_workers,
-                                                                               tmp_path):
-    """V1 + V2 for a batch: SIGKILL the gpu worker while four jobs are in one batch; the reaper
-    recovers each job once, a new worker completes each once."""
+                                                                               tmp_path, stop):
+    """V1 + V2 for a batch: stop the gpu worker while four jobs are in one batch, their ``/transcribe``
+    calls held on the start threads; the reaper recovers each job once, a new worker completes each once.
+    SIGKILL leaves the leases to expire. SIGTERM, as the Procfile runs the worker (a cold shutdown, here
+    with no soft window), lets the start threads end their calls and hands every job back at once."""
     server, telegram, env, fleet = voicy
     r = redis.Redis.from_url(fleet.redis_url)
     ids = [enqueue_fixture(server, telegram, item) for item in _shorts(4)]
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
     try:
         _wait_ready(server, ids)
-        server.delay("transcribe", TRANSCRIBE_HOLD_S)
-        gpu = celery_workers("gpu", env)
+        server.delay("transcribe", TRANSCRIBE_HOLD_S if stop == signal.SIGKILL else STOP_HOLD_S)
+        gpu = celery_workers("gpu", env if stop == signal.SIGKILL else
+                             dict(env, REMAP_SIGTERM="SIGQUIT", WORKER_SOFT_SHUTDOWN_TIMEOUT_S="0"))
         wait_until(lambda: _all_running(r, ids), READY_TIMEOUT_S, "all four jobs in one batch")
-        gpu.kill(signal.SIGKILL)
+        gpu.kill(stop)
         server.delay("transcribe", 0)
+        if stop == signal.SIGTERM:
+            log = gpu.log()
+            for job_id in ids:  # handed back once each, none transcribed: the stop came while they started
+                assert log.count(f"job {job_id}: worker shutting down mid-job; handed back") == 1, log[-3000:]
+            assert "transcribed in" not in log and not any(requests_for(server, j, "progress") for j in ids)
         celery_workers("gpu", env)  # a replacement host comes up
         jobs = wait_final(server, ids)
     finally:

@@ -273,7 +273,16 @@ class _Batch:
         if len(jobs) <= 1:
             return [self._open(job) for job in jobs]
         with ThreadPoolExecutor(min(START_THREADS, len(jobs)), thread_name_prefix="job-start") as pool:
-            return list(pool.map(self._open, jobs))
+            futures = [pool.submit(self._open, job) for job in jobs]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:  # shut down under us (SystemExit): close what the threads still open
+                pool.shutdown(wait=True, cancel_futures=True)
+                for future in futures:
+                    opened = None if future.cancelled() else future.result()
+                    if isinstance(opened, tuple):
+                        opened[0].close()  # an S3 media's local copy, removed now, not left behind
+                raise
 
     def _open(self, job: _Job) -> tuple[contextlib.ExitStack, Path, HeldJob] | Exception:
         try:
