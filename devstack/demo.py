@@ -177,6 +177,16 @@ def wait_for_ctrl_c() -> None:
         time.sleep(CTRL_C_POLL_S)
 
 
+def stop_on_ctrl_c() -> None:
+    """Ctrl-C, and a SIGTERM made one, raise ``KeyboardInterrupt`` in this process, whatever it inherited.
+
+    A command started in the background of a non-interactive shell (a script's ``make stack &``, a CI
+    job, ``nohup``) inherits SIGINT ignored, and Python then installs no handler of its own: Ctrl-C and
+    ``kill -INT`` did nothing, and only SIGKILL ended it, leaving its servers and its ``.env`` behind."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
+
+
 @contextmanager
 def signals_ignored() -> Iterator[None]:
     """While the stack stops, a second Ctrl-C must not abort it half-way and leave servers behind."""
@@ -389,7 +399,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops the demo like Ctrl-C
+    stop_on_ctrl_c()
     tmp = Path(tempfile.mkdtemp(prefix="switchyard-demo-"))
     log_dir = Path(tempfile.mkdtemp(prefix="switchyard-demo-logs-"))
     demo = Demo(args.short, tmp, log_dir)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 import tempfile
 from pathlib import Path
 
-from devstack.demo import Demo, signals_ignored, wait_for_ctrl_c
+from devstack.demo import Demo, signals_ignored, stop_on_ctrl_c, wait_for_ctrl_c
 from devstack.infra.cairn_stack import CA_OVERRIDES
 
 # The first line of every .env this writes: only such a file is overwritten, or deleted at the stop.
@@ -69,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.env.exists() and not ours(args.env):
         say(f"{args.env} exists and was not written by this command: move it away or pass --env FILE")
         return EXIT_REFUSED
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it like Ctrl-C
+    stop_on_ctrl_c()
     tmp = Path(tempfile.mkdtemp(prefix="switchyard-stack-"))
     stack = Demo(short=True, tmp=tmp, log_dir=tmp / "logs")
     try:

@@ -20,6 +20,7 @@ from tests.kit.waiting import wait_until
 
 # What docs/operations.md §2.1 and deploy/README.md tell a user to type, word for word.
 STACK_COMMAND = "make stack"
+IGNORE_SIGINT = "trap '' INT;"  # what a non-interactive shell does to a command it runs in the background
 ACTIVATE = ". .venv/bin/activate"
 HONCHO_START = f"{ACTIVATE} && honcho start"
 HEALTH = f"{ACTIVATE} && honcho run switchyard health"
@@ -49,8 +50,10 @@ def honcho(args: str, env_file: Path) -> str:
 def services(tmp_path: Path) -> Iterator[tuple[Proc, Path]]:
     """``make stack`` (``python -m devstack.serve``), writing this test's env file, until the test ends."""
     env_file, port = tmp_path / "stack.env", free_port()
-    proc = spawn([SHELL, "-c", f"{STACK_COMMAND} ARGS='--env {env_file} --port {port}'"], shell_env(),
-                 tmp_path / "stack.out", stop_timeout_s=HONCHO_STOP_S)
+    # Started as a background command of a script is (SIGINT ignored, and inherited by make and the stack),
+    # whatever the suite itself was started under: the Ctrl-C below must stop it all the same.
+    proc = spawn([SHELL, "-c", f"{IGNORE_SIGINT} {STACK_COMMAND} ARGS='--env {env_file} --port {port}'"],
+                 shell_env(), tmp_path / "stack.out", stop_timeout_s=HONCHO_STOP_S)
     try:
         wait_until(lambda: "ready; press Ctrl-C" in proc.log() or proc.proc.poll() is not None, STACK_READY_S,
                    "make stack to be ready")
