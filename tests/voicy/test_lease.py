@@ -20,6 +20,15 @@ def _leases(url: str) -> Leases:
     return Leases(redis.Redis.from_url(url), "test")
 
 
+def _running(leases: Leases, job_id: str, ttl_s: float) -> str:
+    """A lease granted and taken at once, as a task takes its job: the running value."""
+    token = new_token()
+    leases.grant(job_id, token, ttl_s)
+    running = leases.take(job_id, token, ttl_s)
+    assert running
+    return running
+
+
 def test_only_one_execution_takes_a_granted_lease(fresh_redis: str) -> None:
     leases = _leases(fresh_redis)
     token = new_token()
@@ -86,10 +95,7 @@ def test_grant_only_if_absent_never_steals(fresh_redis: str) -> None:
 def test_keeper_renews_and_lease_expires_without_it(fresh_redis: str) -> None:
     leases = _leases(fresh_redis)
     client = redis.Redis.from_url(fresh_redis)
-    token = new_token()
-    leases.grant("job4", token, 0.3)
-    running = leases.take("job4", token, 0.3)
-    assert running
+    running = _running(leases, "job4", 0.3)
     with LeaseKeeper(leases, "job4", running, 0.3) as keeper:
         # outlive three TTLs while the keeper renews
         assert not keeper.lost.wait(1.0)
@@ -103,10 +109,7 @@ def test_keeper_renews_and_lease_expires_without_it(fresh_redis: str) -> None:
 
 def test_keeper_reports_a_lost_lease(fresh_redis: str) -> None:
     leases = _leases(fresh_redis)
-    token = new_token()
-    leases.grant("job5", token, 0.3)
-    running = leases.take("job5", token, 0.3)
-    assert running
+    running = _running(leases, "job5", 0.3)
     with LeaseKeeper(leases, "job5", running, 0.3) as keeper:
         leases.grant("job5", "someone-else", 30)  # the reaper re-granted it
         assert keeper.lost.wait(2.0)
@@ -119,10 +122,7 @@ def test_a_lease_the_body_ended_itself_is_not_reported_lost(fresh_redis: str, en
     keeper still runs: its next renewal finds the lease gone, and that is no loss (the log budget
     found "lease lost" after every such race in a plain run)."""
     leases = _leases(fresh_redis)
-    token = new_token()
-    leases.grant("job7", token, 0.3)
-    running = leases.take("job7", token, 0.3)
-    assert running
+    running = _running(leases, "job7", 0.3)
     with caplog.at_level(logging.WARNING, logger="workers.lease"):
         with LeaseKeeper(leases, "job7", running, 0.3) as keeper:
             if end == "release":
@@ -141,10 +141,7 @@ def test_a_renewal_between_the_ends_write_and_its_reply_is_no_loss(fresh_redis: 
     end is this process's own, so it is no loss (a fresh-clone run logged "lease lost" for a download
     handed over just as its keeper renewed)."""
     leases = _leases(fresh_redis)
-    token = new_token()
-    leases.grant("job8", token, 30)
-    running = leases.take("job8", token, 30)
-    assert running
+    running = _running(leases, "job8", 30)
     keeper = LeaseKeeper(leases, "job8", running, 30)  # its thread never started: the renewal is ours to place
     script = "_release" if end == "release" else "_take"
     real = getattr(leases, script)
@@ -166,10 +163,7 @@ def test_a_renewal_between_the_ends_write_and_its_reply_is_no_loss(fresh_redis: 
 def test_an_end_redis_refused_is_not_remembered(fresh_redis: str) -> None:
     """A release of a lease that is no longer ours ends nothing here: the keeper reports the loss."""
     leases = _leases(fresh_redis)
-    token = new_token()
-    leases.grant("job9", token, 30)
-    running = leases.take("job9", token, 30)
-    assert running
+    running = _running(leases, "job9", 30)
     leases.grant("job9", "someone-else", 30)  # the reaper re-granted it
     assert not leases.release("job9", running)
     assert not leases.ended_here("job9", running)
