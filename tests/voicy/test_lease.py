@@ -138,8 +138,7 @@ def test_a_renewal_between_the_ends_write_and_its_reply_is_no_loss(fresh_redis: 
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     """The keeper's thread renews while the body's end is on the wire: Redis runs the end, then the
     renewal, and only then does the end's reply come back. The renewal finds the lease changed; the
-    end is this process's own, so it is no loss (a fresh-clone run logged "lease lost" for a download
-    handed over just as its keeper renewed)."""
+    end is this process's own, so it is no loss."""
     leases = _leases(fresh_redis)
     running = _running(leases, "job8", 30)
     keeper = LeaseKeeper(leases, "job8", running, 30)  # its thread never started: the renewal is ours to place
