@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
+import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType, SimpleNamespace
 
 import pytest
 
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.voicy.media_store import LocalMediaStore, MediaTooLarge, S3MediaStore, media_store_from_url, s3_client
+from workers.voicy.transcription import _Batch
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                "AWS_DEFAULT_REGION": "us-east-1"}
@@ -129,3 +136,47 @@ def test_media_store_from_url_local_forms(tmp_path: Path) -> None:
         assert isinstance(store, LocalMediaStore)
         store.put_stream("k.ogg", [b"1"], max_bytes=1)
         assert Path(store.describe("k.ogg")).is_file()
+
+
+def test_a_shutdown_during_a_batchs_start_leaves_no_s3_copy(bucket: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """SystemExit (a worker's cold shutdown) reaches the batch while its start threads fetch media:
+    the copies they made are removed then, not left to the exiting child. The jobs are stand-ins
+    whose ``start`` is the ``/transcribe`` round trip; the store, its copies and the threads are real."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where S3MediaStore.local_path copies to
+    store = S3MediaStore(bucket)
+    for key in ("a.ogg", "b.ogg"):
+        store.put_stream(key, [b"OggS"], max_bytes=16)
+    first_copied, released = threading.Event(), threading.Event()
+
+    class Watched:  # the real store; says when the first job's copy exists
+        def __getattr__(self, name: str) -> object:
+            return getattr(store, name)
+
+        @contextlib.contextmanager
+        def local_path(self, key: str) -> Iterator[Path]:
+            with store.local_path(key) as path:
+                first_copied.set()
+                yield path
+
+    def start(key: str) -> SimpleNamespace:
+        if key == "b.ogg":  # the shutdown lands while this job's /transcribe is on the wire
+            assert first_copied.wait(10)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert released.wait(10)
+        return SimpleNamespace(media_key=key, language="en")
+
+    def shut_down(signum: int, frame: FrameType | None) -> None:
+        released.set()
+        raise SystemExit(0)
+
+    jobs = [SimpleNamespace(start=lambda key=key: start(key)) for key in ("a.ogg", "b.ogg")]
+    previous = signal.signal(signal.SIGUSR1, shut_down)
+    try:
+        with pytest.raises(SystemExit) as info:  # its traceback keeps _open_all's frame, and any copy, alive
+            _Batch(SimpleNamespace(store=Watched()))._open_all(jobs)  # type: ignore[arg-type]
+        assert released.is_set()
+        assert list(tmp_path.glob("sy-media-*")) == [], "a start thread's S3 copy outlived the shutdown"
+        del info
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
