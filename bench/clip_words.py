@@ -9,7 +9,10 @@ size transcribe them all through ``transcribe_clips``, a clip it leaves to the
 caller transcribed alone, as the gpu worker does. Reported: WER of each
 against the scripts (bench.words), how many voices have the same normalised
 words as alone, each voice whose words differ, and per clip the wall and
-process CPU seconds of each way. No Redis, no Celery: ``workers.transcribe``
+process CPU seconds of each way. The voices transcribed alone a second time
+give the noise floor: the sequential engine's temperature fallback samples, so
+a voice that falls back (a sentence said over and over reads as a repetition
+loop) gets other words on each call. No Redis, no Celery: ``workers.transcribe``
 and a model directory only, so a GPU host can run it (``--device cuda``).
 """
 
@@ -22,8 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.gpu import SAMPLING_SEED
 from bench.voicy_burst import DEFAULT_VOICES, Voice, make_voices
 from bench.words import normalise, score
+from workers.transcribe import host_threads
 from workers.transcribe.engine import create_engine
 from workers.transcribe.protocol import Clip, ClipBatchingEngine
 from workers.transcribe.results import Transcript
@@ -81,9 +86,9 @@ def burst_wer(voices: list[Voice], texts: list[str]) -> float:
     return round(100 * errors / sum(s.words_said for s in scores), WER_DIGITS)
 
 
-def compare(voices: list[Voice], one: Run, other: Run) -> dict[str, object]:
+def compare(voices: list[Voice], one: Run, other: Run, label: str = "batched") -> dict[str, object]:
     """``other``'s words against the scripts and against ``one``'s, with every voice that differs."""
-    differing = [{"voice": v.path.name, "said": v.script, "alone": a, "batched": b}
+    differing = [{"voice": v.path.name, "said": v.script, "alone": a, label: b}
                  for v, a, b in zip(voices, one.texts, other.texts) if normalise(a) != normalise(b)]
     return {"wer_pct": burst_wer(voices, other.texts), "same_words": len(voices) - len(differing),
             "left_to_caller": other.left_to_caller, "differing": differing}
@@ -95,13 +100,20 @@ def per_clip(run: Run, count: int) -> dict[str, float]:
 
 def measure(model: str, voices: list[Voice], sizes: tuple[int, ...] = DEFAULT_SIZES, device: str = "cpu",
             cpu_threads: int = 0) -> dict[str, object]:
-    """The figures for ``voices``: one at a time, then clip batches of each size (after a warm-up)."""
+    """The figures for ``voices``: one at a time twice (the second, its noise floor), then clip batches
+    of each size (after a warm-up)."""
+    host_threads.prepare(device)
+    import ctranslate2  # function-level: after host_threads.prepare, as every CTranslate2 import
+
+    ctranslate2.set_random_seed(SAMPLING_SEED)
     single = load(model, device, 1, cpu_threads)
     single.transcribe(voices[0].path)  # warm-up
     reference = alone(single, voices)
+    again = compare(voices, reference, alone(single, voices), "alone_again")
     figures: dict[str, object] = {"voices": len(voices), "device": device,
                                   "one_at_a_time": {"wer_pct": burst_wer(voices, reference.texts),
-                                                    **per_clip(reference, len(voices))}}
+                                                    **per_clip(reference, len(voices))},
+                                  "one_at_a_time_again": {k: again[k] for k in ("wer_pct", "same_words", "differing")}}
     for size in sizes:
         engine = load(model, device, size, cpu_threads)
         engine.transcribe_clips([Clip(v.path) for v in voices[:size]])  # warm-up at this size
