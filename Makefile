@@ -4,8 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
-# xdist workers: the tests mostly wait on services, so more than the 2 cores (docs/TESTING.md).
-TEST_WORKERS  ?= 6
+# xdist workers: the tests mostly wait on services, so more than the 2 cores. The whole suite idles
+# the cores less with 8 than with 6 (docs/BENCHMARKS.md "Test suite"; 10 gained nothing more); the
+# fast tier gained nothing from 8.
+TEST_WORKERS  ?= 8
 CHECK_WORKERS ?= 6
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 # Write bytecode: otherwise every xdist worker and fleet process compiles the project again.
