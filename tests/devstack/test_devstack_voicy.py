@@ -215,6 +215,43 @@ def test_result_completes_and_persists_transcript(server: DevVoicyServer, a: Wor
     assert a.post(f"/jobs/{job_id}/result", body).status_code == 404  # second result
 
 
+# How long the handler below holds still after the job is completed, waiting for a reader to look.
+HOLD_S = 0.5
+
+
+def test_a_completed_job_is_never_seen_before_its_results_answer(server: DevVoicyServer, a: Worker,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test reads the store from its own thread while the server handles ``/result`` on another: the
+    job must not read completed while the request that completed it has no status yet, or a check of
+    "one result accepted" counts none. The handler is stopped right after the store's change, and a
+    reader looks then."""
+    job_id = a.to_transcribing(server.enqueue_job("AwAC-seen"))["id"]
+    changed, read = threading.Event(), threading.Event()
+    update_job = server.state.store.update_job
+
+    def holding(flt: dict[str, Any], update: dict[str, Any], *args: Any, **kw: Any) -> dict[str, Any] | None:
+        after = update_job(flt, update, *args, **kw)
+        if update.get("$set", {}).get("status") == "completed":
+            changed.set()
+            read.wait(HOLD_S)  # a reader held off by the server waits out this hold
+        return after
+
+    monkeypatch.setattr(server.state.store, "update_job", holding)
+    seen: list[tuple[str, list[int]]] = []
+
+    def reader() -> None:
+        changed.wait(5)
+        seen.append((server.get_job(job_id)["status"],
+                     [r["status"] for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/result")]))
+        read.set()
+
+    looker = threading.Thread(target=reader)
+    looker.start()
+    assert a.post(f"/jobs/{job_id}/result", {"text": "seen"}).status_code == 200
+    looker.join(5)
+    assert seen == [("completed", [200])]
+
+
 def test_empty_result_is_a_result(server: DevVoicyServer, a: Worker) -> None:
     job_id = a.to_transcribing(server.enqueue_job("AwAC-empty"))["id"]
     assert a.post(f"/jobs/{job_id}/result", {"text": ""}).json()["job"]["status"] == "completed"

@@ -91,6 +91,10 @@ class ServerState:
     delays: dict[str, float] = field(default_factory=dict)  # endpoint → seconds every answer is held
     clock_offset: timedelta = timedelta(0)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Held while a handler changes the store and its request's record takes the answer's status, and by
+    # the readers of the store and the records (``DevVoicyServer``): a reader never sees a request's
+    # effect (a completed job) before its record says how it was answered. Taken before ``lock``.
+    handling: threading.RLock = field(default_factory=threading.RLock)
     publisher: Publisher = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,8 +149,9 @@ class WorkerApi:
         raw = await request.body()
         body, error = _parse_body(request, raw)
         entry["json"] = body if body is not None else raw[:200].decode("utf-8", "replace")
-        response = error or self.route(request, path, body if isinstance(body, dict) else {}, entry)
-        entry["status"] = response.status_code
+        with self.state.handling:
+            response = error or self.route(request, path, body if isinstance(body, dict) else {}, entry)
+            entry["status"] = response.status_code
         delay_s = self.state.delays.get(entry["endpoint"] or "")
         if delay_s:  # a slow server: the call is handled, its answer held (other requests go on)
             await asyncio.sleep(delay_s)

@@ -55,7 +55,7 @@ class DevVoicyServer:
     def requests(self) -> list[dict[str, Any]]:
         """Every request received: ``method, path, status, json, client, peer, endpoint, bucket|job_id, at``
         (``client`` is the token's name, ``peer`` the sender's address: which host asked)."""
-        with self.state.lock:
+        with self.state.handling, self.state.lock:
             return list(self.state.requests)
 
     @property
@@ -101,7 +101,8 @@ class DevVoicyServer:
 
     def get_job(self, job_id: str) -> dict[str, Any]:
         """The raw stored job (every field, including the hidden ones ``serializeJob`` leaves out)."""
-        job = self.state.store.get_job(job_id)
+        with self.state.handling:
+            job = self.state.store.get_job(job_id)
         if job is None:
             raise KeyError(job_id)
         return job
