@@ -4,10 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
-# xdist workers: the tests mostly wait on services, so more than the 2 cores. The whole suite idles
-# the cores less with 8 than with 6 (docs/BENCHMARKS.md "Test suite"; 10 gained nothing more); the
-# fast tier gained nothing from 8.
-TEST_WORKERS  ?= 8
+# xdist workers: the tests mostly wait on services, so more than the 2 cores (docs/TESTING.md). With
+# 8 the suite ran up to 20 s faster, but two of its four runs were red (docs/BENCHMARKS.md).
+TEST_WORKERS  ?= 6
 CHECK_WORKERS ?= 6
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 # Write bytecode: otherwise every xdist worker and fleet process compiles the project again.
