@@ -313,6 +313,8 @@ def test_claim_ready_recovers_ready_and_stale_own_jobs(server: DevVoicyServer, a
     a.post("/jobs/claim-download")
     server.update_job(stuck, {"heartbeatAt": now() - timedelta(hours=2)})
     assert a.post("/jobs/claim-ready").status_code == 204
+    # the record of each claim names the job it took, if any
+    assert [r.get("claimed") for r in server.requests_for("claim-ready")] == [None, None, ready, None, ready, None]
 
 
 def test_stale_cutoff_is_configurable_and_uses_claimed_at_without_heartbeat(server: DevVoicyServer,

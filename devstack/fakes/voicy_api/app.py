@@ -181,12 +181,15 @@ class WorkerApi:
         if fault is not None:
             return JSONResponse({"error": fault.error}, status_code=fault.status)
         try:
-            return self.dispatch(endpoint, segs, body, client, t)
+            response = self.dispatch(endpoint, segs, body, client, t)
         except ApiError as exc:
             return JSONResponse({"error": exc.code}, status_code=exc.status)
         except Exception:  # asyncRoute: anything else is logged and becomes 500
             log.exception("dev voicy worker api error on %s", endpoint)
             return JSONResponse({"error": "worker_api_error"}, status_code=500)
+        if endpoint in CLAIMS and response.status_code == 200:
+            entry["claimed"] = json.loads(bytes(response.body))["job"]["id"]  # which job the claim took
+        return response
 
     @staticmethod
     def _endpoint(method: str, segs: list[str]) -> str | None:

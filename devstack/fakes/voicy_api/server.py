@@ -54,7 +54,8 @@ class DevVoicyServer:
     @property
     def requests(self) -> list[dict[str, Any]]:
         """Every request received: ``method, path, status, json, client, peer, endpoint, bucket|job_id, at``
-        (``client`` is the token's name, ``peer`` the sender's address: which host asked)."""
+        (``client`` is the token's name, ``peer`` the sender's address: which host asked), and for a claim
+        answered with a job, ``claimed``: that job's id."""
         with self.state.handling, self.state.lock:
             return list(self.state.requests)
 
