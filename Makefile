@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 # xdist workers: the tests mostly wait on services, so more than the 2 cores (docs/TESTING.md). With
-# 8 the suite ran up to 20 s faster, but two of its four runs were red (docs/BENCHMARKS.md).
+# 8 the suite ran up to 20 s faster; 6 stays until 8 has green runs of its own (docs/BENCHMARKS.md).
 TEST_WORKERS  ?= 6
 CHECK_WORKERS ?= 6
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
