@@ -25,10 +25,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.gpu import SAMPLING_SEED
+from bench.gpu import prepare_seeded
 from bench.voicy_burst import DEFAULT_VOICES, Voice, make_voices
 from bench.words import normalise, score
-from workers.transcribe import host_threads
 from workers.transcribe.engine import create_engine
 from workers.transcribe.protocol import Clip, ClipBatchingEngine
 from workers.transcribe.results import Transcript
@@ -102,10 +101,7 @@ def measure(model: str, voices: list[Voice], sizes: tuple[int, ...] = DEFAULT_SI
             cpu_threads: int = 0) -> dict[str, object]:
     """The figures for ``voices``: one at a time twice (the second, its noise floor), then clip batches
     of each size (after a warm-up)."""
-    host_threads.prepare(device)
-    import ctranslate2  # function-level: after host_threads.prepare, as every CTranslate2 import
-
-    ctranslate2.set_random_seed(SAMPLING_SEED)
+    prepare_seeded(device)
     single = load(model, device, 1, cpu_threads)
     single.transcribe(voices[0].path)  # warm-up
     reference = alone(single, voices)

@@ -63,6 +63,15 @@ def default_model() -> str:
     return str(Path(next(iter(spec.submodule_search_locations))) / "model")
 
 
+def prepare_seeded(device: str) -> None:
+    """Before any model loads: the host's thread pools sized for ``device``, then CTranslate2's sampling
+    seeded with :data:`SAMPLING_SEED`."""
+    host_threads.prepare(device)
+    import ctranslate2  # function-level: after host_threads.prepare, as every CTranslate2 import
+
+    ctranslate2.set_random_seed(SAMPLING_SEED)
+
+
 def _timed(fn: Callable[[], object]) -> tuple[float, float, object]:
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
@@ -117,10 +126,7 @@ def run(corpus: Corpus, *, model: str, device: str = "auto", compute_type: str |
         repeats: int = DEFAULT_REPEATS, clip_batches: Sequence[int] = DEFAULT_CLIP_BATCHES,
         long_batches: Sequence[int] = DEFAULT_LONG_BATCHES) -> dict[str, object]:
     """Every path over ``corpus``; the figures as a dict (``table`` renders it)."""
-    host_threads.prepare(device)
-    import ctranslate2  # function-level: after host_threads.prepare, as every CTranslate2 import
-
-    ctranslate2.set_random_seed(SAMPLING_SEED)
+    prepare_seeded(device)
 
     def engine(**kw: object) -> TranscriptionEngine:
         return create_engine(EngineSettings(model=model, device=device, compute_type=compute_type, **kw))
