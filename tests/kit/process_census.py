@@ -22,13 +22,16 @@ CENSUS_ENV = "SWITCHYARD_CENSUS"
 CELERY = re.compile(r"celery(?:/__main__\.py| )(?:.*?-A \S+ )?(worker|beat|flower)\b")
 OPTION = {flag: re.compile(rf" {flag} (\S+)") for flag in ("-Q", "-P", "-c")}
 PYTHON_MODULE = re.compile(r"/([a-z_]+)/__main__\.py(?: ([a-z_-]+))?")
+# pytest's own processes: the controller and an xdist worker (execnet starts it with ``python -c``); a
+# fleet process may name a path under pytest's temporary directory, so "pytest" anywhere is not enough.
+PYTEST = re.compile(r"^(?:-c\b|\S*/pytest/__main__\.py\b)")
 UNIQUE_SUFFIX = re.compile(r"-[0-9a-f]{4,}\b")  # a test's own pool name: provider.sy-0dcce3
 DEFAULT_ROWS = 30
 
 
 def kind(argv: str) -> str:
     """What a process was, from its command line: ``celery worker -Q gpu -P prefork -c 1``, ``bridges voicy``."""
-    if "pytest" in argv or argv.startswith("-c"):
+    if PYTEST.match(argv):
         return "pytest (xdist worker or a test's python -c)"
     if (celery := CELERY.search(argv)) is not None:
         opts = " ".join(f"{flag} {m[1]}" for flag, rx in OPTION.items() if (m := rx.search(argv)) is not None)
