@@ -8,6 +8,8 @@ not our client.
 from __future__ import annotations
 
 import hashlib
+import json
+import socket
 import subprocess
 import sys
 import threading
@@ -250,6 +252,26 @@ def test_a_completed_job_is_never_seen_before_its_results_answer(server: DevVoic
     assert a.post(f"/jobs/{job_id}/result", {"text": "seen"}).status_code == 200
     looker.join(5)
     assert seen == [("completed", [200])]
+
+
+def test_a_request_is_never_seen_before_its_body(server: DevVoicyServer, a: Worker) -> None:
+    """A worker's body can arrive after its headers. A test that waits for a ``/failure`` request and
+    then reads its ``json`` must find the body there, never a half-recorded request."""
+    job_id = a.to_transcribing(server.enqueue_job("AwAC-slow-body"))["id"]
+    body = json.dumps({"error": "slow body", "retryable": False}).encode()
+    host, port = server.base_url.removeprefix("http://").rsplit(":", 1)
+    token = a.http.headers["Authorization"]
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=5) as raw:
+        raw.sendall(f"POST /worker/v1/jobs/{job_id}/failure HTTP/1.1\r\nHost: {host}\r\n"
+                    f"Authorization: {token}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body[:10])
+        # a whole request sent after those headers is handled while the first body is still awaited
+        assert a.post("/jobs/claim-download").status_code == 204
+        assert [r["json"] for r in server.requests if r["path"].endswith("/failure")] == []
+        raw.sendall(body[10:])
+        assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+    assert [r["json"] for r in server.requests if r["path"].endswith("/failure")] == [
+        {"error": "slow body", "retryable": False}]
 
 
 def test_empty_result_is_a_result(server: DevVoicyServer, a: Worker) -> None:

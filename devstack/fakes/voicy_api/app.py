@@ -141,14 +141,16 @@ class WorkerApi:
 
     async def __call__(self, request: Request) -> Response:
         path = request.url.path
-        entry: dict[str, Any] = {"method": request.method, "path": path, "json": None, "client": None,
-                                 "peer": request.client.host if request.client else None,
-                                 "endpoint": None, "status": 0, "at": self.state.now()}
-        with self.state.lock:
-            self.state.requests.append(entry)
+        at = self.state.now()
         raw = await request.body()
         body, error = _parse_body(request, raw)
-        entry["json"] = body if body is not None else raw[:200].decode("utf-8", "replace")
+        # recorded once its body is in: a reader that sees the request also sees what it carried
+        entry: dict[str, Any] = {"method": request.method, "path": path,
+                                 "json": body if body is not None else raw[:200].decode("utf-8", "replace"),
+                                 "client": None, "peer": request.client.host if request.client else None,
+                                 "endpoint": None, "status": 0, "at": at}
+        with self.state.lock:
+            self.state.requests.append(entry)
         with self.state.handling:
             response = error or self.route(request, path, body if isinstance(body, dict) else {}, entry)
             entry["status"] = response.status_code
