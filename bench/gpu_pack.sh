@@ -10,6 +10,7 @@ PY=${PY:-$REPO/.venv/bin/python}
 PYTHON_VERSION=${PYTHON_VERSION:-$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')}
 PART_SIZE=60M   # each model part stays under 64 MiB
 mkdir -p "$OUT/wheels"
+echo "$PYTHON_VERSION" > "$OUT/python-version"   # the wheels' Python: bench/gpu_carry.py checks it on arrival
 
 # The same versions as this venv, binary wheels for the GPU host's Python on x86-64 Linux.
 pins() { for p in "$@"; do printf '%s==%s\n' "$p" "$("$PY" -c "import importlib.metadata as m; print(m.version('$p'))")"; done; }
@@ -33,3 +34,4 @@ cp "$REPO/bench/gpu_run.sh" "$OUT/run.sh"
 chmod +x "$OUT/run.sh"
 du -sh "$OUT"
 echo "copy $OUT to the GPU host and run: sh run.sh"
+echo "or, for a lent GPU (64 MiB a call): $PY -m bench.gpu_carry pack $OUT   (bench/gpu_kit.md)"
