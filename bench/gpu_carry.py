@@ -214,15 +214,23 @@ def arrive(carried: Path, home: Path) -> Arrival:
             shutil.copyfile(carried / piece.name, home / "pieces" / piece.name)
     state["arrived"] = sorted(set(state["arrived"]) | {p.name for p in mine})
     state_file.write_text(json.dumps(state))
-    missing = tuple(p["name"] for p in manifest["pieces"] if p["name"] not in state["arrived"])
+    shutil.copyfile(carried / MANIFEST, home / MANIFEST)  # for later runs, once no carried folder is left
     lacks = tuple(name for name in HOST_PACKAGES if importlib.util.find_spec(name) is None
                   and not (home / "site" / name).is_dir())
-    return Arrival(manifest["carry"], manifest["carries"], missing, lacks)
+    return Arrival(manifest["carry"], manifest["carries"], missing(home), lacks)
 
 
-def assemble(home: Path, carried: Path) -> tuple[Path, Path]:
+def missing(home: Path) -> tuple[str, ...]:
+    """The pieces of the kit that have not arrived in ``home`` (all of them: no carry arrived yet)."""
+    if not (home / MANIFEST).is_file():
+        return ("carry-1",)
+    arrived = set(json.loads((home / "arrived.json").read_text())["arrived"])
+    return tuple(p["name"] for p in json.loads((home / MANIFEST).read_text())["pieces"] if p["name"] not in arrived)
+
+
+def assemble(home: Path) -> tuple[Path, Path]:
     """Join each stream's pieces and unpack it: the model directory and the corpus folder."""
-    pieces = [Piece(**p) for p in json.loads((carried / MANIFEST).read_text())["pieces"]]
+    pieces = [Piece(**p) for p in json.loads((home / MANIFEST).read_text())["pieces"]]
     for stream in STREAMS:
         joined = io.BytesIO()
         for piece in sorted((p for p in pieces if p.kind == stream), key=lambda p: p.offset):
@@ -268,9 +276,9 @@ def bench_env(home: Path, repo: Path, environ: dict[str, str], cublas13: Path | 
     return env
 
 
-def run_bench(home: Path, repo: Path, carried: Path, args: list[str]) -> int:
+def run_bench(home: Path, repo: Path, args: list[str]) -> int:
     """Unpack what arrived and run ``python -m bench gpu`` on it; its output also goes to a file in ``home``."""
-    model, corpus = assemble(home, carried)
+    model, corpus = assemble(home)
     cublas13 = cublas13_dir(dict(os.environ))
     print(f"cuBLAS 13 from {cublas13} under the .so.12 names" if cublas13 else "no libcublas.so.13 found: "
           f"the loader's own cuBLAS (set {CUBLAS13_ENV}= if CTranslate2 cannot open libcublas.so.12)", flush=True)
@@ -296,7 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     arriving = sub.add_parser("arrive", help="on the GPU host: install one carried folder; the last runs the bench")
     arriving.add_argument("carried", type=Path)
     arriving.add_argument("bench_args", nargs=argparse.REMAINDER, help="bench gpu's options (default: --device cuda)")
-    args = parser.parse_args(argv)
+    # Another run on the kit already in the home, in a later call while the host is warm (e.g. with
+    # OMP_NUM_THREADS=$(nproc) for the spin comparison): no carried folder needed.
+    sub.add_parser("run", help="on the GPU host: run the bench again on the kit that arrived, with bench gpu's "
+                               "options (default: --device cuda)")
+    args, extra = parser.parse_known_args(argv)  # run's options are all bench gpu's: argparse cannot name them
+    if extra and args.command == "pack":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     repo = Path(__file__).resolve().parents[1]
     try:
         if args.command == "pack":
@@ -307,16 +321,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{folder}: {size / MIB:.1f} MiB")
             return 0
         home = Path(os.environ.get(HOME_ENV) or DEFAULT_HOME)
-        arrival = arrive(args.carried, home)
-        if arrival.host_lacks:
-            print(f"this host lacks {', '.join(arrival.host_lacks)}, which faster-whisper imports: build the kit "
-                  "with EXTRA=1 sh bench/gpu_pack.sh", file=sys.stderr)
-        if not arrival.complete:
-            print(f"carry {arrival.carry} of {arrival.carries} installed in {home}; still to come: "
-                  + ", ".join(arrival.missing))
-            return 0
-        bench_args = [a for a in args.bench_args if a != "--"] or list(DEFAULT_BENCH_ARGS)
-        return run_bench(home, repo, args.carried, bench_args)
+        if args.command == "arrive":
+            arrival = arrive(args.carried, home)
+            if arrival.host_lacks:
+                print(f"this host lacks {', '.join(arrival.host_lacks)}, which faster-whisper imports: build the "
+                      "kit with EXTRA=1 sh bench/gpu_pack.sh", file=sys.stderr)
+            if not arrival.complete:
+                print(f"carry {arrival.carry} of {arrival.carries} installed in {home}; still to come: "
+                      + ", ".join(arrival.missing))
+                return 0
+        elif lacking := missing(home):
+            raise CarryError(f"the kit in {home} lacks {', '.join(lacking)}: arrive every carry first")
+        given = [*getattr(args, "bench_args", []), *extra]
+        bench_args = [a for a in given if a != "--"] or list(DEFAULT_BENCH_ARGS)
+        return run_bench(home, repo, bench_args)
     except CarryError as exc:
         print(f"bench gpu_carry: {exc}", file=sys.stderr)
         return 2

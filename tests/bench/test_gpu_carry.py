@@ -16,6 +16,7 @@ import pytest
 
 from bench.gpu_carry import (
     CUBLAS_LINKS,
+    HOME_ENV,
     MANIFEST,
     MIB,
     CarryError,
@@ -24,6 +25,8 @@ from bench.gpu_carry import (
     bench_env,
     cublas13_dir,
     exclude_from_git,
+    main,
+    missing,
     pack,
     plan,
 )
@@ -108,9 +111,12 @@ def test_packed_carries_stay_under_the_limit_and_arrive_back_into_the_same_kit(k
         last = device_copy
         if folder is not carries[-1]:
             shutil.rmtree(device_copy)
+            assert missing(home) == arrivals[-1].missing
     assert [a.complete for a in arrivals] == [False, False, True]
     assert arrivals[0].missing and set(arrivals[1].missing) < set(arrivals[0].missing)
-    model, corpus = assemble(home, last)
+    shutil.rmtree(last)  # a later call (another run) names no carried folder: the home alone serves it
+    assert missing(home) == ()
+    model, corpus = assemble(home)
     assert (model / "model.bin").read_bytes() == (tmp_path / "model" / "model.bin").read_bytes()
     assert (corpus / "voices" / "v1.wav").read_bytes() == (kit / "corpus" / "voices" / "v1.wav").read_bytes()
     libs = tmp_path / "torch-venv" / "nvidia" / "cu13" / "lib"
@@ -162,3 +168,17 @@ def test_the_carry_folder_is_listed_in_git_exclude_once(tmp_path: Path) -> None:
     assert (tmp_path / ".git" / "info" / "exclude").read_text().splitlines() == ["/gpu-carry/"]
     exclude_from_git(tmp_path, Path("/elsewhere/gpu-carry"))  # outside the repository: nothing to list
     assert (tmp_path / ".git" / "info" / "exclude").read_text().splitlines() == ["/gpu-carry/"]
+
+
+def test_a_run_before_every_carry_arrived_names_what_is_missing(kit: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(HOME_ENV, str(tmp_path / "home"))
+    assert main(["run", "--device", "cuda", "--repeats", "3"]) == 2
+    assert "lacks carry-1: arrive every carry first" in capsys.readouterr().err
+    first = pack(kit, tmp_path / "gpu-carry", limit=LIMIT)[0]
+    assert main(["arrive", str(first), "--device", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("carry 1 of 3 installed in ") and "model.tar." in out
+    assert main(["run", "--device", "cuda"]) == 2
+    assert "model.tar." in capsys.readouterr().err
