@@ -127,7 +127,7 @@ def gpu_main(argv: list[str]) -> int:
     from workers.transcribe import host_threads
 
     host_threads.prepare(args.device)  # before anything loads numpy or CTranslate2 (bench.gpu imports them)
-    from bench import gpu
+    from bench import gpu, gpu_targets
     from workers.errors import ConfigError
 
     with tempfile.TemporaryDirectory(prefix="sy-bench-gpu-") as tmp:
@@ -141,8 +141,10 @@ def gpu_main(argv: list[str]) -> int:
         except ConfigError as exc:
             print(f"bench gpu: {exc}", file=sys.stderr)
             return 2
+    verdicts = gpu_targets.judge(figures)
+    figures["targets"] = [{"target": v.target, "measured": v.measured, "met": v.met} for v in verdicts]
     json.dump(figures, sys.stdout, indent=2)
-    print("\n\n" + gpu.table(figures))
+    print("\n\n" + gpu.table(figures) + "\n\n" + gpu_targets.table(verdicts, figures["device"]))
     return 0
 
 

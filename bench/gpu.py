@@ -13,7 +13,7 @@ falls on all alike:
   the voices in groups of n, a clip the pass leaves transcribed alone (as the
   fleet does);
 * one batched pass of n clips (the first n voices): its wall time per clip,
-  against the smallest n (issue 20's target: 48 at most 1.25× of 4);
+  against the smallest n (issue 20's targets: ``bench.gpu_targets``);
 * the long recording: the sequential engine against the batched one, with
   timestamp tokens and with text tokens only (a part per window).
 
@@ -50,7 +50,6 @@ DIRECT, ONE, SEQUENTIAL = "faster-whisper direct, per file", "engine, one at a t
 # CTranslate2's sampling seed, set before any model loads: each model's decoding thread seeds its
 # generator once, so the samples of the fallback, and the figures, repeat from run to run.
 SAMPLING_SEED = 1
-TARGET_PASS_RATIO = 1.25  # issue 20: a pass of the largest n costs per clip at most this × the smallest's
 
 Path_ = Callable[[list[Item]], list[str]]  # a way to transcribe the voices: their texts, in order
 
