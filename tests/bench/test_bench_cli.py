@@ -33,7 +33,7 @@ def test_help_lists_every_mode_with_what_it_measures() -> None:
 # and the engines it builds, then what the engine modules import when a model loads.
 LEAN = r"""
 import json, sys
-import bench.__main__, bench.gpu_corpus, bench.gpu
+import bench.__main__, bench.gpu_corpus, bench.gpu, bench.gpu_targets, bench.gpu_carry
 import workers.transcribe.batched, workers.transcribe.whisper, workers.transcribe.clips
 import faster_whisper
 print(json.dumps(sorted(sys.modules)))  # a package really imported is listed under its own name
