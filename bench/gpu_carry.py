@@ -16,6 +16,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -45,6 +46,7 @@ DEFAULT_BENCH_ARGS = ("--device", "cuda")
 # usually has them): each arrival says at once which are missing, before the last call is spent.
 HOST_PACKAGES = ("numpy", "tokenizers", "onnxruntime", "huggingface_hub")
 HASH_CHUNK_BYTES = MIB
+LIBRARY_SCHEMES = ("purelib", "platlib")  # a wheel's .data folders whose files go on the path
 
 
 class CarryError(Exception):
@@ -186,7 +188,7 @@ def _kit_id(manifest: dict) -> str:
 
 
 def arrive(carried: Path, home: Path) -> Arrival:
-    """Check the pieces of ``carried`` against its manifest, install its wheels into ``home/site`` and
+    """Check the pieces of ``carried`` against its manifest, unpack its wheels into ``home/site`` and
     keep its stream pieces in ``home/pieces``. A home left by another kit is emptied first."""
     manifest = json.loads((carried / MANIFEST).read_text())
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -206,10 +208,9 @@ def arrive(carried: Path, home: Path) -> Arrival:
         if size != piece.size or _sha256(path) != piece.sha256:
             raise CarryError(f"carry-{piece.carry}: {piece.name} is {size} bytes, packed {piece.size} bytes "
                              "with another checksum: the call did not carry it whole")
-    wheels = [str(carried / p.name) for p in mine if p.kind == WHEEL]
-    if wheels:
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--upgrade",
-                        "--target", str(home / "site"), *wheels], check=True)
+    for piece in mine:
+        if piece.kind == WHEEL:
+            unpack_wheel(carried / piece.name, home / "site")
     for piece in mine:
         if piece.kind != WHEEL:
             shutil.copyfile(carried / piece.name, home / "pieces" / piece.name)
@@ -219,6 +220,21 @@ def arrive(carried: Path, home: Path) -> Arrival:
     lacks = tuple(name for name in HOST_PACKAGES if importlib.util.find_spec(name) is None
                   and not (home / "site" / name).is_dir())
     return Arrival(manifest["carry"], manifest["carries"], missing(home), lacks)
+
+
+def unpack_wheel(wheel: Path, site_dir: Path) -> None:
+    """Install ``wheel`` as ``pip install --no-deps --target`` would for imports: its root goes on the
+    path, and a ``.data`` folder's ``purelib``/``platlib`` too. Unzipped here, so the host needs no
+    pip (a lent host's interpreter may have none) and no index."""
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.infolist():
+            top, _, rest = member.filename.partition("/")
+            if top.endswith(".data"):
+                scheme, _, rest = rest.partition("/")
+                if scheme not in LIBRARY_SCHEMES or not rest:
+                    continue  # scripts, headers, data: nothing an import needs
+                member.filename = rest
+            archive.extract(member, site_dir)
 
 
 def missing(home: Path) -> tuple[str, ...]:

@@ -38,6 +38,8 @@ HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 def _wheel(folder: Path, name: str, padding: int) -> Path:
     """A real wheel pip installs offline: one module, and ``padding`` incompressible bytes beside it."""
     files = {f"{name}/__init__.py": f"VALUE = {name!r}\n".encode(), f"{name}/pad.bin": os.urandom(padding),
+             f"{name}-1.0.data/purelib/{name}_extra.py": b"EXTRA = True\n",  # goes on the path too
+             f"{name}-1.0.data/scripts/{name}-tool": b"#!/bin/sh\n",  # no import needs it
              f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
              f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
                                             b"Tag: py3-none-any\n"}
@@ -129,9 +131,11 @@ def test_packed_carries_stay_under_the_limit_and_arrive_back_into_the_same_kit(k
     assert env["LD_LIBRARY_PATH"].split(os.pathsep)[:2] == [str(home / "cuda12-names"), str(libs)]
     for name, target in CUBLAS_LINKS.items():
         assert (home / "cuda12-names" / name).resolve() == libs / target
-    out = subprocess.run([sys.executable, "-c", "import probe_big, probe_small; print(probe_big.VALUE)"],
+    out = subprocess.run([sys.executable, "-c", "import probe_big, probe_small, probe_big_extra; "
+                          "print(probe_big.VALUE, probe_big_extra.EXTRA)"],
                          env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "probe_big"  # installed from carry 1, beside carry 2's
+    assert out.stdout.split() == ["probe_big", "True"]
+    assert not list((home / "site").rglob("*-tool")) and not list((home / "site").glob("*.data"))
 
 
 def test_a_piece_cut_short_is_named_and_not_counted(kit: Path, tmp_path: Path) -> None:
