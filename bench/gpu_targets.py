@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.gpu import ONE, SEQUENTIAL, clip_batch_path, long_path
 from workers.transcribe.settings import DEFAULT_BATCH_SIZE, EngineSettings
 
 # Issue 20's targets, set for a GPU (H200, tiny.en float16, the 48-voice burst). On a CPU they are
@@ -14,8 +15,6 @@ PASS_GROWTH_MAX = 1.25  # a pass of PASS_LARGE clips costs per clip at most this
 PASS_SMALL, PASS_LARGE = 4, 48  # clips per pass
 CPU_S_PER_VOICE_MAX = 0.4  # host CPU-seconds per voice on the default path
 LONG_SPEEDUP_MIN = 1.3  # × the sequential engine, for the device's default engine on the long recording
-ONE = "engine, one at a time"
-SEQUENTIAL = "sequential engine"
 
 
 @dataclass(frozen=True)
@@ -34,9 +33,8 @@ def default_paths(device: str) -> tuple[str, str]:
     the burst's and the long recording's, as ``EngineSettings`` resolves them with nothing set."""
     settings = EngineSettings()
     clips = settings.clip_batch_on(device)
-    burst = ONE if clips <= 1 else f"engine, clip batch {clips}"
-    tokens = "timestamp tokens" if settings.timestamp_tokens_on(device) else "text tokens"
-    return burst, f"batched engine, batch {DEFAULT_BATCH_SIZE}, {tokens}"
+    burst = ONE if clips <= 1 else clip_batch_path(clips)
+    return burst, long_path(DEFAULT_BATCH_SIZE, settings.timestamp_tokens_on(device))
 
 
 def judge(figures: dict) -> list[Verdict]:

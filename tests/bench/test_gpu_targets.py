@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench.gpu_targets import ONE, SEQUENTIAL, default_paths, judge, table
+from bench.gpu import ONE, SEQUENTIAL
+from bench.gpu_targets import default_paths, judge, table
 from workers.transcribe.settings import CUDA_CLIP_BATCH, DEFAULT_BATCH_SIZE
 
 
