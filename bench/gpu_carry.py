@@ -195,11 +195,11 @@ def arrive(carried: Path, home: Path) -> Arrival:
     if manifest["python"] and manifest["python"] != here:
         raise CarryError(f"the wheels are for Python {manifest['python']}, this host runs {here}: "
                          f"build the kit again with PYTHON_VERSION={here} sh bench/gpu_pack.sh")
-    state_file = home / "arrived.json"
+    state_file, kit = home / "arrived.json", _kit_id(manifest)
     state = json.loads(state_file.read_text()) if state_file.is_file() else {}
-    if state.get("kit") != _kit_id(manifest):
+    if state.get("kit") != kit:
         shutil.rmtree(home, ignore_errors=True)
-        state = {"kit": _kit_id(manifest), "arrived": []}
+        state = {"kit": kit, "arrived": []}
     (home / "pieces").mkdir(parents=True, exist_ok=True)
     mine = [Piece(**p) for p in manifest["pieces"] if p["carry"] == manifest["carry"]]
     for piece in mine:
@@ -211,8 +211,7 @@ def arrive(carried: Path, home: Path) -> Arrival:
     for piece in mine:
         if piece.kind == WHEEL:
             unpack_wheel(carried / piece.name, home / "site")
-    for piece in mine:
-        if piece.kind != WHEEL:
+        else:
             shutil.copyfile(carried / piece.name, home / "pieces" / piece.name)
     state["arrived"] = sorted(set(state["arrived"]) | {p.name for p in mine})
     state_file.write_text(json.dumps(state))
