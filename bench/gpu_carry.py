@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import importlib.util
 import io
@@ -40,7 +41,8 @@ HOME_ENV = "SWITCHYARD_GPU_HOME"
 DEFAULT_HOME = Path(tempfile.gettempdir()) / "switchyard-gpu"
 CUBLAS13_ENV = "CUBLAS13_DIR"  # where libcublas.so.13 lies, if the search below does not find it
 # CTranslate2's PyPI wheel opens cuBLAS 12 by these names; with CUDA 13 only, cuBLAS 13 answers to them.
-CUBLAS_LINKS = {"libcublas.so.12": "libcublas.so.13", "libcublasLt.so.12": "libcublasLt.so.13"}
+CUBLAS12 = "libcublas.so.12"
+CUBLAS_LINKS = {CUBLAS12: "libcublas.so.13", "libcublasLt.so.12": "libcublasLt.so.13"}
 DEFAULT_BENCH_ARGS = ("--device", "cuda")
 # faster-whisper's own imports that the kit leaves to the host unless built with EXTRA=1 (a GPU image
 # usually has them): each arrival says at once which are missing, before the last call is spent.
@@ -262,6 +264,16 @@ def assemble(home: Path) -> tuple[Path, Path]:
     return model, home / "corpus" / "corpus"
 
 
+def cublas12_loads() -> bool:
+    """Whether the loader finds a real ``libcublas.so.12`` (CUDA 12 installed): then it is used as it is,
+    and cuBLAS 13 is not put in its place."""
+    try:
+        ctypes.CDLL(CUBLAS12)
+    except OSError:
+        return False
+    return True
+
+
 def cublas13_dir(environ: dict[str, str], roots: list[Path] | None = None) -> Path | None:
     """Where libcublas.so.13 lies: ``CUBLAS13_DIR``, else the interpreter's site-packages (a torch
     venv's ``nvidia/cu13/lib``), else the CUDA toolkit's usual folders. None: not found."""
@@ -295,9 +307,9 @@ def bench_env(home: Path, repo: Path, environ: dict[str, str], cublas13: Path | 
 def run_bench(home: Path, repo: Path, args: list[str]) -> int:
     """Unpack what arrived and run ``python -m bench gpu`` on it; its output also goes to a file in ``home``."""
     model, corpus = assemble(home)
-    cublas13 = cublas13_dir(dict(os.environ))
-    print(f"cuBLAS 13 from {cublas13} under the .so.12 names" if cublas13 else "no libcublas.so.13 found: "
-          f"the loader's own cuBLAS (set {CUBLAS13_ENV}= if CTranslate2 cannot open libcublas.so.12)", flush=True)
+    cublas13 = None if cublas12_loads() else cublas13_dir(dict(os.environ))
+    print(f"cuBLAS 13 from {cublas13} under the .so.12 names" if cublas13 else "the loader's own cuBLAS (no "
+          f"libcublas.so.13 put in its place; set {CUBLAS13_ENV}= if CTranslate2 cannot open {CUBLAS12})", flush=True)
     out = home / f"bench-gpu-{socket.gethostname()}-{time.strftime('%Y%m%d-%H%M%S')}.txt"
     command = [sys.executable, "-m", "bench", "gpu", "--model", str(model), "--corpus", str(corpus), *args]
     with subprocess.Popen(command, cwd=repo, env=bench_env(home, repo, dict(os.environ), cublas13),

@@ -186,3 +186,15 @@ def test_a_run_before_every_carry_arrived_names_what_is_missing(kit: Path, tmp_p
     assert out.startswith("carry 1 of 3 installed in ") and "model.tar." in out
     assert main(["run", "--device", "cuda"]) == 2
     assert "model.tar." in capsys.readouterr().err
+
+
+def test_a_real_cublas_12_is_left_alone(tmp_path: Path) -> None:
+    """With CUDA 12 on the host, its own libcublas.so.12 serves CTranslate2: no cuBLAS 13 under its name."""
+    probe = [sys.executable, "-c", "from bench.gpu_carry import cublas12_loads; print(cublas12_loads())"]
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}  # whether this machine has one is its own business
+    (tmp_path / "empty.c").write_text("int cublas_stub;\n")  # an empty library the loader finds by that name
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcublas.so.12"), str(tmp_path / "empty.c")],
+                   check=True)
+    env["LD_LIBRARY_PATH"] = str(tmp_path)
+    assert subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout.split() == ["True"]
