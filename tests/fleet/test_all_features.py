@@ -38,7 +38,8 @@ from bench import chaos_count
 from bench.chaos_rig import PROVIDER, ChaosRig
 from devstack import demo_webhook
 from devstack.infra import services
-from devstack.infra.services import SentinelTopology, free_port
+from devstack.infra.sentinel import SentinelTopology, start_sentinel_topology
+from devstack.infra.services import free_port
 from tests.kit.waiting import wait_until
 from workers.providers.strava.dataset import PARSER_VERSION  # the Strava pool's own parser version
 
@@ -61,7 +62,7 @@ class AllFeaturesRig(ChaosRig):
     sentinel: SentinelTopology | None = None
 
     def _start_redis(self) -> services.Service:
-        self.sentinel = services.start_sentinel_topology(self.workdir / "sentinel")
+        self.sentinel = start_sentinel_topology(self.workdir / "sentinel")
         return self.sentinel.master
 
     def _fleet_env(self, token: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """High availability: ``REDIS_URL`` names Redis Sentinel, and a failover under load loses nothing.
 
 Real redis-server processes on loopback: a master (AOF ``everysec``), a
-replica and three Sentinels (``devstack.infra.services.sentinel_topology``).
+replica and three Sentinels (``devstack.infra.sentinel``).
 The whole Voicy side runs on it (``REDIS_URL=sentinel://...;...``,
 ``REDIS_SENTINEL_MASTER``): the bridge, the io and gpu pools and the
 Procfile's beat. With jobs in flight the master is SIGKILLed; the Sentinels
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.infra import services
+from devstack.infra import sentinel
 from devstack.infra.stack import AUDIO_DIR, audio_manifest
 from tasks.routes import provider_queue
 from tests.kit.cairn_stack import CairnStack
@@ -38,15 +38,15 @@ FINAL = ("completed", "failed")
 
 
 @pytest.fixture()
-def topology(tmp_path: Path) -> Iterator[services.SentinelTopology]:
-    topo = services.start_sentinel_topology(tmp_path / "sentinel")
+def topology(tmp_path: Path) -> Iterator[sentinel.SentinelTopology]:
+    topo = sentinel.start_sentinel_topology(tmp_path / "sentinel")
     try:
         yield topo
     finally:
         topo.stop()
 
 
-def test_a_failover_under_voicy_load_loses_nothing(tmp_path: Path, topology: services.SentinelTopology) -> None:
+def test_a_failover_under_voicy_load_loses_nothing(tmp_path: Path, topology: sentinel.SentinelTopology) -> None:
     with (voicy_dev_stack(tmp_path, topology.url, "sentinel",
                           REDIS_SENTINEL_MASTER=topology.master_name) as (server, telegram, env),
           voicy_fleet(env, tmp_path, io_concurrency=2) as fleet):  # ready from the log: no master name needed
@@ -97,7 +97,7 @@ class SentinelCairnStack(CairnStack):
         return worker
 
 
-def test_a_failover_under_cairn_load_loses_nothing(tmp_path: Path, topology: services.SentinelTopology,
+def test_a_failover_under_cairn_load_loses_nothing(tmp_path: Path, topology: sentinel.SentinelTopology,
                                                    s3_endpoint: str) -> None:
     stack = SentinelCairnStack(tmp_path, topology.url, s3_endpoint,
                                extra_env={"REDIS_SENTINEL_MASTER": topology.master_name}).start()
