@@ -17,8 +17,8 @@ What real Strava does, and so does this fake:
   segments (hazardous, or very new) come back without one, which
   :meth:`MediaMixin.add_segment_efforts` can produce.
 
-``MediaMixin`` is mixed into ``FakeStrava`` and uses its lock, athletes and
-``_api`` plumbing, so these endpoints count and fail like every other.
+``MediaMixin`` is mixed into ``FakeStrava`` and goes through the ``_api`` plumbing of
+``Endpoints``, so these endpoints count and fail like every other.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from devstack.fakes.strava.data import FakeAthlete, encode_polyline, iso_utc, start_ts
+from devstack.fakes.strava.endpoints import Endpoints
 
 CDN_PREFIX = "/cdn/photos"
 PRIMARY_SIZES_PX = (100, 600)  # what ``photos.primary.urls`` offers in a DetailedActivity
@@ -83,11 +84,9 @@ def image_bytes(photo: FakePhoto, size: int) -> bytes:
     return b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00" + filler + b"\xff\xd9"
 
 
-class MediaMixin:
+class MediaMixin(Endpoints):
     """Photos, the CDN and segment efforts for ``FakeStrava`` (which provides the plumbing)."""
 
-    _lock: Any
-    _athletes: dict[int, FakeAthlete]
     base_url: str
     cdn_with_authorization = 0  # CDN requests that carried an Authorization header (must stay 0)
 
@@ -179,9 +178,9 @@ class MediaMixin:
         aid = request.path_params["id"]
         raw = request.query_params.get("size") or ""
         size = int(raw) if raw.isdigit() and int(raw) > 0 else THUMBNAIL_PX
-        return self._api(request, "photos",  # type: ignore[attr-defined]
+        return self._api(request, "photos",
                          lambda ath: (200, self._listing(ath, aid, size)) if aid in ath.activities
-                         else (404, self._error_body(404, "Activity", "id")))  # type: ignore[attr-defined]
+                         else (404, self._error_body(404, "Activity", "id")))
 
     def _find_photo(self, unique_id: str) -> FakePhoto | None:
         for ath in self._athletes.values():
@@ -201,7 +200,7 @@ class MediaMixin:
             status = 200 if photo is not None and size_text.isdigit() else 404
             if photo is not None and photo.fail_status:
                 status = photo.fail_status
-            self._record(request, "cdn", status, None)  # type: ignore[attr-defined]
+            self._record(request, "cdn", status, None)
             if request.headers.get("authorization"):
                 self.cdn_with_authorization += 1
         if status != 200 or photo is None:
