@@ -33,14 +33,12 @@ import io
 import os
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import time
 import wave
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +52,13 @@ from devstack.fakes.voicy_api import DevVoicyServer
 from devstack.infra import procfile, services
 from devstack.infra.cairn_stack import FAKE_KITS, CairnStack, Pool, clean_env
 from devstack.infra.stack import AUDIO_DIR, BOT_TOKEN, TINY_MODEL_DIR, audio_manifest
+from devstack.interrupts import signals_ignored, stop_on_ctrl_c, wait_for_ctrl_c
 
 FLOWER_PORT = 5555
 DEMO_TIMEOUT_S = 600.0
 REFRESH_S = 0.25  # redraw period on a terminal
 PLAIN_PRINT_INTERVAL_S = 5.0  # print period when stdout is not a terminal (CI, a pipe)
 BAR_WIDTH = 30
-CTRL_C_POLL_S = 1.0  # how often a main thread waiting for Ctrl-C wakes to run a handler another thread took
 DEMO_STACK_NAME = "demo"  # core's bucket is cairn-demo
 # Every worker line runs at its Procfile default divided by this: one box hosts the whole fleet.
 CONCURRENCY_DIVISOR = 2
@@ -165,37 +163,6 @@ def activity_payloads(results: list[Any]) -> list[dict[str, Any]]:
     payloads = [ev["activity"].get("payload", {}) for r in results for ev in r.data.get("events", [])
                 if "activity" in ev]
     return sorted(payloads, key=lambda p: p.get("startTime", ""))
-
-
-def wait_for_ctrl_c() -> None:
-    """Block until Ctrl-C (or a SIGTERM made one) raises ``KeyboardInterrupt`` here.
-
-    Not ``signal.pause()``: this process has threads (the in-process fakes), and the kernel may
-    hand the signal to one of them; CPython then runs its handler only when the main thread next
-    runs bytecode, which a main thread blocked in ``pause()`` never does."""
-    while True:
-        time.sleep(CTRL_C_POLL_S)
-
-
-def stop_on_ctrl_c() -> None:
-    """Ctrl-C, and a SIGTERM made one, raise ``KeyboardInterrupt`` in this process, whatever it inherited.
-
-    A command started in the background of a non-interactive shell (a script's ``make stack &``, a CI
-    job, ``nohup``) inherits SIGINT ignored, and Python then installs no handler of its own: Ctrl-C and
-    ``kill -INT`` did nothing, and only SIGKILL ended it, leaving its servers and its ``.env`` behind."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.default_int_handler)
-
-
-@contextmanager
-def signals_ignored() -> Iterator[None]:
-    """While the stack stops, a second Ctrl-C must not abort it half-way and leave servers behind."""
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 class Demo:

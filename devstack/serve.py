@@ -9,8 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from devstack.demo import Demo, signals_ignored, stop_on_ctrl_c, wait_for_ctrl_c
+from devstack.demo import Demo
 from devstack.infra.cairn_stack import CA_OVERRIDES
+from devstack.interrupts import signals_ignored, stop_on_ctrl_c, wait_for_ctrl_c
 
 # The first line of every .env this writes: only such a file is overwritten, or deleted at the stop.
 MARK = "# written by python -m devstack.serve (make stack); deleted when it stops"
