@@ -16,14 +16,13 @@ import threading
 import uuid
 from collections.abc import Coroutine
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from devstack.fakes.cairn_core import bootstrap as bs
 from devstack.fakes.cairn_core import subjects as subj
@@ -33,19 +32,15 @@ from devstack.fakes.cairn_core.responders import Responders, parse_rfc3339, rfc3
 from devstack.fakes.cairn_core.router import DeadLetter, IngestedResult, Rejection, ResultRouter
 from devstack.fakes.cairn_core.scheduler import (
     POLLING_INTERVAL_S,
-    PRESENCE_LIVE_S,
     SCHEDULER_TICK_S,
     JobPublisher,
     PublishedJob,
-    is_live,
-    read_bucket,
 )
+from devstack.fakes.cairn_core.views import CALL_TIMEOUT_S, JetStreamView
 from devstack.fakes.cairn_core.webhooks import WebhookHttp, forward_event, relay_verify
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-CALL_TIMEOUT_S = 30.0  # upper bound for one call into the loop thread
 START_TIMEOUT_S = 30.0
 ROUTER_FETCH_BATCH = 16
 ROUTER_FETCH_TIMEOUT_S = 1.0
@@ -56,7 +51,7 @@ WEBHOOK_VERIFY_TIMEOUT_S = 3.0
 DEFAULT_BUCKET = "cairn"
 
 
-class DevCairnCore:
+class DevCairnCore(JetStreamView):
     """Dev Cairn core. ``start()`` returns once everything core creates exists."""
 
     def __init__(self, nats_url: str, s3_endpoint: str, bucket: str = DEFAULT_BUCKET, *,
@@ -115,17 +110,6 @@ class DevCairnCore:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    def _call(self, coro: Coroutine[Any, Any, T], timeout_s: float = CALL_TIMEOUT_S) -> T:
-        if self._loop is None:
-            coro.close()
-            raise RuntimeError("DevCairnCore is not started")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
-
-    @property
-    def js(self) -> JetStreamContext:
-        assert self._js is not None, "not started"
-        return self._js
 
     async def _astart(self) -> None:
         self._nc = await nats.connect(self.nats_url, name="cairn-core-dev", max_reconnect_attempts=-1,
@@ -249,72 +233,6 @@ class DevCairnCore:
         """Until ``n`` results were decided either way."""
         self.router.wait(lambda: len(self.router.ingested) + len(self.router.rejected) >= n, timeout_s,
                          f"{n} decided results")
-
-    def presence(self, worker_name: str | None = None) -> dict[str, Any]:
-        match = None if worker_name is None else (lambda k: k.startswith(worker_name + "."))
-        return self._call(read_bucket(self.js, bs.KV_PRESENCE, match))
-
-    def live_presence(self, worker_name: str | None = None, max_age_s: float = PRESENCE_LIVE_S) -> dict[str, Any]:
-        """Presence records core counts as live (fresh ``last_seen``, with a ``worker_key``)."""
-        now = utcnow()
-        return {key: rec for key, rec in self.presence(worker_name).items() if is_live(rec, now, max_age_s)}
-
-    def manifests(self) -> dict[str, Any]:
-        return self._call(read_bucket(self.js, bs.KV_MANIFESTS))
-
-    def rate_limits(self) -> dict[str, Any]:
-        return self._call(read_bucket(self.js, bs.KV_RATE_LIMITS))
-
-    def consumers(self, stream: str = bs.STREAM_JOBS) -> list[dict[str, Any]]:
-        """Consumers of ``stream`` as plain dicts (name, filters, ack_wait_s, max_deliver, pending)."""
-        async def run() -> list[dict[str, Any]]:
-            infos = await self.js.consumers_info(stream)
-            return [{"name": i.name, "durable_name": i.config.durable_name,
-                     "filter_subject": i.config.filter_subject, "filter_subjects": i.config.filter_subjects,
-                     "ack_policy": i.config.ack_policy, "ack_wait_s": i.config.ack_wait,
-                     "max_deliver": i.config.max_deliver, "deliver_policy": i.config.deliver_policy,
-                     "num_pending": i.num_pending, "num_ack_pending": i.num_ack_pending,
-                     "num_redelivered": i.num_redelivered} for i in infos]
-        return self._call(run())
-
-    def stream_info(self, name: str) -> Any:
-        return self._call(self.js.stream_info(name))
-
-    def stream_holds(self, seq: int, stream: str = bs.STREAM_JOBS) -> bool:
-        """Whether ``stream`` still holds message ``seq``; on the work-queue job stream, whether the
-        job is still pending (not yet acked or termed by the pool)."""
-        async def run() -> bool:
-            try:
-                await self.js.get_msg(stream, seq)
-            except NotFoundError:
-                return False
-            return True
-        return self._call(run())
-
-    def kv_get(self, bucket: str, key: str) -> Any:
-        async def run() -> Any:
-            try:
-                raw = (await (await self.js.key_value(bucket)).get(key)).value or b""
-            except (KeyNotFoundError, NotFoundError):
-                return None
-            try:
-                return json.loads(raw)
-            except ValueError:
-                return raw
-        return self._call(run())
-
-    def kv_put(self, bucket: str, key: str, value: Any) -> None:
-        raw = value if isinstance(value, bytes) else json.dumps(value).encode()
-        self._call(self._kv_put(bucket, key, raw))
-
-    async def _kv_put(self, bucket: str, key: str, raw: bytes) -> None:
-        await (await self.js.key_value(bucket)).put(key, raw)
-
-    def kv_delete(self, bucket: str, key: str) -> None:
-        """Delete ``key`` (e.g. ``cairn_core``/``info``: an older core that publishes no release)."""
-        async def run() -> None:
-            await (await self.js.key_value(bucket)).delete(key)
-        self._call(run())
 
     def set_release(self, release: str, **extra: Any) -> None:
         """Rewrite ``cairn_core``/``info`` (e.g. to test a worker refusing an incompatible core)."""
