@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
+from celery import Celery
 
 from devstack.infra.procs import spawn, stop_group
 
@@ -40,10 +42,11 @@ class CeleryWorker:
                "--without-mingle", "--without-gossip"]
         self.proc = spawn(cmd, env, log_path).proc  # stopped by stop() / kill() below
 
+    broker_url: str | None = None  # set by wait_ready: where stop() asks the main process what it still runs
+
     def wait_ready(self, app_redis_url: str) -> None:
         """Wait until the worker answers a ping over the broker (its own readiness event)."""
-        from celery import Celery
-
+        self.broker_url = app_redis_url
         probe = Celery(broker=app_redis_url, backend=app_redis_url)
         deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
         try:
@@ -80,10 +83,45 @@ class CeleryWorker:
         deadline = time.monotonic() + WORKER_DRAIN_TIMEOUT_S
         while self.proc.poll() is None and self.running() and time.monotonic() < deadline:
             time.sleep(DRAIN_POLL_S)
+        if self.proc.poll() is None and TASK_RECEIVED.search(self.log()):
+            self._wait_main_process_idle(deadline)
         stop_group(self.proc, signal.SIGTERM, WORKER_STOP_TIMEOUT_S)
+
+    def _wait_main_process_idle(self, deadline: float) -> None:
+        """Until the main process has no active task, as it answers ``inspect active`` over the broker.
+
+        The child logs a task's end before its main process reads the result from the pool's pipe;
+        a group SIGTERM in between kills the idle child under a job the main process still holds,
+        and billiard logs ``WorkerLostError ... Job: 0`` for a task that succeeded (seen on a loaded
+        box, 0.5 s after the child's line). Skipped when the broker is down (a test stopped it).
+        """
+        if self.broker_url is None or not _redis_answers(self.broker_url):
+            return
+        probe = Celery(broker=self.broker_url, backend=self.broker_url)
+        try:
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                replies = probe.control.inspect(destination=[self.name], timeout=PING_TIMEOUT_S).active()
+                if replies and not replies.get(self.name):
+                    return
+                time.sleep(DRAIN_POLL_S)
+        finally:
+            probe.close()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def _redis_answers(url: str) -> bool:
+    """Whether the Redis at ``url`` answers a PING now (a ``redis://`` URL; any other scheme: no)."""
+    if not url.startswith(("redis://", "rediss://")):
+        return False
+    client = redis.Redis.from_url(url, socket_timeout=PING_TIMEOUT_S, socket_connect_timeout=PING_TIMEOUT_S)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
 
 
 @pytest.fixture()
