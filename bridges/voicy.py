@@ -17,7 +17,7 @@ from workers.errors import AuthError, JobError, StaleJobError
 from workers.logs import redact
 from workers.outage import Outage
 from workers.voicy.fleet import Stage
-from workers.voicy.models import Job
+from workers.voicy.models import Bucket, Job
 from workers.voicy.pipeline import adopt_claim, recover
 from workers.voicy.runtime import VoicyRuntime
 
@@ -28,7 +28,7 @@ POLL_JITTER_FRACTION = 0.2  # ±20% so a fleet of bridges does not poll in locks
 ERROR_BACKOFF_INITIAL_S = 1.0
 ERROR_BACKOFF_MAX_S = 60.0
 AUTH_RECHECK_INTERVAL_S = 60.0  # a disabled token is checked slowly, not hammered
-BUCKETS = ("oldest", "newest")
+BUCKETS: tuple[Bucket, Bucket] = ("oldest", "newest")
 # Redis itself, or Celery's broker (kombu wraps the connection error) when a task is sent.
 REDIS_ERRORS = (redis.RedisError, OperationalError)
 
@@ -41,7 +41,7 @@ class BucketCycle:
     def __init__(self) -> None:
         self._next = 0
 
-    def take(self) -> str:
+    def take(self) -> Bucket:
         bucket = BUCKETS[self._next]
         self._next ^= 1
         return bucket
@@ -64,7 +64,8 @@ class VoicyBridge:
         self._record_state: str | None = None  # what the liveness record says now, and when it is due again
         self._record_due = 0.0
         s = rt.settings
-        self.backlog_limit = s.ready_queue_limit
+        assert s.ready_queue_limit is not None  # VoicySettings._derive resolves it
+        self.backlog_limit = int(s.ready_queue_limit)
         self.gpu_capacity = s.transcription_concurrency
         self.poll_interval_s = s.poll_interval_ms / 1000.0
 

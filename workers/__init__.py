@@ -21,4 +21,4 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", PYDANTIC_PLUGINS_OFF)
 # command itself, a process of its own that never imports this package, is untouched.
 HTTPX_CLI_MODULE = "httpx._main"
 if "httpx" not in sys.modules:
-    sys.modules.setdefault(HTTPX_CLI_MODULE, None)  # type: ignore[assignment]
+    sys.modules.setdefault(HTTPX_CLI_MODULE, None)  # type: ignore[arg-type]

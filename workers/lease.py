@@ -256,7 +256,8 @@ class Leases:
             return []
         with self._r.pipeline(transaction=False) as pipe:
             for job_id in job_ids:
-                pipe.get(self.key(job_id)).pttl(self.key(job_id))
+                pipe.get(self.key(job_id))
+                pipe.pttl(self.key(job_id))
             raw = pipe.execute()
         return [(view(raw[i]), int(raw[i + 1])) for i in range(0, len(raw), 2)]
 

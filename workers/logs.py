@@ -136,10 +136,10 @@ def setup_logging(level: str | int | None = None, *, own_handler: bool = True) -
     level = level or os.environ.get("LOG_LEVEL", "INFO")
     root = logging.getLogger()
     if own_handler and not any(getattr(h, "_switchyard", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler._switchyard = True  # type: ignore[attr-defined]
-        handler.setFormatter(_formatter())
-        root.addHandler(handler)
+        own = logging.StreamHandler(sys.stderr)
+        own._switchyard = True  # type: ignore[attr-defined]
+        own.setFormatter(_formatter())
+        root.addHandler(own)
     for handler in root.handlers:
         install_filter(handler)
     if own_handler:  # otherwise the level is Celery's (``-l``)

@@ -39,7 +39,8 @@ GONE_POLL_INTERVAL_S = 0.5  # within the grace, how often the stored result and 
 # its outcome (its ledger write retries through the outage). Gone within this long after an
 # outage is not yet "lost": the grace grows by the lease TTL and one backoff step.
 POST_OUTAGE_EXTRA_GRACE_S = 5.0
-DISPATCH_UNAVAILABLE = (*REDIS_UNAVAILABLE, OperationalError)  # kombu's "broker unreachable" on send
+# kombu's "broker unreachable" on send
+DISPATCH_UNAVAILABLE: tuple[type[BaseException], ...] = (*REDIS_UNAVAILABLE, OperationalError)
 REVOKED = "REVOKED"  # Celery's state of a task revoked before it ran (start deadline, operator)
 SUCCESS = "SUCCESS"
 

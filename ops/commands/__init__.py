@@ -11,7 +11,7 @@ from ops.commands import check, doctor, health, strava
 class Command(Protocol):
     """What ``ops.cli`` needs from a command module."""
 
-    def register(self, verbs: argparse._SubParsersAction) -> None: ...  # type: ignore[type-arg]
+    def register(self, verbs: argparse._SubParsersAction) -> None: ...
 
 
-COMMANDS: tuple[Command, ...] = (doctor, health, check, strava)  # type: ignore[assignment]
+COMMANDS: tuple[Command, ...] = (doctor, health, check, strava)

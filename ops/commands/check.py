@@ -35,7 +35,7 @@ CREDENTIAL_OPTIONS = {"user": "nats_user", "password": "nats_password", "creds":
                       "enrollment_token": "worker_enrollment_token"}
 
 
-def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(verbs: argparse._SubParsersAction) -> None:
     check = verbs.add_parser("check", help=HELP, description=HELP)
     targets = check.add_subparsers(dest="target", required=True, metavar="TARGET")
     cairn = targets.add_parser("cairn", help="Cairn provider contract 0.7 §10 checks",

@@ -17,7 +17,7 @@ up after its timeout, so an unreachable service is one FAIL line.
 Exit code: 0 when nothing failed, 1 otherwise."""
 
 
-def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser("doctor", help=HELP, description=DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(run=run)

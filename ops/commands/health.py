@@ -20,7 +20,7 @@ CAIRN_*). The doctor checks configuration; this checks a running fleet.
 Exit code: 0 healthy, 1 unhealthy (the last line names each failing part)."""
 
 
-def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser("health", help=HELP, description=DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--timeout", type=float, default=health.DEFAULT_TIMEOUT_S, metavar="SECONDS",

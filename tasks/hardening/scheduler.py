@@ -33,6 +33,8 @@ class ResilientRedBeatScheduler(RedBeatScheduler):
     during an outage run once it is over (``last_run_at`` lives in Redis).
     """
 
+    lock: Any  # RedBeat's lock (redis-py's Lock); None while another beat holds it
+
     def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
         if getattr(app, REDBEAT_REDIS_ATTR, None) is None:
             # RedBeat needs str replies; the client follows Sentinel like the rest of the fleet.

@@ -36,7 +36,7 @@ class _GuardedConnparams:
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         if self.connection.client is None:
             raise redis.ConnectionError(CLOSED_MESSAGE)
-        return super()._connparams(asynchronous)  # type: ignore[misc, no-any-return]
+        return super()._connparams(asynchronous)  # type: ignore[misc]
 
 
 class _ReusedClient:

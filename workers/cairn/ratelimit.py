@@ -129,7 +129,7 @@ class RateLimiter:
 
     def _get(self, key: str) -> tuple[WindowState, int]:
         kv = self._bucket()  # outside the coroutine: opening it blocks on the loop thread
-        return self._kv_call(self._read(kv, key), KV_TIMEOUT_S)  # type: ignore[no-any-return]
+        return self._kv_call(self._read(kv, key), KV_TIMEOUT_S)
 
     async def _reserve_one(self, kv: Any, key: str, window: str, n: int) -> None:
         """The CAS loop of one window, on the NATS loop thread (reference §3.8)."""

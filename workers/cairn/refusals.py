@@ -117,7 +117,8 @@ class Refusals:
         self._waiters.append(waiter)
         task = asyncio.ensure_future(operation)
         try:
-            await asyncio.wait({task, waiter.future}, return_when=asyncio.FIRST_COMPLETED)
+            racing: list[asyncio.Future[Any]] = [task, waiter.future]
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._waiters.remove(waiter)
         if waiter.future.done():  # checked first: a refused publish's flush completes right after

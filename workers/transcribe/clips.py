@@ -259,8 +259,8 @@ class ClipBatcher:
             text = segment.text.strip()
             if prepared.ended is not None or not text:
                 continue
-            start, end = prepared.speech_span()
-            prepared.transcript.segments.append(Segment(start=start, end=end, text=text))
+            span_start, span_end = prepared.speech_span()
+            prepared.transcript.segments.append(Segment(start=span_start, end=span_end, text=text))
             if prepared.clip.on_segment is not None:
                 try:
                     prepared.clip.on_segment(prepared.transcript)

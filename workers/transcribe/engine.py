@@ -26,7 +26,7 @@ def set_pool_processes(processes: int) -> None:
 def engine_class(name: str) -> type[TranscriptionEngine]:
     """The class registered as ``name``, its module imported now (``KeyError`` if unregistered)."""
     module_name, _, attr = engine_target(name).partition(":")
-    return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def create_engine(settings: EngineSettings, pool_processes: int = SINGLE_PROCESS_POOL) -> TranscriptionEngine:

@@ -43,8 +43,11 @@ CONDITION_ON_PREVIOUS_TEXT = False
 class DecodeInfo(Protocol):
     """What the streaming loop reads from a decode's info (faster-whisper's ``TranscriptionInfo`` has it)."""
 
-    language: str
-    duration: float
+    @property
+    def language(self) -> str: ...
+
+    @property
+    def duration(self) -> float: ...
 
 
 def decode_options(beam_size: int) -> dict[str, object]:

@@ -108,8 +108,8 @@ class VoicyClient:
         retrying = Retrying(stop=stop_after_attempt(self._attempts) | stop_after_delay(self._budget_s),
                             wait=wait_exponential_jitter(multiplier=RETRY_INITIAL_S, max=RETRY_MAX_S),
                             retry=retry_if_exception_type(_Transient), reraise=True,
-                            before_sleep=lambda state: log.info(
-                                "Voicy API retry %d: %s", state.attempt_number, state.outcome.exception()))
+                            before_sleep=lambda state: log.info("Voicy API retry %d: %s", state.attempt_number,
+                                                                state.outcome and state.outcome.exception()))
         try:
             return retrying(once)
         except _Transient as exc:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from enum import Enum
+from typing import Any
 
 import redis
 from pydantic import BaseModel
@@ -129,7 +131,7 @@ class Fleet:
 
     def gpu_ids(self, limit: int) -> list[str]:
         """Up to ``limit`` jobs of the gpu set, the longest waiting first."""
-        return [m.decode() if isinstance(m, bytes) else m for m in self.r.zrange(GPU_KEY, 0, limit - 1)]
+        return _names(self.r.zrange(GPU_KEY, 0, limit - 1))
 
     def incoming(self) -> int:
         """Jobs on their way to the gpu: claimed, their download not done yet."""
@@ -168,7 +170,7 @@ class Fleet:
         return self.r.zscore(HELD_KEY, job_id) is not None
 
     def held_ids(self) -> list[str]:
-        return [m.decode() if isinstance(m, bytes) else m for m in self.r.zrange(HELD_KEY, 0, -1)]
+        return _names(self.r.zrange(HELD_KEY, 0, -1))
 
     def forget(self, job_id: str) -> None:
         """The job has ended for us (result, failure, handed back): drop every trace."""
@@ -179,3 +181,8 @@ class Fleet:
         pipe.zrem(GPU_KEY, job_id)
         pipe.execute()
         self.notify()
+
+
+def _names(members: Iterable[Any]) -> list[str]:
+    """A sorted set's members as text (a client without ``decode_responses`` returns bytes)."""
+    return [m.decode() if isinstance(m, bytes) else m for m in members]

@@ -22,7 +22,9 @@ Join = Callable[[str, str], None]  # (job id, running lease value): start its ke
 
 def batchable(held: HeldJob | None, window_s: float) -> bool:
     """A job whose media is stored and fits one window (or whose length is not known: see ``probe``)."""
-    return bool(held and held.media_key) and (held.duration_s is None or held.duration_s <= window_s)
+    if held is None or not held.media_key:
+        return False
+    return held.duration_s is None or held.duration_s <= window_s
 
 
 def gather(rt: VoicyRuntime, own_id: str, *, limit: int, window_s: float, join: Join,

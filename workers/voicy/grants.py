@@ -91,7 +91,9 @@ def _out_of_queue_for(rt: VoicyRuntime, job_id: str, token: str, grace_s: float)
     if rt.redis.set(key, token, px=int(ttl_s * 1000), nx=True):
         return 0.0
     with rt.redis.pipeline(transaction=True) as pipe:
-        value, left_ms = pipe.get(key).pttl(key).execute()
+        pipe.get(key)
+        pipe.pttl(key)
+        value, left_ms = pipe.execute()
     if isinstance(value, bytes):
         value = value.decode(errors="replace")
     if value != token:  # expired just now, or an earlier grant's mark

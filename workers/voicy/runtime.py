@@ -38,6 +38,7 @@ class VoicyRuntime:
     @classmethod
     def from_env(cls, redis_url: str) -> VoicyRuntime:
         settings = load_voicy_settings()
+        assert settings.media_store is not None  # VoicySettings._derive defaults it to the work directory
         client = sync_client(redis_url)
         return cls(settings=settings, client=VoicyClient.from_settings(settings),
                    store=media_store_from_url(settings.media_store), fleet=Fleet(client),

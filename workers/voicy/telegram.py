@@ -200,7 +200,7 @@ class TelegramFiles:
                             retry=retry_if_exception_type(SERVER_CLOSED_ERRORS),
                             before_sleep=lambda state: log.info(
                                 "Telegram %s: the server closed the connection unanswered (%s); sending it "
-                                "again", what, type(state.outcome.exception()).__name__))
+                                "again", what, type(state.outcome and state.outcome.exception()).__name__))
         return retrying(lambda: self._http.send(self._http.build_request("GET", url, params=params),
                                                 stream=stream))
 

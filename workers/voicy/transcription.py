@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import redis
@@ -204,7 +205,7 @@ class _Batch:
             return
         left = self._batch(engine)
         for job in left:  # after every job the batch answered has its result
-            self._end(job, lambda job=job: job.transcribe_started(engine))
+            self._end(job, partial(job.transcribe_started, engine))
 
     def _batch(self, engine: ClipBatchingEngine) -> list[_Job]:
         """Start every job, decode them in batched passes (taking the jobs that became ready before each
@@ -262,7 +263,7 @@ class _Batch:
             files.enter_context(media)  # the media's local copy lives as long as the batch
             started.append(job)
             clips.append(Clip(path, held.language, job.on_progress(engine),
-                              lambda outcome, job=job: self._conclude(job, outcome, engine)))
+                              partial(self._conclude, job, engine=engine)))
         for job in started[len(started) - len(clips):]:
             job.batch = len(clips)
         return clips

@@ -101,7 +101,7 @@ def parse_dataset(raw: bytes, *, user_id: str, account_id: str, ext_id: str = ""
     re-parse reproduces the import (contract §1)."""
     envelope, fit = read_archive(raw)
     messages = decode_fit(fit)
-    summary = envelope.get("summary") if isinstance(envelope.get("summary"), dict) else {}
+    summary: dict[str, Any] = envelope["summary"] if isinstance(envelope.get("summary"), dict) else {}
     gear = [g for g in envelope.get("gear") or [] if isinstance(g, dict)]
     ext_id = ext_id or str(envelope.get("activity_id") or summary.get("activityId") or "")
     if not ext_id:

@@ -115,7 +115,7 @@ def _set(out: dict[str, Any], key: str, value: float | None, *, as_int: bool = F
 
 def start_time(messages: dict[str, list[dict[str, Any]]]) -> datetime | None:
     sessions = messages.get("session_mesgs") or []
-    starts = [s.get("start_time") for s in sessions if isinstance(s.get("start_time"), datetime)]
+    starts: list[datetime] = [s["start_time"] for s in sessions if isinstance(s.get("start_time"), datetime)]
     return min(starts) if starts else None
 
 

@@ -50,10 +50,11 @@ def may_have_photos(activity: Mapping[str, Any]) -> bool:
     """
     photos = activity.get("photos")
     counts = [activity.get("total_photo_count"), photos.get("count") if isinstance(photos, dict) else None]
-    if any(not isinstance(c, int) for c in counts):
+    known = [c for c in counts if isinstance(c, int)]
+    if len(known) < len(counts):
         return True
     primary = photos.get("primary") if isinstance(photos, dict) else None
-    return any(c > 0 for c in counts) or bool(primary)
+    return any(c > 0 for c in known) or bool(primary)
 
 
 def candidates(client: StravaClient, activity: Mapping[str, Any],
@@ -164,7 +165,7 @@ def archive_entries(http: httpx.Client, sink: BlobSink, user_id: str, photos: Se
     entries, failures = [], 0
     for photo in photos:
         entry: dict[str, Any] = {"source": source, "photo": photo}
-        chosen = largest_size(photo.get("urls") if isinstance(photo.get("urls"), dict) else {})
+        chosen = largest_size(photo["urls"] if isinstance(photo.get("urls"), dict) else {})
         try:
             if chosen is None:
                 raise PhotoError("photo offers no URL")

@@ -164,7 +164,8 @@ class StravaProvider(Provider):
             except ProviderError as exc:  # gear is optional data (contract §5)
                 gear_errors = 1
                 log.warning("strava gear %s lookup skipped: %s", gear_id, type(exc).__name__)
-        photos, photo_errors, segments = [], 0, None
+        photos: list[dict[str, Any]] = []
+        photo_errors, segments = 0, None
         mappable = _mappable(activity)  # an activity core cannot ingest gets no photos or segments
         if ctx.blobs is not None and mappable:  # no sink (a parser-only context): no listing call
             listed, source = strava_photos.candidates(client, activity, ext_id)
@@ -222,7 +223,8 @@ class StravaProvider(Provider):
 
     def discover(self, ctx: ProviderContext, request: DiscoverRequest) -> DiscoverReply:
         """Contract §8 / reference §3.11: only an empty page means complete."""
-        client, items = self._client(ctx), []
+        client = self._client(ctx)
+        items: list[DiscoverItem] = []
         page = max(request.start_page, 1)
         for _ in range(DISCOVER_MAX_PAGES):
             try:
@@ -275,7 +277,7 @@ class StravaProvider(Provider):
         body = api.exchange_code(http, token_url=self.settings.effective_token_url,
                                  client_id=client_id, client_secret=client_secret, code=code,
                                  code_verifier=code_verifier)
-        athlete = body.get("athlete") if isinstance(body.get("athlete"), dict) else {}
+        athlete = body["athlete"] if isinstance(body.get("athlete"), dict) else {}
         athlete_id = athlete.get("id")
         if not athlete_id:  # not in the reply: ask the API with the fresh token
             athlete_id = api.StravaClient(http, body["access_token"],
@@ -294,7 +296,7 @@ class StravaProvider(Provider):
         body = api.exchange_code(http, token_url=self.settings.effective_token_url,
                                  client_id=client_id, client_secret=client_secret,
                                  code=refresh_token, grant_type="refresh_token")
-        athlete = body.get("athlete") if isinstance(body.get("athlete"), dict) else {}
+        athlete = body["athlete"] if isinstance(body.get("athlete"), dict) else {}
         return OAuthTokens(access_token=body["access_token"],
                            refresh_token=str(body.get("refresh_token") or refresh_token),
                            expires_at=api.token_expiry(body), scope=str(body.get("scope") or ""),
@@ -311,7 +313,7 @@ def _mappable(activity: dict[str, Any]) -> bool:
 
 
 def _gear_id(activity: dict[str, Any]) -> str:
-    gear = activity.get("gear") if isinstance(activity.get("gear"), dict) else {}
+    gear = activity["gear"] if isinstance(activity.get("gear"), dict) else {}
     value = activity.get("gear_id") or gear.get("id") or ""
     return str(value)
 

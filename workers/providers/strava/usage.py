@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import email.utils
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from workers.providers.errors import ProviderRateLimited
@@ -122,7 +122,7 @@ def _retry_after(value: str | None, now: datetime) -> datetime | None:
     return parsed.astimezone(UTC)
 
 
-def _getter(headers: Mapping[str, str]):  # type: ignore[no-untyped-def]
+def _getter(headers: Mapping[str, str]) -> Callable[[str], str | None]:
     """Case-insensitive header lookup for plain dicts as well as ``httpx.Headers``."""
     lowered = {str(k).lower(): v for k, v in headers.items()}
     return lambda name: lowered.get(name.lower())
