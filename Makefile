@@ -31,8 +31,10 @@ $(STAMP): pyproject.toml
 bytecode: setup
 	$(BIN)/python -m compileall -q -j 0 tasks workers bridges ops devstack bench tests/kit
 
+# ruff, then mypy over the product packages ([tool.mypy] in pyproject.toml; .mypy_cache keeps it warm).
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
 
 # The edit loop's tier: lint, then every test that starts no fleet process and loads no model.
 check: lint bytecode
@@ -56,4 +58,4 @@ proto: setup
 	$(BIN)/python -m workers.cairn.contract.proto_build
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache
