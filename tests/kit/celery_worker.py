@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -12,7 +14,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from celery import Celery
 
 from devstack.infra.procs import spawn, stop_group
@@ -42,11 +43,8 @@ class CeleryWorker:
                "--without-mingle", "--without-gossip"]
         self.proc = spawn(cmd, env, log_path).proc  # stopped by stop() / kill() below
 
-    broker_url: str | None = None  # set by wait_ready: where stop() asks the main process what it still runs
-
     def wait_ready(self, app_redis_url: str) -> None:
         """Wait until the worker answers a ping over the broker (its own readiness event)."""
-        self.broker_url = app_redis_url
         probe = Celery(broker=app_redis_url, backend=app_redis_url)
         deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
         try:
@@ -74,54 +72,32 @@ class CeleryWorker:
         return sum(n for n in left.values() if n > 0)
 
     def stop(self) -> None:
-        """Let running tasks end (up to ``WORKER_DRAIN_TIMEOUT_S``), then SIGTERM the group.
+        """Let running tasks end (up to ``WORKER_DRAIN_TIMEOUT_S``); then SIGTERM the main process alone
+        if no task runs, else the group; SIGKILL the group after ``WORKER_STOP_TIMEOUT_S``.
 
-        Why wait: without ``REMAP_SIGTERM`` the group SIGTERM kills a pool child at once, and a
-        task killed in its last lines (its job already final at the counterpart) is logged as a
-        ``WorkerLostError`` that the test's log budget rightly refuses. A test that leaves a task
-        held on purpose still gets that line after the wait, so it stays visible."""
+        Why wait: without ``REMAP_SIGTERM`` a SIGTERM kills a pool child at once, and a task killed in
+        its last lines (its job already final at the counterpart) is logged as a ``WorkerLostError``
+        that the test's log budget rightly refuses. Why the main process alone once the log says no
+        task runs: a child logs a task's end before the main process reads its result from the pool's
+        pipe, and a child killed in between is a lost job to billiard (``WorkerLostError ... Job: 0``
+        for a task that succeeded, seen on a loaded box 0.5 s after the child's line). The main process's
+        warm shutdown reads the pipe, then ends its children itself. A test that leaves a task held on
+        purpose still gets the group SIGTERM after the wait, so that line stays visible."""
         deadline = time.monotonic() + WORKER_DRAIN_TIMEOUT_S
         while self.proc.poll() is None and self.running() and time.monotonic() < deadline:
             time.sleep(DRAIN_POLL_S)
-        if self.proc.poll() is None and TASK_RECEIVED.search(self.log()):
-            self._wait_main_process_idle(deadline)
-        stop_group(self.proc, signal.SIGTERM, WORKER_STOP_TIMEOUT_S)
-
-    def _wait_main_process_idle(self, deadline: float) -> None:
-        """Until the main process has no active task, as it answers ``inspect active`` over the broker.
-
-        The child logs a task's end before its main process reads the result from the pool's pipe;
-        a group SIGTERM in between kills the idle child under a job the main process still holds,
-        and billiard logs ``WorkerLostError ... Job: 0`` for a task that succeeded (seen on a loaded
-        box, 0.5 s after the child's line). Skipped when the broker is down (a test stopped it).
-        """
-        if self.broker_url is None or not _redis_answers(self.broker_url):
+        if self.proc.poll() is not None:
             return
-        probe = Celery(broker=self.broker_url, backend=self.broker_url)
-        try:
-            while self.proc.poll() is None and time.monotonic() < deadline:
-                replies = probe.control.inspect(destination=[self.name], timeout=PING_TIMEOUT_S).active()
-                if replies and not replies.get(self.name):
-                    return
-                time.sleep(DRAIN_POLL_S)
-        finally:
-            probe.close()
+        if self.running():
+            stop_group(self.proc, signal.SIGTERM, WORKER_STOP_TIMEOUT_S)
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(WORKER_STOP_TIMEOUT_S)
+        stop_group(self.proc, signal.SIGKILL, WORKER_STOP_TIMEOUT_S)  # a main process that did not stop
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
-
-
-def _redis_answers(url: str) -> bool:
-    """Whether the Redis at ``url`` answers a PING now (a ``redis://`` URL; any other scheme: no)."""
-    if not url.startswith(("redis://", "rediss://")):
-        return False
-    client = redis.Redis.from_url(url, socket_timeout=PING_TIMEOUT_S, socket_connect_timeout=PING_TIMEOUT_S)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
 
 
 @pytest.fixture()
