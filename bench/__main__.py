@@ -7,6 +7,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 # Every mode, with what it measures: ``python -m bench --help`` prints this list.
 MODES = {
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-threads", type=int, default=0, help="engine: CPU threads per model (0 = auto)")
     parser.add_argument("--side", choices=["cairn", "voicy", "both"], default="both", help="capacity: which side")
     args = parser.parse_args(argv)
+    figures: dict[str, Any]  # JSON: each mode's own shape
     if args.suite == "voicy":
         from bench.voicy_bench import run
         figures = run(jobs=args.jobs or 20, repeats=args.repeats or 3)
@@ -134,7 +136,7 @@ def gpu_main(argv: list[str]) -> int:
         corpus = (gpu_corpus.read(args.corpus, args.voices) if args.corpus is not None
                   else gpu_corpus.write(Path(tmp), args.voices, args.minutes))
         try:
-            figures = gpu.run(corpus, model=args.model or gpu.default_model(), device=args.device,
+            figures: dict[str, Any] = gpu.run(corpus, model=args.model or gpu.default_model(), device=args.device,
                               compute_type=args.compute_type, repeats=args.repeats,
                               clip_batches=[int(n) for n in args.clip_batches.split(",") if n],
                               long_batches=[int(n) for n in args.long_batches.split(",") if n])

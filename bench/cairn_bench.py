@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +233,7 @@ class Rig:
         for job in jobs:
             t0 = time.monotonic()
             self.core.enqueue_job(FETCH_SOURCE, job)
-            self.core.router.wait(lambda j=job["job_id"]: j in self.ingested_at, READY_TIMEOUT_S, "a solo job")
+            self.core.router.wait(partial(self.ingested_at.__contains__, job["job_id"]), READY_TIMEOUT_S, "a solo job")
             samples.append(self.ingested_at[job["job_id"]] - t0)
         return {"p50": round(percentile(samples, 50) * 1000, 1), "max": round(max(samples) * 1000, 1)}
 

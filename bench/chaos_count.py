@@ -86,8 +86,7 @@ def voicy_settled(rig: ChaosRig, orphan_after_s: float) -> bool:
         if doc["status"] in FINAL_VOICY:
             continue
         requests = rig.voicy_api.requests if requests is None else requests
-        claimed = doc.get("claimedAt")
-        if not (orphaned_claim(doc, requests) and now - claimed > timedelta(seconds=orphan_after_s)):
+        if not (orphaned_claim(doc, requests) and now - doc["claimedAt"] > timedelta(seconds=orphan_after_s)):
             return False
     return True
 

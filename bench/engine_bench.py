@@ -28,6 +28,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.recordings import long_recording
 from bench.words import score
@@ -58,7 +59,7 @@ def _spread(values: list[float]) -> dict[str, float]:
 def run(minutes: float = DEFAULT_MINUTES, repeats: int = DEFAULT_REPEATS,
         batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES, cpu_threads: int = AUTO_CPU_THREADS) -> dict[str, object]:
     """``cpu_threads`` as ``VOICY_WORKER_CPU_THREADS`` (0: auto, all usable cores for one process)."""
-    base = {"model": TINY_MODEL_DIR, "device": "cpu", "cpu_threads": cpu_threads}
+    base: dict[str, Any] = {"model": TINY_MODEL_DIR, "device": "cpu", "cpu_threads": cpu_threads}
     engines: dict[str, TranscriptionEngine] = {SEQUENTIAL_ENGINE: create_engine(EngineSettings(**base, batch_size=0))}
     for size in batch_sizes:
         engines[f"batched-{size}"] = create_engine(EngineSettings(**base, batch_size=size))

@@ -34,6 +34,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bench.gpu_corpus import Corpus, Item
 from bench.wer import normalise, score
@@ -137,7 +138,7 @@ def run(corpus: Corpus, *, model: str, device: str = "auto", compute_type: str |
     """Every path over ``corpus``; the figures as a dict (``table`` renders it)."""
     prepare_seeded(device)
 
-    def engine(**kw: object) -> TranscriptionEngine:
+    def engine(**kw: Any) -> TranscriptionEngine:
         return create_engine(EngineSettings(model=model, device=device, compute_type=compute_type, **kw))
 
     one = engine(clip_batch_size=1)
@@ -229,26 +230,26 @@ def _long(item: Item, engine: Callable[..., TranscriptionEngine], batches: Seque
         for name in names}}
 
 
-def table(f: dict[str, object]) -> str:
+def table(f: dict[str, Any]) -> str:
     """The docs/BENCHMARKS.md tables of one run."""
     burst, passes, long = f["burst"], f["one_pass"], f["long"]
     lines = [f"{f['device']}, {f['model']} ({f['compute_type']}), cpu_threads={f['cpu_threads']}, "
              f"{f['host_threads']}, {f['cores']} cores, {f['repeats']} interleaved repeat(s), load average "
-             f"{f['load_avg_1m']['min']}–{f['load_avg_1m']['max']}", "",  # type: ignore[index]
+             f"{f['load_avg_1m']['min']}–{f['load_avg_1m']['max']}", "",
              f"| path | {f['voices']} voices ({f['audio_s']} s) | host CPU | CPU-s per voice | vs one at a time "
              "| WER | same words as one at a time | steady across repeats |", "|---|---|---|---|---|---|---|---|"]
-    for name, r in burst.items():  # type: ignore[union-attr]
+    for name, r in burst.items():
         lines.append(f"| {name} | {r['wall_s']['median']} s | {r['cpu_s']['median']} s | {r['cpu_s_per_voice']} | "
                      f"{r['vs_one_at_a_time']}× | {r['wer_pct']} % | "
                      f"{'—' if name == ONE else r['same_words_as_one_at_a_time']} | {r['steady_across_repeats']} |")
     lines += ["", "| one batched pass of n clips | wall | per clip | per clip vs smallest n | host CPU |",
               "|---|---|---|---|---|"]
-    for p in passes.values():  # type: ignore[union-attr]
+    for p in passes.values():
         lines.append(f"| {p['clips']} | {p['wall_s']} s | {p['per_clip_s']} s | {p['per_clip_vs_smallest']}× | "
                      f"{p['cpu_s']} s |")
-    lines += ["", f"| {long['seconds']} s recording | wall | × realtime | vs sequential | host CPU | WER | parts |",  # type: ignore[index]
+    lines += ["", f"| {long['seconds']} s recording | wall | × realtime | vs sequential | host CPU | WER | parts |",
               "|---|---|---|---|---|---|---|"]
-    for name, r in long.items():  # type: ignore[union-attr]
+    for name, r in long.items():
         if isinstance(r, dict):
             lines.append(f"| {name} | {r['wall_s']['median']} s | {r['realtime_x']} | {r['vs_sequential']}× | "
                          f"{r['cpu_s']['median']} s | {r['wer_pct']} % | {r['parts']} |")

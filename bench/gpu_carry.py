@@ -257,7 +257,10 @@ def assemble(home: Path) -> tuple[Path, Path]:
         target = home / stream.removesuffix(".tar")
         shutil.rmtree(target, ignore_errors=True)
         with tarfile.open(fileobj=joined) as tar:
-            tar.extractall(target, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: refuse links and paths out of the target
+                tar.extractall(target, filter="data")
+            else:
+                tar.extractall(target)
     model = next((p.parent for p in sorted((home / "model").rglob("model.bin"))), None)
     if model is None:
         raise CarryError(f"no model.bin in the model that arrived ({home / 'model'})")

@@ -125,7 +125,7 @@ class TimedVoicyServer(DevVoicyServer):
 class TimedTelegram(FakeTelegram):
     """The fake Telegram with a :class:`RequestClock` in front; spans name the file id, not the job."""
 
-    def app(self) -> Any:  # type: ignore[override]
+    def app(self) -> Any:
         self.clock = RequestClock(super().app(), telegram_name)
         return self.clock
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.plugins import switchyard_null as null
 from devstack.fakes.cairn_core import DevCairnCore
-from devstack.fakes.provider_fake import Connected, Pool
+from devstack.fakes.provider_fake import Connected, DemoSize, Pool
 from devstack.infra.plugins import install_distribution
 from workers.providers.registry import ENTRY_POINT_GROUP as PROVIDERS
 from workers.transcribe.registry import ENTRY_POINT_GROUP as ENGINES
@@ -29,6 +29,7 @@ class NullKit:
     """The null provider as the Cairn kit's ``ProviderFake``: no API to run, accounts connected at core."""
 
     provider = NULL
+    demo_size = DemoSize(full=25, short=5)  # the kit's protocol asks for one; the demo runs no null pool
 
     def __init__(self, site: Path) -> None:
         self.site = site

@@ -39,6 +39,7 @@ def write_video_only_mp4(path: Path) -> Path:
     black = np.zeros((VIDEO_SIDE_PX, VIDEO_SIDE_PX, 3), dtype=np.uint8)
     with av.open(str(path), "w", format="mp4") as out:
         stream = out.add_stream(VIDEO_CODEC, rate=VIDEO_FPS)
+        assert isinstance(stream, av.VideoStream)
         stream.width = stream.height = VIDEO_SIDE_PX
         stream.pix_fmt = "yuv420p"
         for _ in range(VIDEO_FRAMES):
@@ -108,7 +109,7 @@ class _Always(random.Random):
         super().__init__(value)
         self.value = value
 
-    def randrange(self, *_: object, **__: object) -> int:  # type: ignore[override]
+    def randrange(self, *_: object, **__: object) -> int:
         return self.value
 
 

@@ -31,7 +31,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -223,7 +223,7 @@ class FakeTelegram:
             Route("/file/bot{token}/{path:path}", self._download),
         ])
 
-    def start(self) -> FakeTelegram:
+    def start(self) -> Self:
         self.http = BackgroundServer(self.app(), "fake-telegram", self.port, start_timeout_s=START_TIMEOUT_S,
                                      stop_timeout_s=STOP_TIMEOUT_S).start()
         return self

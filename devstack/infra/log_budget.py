@@ -179,9 +179,9 @@ def records(lines: Iterable[str]) -> list[_Record]:
             found.append(_Record(number, level, [text], has_tb))
             current = None
             continue
-        level = _header_level(line)
-        if level is not None:
-            current = _Record(number, level, [line])
+        header = _header_level(line)
+        if header is not None:
+            current = _Record(number, header, [line])
             found.append(current)
             continue
         if current is not None and current.level is not None:

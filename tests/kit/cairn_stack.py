@@ -144,10 +144,10 @@ class CairnStack:
                      stop_timeout_s=BRIDGE_STOP_TIMEOUT_S)
 
     def start_bridge(self) -> Proc:
-        self.bridge = self.spawn_bridge()
-        wait_until(lambda: "cairn bridge started" in self.bridge.log() or self.bridge.proc.poll() is not None,
+        self.bridge = bridge = self.spawn_bridge()
+        wait_until(lambda: "cairn bridge started" in bridge.log() or bridge.proc.poll() is not None,
                    WAIT_S, "the bridge to start")
-        assert self.bridge.proc.poll() is None, self.bridge.log()[-3000:]
+        assert bridge.proc.poll() is None, bridge.log()[-3000:]
         return self.bridge
 
     # ------------------------------------------------------------------ accounts and jobs

@@ -94,11 +94,11 @@ def summarise(paths: list[str]) -> str:
     total = [sum(r[i] for r in tests.values()) for i in range(3)]
     lines = [f"{len(tests)} tests: wall {total[0]:.0f} s, CPU {total[1] + total[2]:.0f} s "
              f"(pytest {total[1]:.0f} s, children {total[2]:.0f} s)", "", "cpu_s\twall_s\tself\tkids\ttest"]
-    for nodeid, (wall, own, kids) in sorted(tests.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:TOP_TESTS]:
-        lines.append(f"{own + kids:.1f}\t{wall:.1f}\t{own:.1f}\t{kids:.1f}\t{nodeid}")
+    for nodeid, (wall_s, own_s, kids_s) in sorted(tests.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:TOP_TESTS]:
+        lines.append(f"{own_s + kids_s:.1f}\t{wall_s:.1f}\t{own_s:.1f}\t{kids_s:.1f}\t{nodeid}")
     lines += ["", "cpu_s\twall_s\tself\tkids\tmodule"]
-    for module, (wall, own, kids) in sorted(modules.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:TOP_MODULES]:
-        lines.append(f"{own + kids:.1f}\t{wall:.1f}\t{own:.1f}\t{kids:.1f}\t{module}")
+    for module, (wall_s, own_s, kids_s) in sorted(modules.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:TOP_MODULES]:
+        lines.append(f"{own_s + kids_s:.1f}\t{wall_s:.1f}\t{own_s:.1f}\t{kids_s:.1f}\t{module}")
     return "\n".join(lines)
 
 

@@ -158,7 +158,7 @@ def _template(node: ast.AST) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.JoinedStr):
-        return "".join(v.value if isinstance(v, ast.Constant) else HOLE for v in node.values)
+        return "".join(str(v.value) if isinstance(v, ast.Constant) else HOLE for v in node.values)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _template(node.left), _template(node.right)
         if left is None and right is None:
@@ -316,13 +316,14 @@ def _align(doc: str, a: int, b: int, tpl: str, open_left: bool, open_right: bool
                     best, step = score[i - 1][j], (i - 1, j, "skip")  # the placeholder ends
             score[i][j], back[i][j] = best, step
     ends = [(score[i][m], i, m) for i in range(n + 1)
-            if not (back[i][m] is not None and back[i][m][2] == "star")]  # nor end it (see above)
+            if (last := back[i][m]) is None or last[2] != "star"]  # nor end it (see above)
     if open_right:  # the quote may stop where a clause of the line ends: "<quote>. ...", "<quote> (..."
         ends += [(score[n][j], n, j) for j in range(m + 1) if _clause_starts(tpl[j:])]
     literal, i, j = max(ends)
     if literal < MIN_LITERAL_MATCH:
         return None
-    end, start, holes = a + i, a + i, {}
+    end, start = a + i, a + i
+    holes: dict[int, tuple[int, int]] = {}
     while j > 0 and back[i][j] is not None:
         pi, pj, kind = back[i][j]  # type: ignore[misc]
         if kind == "hole":

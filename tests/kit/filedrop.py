@@ -109,4 +109,4 @@ class FileDropKit:
                                        datetime.now(UTC) + TOKEN_LIFETIME, worker_name=pool.worker_name,
                                        external_id=f"drop-owner-{next(self._owners)}", client_id=APP_CLIENT_ID,
                                        client_secret="unused")
-        return Connected(pool, account, tuple(f["id"] for f in FILES[:n_activities]))
+        return Connected(pool, account, tuple(str(f["id"]) for f in FILES[:n_activities]))

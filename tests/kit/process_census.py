@@ -54,8 +54,8 @@ def summarise(path: Path, rows: int = DEFAULT_ROWS) -> str:
     total = sum(row[1] + row[2] for row in fleet.values())
     lines = [f"pytest processes {pytest_own:.0f} CPU-s; the processes they started {total:.0f} CPU-s "
              f"({sum(int(r[0]) for r in fleet.values())} of them)", "", "n\tcpu_s\tper\tkids\tkind"]
-    for name, (n, own, kids) in sorted(fleet.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:rows]:
-        lines.append(f"{int(n)}\t{own + kids:.1f}\t{(own + kids) / n:.2f}\t{kids:.1f}\t{name}")
+    for name, (n, own_s, kids_s) in sorted(fleet.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:rows]:
+        lines.append(f"{int(n)}\t{own_s + kids_s:.1f}\t{(own_s + kids_s) / n:.2f}\t{kids_s:.1f}\t{name}")
     return "\n".join(lines)
 
 

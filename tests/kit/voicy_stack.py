@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,11 @@ class VoicyFleet:
                       "beat": self.beat.proc.poll}, self.logs)
 
 
+def _ready_or_gone(worker: CeleryWorker) -> bool:
+    """The worker logged ``ready.``, or exited (the caller then reads its log)."""
+    return " ready." in worker.log() or worker.proc.poll() is not None
+
+
 @contextmanager
 def voicy_fleet(env: dict[str, str], tmp: Path, *, io_concurrency: int = 1,
                 beat_env: dict[str, str] | None = None) -> Iterator[VoicyFleet]:
@@ -86,8 +92,7 @@ def voicy_fleet(env: dict[str, str], tmp: Path, *, io_concurrency: int = 1,
     started: list[CeleryWorker | Proc] = [io, gpu]
     try:
         for worker in (io, gpu):
-            wait_until(lambda w=worker: " ready." in w.log() or w.proc.poll() is not None, READY_TIMEOUT_S,
-                       f"{worker.queues} worker to be ready")
+            wait_until(partial(_ready_or_gone, worker), READY_TIMEOUT_S, f"{worker.queues} worker to be ready")
         bridge = start_bridge(env, tmp / "bridge.log")
         started.append(bridge)
         beat = start_procfile_beat({**env, **(beat_env or {})}, tmp / "beat.log")
@@ -226,6 +231,7 @@ def queued_tasks(r: redis.Redis, queue: str) -> list[QueuedTask]:
     for raw in r.lrange(queue, 0, -1):
         message = json.loads(raw)
         headers = message["headers"]
-        tasks.append(QueuedTask(raw, headers["task"], headers.get("argsrepr", ""),
+        item = raw if isinstance(raw, bytes) else raw.encode()
+        tasks.append(QueuedTask(item, headers["task"], headers.get("argsrepr", ""),
                                 json.loads(base64.b64decode(message["body"]))[0]))
     return tasks

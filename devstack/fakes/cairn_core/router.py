@@ -150,14 +150,14 @@ class ResultRouter:
     async def _process(self, subject: str, data: bytes, msg_id: str | None) -> IngestedResult:
         job, provider, pool, account_id = parse_subject(subject, self.accounts)
         envelope = self._decode(data)
-        base = dict(subject=subject, job_type=job, provider=provider, pool=pool, msg_id=msg_id,
-                    account_id=account_id)
+        base: dict[str, Any] = dict(subject=subject, job_type=job, provider=provider, pool=pool, msg_id=msg_id,
+                                    account_id=account_id)
         if envelope.HasField("error"):
-            return IngestedResult(kind="failure", result=envelope, **base)  # type: ignore[arg-type]
+            return IngestedResult(kind="failure", result=envelope, **base)
         if job == "reconcile" and account_id is None:  # §2.7: core logs it and acks, applying nothing
             raise Rejected("bad_reconcile_subject", subject, ack=True)
         result, blob_id = envelope, None
-        outer_name = envelope.worker_name  # type: ignore[attr-defined]
+        outer_name = envelope.worker_name
         if outer_name and pool is not None and outer_name != pool:  # refuse before touching S3
             raise Rejected("worker_name_mismatch", f"result {outer_name!r}, subject pool {pool!r}")
         if envelope.HasField("payload_ref"):
@@ -168,11 +168,11 @@ class ResultRouter:
             kind = "reconcile"
         else:
             self._ingest_events(result, job, provider)
-            members = {e.WhichOneof(EVENT_ONEOF) for e in result.events}  # type: ignore[attr-defined]
+            members = {e.WhichOneof(EVENT_ONEOF) for e in result.events}
             kind = "segments" if members and members <= {"segment", "segment_effort"} else "events"
         if blob_id is not None:
             await asyncio.to_thread(self.blobs.delete, blob_id)
-        return IngestedResult(kind=kind, result=result, claim_checked=blob_id is not None,  # type: ignore[arg-type]
+        return IngestedResult(kind=kind, result=result, claim_checked=blob_id is not None,
                               blob_id=blob_id, **base)
 
     def _decode(self, data: bytes) -> Message:
@@ -183,8 +183,8 @@ class ResultRouter:
 
     # ---- claim-check -----------------------------------------------------------------------
     async def _fetch_claim_check(self, envelope: Message, provider: str) -> tuple[Message, str]:
-        ref = envelope.payload_ref  # type: ignore[attr-defined]
-        if len(envelope.events):  # type: ignore[attr-defined]
+        ref = envelope.payload_ref
+        if len(envelope.events):
             raise Rejected("inline_events_with_payload_ref")
         if not key_provider_ok(ref.blob_id, provider, results=True):
             raise Rejected("foreign_blob_key", ref.blob_id)
@@ -207,12 +207,12 @@ class ResultRouter:
 
     # ---- identity --------------------------------------------------------------------------
     def _check_identity(self, result: Message, provider: str, pool: str | None) -> None:
-        name, package = result.worker_name, result.worker_package  # type: ignore[attr-defined]
+        name, package = result.worker_name, result.worker_package
         if not name:
             raise Rejected("missing_worker_name")
         if pool is not None and name != pool:
             raise Rejected("worker_name_mismatch", f"result {name!r}, subject pool {pool!r}")
-        parse_version(result.worker_version)  # type: ignore[attr-defined]
+        parse_version(result.worker_version)
         if not package:
             raise Rejected("missing_worker_package")
         with self.cond:
@@ -225,8 +225,8 @@ class ResultRouter:
         acct = self.accounts.for_provider(account_id, provider)
         if acct is None:
             raise Rejected("unknown_account", str(account_id))
-        if result.HasField("new_watermark"):  # type: ignore[attr-defined]
-            new = result.new_watermark.ToDatetime(tzinfo=UTC)  # type: ignore[attr-defined]
+        if result.HasField("new_watermark"):
+            new = result.new_watermark.ToDatetime(tzinfo=UTC)
             if new.year > 1 and (acct.sync_watermark is None or new > acct.sync_watermark):
                 acct.sync_watermark = new
         acct.last_sync_at = utcnow()
@@ -237,8 +237,8 @@ class ResultRouter:
         staged_gear: dict[tuple[str, str], Message] = {}
         staged_segments: dict[tuple[str, str], Message] = {}
         staged_efforts: list[Any] = []
-        version = parse_version(result.worker_version)  # type: ignore[attr-defined]
-        for index, event in enumerate(result.events):  # type: ignore[attr-defined]
+        version = parse_version(result.worker_version)
+        for index, event in enumerate(result.events):
             member = event.WhichOneof(EVENT_ONEOF)
             type_name = event.DESCRIPTOR.fields_by_name["type"].enum_type.values_by_number[event.type].name
             if member is None or not type_name.endswith("_" + ONEOF_TO_TYPE.get(member, "?")):
@@ -272,28 +272,28 @@ class ResultRouter:
                     self.unresolved_efforts.append(effort)
         for (_, account_id, _), rec in staged_sources.items():
             acct = self.accounts.get(account_id)
-            start = rec.activity.payload.start_time.ToDatetime(tzinfo=UTC)  # type: ignore[attr-defined]
+            start = rec.activity.payload.start_time.ToDatetime(tzinfo=UTC)
             if acct is not None and (acct.sync_watermark is None or start > acct.sync_watermark):
                 acct.sync_watermark = start
 
     def _check_ref(self, ref: Message, provider: str, index: int) -> None:
-        if not is_uuid(ref.user_id):  # type: ignore[attr-defined]
+        if not is_uuid(ref.user_id):
             raise Rejected("bad_user_id", f"event {index}")
-        if ref.external_account_id and not is_uuid(ref.external_account_id):  # type: ignore[attr-defined]
+        if ref.external_account_id and not is_uuid(ref.external_account_id):
             raise Rejected("bad_external_account_id", f"event {index}")
-        if ref.provider != provider:  # type: ignore[attr-defined]
-            raise Rejected("provider_mismatch", f"event {index}: {ref.provider!r}")  # type: ignore[attr-defined]
-        if not ref.external_id:  # type: ignore[attr-defined]
+        if ref.provider != provider:
+            raise Rejected("provider_mismatch", f"event {index}: {ref.provider!r}")
+        if not ref.external_id:
             raise Rejected("missing_external_id", f"event {index}")
 
     def _check_owner(self, ref: Message, index: int) -> None:
-        acct = self.accounts.get(ref.external_account_id) if ref.external_account_id else None  # type: ignore[attr-defined]
-        if acct is not None and acct.user_id != ref.user_id:  # type: ignore[attr-defined]
+        acct = self.accounts.get(ref.external_account_id) if ref.external_account_id else None
+        if acct is not None and acct.user_id != ref.user_id:
             raise Rejected("user_mismatch", f"event {index}: ref.user_id is not the account owner")
 
     def _check_activity(self, act: Message, result: Message, job: str, provider: str,
                         version: tuple[int, int], index: int) -> tuple[str, str, str]:
-        ref, payload = act.ref, act.payload  # type: ignore[attr-defined]
+        ref, payload = act.ref, act.payload
         self._check_ref(ref, provider, index)
         self._check_owner(ref, index)
         if not act.HasField("payload"):
@@ -302,7 +302,7 @@ class ResultRouter:
             raise Rejected("invalid", f"event {index}: zero start_time")
         if payload.elapsed_duration.seconds <= 0 and payload.elapsed_duration.nanos <= 0:
             raise Rejected("invalid", f"event {index}: elapsed <= 0")
-        for attachment in act.attachments:  # type: ignore[attr-defined]
+        for attachment in act.attachments:
             blob_id = attachment.blob_id
             foreign_user = blob_id.startswith("users/") and blob_id.split("/")[1] != ref.user_id
             if blob_id and (foreign_user or not key_provider_ok(blob_id, provider, results=False)):
@@ -311,9 +311,9 @@ class ResultRouter:
         acct = self.accounts.get(ref.external_account_id) if ref.external_account_id else None
         existing = self.sources.get(key)
         if job == "parse_blob":
-            if existing is not None and existing.package != result.worker_package:  # type: ignore[attr-defined]
+            if existing is not None and existing.package != result.worker_package:
                 raise Rejected("not_source_package", f"event {index}: source imported by {existing.package!r}")
-        elif acct is not None and acct.worker_name not in (None, result.worker_name):  # type: ignore[attr-defined]
+        elif acct is not None and acct.worker_name not in (None, result.worker_name):
             raise Rejected("wrong_pool", f"event {index}: account belongs to pool {acct.worker_name!r}")
         if existing is not None and version < existing.version:
             raise Rejected("version_downgrade",

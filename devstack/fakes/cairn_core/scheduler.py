@@ -81,7 +81,7 @@ class JobPublisher:
         with self.router.cond:
             records = list(self.router.sources.items())
         for (_, account_id, ext_id), rec in records:
-            start = rec.activity.payload.start_time.ToDatetime(tzinfo=UTC)  # type: ignore[attr-defined]
+            start = rec.activity.payload.start_time.ToDatetime(tzinfo=UTC)
             if account_id == acct.account_id and start >= since:
                 ids.append(ext_id)
         return ids[:KNOWN_EXT_IDS_CAP]

@@ -138,7 +138,7 @@ class WebhookHttp:
             body += chunk
             if len(body) > MAX_BODY_BYTES:
                 return Response("payload too large", 413)
-        headers = {}
+        headers: dict[str, str] = {}
         for name, value in request.headers.items():  # first value per header, as core
             headers.setdefault(name.lower(), value)
         try:

@@ -165,7 +165,7 @@ def generate_activity(ath: FakeAthlete, i: int, start: float) -> dict[str, Any]:
         "embed_token": f"{rng.getrandbits(64):016x}", "photos": {"primary": None, "count": 0},
         "segment_efforts": [], "laps": [], "available_zones": [],
     }
-    if power:
+    if avg_w is not None:  # power
         act.update(average_watts=avg_w, weighted_average_watts=int(avg_w * 1.05),
                    max_watts=max(streams["watts"]), kilojoules=round(avg_w * moving / 1000, 1),
                    device_watts=True)

@@ -87,8 +87,11 @@ def image_bytes(photo: FakePhoto, size: int) -> bytes:
 class MediaMixin(Endpoints):
     """Photos, the CDN and segment efforts for ``FakeStrava`` (which provides the plumbing)."""
 
-    base_url: str
     cdn_with_authorization = 0  # CDN requests that carried an Authorization header (must stay 0)
+
+    @property
+    def base_url(self) -> str:
+        raise NotImplementedError  # FakeStrava's, once it serves
 
     # ---- test control ----------------------------------------------------------------------
     def add_photo(self, athlete_id: int, activity_id: int, *, caption: str = "",

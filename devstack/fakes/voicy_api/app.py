@@ -239,11 +239,12 @@ class WorkerApi:
                 {"$set": {"status": "ready", "localSourcePath": lsp, "downloadedAt": t, "heartbeatAt": t},
                  "$unset": {"lastError": ""}}, t))
         if endpoint == "transcribe":
-            job = self.st.update_job({"_id": jid, "workerId": me, "status": "ready", "localSourcePath": NON_EMPTY},
-                                     {"$set": {"status": "transcribing", "heartbeatAt": t}}, t)
-            if job:
-                self.pub.progress(job, "processing")
-            return self._job(job)
+            started = self.st.update_job({"_id": jid, "workerId": me, "status": "ready",
+                                          "localSourcePath": NON_EMPTY},
+                                         {"$set": {"status": "transcribing", "heartbeatAt": t}}, t)
+            if started:
+                self.pub.progress(started, "processing")
+            return self._job(started)
         if endpoint == "heartbeat":
             return self._job(self.st.update_job(owned, {"$set": {"heartbeatAt": t}}, t))
         if endpoint == "progress":
@@ -316,6 +317,7 @@ class WorkerApi:
         error = body.get("error")
         error = js_slice(error if isinstance(error, str) else "Unknown worker error", MAX_ERROR_UNITS)
         retryable = js_truthy(body["retryable"]) if "retryable" in body else True
+        update: dict[str, Any]
         if retryable and current.get("attempts", 0) < self.state.policy.max_attempts:
             update = {"$set": {"status": "queued_for_download", "lastError": error},
                       "$unset": {k: "" for k in ("workerId", "claimedAt", "heartbeatAt", "localSourcePath",
