@@ -18,20 +18,22 @@ setup: $(STAMP)
 
 # uv installs the same packages as pip in about half the time on a cold cache (docs/DESIGN.md
 # "Ground rules"); pip, if uv cannot be had. Neither compiles the venv: devstack.infra.warm
-# writes the bytecode of what runs.
+# writes the bytecode of what runs. mypy fills its cache, so lint checks only what changed since
+# (0.6 s, not 17 s on 2 cores); its findings are lint's to report.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv && $(BIN)/python -m uv pip install --python $(BIN)/python --quiet \
 		-e '.[dev]' || { $(BIN)/python -m pip install --quiet --upgrade pip && \
 		$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'; }
 	$(BIN)/python -m devstack.infra.warm
+	@$(BIN)/python -m mypy > /dev/null || true
 	@touch $(STAMP)
 
 # Compile the project once before pytest, not once per worker and fleet process.
 bytecode: setup
 	$(BIN)/python -m compileall -q -j 0 tasks workers bridges ops devstack bench tests/kit
 
-# ruff, then mypy over the product packages ([tool.mypy] in pyproject.toml; .mypy_cache keeps it warm).
+# ruff, then mypy over everything but the test modules ([tool.mypy] in pyproject.toml).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m mypy
