@@ -4,8 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
-# xdist workers: the tests mostly wait on services, so more than the 2 cores (docs/TESTING.md). With
-# 8 the suite ran up to 20 s faster; 6 stays until 8 has green runs of its own (docs/BENCHMARKS.md).
+# xdist workers: the tests mostly wait on services, so more than the 2 cores (docs/TESTING.md). 8 and
+# 10 ran no faster than 6 beyond the box's own ±20 s (docs/BENCHMARKS.md), so 6 stays.
 TEST_WORKERS  ?= 6
 CHECK_WORKERS ?= 6
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
