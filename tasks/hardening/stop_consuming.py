@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import MethodType
 from typing import Any
 
@@ -27,10 +26,9 @@ class NoCreditWhileStopping(bootsteps.StartStopStep):
 
     def start(self, c: Any) -> None:
         qos: Any = getattr(getattr(c.task_consumer, "channel", None), "qos", None)
-        found = getattr(qos, "can_consume", None)
-        if found is None:  # a transport without kombu's virtual QoS: no such check
+        celery_can_consume = getattr(qos, "can_consume", None)
+        if celery_can_consume is None:  # a transport without kombu's virtual QoS: no such check
             return
-        celery_can_consume: Callable[[], bool] = found
 
         def can_consume(_qos: Any) -> bool:
             return not stopping() and bool(celery_can_consume())
