@@ -148,7 +148,7 @@ class CairnStack:
         wait_until(lambda: "cairn bridge started" in bridge.log() or bridge.proc.poll() is not None,
                    WAIT_S, "the bridge to start")
         assert bridge.proc.poll() is None, bridge.log()[-3000:]
-        return self.bridge
+        return bridge
 
     # ------------------------------------------------------------------ accounts and jobs
     def connect_athlete(self, n_activities: int = 3, *, own_app: bool = False) -> Any:

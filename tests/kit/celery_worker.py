@@ -84,11 +84,13 @@ class CeleryWorker:
         warm shutdown reads the pipe, then ends its children itself. A test that leaves a task held on
         purpose still gets the group SIGTERM after the wait, so that line stays visible."""
         deadline = time.monotonic() + WORKER_DRAIN_TIMEOUT_S
-        while self.proc.poll() is None and self.running() and time.monotonic() < deadline:
+        busy = self.running()
+        while self.proc.poll() is None and busy and time.monotonic() < deadline:
             time.sleep(DRAIN_POLL_S)
+            busy = self.running()
         if self.proc.poll() is not None:
             return
-        if self.running():
+        if busy:
             stop_group(self.proc, signal.SIGTERM, WORKER_STOP_TIMEOUT_S)
             return
         self.proc.send_signal(signal.SIGTERM)
