@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kit.doc_quotes import Explainer, Quote, matches_code, quoted_messages, templates, uncovered_words
+from tests.kit.code_templates import templates
+from tests.kit.doc_quotes import Explainer, Quote, matches_code, quoted_messages, uncovered_words
 
 QUOTES = quoted_messages()
 
