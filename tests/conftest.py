@@ -124,9 +124,9 @@ def log_budget(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[
 LONGEST_FIRST = ("test_redis_restart", "test_shutdown", "test_engine_clips", "test_voicy_stranded", "test_voicy_e2e",
                  "test_engine_words", "test_voicy_batching", "test_engine_batched", "test_pools",
                  "test_cairn_e2e", "test_voicy_grants", "test_presence_procfile", "test_nats_permissions", "test_demo",
-                 "test_sentinel", "test_procfile", "test_cairn_outages", "test_health", "test_voicy_recovery",
-                 "test_voicy_words", "test_hosts", "test_cairn_check_auth", "test_garmin_burst", "test_garmin_logins",
-                 "test_local_procfile", "test_heals", "test_rolling_upgrade",
+                 "test_sentinel", "test_procfile", "test_procfile_stops", "test_cairn_outages", "test_health",
+                 "test_voicy_recovery", "test_voicy_words", "test_hosts", "test_cairn_check_auth", "test_garmin_burst",
+                 "test_garmin_logins", "test_local_procfile", "test_heals", "test_rolling_upgrade",
                  # the fast tier's longest (make check: 10-18 s each, mostly waits), ahead of its short ones
                  "test_cairn_publish_retry", "test_cairn_responders", "test_imports", "test_provider_strava",
                  "test_cairn_handlers", "test_docs_messages", "test_garmin_provider", "test_devstack_voicy")
