@@ -84,10 +84,15 @@ def _expect_children_stopped(worker: Any) -> None:
     loop's first check of the pool (``did_start_ok``, just after the "ready" line) failed that check:
     ``Process 'ForkPoolWorker-1' exited with 'signal 15'``, ``Unrecoverable error: WorkerLostError``
     and exit 1 (a quiet full run, stopped at "ready"). Once the stop is flagged, the worker is ending
-    anyway: the check passes, and Celery's cold shutdown terminates the pool as after any stop."""
+    anyway: the check passes, and Celery's cold shutdown terminates the pool as after any stop.
+
+    Each child is also marked as ending under control (billiard's own mark for a child it
+    terminates): found gone in the loop's first pass, it is reaped without that ERROR line."""
     pool = getattr(worker, "pool", None)
     if pool is not None:
         pool.did_start_ok = _stopping_anyway
+        for child in getattr(getattr(pool, "_pool", None), "_pool", ()):  # billiard's processes, if started
+            child._controlled_termination = True
 
 
 def _stopping_anyway() -> bool:
