@@ -107,3 +107,35 @@ def test_a_worker_stopped_mid_turn_of_its_event_loop_stops_cleanly(
     output = worker.output()
     assert code == 0, output[-4000:]
     assert "Traceback" not in output and "CRITICAL" not in output, output[-4000:]
+
+
+# ---------------------------------------------------------------------------- a pool child gone with the stop
+def pool_children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+@pytest.mark.slow
+def test_a_pool_child_gone_with_the_stop_before_the_loop_runs_fails_nothing(
+        tmp_path: Path, launch: Callable[..., ProcfileProcess]) -> None:
+    """A stop sent to the group while the worker starts reaches its pool children too, and one still
+    initialising takes SIGTERM's default action. The moments above catch that only when the box is slow;
+    here it is certain: the worker waits on its frozen Redis while it connects, its child is killed, then
+    the stop comes. Celery's first check of the pool must not count the child as a failed start
+    (``Unrecoverable error: WorkerLostError``, exit 1) nor log its end as an error."""
+    from devstack.infra import services
+
+    with services.redis_server() as own:  # its own Redis: the test freezes it
+        assert own.proc is not None
+        with frozen(own.proc.pid):  # the consumer's first Redis round trip waits: the loop cannot run
+            worker = launch("gpu", fleet_env(own.url, HONCHO_PROCESS_NAME=f"gpu.{uuid.uuid4().hex[:8]}"))
+            wait_until(lambda: pool_children(worker.proc.pid) and waits_on_a_socket(worker.proc.pid),
+                       MAIN_THREAD_WAIT_TIMEOUT_S, "the worker's pool to start and its main thread to wait on Redis",
+                       interval_s=0.05)
+            (child,) = pool_children(worker.proc.pid)
+            os.kill(child, signal.SIGKILL)  # as SIGTERM's default action ends a child still initialising
+            os.killpg(worker.proc.pid, signal.SIGTERM)
+        code = worker.wait_exit()
+    output = worker.output()
+    assert "Cold shutdown while starting" in output, output[-4000:]
+    assert code == 0, output[-4000:]
+    assert "Traceback" not in output and "CRITICAL" not in output and "exited with" not in output, output[-4000:]
