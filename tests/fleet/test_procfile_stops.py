@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from devstack.infra.procs import frozen
@@ -111,7 +112,7 @@ def test_a_worker_stopped_mid_turn_of_its_event_loop_stops_cleanly(
 
 # ---------------------------------------------------------------------------- a pool child gone with the stop
 def pool_children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return [child.pid for child in psutil.Process(pid).children()]
 
 
 @pytest.mark.slow
