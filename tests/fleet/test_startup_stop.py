@@ -50,8 +50,14 @@ def end_child_and_wait_for_its_replacement(pool: Pool) -> None:
     """SIGTERM's default action ends the initialising child; billiard's supervisor reaps and replaces it."""
     (child,) = pool._pool
     os.kill(child.pid, signal.SIGTERM)
-    wait_until(lambda: [p.pid for p in pool._pool] not in ([child.pid], []), REPLACED_TIMEOUT_S,
+    wait_until(lambda: started_children(pool) not in ([child.pid], []), REPLACED_TIMEOUT_S,
                "billiard to reap the ended child and start another")
+
+
+def started_children(pool: Pool) -> list[int]:
+    """The pids of the pool's children; a child billiard has listed but not yet started has none."""
+    pids = [p.pid for p in list(pool._pool)]
+    return [] if None in pids else pids
 
 
 def child_ends_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
