@@ -38,7 +38,7 @@ lint: setup
 
 # `$(call typed,COMMAND)`: COMMAND with mypy beside it at the lowest priority, its report after
 # COMMAND's; fails if either does. The suite leaves a core idle now and then (it waits on services),
-# which is where a cold mypy (17 CPU-s) goes, instead of 17 s before the first test.
+# which is where a cold mypy (15 CPU-s) goes, instead of 15 s before the first test.
 MYPY_OUT := $(VENV)/mypy.out
 typed = nice -n 19 $(BIN)/python -m mypy > $(MYPY_OUT) 2>&1 & types=$$!; \
 	$(1); tests=$$?; wait $$types; typed=$$?; cat $(MYPY_OUT); [ $$tests -eq 0 ] && [ $$typed -eq 0 ]
