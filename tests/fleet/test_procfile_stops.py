@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from devstack.infra import services
 from devstack.infra.procs import frozen
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.procfile import ProcfileProcess, fleet_env
@@ -92,8 +93,6 @@ def test_a_worker_stopped_mid_turn_of_its_event_loop_stops_cleanly(
     AttributeError("'NoneType' object has no attribute '_processes'")``, a traceback and exit 1 (issue 14's
     full-suite run, the pools test's garmin worker). A worker told to stop consumes nothing more
     (tasks/hardening/stop_consuming.py): exit 0, no traceback, an empty log budget."""
-    from devstack.infra import services
-
     with services.redis_server() as own:  # its own Redis: the test freezes it
         assert own.proc is not None
         worker = launch("io", fleet_env(own.url, HONCHO_PROCESS_NAME=f"io.{uuid.uuid4().hex[:8]}"))
@@ -123,8 +122,6 @@ def test_a_pool_child_gone_with_the_stop_before_the_loop_runs_fails_nothing(
     here it is certain: the worker waits on its frozen Redis while it connects, its child is killed, then
     the stop comes. Celery's first check of the pool must not count the child as a failed start
     (``Unrecoverable error: WorkerLostError``, exit 1) nor log its end as an error."""
-    from devstack.infra import services
-
     with services.redis_server() as own:  # its own Redis: the test freezes it
         assert own.proc is not None
         with frozen(own.proc.pid):  # the consumer's first Redis round trip waits: the loop cannot run
