@@ -5,6 +5,9 @@ by what the process was (a Celery pool, a bridge, beat, an ops command). Take a 
 
     PYTHONPATH=$PWD/tests/kit/census_site SWITCHYARD_CENSUS=/tmp/census.tsv make test
 
+and sum it per kind (``python -m tests.kit.process_census FILE``) or per test module that started the
+processes (``python -m tests.kit.process_census --by-module FILE``).
+
 Every Python process of the run then appends one line at exit (``census_site/sitecustomize.py``).
 The pytest processes' children column holds everything they started, so it is left out of the total;
 a runner's (the demo's, honcho's) holds its fleet, whose processes have rows of their own too.
@@ -41,11 +44,14 @@ def kind(argv: str) -> str:
     return argv.split(" ")[0].rsplit("/", 1)[-1]
 
 
-def summarise(path: Path, rows: int = DEFAULT_ROWS) -> str:
+def summarise(path: Path, rows: int = DEFAULT_ROWS, by_module: bool = False) -> str:
+    """Sum a census per kind of process, or per test module that started the process (``by_module``), so
+    the modules whose fleets cost the most show first."""
     kinds: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
     for line in path.read_text().splitlines():
-        _pid, own, kids, _alive, argv = line.split("\t", 4)
-        row = kinds[kind(argv)]
+        _pid, own, kids, _alive, module, argv = line.split("\t", 5)
+        name = kind(argv)
+        row = kinds[name if not by_module or name.startswith("pytest") else module]
         row[0] += 1
         row[1] += float(own)
         row[2] += float(kids)
@@ -60,4 +66,4 @@ def summarise(path: Path, rows: int = DEFAULT_ROWS) -> str:
 
 
 if __name__ == "__main__":
-    print(summarise(Path(sys.argv[1])))
+    print(summarise(Path(sys.argv[-1]), by_module="--by-module" in sys.argv[1:-1]))

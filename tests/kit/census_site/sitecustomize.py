@@ -21,8 +21,9 @@ def _cpu(who: int) -> float:
 def record() -> None:
     """One line per process that exits through Python (SIGKILL and ``os._exit`` leave none: a prefork
     child's CPU is counted in its parent's children column instead)."""
+    module = os.environ.get("PYTEST_CURRENT_TEST", "-").split("::", 1)[0]  # inherited from the test that started it
     line = (f"{os.getpid()}\t{_cpu(resource.RUSAGE_SELF):.3f}\t{_cpu(resource.RUSAGE_CHILDREN):.3f}\t"
-            f"{time.monotonic() - _started:.1f}\t{' '.join(sys.argv)[:ARGV_CHARS]}\n")
+            f"{time.monotonic() - _started:.1f}\t{module}\t{' '.join(sys.argv)[:ARGV_CHARS]}\n")
     try:
         with open(CENSUS_FILE, "a") as out:  # type: ignore[arg-type]  # registered only when it is set
             out.write(line)  # one short append: lines of concurrent processes do not interleave
