@@ -15,13 +15,14 @@ from tasks.hardening import (
     startup_stop,
     stop_consuming,
     stop_timers,
+    thread_stop,
     transport,
 )
 
 # In the order they are installed: the configuration the first four rewrite must be in place already
 # (``tasks.settings.celery_config``); the rest hook signals, bootsteps and loggers.
-HARDENING: tuple[ModuleType, ...] = (transport, result_backend, consumer, scheduler,
-                                     startup_stop, stop_consuming, quick_drain, stop_timers, lost_acks, prefork)
+HARDENING: tuple[ModuleType, ...] = (transport, result_backend, consumer, scheduler, startup_stop, stop_consuming,
+                                     quick_drain, stop_timers, thread_stop, lost_acks, prefork)
 
 
 def install(app: Any) -> None:

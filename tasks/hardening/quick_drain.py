@@ -50,7 +50,11 @@ def wait_for_work_in_hand(worker: Any) -> None:
     transcription ended 0.8 s after SIGTERM still exited after the full 10 s. Here the handler
     watches each active task's child instead. A task that ended is marked ready, so Celery's cancel
     after the window does not terminate its idle child or record a retry over its outcome; a task
-    still running at the window's end is cancelled and handed back by Celery as before."""
+    still running at the window's end is cancelled and handed back by Celery as before.
+
+    A pool without result pipes (``-P threads``, the Procfile's ``garmin`` line) runs each task's
+    outcome callback on the pool's own thread, which marks the task ready itself while this handler
+    waits: the window ends when no task it began with is still active."""
     timeout_s = float(worker.app.conf.worker_soft_shutdown_timeout or 0)
     pending = list(state.active_requests)
     if timeout_s <= 0 or not pending:
@@ -60,6 +64,7 @@ def wait_for_work_in_hand(worker: Any) -> None:
     deadline = started + timeout_s
     log.info("Soft shutdown: waiting up to %.1f s for %d task(s) in hand", timeout_s, len(pending))
     while True:
+        pending = [request for request in pending if request in state.active_requests]
         if children is not None:
             pending = _mark_ended(pending, children)
         now = time.monotonic()

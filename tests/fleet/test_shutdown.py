@@ -32,12 +32,14 @@ from typing import Any
 import pytest
 import redis
 
+from devstack.infra import procfile
 from devstack.infra.log_budget import Allow
 from devstack.infra.procs import signal_group
 from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge
 from tasks.routes import provider_queue
 from tasks.settings import WORKER_SOFT_SHUTDOWN_TIMEOUT_S
-from tests.kit.cairn_stack import CairnStack
+from tests.kit.cairn_stack import WAIT_S, CairnStack
+from tests.kit.garmin_stack import GarminStack
 from tests.kit.gate import Gate
 from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.waiting import wait_until
@@ -407,3 +409,50 @@ def test_cairn_job_running_past_the_shutdown_grace_is_still_ingested_once(cairn)
             bridge_b.stop()
     msg_ids = [res.msg_id for res in stack.results_for(job["job_id"])]
     assert len(msg_ids) == 1, msg_ids
+
+
+# --------------------------------------------------------------------------- garmin worker (threads)
+GARMIN_POOL = "garmin-fetcher"  # the pool the Procfile's garmin line serves
+
+
+@pytest.fixture()
+def garmin(tmp_path: Path, redis_url: str, s3_endpoint: str) -> Iterator[GarminStack]:
+    stack = GarminStack(tmp_path, redis_url, s3_endpoint, pool=GARMIN_POOL)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def test_sigterm_garmin_mid_fetch_finishes_the_job_and_exits_as_it_ends(garmin: GarminStack, tmp_path: Path) -> None:
+    """The Procfile's garmin line runs its jobs on threads (``-P threads``): the soft window lets the
+    running fetch finish and ends as soon as it has, as a prefork worker's does
+    (tasks/hardening/quick_drain.py); the job is ingested once and its message settled."""
+    stack = garmin
+    assert stack.core is not None
+    stack.start_bridge()
+    worker = procfile.run("garmin", {**stack.env, "HONCHO_PROCESS_NAME": "garmin.1"}, tmp_path / "worker-garmin.log")
+    try:
+        wait_until(lambda: " ready." in worker.log() or worker.proc.poll() is not None, WAIT_S, "the garmin worker")
+        connected, account = stack.connect_garmin(n_activities=1)
+        job = stack.fetch_job(connected.account, str(account.newest_first()[0].activity_id))
+        stack.gate.arm()
+        stack.core.enqueue_job("fetch_source", job)
+        assert stack.gate.arrived.wait(WAIT_S), "the job never reached Garmin"
+        os.killpg(worker.proc.pid, signal.SIGTERM)
+        wait_until(lambda: "Soft shutdown: waiting" in worker.log(), 10, "the soft shutdown")
+        stack.gate.open()
+        stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the job's result")
+        job_ended = time.monotonic()  # the result is at core: the task's last lines run now
+        rc = worker.proc.wait(WORKER_EXIT_GRACE_S)
+        exited = time.monotonic()
+        wait_until(lambda: stack.consumer("fetch_source")["num_ack_pending"] == 0, WAIT_S, "the message settled")
+    finally:
+        stack.gate.open()
+        worker.stop()
+    log = worker.log()
+    assert "Soft shutdown: work in hand ended" in log, log[-3000:]
+    assert exited - job_ended < QUICK_DRAIN_LIMIT_S, (exited - job_ended, log[-3000:])
+    assert rc == 0, log[-3000:]
+    assert len(stack.results_for(job["job_id"])) == 1

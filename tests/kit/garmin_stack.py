@@ -4,7 +4,7 @@
 ``GarminKit`` (``devstack/fakes/garmin/kit.py``) as its one provider fake: the
 pool's environment is the kit's, the ``CAIRN_GARMIN_*`` variables that point
 garth at the fake (its CONNECT proxy and CA bundle) included, and an account is
-the kit's credentials connection.
+the kit's credentials connection. The stack's gate holds the fake's original-file downloads.
 """
 
 from __future__ import annotations
@@ -17,16 +17,21 @@ from devstack.fakes.garmin.kit import PROVIDER as GARMIN
 from devstack.fakes.garmin.kit import GarminKit
 from devstack.infra.cairn_stack import Connected, ProviderFake
 from tests.kit.cairn_stack import CairnStack
+from tests.kit.gate import Gate, GateMiddleware
 
 GARMIN_PACKAGE = "switchyard.providers.garmin"  # CAIRN_WORKER_PACKAGE's default for the garmin provider
+GARMIN_DOWNLOAD_PATH = r"/download-service/files/activity/\d+$"  # the gate holds an activity's original file
 
 
 @dataclass
 class GarminStack(CairnStack):
     extra_env: dict[str, str] = field(default_factory=lambda: {"CAIRN_PROVIDER": GARMIN})
+    gate: Gate = field(default_factory=lambda: Gate.path_pattern(GARMIN_DOWNLOAD_PATH))
 
     def provider_fakes(self) -> list[ProviderFake]:
-        return [GarminKit()]
+        kit = GarminKit()
+        kit.fake.app.add_middleware(GateMiddleware, gate=self.gate)
+        return [kit]
 
     @property
     def garmin_kit(self) -> GarminKit:

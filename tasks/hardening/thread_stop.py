@@ -1,0 +1,83 @@
+"""A threads pool stopped from inside a signal handler never waits on the hand-off the signal interrupted."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from celery import bootsteps
+from celery.concurrency.thread import TaskPool as ThreadTaskPool
+
+log = logging.getLogger(__name__)
+
+HANDOFF_POLL_S = 0.01  # how often the deferred stop looks whether the interrupted hand-off has returned
+
+
+class HandOff:
+    """Whether the main thread is handing a task to the pool's executor right now (``submit``)."""
+
+    def __init__(self) -> None:
+        self.busy = False
+
+    def wrap(self, apply: Callable[..., Any]) -> Callable[..., Any]:
+        def on_apply(*args: Any, **kwargs: Any) -> Any:
+            self.busy = True
+            try:
+                return apply(*args, **kwargs)
+            finally:
+                self.busy = False
+
+        return on_apply
+
+
+def signal_safe_stop(stop: Callable[[], None], handoff: HandOff) -> Callable[[], None]:
+    """A threads pool's ``on_stop`` that returns at once when the stop signal landed inside a hand-off.
+
+    Celery's cold shutdown (``REMAP_SIGTERM=SIGQUIT``, the Procfile's ``garmin`` line) stops the pool
+    inside the signal handler, on the main thread. ``ThreadPoolExecutor.shutdown`` takes the
+    executor's lock, which ``submit`` holds while it starts a thread: a signal landing there made the
+    handler wait on its own interrupted frame, and the worker hung until SIGKILL. The stop then runs
+    on a thread of its own once the hand-off has returned, with the same effect: no new task starts,
+    tasks not yet begun are cancelled, the running ones end.
+    """
+    def on_stop() -> None:
+        if not handoff.busy:
+            stop()
+            return
+
+        def stop_after_handoff() -> None:
+            while handoff.busy:
+                time.sleep(HANDOFF_POLL_S)
+            stop()
+
+        log.info("Stop signal during a task's hand-off to the thread pool: the pool stops once it returns")
+        threading.Thread(target=stop_after_handoff, name="thread-pool-stop", daemon=True).start()
+
+    return on_stop
+
+
+class SignalSafeThreadStop(bootsteps.Step):
+    """Worker bootstep, once the pool exists: a threads pool's hand-offs are tracked and its ``on_stop``
+    is :func:`signal_safe_stop`."""
+
+    requires = ("celery.worker.components:Pool",)
+
+    def create(self, parent: Any) -> None:
+        pool = getattr(parent, "pool", None)
+        if isinstance(pool, ThreadTaskPool):
+            make_signal_safe(pool)
+
+
+def make_signal_safe(pool: ThreadTaskPool) -> None:
+    """Track ``pool``'s hand-offs and make its ``on_stop`` :func:`signal_safe_stop`."""
+    handoff = HandOff()
+    pool.on_apply = handoff.wrap(pool.on_apply)
+    pool.on_stop = signal_safe_stop(pool.on_stop, handoff)
+
+
+def install(app: Any) -> None:
+    """Add the bootstep to ``app``'s workers."""
+    app.steps["worker"].add(SignalSafeThreadStop)
