@@ -66,7 +66,7 @@ def test_a_frozen_process_has_every_thread_stopped_and_runs_no_more() -> None:
             time.sleep(0.01)
     finally:
         child.kill()
-        child.wait()
+        child.communicate()  # waits, and closes its pipe
 
 
 def test_freeze_leaves_a_process_stopped_for_the_caller_to_kill() -> None:
@@ -76,4 +76,4 @@ def test_freeze_leaves_a_process_stopped_for_the_caller_to_kill() -> None:
         assert set(thread_states(child.pid)) <= STOPPED_STATES
     finally:
         child.kill()
-        child.wait()
+        child.communicate()  # waits, and closes its pipe

@@ -36,6 +36,9 @@ class Worker:
     def __init__(self, server: DevVoicyServer, token: str) -> None:
         self.http = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=5)
 
+    def close(self) -> None:
+        self.http.close()
+
     def post(self, path: str, body: Any = None) -> httpx.Response:
         return self.http.post(path, json=body) if body is not None else self.http.post(path)
 
@@ -59,13 +62,17 @@ def server() -> Iterator[DevVoicyServer]:
 
 
 @pytest.fixture()
-def a(server: DevVoicyServer) -> Worker:
-    return Worker(server, server.create_client("worker-a"))
+def a(server: DevVoicyServer) -> Iterator[Worker]:
+    worker = Worker(server, server.create_client("worker-a"))
+    yield worker
+    worker.close()
 
 
 @pytest.fixture()
-def b(server: DevVoicyServer) -> Worker:
-    return Worker(server, server.create_client("worker-b"))
+def b(server: DevVoicyServer) -> Iterator[Worker]:
+    worker = Worker(server, server.create_client("worker-b"))
+    yield worker
+    worker.close()
 
 
 def test_auth_is_strict_bearer_against_enabled_sha256_hashes(server: DevVoicyServer) -> None:
@@ -409,4 +416,5 @@ def test_cli_seeds_a_running_server_over_the_dev_endpoints(server: DevVoicyServe
     job_id = cli("enqueue", "--file-id", "AwAC-cli", "--file-size", "10").strip()
     w = Worker(server, token)
     job = w.post("/jobs/claim-download").json()["job"]
+    w.close()
     assert job["id"] == job_id and job["fileSize"] == 10

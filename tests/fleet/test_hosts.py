@@ -127,7 +127,7 @@ def test_drop_hangs_one_service_silent_and_link_cuts_hang_all_and_all_heal(net: 
         assert wait_until_connects(net, ports[0]) and connects(net, ports[1]) == "ok"
     finally:
         server.kill()
-        server.wait()
+        server.communicate()  # waits, and closes its pipe
 
 
 def test_the_rig_leaves_nothing_behind(tmp_path: Path) -> None:

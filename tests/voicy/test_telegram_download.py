@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,21 @@ from workers.voicy.telegram import (
 BOT_TOKEN = "987654321:AAH-telegram-SECRET_token-0123456789ab"
 BOT_SECRET_HALF = BOT_TOKEN.split(":", 1)[1]
 DATA = b"OggS" + bytes(range(256)) * 40  # ~10 KiB, several chunks of nothing in particular
+OpenFiles = Callable[[VoicySettings], TelegramFiles]
+
+
+@pytest.fixture()
+def open_files() -> Iterator[OpenFiles]:
+    """``TelegramFiles`` for one test, each closed at its end (its pooled connections with it)."""
+    opened: list[TelegramFiles] = []
+
+    def open_one(settings: VoicySettings) -> TelegramFiles:
+        opened.append(TelegramFiles(settings))
+        return opened[-1]
+
+    yield open_one
+    for files in opened:
+        files.close()
 
 
 @pytest.fixture(scope="module")
@@ -72,19 +87,20 @@ def test_cloud_file_id_is_resolved_and_streamed_into_the_store(cloud: FakeTelegr
     _assert_token_free(http_logs.text)
 
 
-def test_known_file_path_skips_get_file(cloud: FakeTelegram, tmp_path: Path) -> None:
+def test_known_file_path_skips_get_file(cloud: FakeTelegram, tmp_path: Path, open_files: OpenFiles) -> None:
     path = cloud.add_file("AwAC-known", DATA)
     get_files = len(cloud.requests_of("getFile"))
-    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    files = open_files(settings_for(cloud.url, tmp_path))
     assert b"".join(files.open_source(Source(jobId="j", fileId="AwAC-known", filePath=path))) == DATA
     assert len(cloud.requests_of("getFile")) == get_files
 
 
-def test_local_bot_api_absolute_path_is_copied_from_disk(local_api: FakeTelegram, tmp_path: Path) -> None:
+def test_local_bot_api_absolute_path_is_copied_from_disk(local_api: FakeTelegram, tmp_path: Path,
+                                                         open_files: OpenFiles) -> None:
     disk_path = local_api.add_file("AwAC-local", DATA)
     assert Path(disk_path).is_absolute()
     downloads = len(local_api.requests_of("download"))
-    files = TelegramFiles(settings_for(local_api.url, tmp_path))
+    files = open_files(settings_for(local_api.url, tmp_path))
     assert b"".join(files.open_source(Source(jobId="j", fileId="AwAC-local"))) == DATA
     assert len(local_api.requests_of("download")) == downloads  # copied, not fetched over HTTP
     Path(disk_path).unlink()
@@ -92,9 +108,9 @@ def test_local_bot_api_absolute_path_is_copied_from_disk(local_api: FakeTelegram
         b"".join(files.open_source(Source(jobId="j", filePath=disk_path)))
 
 
-def test_source_url_rules(cloud: FakeTelegram, tmp_path: Path) -> None:
+def test_source_url_rules(cloud: FakeTelegram, tmp_path: Path, open_files: OpenFiles) -> None:
     cloud.add_file("AwAC-url", DATA, path="voice/legacy.oga")
-    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    files = open_files(settings_for(cloud.url, tmp_path))
     token_url = f"https://api.telegram.org/file/bot{BOT_TOKEN}/voice/legacy.oga"
     # A token-bearing legacy URL is never used: the file id is resolved instead.
     got = b"".join(files.open_source(Source(jobId="j", fileId="AwAC-url", sourceUrl=token_url)))
@@ -105,8 +121,8 @@ def test_source_url_rules(cloud: FakeTelegram, tmp_path: Path) -> None:
         files.open_source(Source(jobId="j"))
 
 
-def test_missing_bot_token_is_permanent_with_voicys_messages(tmp_path: Path) -> None:
-    files = TelegramFiles(settings_for("https://api.telegram.org", tmp_path, bot_token=None))
+def test_missing_bot_token_is_permanent_with_voicys_messages(tmp_path: Path, open_files: OpenFiles) -> None:
+    files = open_files(settings_for("https://api.telegram.org", tmp_path, bot_token=None))
     with pytest.raises(PermanentJobError) as resolve:
         files.open_source(Source(jobId="j", fileId="x"))
     assert str(resolve.value) == NO_TOKEN_RESOLVE
@@ -118,11 +134,12 @@ def test_missing_bot_token_is_permanent_with_voicys_messages(tmp_path: Path) -> 
 @pytest.mark.parametrize(("stage", "status"), [("getFile", 404), ("getFile", 502), ("download", 500),
                                                ("download", 404)])
 def test_http_errors_are_retryable_and_token_free(cloud: FakeTelegram, tmp_path: Path, stage: str,
-                                                  status: int, http_logs: pytest.LogCaptureFixture) -> None:
+                                                  status: int, http_logs: pytest.LogCaptureFixture,
+                                                  open_files: OpenFiles) -> None:
     file_id = f"AwAC-{stage}-{status}"
     cloud.add_file(file_id, DATA)
     cloud.fail_next(file_id, status=status, stage=stage)  # type: ignore[arg-type]
-    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    files = open_files(settings_for(cloud.url, tmp_path))
     with pytest.raises(RetryableJobError, match=f"HTTP {status}") as info:
         b"".join(files.open_source(Source(jobId="j", fileId=file_id)))
     _assert_token_free(_everything(info.value))
@@ -134,13 +151,14 @@ def test_http_errors_are_retryable_and_token_free(cloud: FakeTelegram, tmp_path:
 @pytest.mark.parametrize("stage", ["getFile", "download"])
 def test_a_connection_the_server_closes_unanswered_is_retried_once(cloud: FakeTelegram, tmp_path: Path,
                                                                   stage: str, how: str,
-                                                                  http_logs: pytest.LogCaptureFixture) -> None:
+                                                                  http_logs: pytest.LogCaptureFixture,
+                                                                  open_files: OpenFiles) -> None:
     """A keep-alive server may close an idle connection just as a request goes out on it (RFC 9112
     §9.3.1; seen in the chaos run as ``Telegram getFile failed: RemoteProtocolError``): both requests are
     idempotent GETs, so the client sends it once more, on a new connection, and the job never notices."""
     file_id = f"AwAC-hangup-{stage}-{how}"
     cloud.add_file(file_id, DATA)
-    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    files = open_files(settings_for(cloud.url, tmp_path))
     assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA  # connection pooled
     cloud.hang_up_next(file_id, stage=stage, how=how)  # type: ignore[arg-type]
     before = len(cloud.requests_of(stage))  # type: ignore[arg-type]
@@ -152,12 +170,13 @@ def test_a_connection_the_server_closes_unanswered_is_retried_once(cloud: FakeTe
 
 @pytest.mark.parametrize("stage", ["getFile", "download"])
 def test_a_second_hang_up_is_a_retryable_failure_not_a_loop(cloud: FakeTelegram, tmp_path: Path, stage: str,
-                                                            http_logs: pytest.LogCaptureFixture) -> None:
+                                                            http_logs: pytest.LogCaptureFixture,
+                                                            open_files: OpenFiles) -> None:
     file_id = f"AwAC-hangup-twice-{stage}"
     cloud.add_file(file_id, DATA)
     cloud.hang_up_next(file_id, stage=stage, times=3)  # type: ignore[arg-type]
     before = len(cloud.requests_of(stage))  # type: ignore[arg-type]
-    files = TelegramFiles(settings_for(cloud.url, tmp_path))
+    files = open_files(settings_for(cloud.url, tmp_path))
     try:
         with pytest.raises(RetryableJobError, match="RemoteProtocolError") as info:
             b"".join(files.open_source(Source(jobId="j", fileId=file_id)))
@@ -168,19 +187,19 @@ def test_a_second_hang_up_is_a_retryable_failure_not_a_loop(cloud: FakeTelegram,
     _assert_token_free(http_logs.text)
 
 
-def test_wrong_token_and_unknown_file_are_retryable(cloud: FakeTelegram, tmp_path: Path) -> None:
-    wrong = TelegramFiles(settings_for(cloud.url, tmp_path, bot_token="111:wrong-token-value-xyz"))
+def test_wrong_token_and_unknown_file_are_retryable(cloud: FakeTelegram, tmp_path: Path, open_files: OpenFiles) -> None:
+    wrong = open_files(settings_for(cloud.url, tmp_path, bot_token="111:wrong-token-value-xyz"))
     with pytest.raises(RetryableJobError, match="HTTP 401.*VOICY_WORKER_TELEGRAM_BOT_TOKEN") as info:
         wrong.open_source(Source(jobId="j", fileId="whatever"))
     assert "wrong-token-value" not in _everything(info.value)
     with pytest.raises(RetryableJobError, match="HTTP 400"):
-        TelegramFiles(settings_for(cloud.url, tmp_path)).open_source(Source(jobId="j", fileId="nope"))
+        open_files(settings_for(cloud.url, tmp_path)).open_source(Source(jobId="j", fileId="nope"))
 
 
-def test_download_timeout_is_retryable(cloud: FakeTelegram, tmp_path: Path) -> None:
+def test_download_timeout_is_retryable(cloud: FakeTelegram, tmp_path: Path, open_files: OpenFiles) -> None:
     cloud.add_file("AwAC-slow", DATA)
     cloud.delay("AwAC-slow", 3.0)
-    files = TelegramFiles(settings_for(cloud.url, tmp_path, timeout_ms=300))
+    files = open_files(settings_for(cloud.url, tmp_path, timeout_ms=300))
     try:
         with pytest.raises(RetryableJobError, match="Timeout") as info:
             b"".join(files.open_source(Source(jobId="j", fileId="AwAC-slow")))

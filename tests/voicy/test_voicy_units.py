@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from pathlib import Path
 
 import boto3
@@ -148,9 +149,10 @@ def test_only_documented_names_set_the_model_and_the_media_limit(env) -> None:
 
 def test_client_maps_statuses_and_never_logs_the_token(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    with DevVoicyServer() as server:
+    with DevVoicyServer() as server, ExitStack() as stack:
         token = server.create_client("unit", token=TOKEN)
         client = VoicyClient(server.url, token, timeout_s=5)
+        stack.callback(client.close)
         assert client.claim_download("oldest") is None
         job_id = server.enqueue_job("fid-1")
         job = client.claim_download("newest")
@@ -160,35 +162,38 @@ def test_client_maps_statuses_and_never_logs_the_token(caplog: pytest.LogCapture
         server.inject_failure("heartbeat", status=503, times=2)
         assert client.heartbeat(job_id).status == "downloading"  # retried past two 503s
         server.inject_failure("heartbeat", status=503, times=50)
-        with pytest.raises(RetryableJobError):
-            VoicyClient(server.url, token, timeout_s=5, retry_attempts=2).heartbeat(job_id)
-        with pytest.raises(AuthError, match="VOICY_WORKER_TOKEN"):
-            VoicyClient(server.url, "wrong-token-value", timeout_s=5).claim_download("oldest")
+        with pytest.raises(RetryableJobError), VoicyClient(server.url, token, timeout_s=5, retry_attempts=2) as few:
+            few.heartbeat(job_id)
+        with pytest.raises(AuthError, match="VOICY_WORKER_TOKEN"), \
+                VoicyClient(server.url, "wrong-token-value", timeout_s=5) as wrong:
+            wrong.claim_download("oldest")
         assert client.failure(job_id, "boom", retryable=True).status == "queued_for_download"
     assert TOKEN not in caplog.text
 
 
 def test_telegram_cloud_and_local_forms_and_token_safety(tmp_path: Path) -> None:
     data = (AUDIO_DIR / audio_manifest()[0]["file"]).read_bytes()
-    for local in (False, True):
-        tg = FakeTelegram(BOT_TOKEN, local_mode=local).start()
-        try:
-            tg.add_file("fid", data)
-            settings = _settings(tg.url, tmp_path)
-            files = TelegramFiles(settings)
-            got = b"".join(files.open_source(Source(jobId="j", fileId="fid")))
-            assert got == data
-            with pytest.raises(RetryableJobError) as info:
-                b"".join(files.open_source(Source(jobId="j", fileId="missing")))
-            assert BOT_TOKEN not in str(info.value)
-            tg.fail_next("fid", status=404)
-            with pytest.raises(RetryableJobError):
-                b"".join(files.open_source(Source(jobId="j", fileId="fid")))
-        finally:
-            tg.stop()
-    no_token = _settings("http://127.0.0.1:9", tmp_path, bot_token=None)
-    with pytest.raises(PermanentJobError, match="required to resolve"):
-        TelegramFiles(no_token).open_source(Source(jobId="j", fileId="x"))
+    with ExitStack() as stack:  # every client closed at the end, its pooled connections with it
+        for local in (False, True):
+            tg = FakeTelegram(BOT_TOKEN, local_mode=local).start()
+            try:
+                tg.add_file("fid", data)
+                settings = _settings(tg.url, tmp_path)
+                files = TelegramFiles(settings)
+                stack.callback(files.close)
+                got = b"".join(files.open_source(Source(jobId="j", fileId="fid")))
+                assert got == data
+                with pytest.raises(RetryableJobError) as info:
+                    b"".join(files.open_source(Source(jobId="j", fileId="missing")))
+                assert BOT_TOKEN not in str(info.value)
+                tg.fail_next("fid", status=404)
+                with pytest.raises(RetryableJobError):
+                    b"".join(files.open_source(Source(jobId="j", fileId="fid")))
+            finally:
+                tg.stop()
+        no_token = _settings("http://127.0.0.1:9", tmp_path, bot_token=None)
+        with pytest.raises(PermanentJobError, match="required to resolve"), TelegramFiles(no_token) as files:
+            files.open_source(Source(jobId="j", fileId="x"))
 
 
 def test_telegram_timeout_is_retryable(tmp_path: Path) -> None:
@@ -196,8 +201,8 @@ def test_telegram_timeout_is_retryable(tmp_path: Path) -> None:
     try:
         tg.add_file("slow", b"x" * 10)
         tg.delay("slow", 3.0)
-        files = TelegramFiles(_settings(tg.url, tmp_path, timeout_ms=300))
-        with pytest.raises(RetryableJobError, match="Timeout") as info:
+        with TelegramFiles(_settings(tg.url, tmp_path, timeout_ms=300)) as files, \
+                pytest.raises(RetryableJobError, match="Timeout") as info:
             b"".join(files.open_source(Source(jobId="j", fileId="slow")))
         assert BOT_TOKEN not in str(info.value)
     finally:

@@ -145,6 +145,12 @@ class TelegramFiles:
     def close(self) -> None:
         self._http.close()
 
+    def __enter__(self) -> TelegramFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def get_file_path(self, file_id: str) -> str:
         """``getFile`` → ``result.file_path`` (``ok`` is not checked, like Voicy's client)."""
         if not self._has_token:
