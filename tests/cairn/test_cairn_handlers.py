@@ -27,6 +27,7 @@ from tests.kit.cairn_ctx import (
     Athlete,
     admit_and_run,
     assert_json_and_secret_free,
+    assert_naks_until_the_short_window,
     forget_budget,
     ingested_since,
 )
@@ -39,7 +40,6 @@ from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, coalesce_key,
 from workers.cairn.handlers.run import run_job
 from workers.cairn.outcomes import LEASE_NAMESPACE, OutcomeLedger
 from workers.lease import Leases
-from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
 
 # --------------------------------------------------------------------------- unit pieces
 
@@ -104,11 +104,10 @@ def test_rate_limited_naks_until_the_real_window_reset(core: DevCairnCore, ctx: 
                                                        athlete: Athlete, strava: FakeStrava) -> None:
     before = len(core.ingested) + len(core.rejected)
     strava.force_429(1, "short")
-    now = datetime.now(UTC)
+    started = datetime.now(UTC)
     disposition = admit_and_run(ctx, "fetch_source", athlete.fetch_job(1), 1)
-    expected = (next_short_reset(now) - now).total_seconds() + RESET_GRACE_S
     assert disposition.action == "nak"
-    assert disposition.delay_s is not None and abs(disposition.delay_s - expected) < 3.0
+    assert_naks_until_the_short_window(disposition.delay_s, started, datetime.now(UTC))
     assert "rate_limited" in disposition.reason
     assert not disposition.counts_as_failure  # waiting for the window is not failing
     assert len(core.ingested) + len(core.rejected) == before  # nothing published

@@ -48,7 +48,7 @@ from workers.providers.errors import ProviderRateLimited
 from workers.providers.models import PoolIdentity
 from workers.providers.strava.provider import StravaProvider
 from workers.providers.strava.settings import StravaSettings
-from workers.providers.strava.usage import next_short_reset
+from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
 from workers.providers.windows import WindowUsage
 
 PACKAGE = "switchyard.providers.strava"
@@ -245,3 +245,17 @@ def ctx(nats_url: str, fresh_redis: str, strava: FakeStrava, pool: str) -> Itera
 @pytest.fixture()
 def athlete(core: DevCairnCore, strava: FakeStrava, pool: str) -> Athlete:
     return Athlete(core, strava, pool)
+
+
+# The handler reads the clock at Strava's 429, between the test's readings before and after the job; this
+# covers the rounding between its clock and theirs.
+CLOCK_SLACK_S = 1.0
+
+
+def assert_naks_until_the_short_window(delay_s: float | None, started: datetime, ended: datetime) -> None:
+    """``delay_s`` runs from the 429 (a moment between ``started`` and ``ended``) to Strava's next short-window
+    reset, plus the grace: a bound that holds however long a loaded box took to run the job."""
+    assert delay_s is not None
+    bounds = [((reset - ended).total_seconds() + RESET_GRACE_S, (reset - started).total_seconds() + RESET_GRACE_S)
+              for reset in {next_short_reset(started), next_short_reset(ended)}]
+    assert any(low - CLOCK_SLACK_S <= delay_s <= high + CLOCK_SLACK_S for low, high in bounds), (delay_s, bounds)

@@ -20,7 +20,15 @@ import pytest
 
 from devstack.fakes.cairn_core import DevCairnCore
 from devstack.fakes.strava import FakeStrava
-from tests.kit.cairn_ctx import Athlete, RecordingHook, admit_and_run, forget_budget, ingested_since, segments_since
+from tests.kit.cairn_ctx import (
+    Athlete,
+    RecordingHook,
+    admit_and_run,
+    assert_naks_until_the_short_window,
+    forget_budget,
+    ingested_since,
+    segments_since,
+)
 from workers.cairn.contract import wire
 from workers.cairn.handlers import Delivery, JobContext
 from workers.cairn.presence import manifest_record, presence_record
@@ -38,7 +46,6 @@ from workers.providers.strava.segments import (
     map_segment,
 )
 from workers.providers.strava.settings import StravaSettings
-from workers.providers.strava.usage import RESET_GRACE_S, next_short_reset
 
 USER_ID = "7d1d9a8e-7a57-4a53-9b1e-1f0c0d7a0011"
 ACCOUNT_ID = "0b6c2f0e-3c1a-4f5e-8a55-2a3f7d9e0012"
@@ -263,11 +270,10 @@ def test_429_inside_the_segment_loop_naks_until_the_window_and_the_rerun_is_chea
     job = ath.fetch_job(0)
     strava.clear_requests()
     strava.fail("segment", 429, after=1)  # Strava refuses the second segment's detail
-    before, now = len(core.ingested), datetime.now(UTC)
+    before, started = len(core.ingested), datetime.now(UTC)
     first = admit_and_run(ctx, "fetch_source", job, Delivery(attempt=1, stream_seq=11))
-    expected = (next_short_reset(now) - now).total_seconds() + RESET_GRACE_S
     assert first.action == "nak" and "rate_limited_segments" in first.reason
-    assert first.delay_s is not None and abs(first.delay_s - expected) < 3.0  # anchored to the window
+    assert_naks_until_the_short_window(first.delay_s, started, datetime.now(UTC))  # anchored to the window
     assert not first.counts_as_failure  # waiting for the window is not failing
     assert segment_calls(strava) == [(str(order[0]), 200), (str(order[1]), 429)]
     [activity] = ingested_since(core, before)  # the activity is not held back
