@@ -76,6 +76,7 @@ class ProcfileProcess:
             with self._cond:
                 self._lines.append(line)
                 self._cond.notify_all()
+        self.proc.stdout.close()  # the output ended: the reader owns the pipe
         with self._cond:
             self._cond.notify_all()
 

@@ -237,6 +237,7 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery
         previous.downloaded(job.id, str(media))
     for name in ("stale_stored", "fresh_transcribing"):
         previous.transcribe(ids[name])
+    previous.close()  # that process is gone
     server.update_job(ids["stale_stored"], {"heartbeatAt": server.state.now() - STALE_HEARTBEAT_AGE})
     seen_requests, seen_edits = len(server.requests), len(server.edits)
 
