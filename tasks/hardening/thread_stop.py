@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,22 +12,22 @@ from celery.concurrency.thread import TaskPool as ThreadTaskPool
 
 log = logging.getLogger(__name__)
 
-HANDOFF_POLL_S = 0.01  # how often the deferred stop looks whether the interrupted hand-off has returned
-
 
 class HandOff:
-    """Whether the main thread is handing a task to the pool's executor right now (``submit``)."""
+    """Whether the main thread is handing a task to the pool's executor right now (``submit``): ``idle``
+    is clear for as long as it does, so a deferred stop awaits the hand-off's end instead of polling."""
 
     def __init__(self) -> None:
-        self.busy = False
+        self.idle = threading.Event()
+        self.idle.set()
 
     def wrap(self, apply: Callable[..., Any]) -> Callable[..., Any]:
         def on_apply(*args: Any, **kwargs: Any) -> Any:
-            self.busy = True
+            self.idle.clear()
             try:
                 return apply(*args, **kwargs)
             finally:
-                self.busy = False
+                self.idle.set()
 
         return on_apply
 
@@ -44,13 +43,12 @@ def signal_safe_stop(stop: Callable[[], None], handoff: HandOff) -> Callable[[],
     tasks not yet begun are cancelled, the running ones end.
     """
     def on_stop() -> None:
-        if not handoff.busy:
+        if handoff.idle.is_set():
             stop()
             return
 
         def stop_after_handoff() -> None:
-            while handoff.busy:
-                time.sleep(HANDOFF_POLL_S)
+            handoff.idle.wait()
             stop()
 
         log.info("Stop signal during a task's hand-off to the thread pool: the pool stops once it returns")
