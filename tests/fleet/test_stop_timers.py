@@ -2,10 +2,10 @@
 (``tasks/hardening/stop_timers.py``).
 
 Celery's cold shutdown (the Procfile's ``REMAP_SIGTERM=SIGQUIT``) stops the pool on the main thread
-from the signal handler; the drain's timer thread then steps the hub's scheduler. Here the handler
-runs where it hurt: inside that scheduler's generator, as a signal landing there runs it. A real
-pool child holds its work until a timer entry releases it, so the drain ends only through a timer
-fired during it.
+from the signal handler; the drain's timer thread then steps the hub's scheduler and sends the event
+heartbeat. Here the handler runs where it hurt: inside that scheduler's generator, or inside an event
+publish, as a signal landing there runs it. A real pool child holds its work until a timer entry
+releases it, so the drain ends only through a timer fired during it.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from collections.abc import Iterator
 
 import pytest
 from celery.concurrency.prefork import TaskPool
+from kombu import Connection
 from kombu.asynchronous import Hub, get_event_loop, set_event_loop
 from kombu.asynchronous.timer import Timer
 
 import tasks
-from tasks.hardening.stop_timers import DrainTimers, fire_with_own_scheduler
+from tasks.hardening.stop_timers import DrainTimers, fire_with_own_scheduler, skip_events_held_by_the_stop
 
 WORK_BOUND_S = 20.0  # the child gives up waiting for the timer after this: the drain then ends unfired
 _released = multiprocessing.Event()  # created before the pool forks: the child inherits it
@@ -72,3 +73,29 @@ def test_a_stop_run_inside_the_scheduler_still_fires_timers_while_the_pool_drain
     assert fired == ["prefork-timer-shutdown"]  # fired by the drain's own thread, once
     assert hub.scheduler is scheduler  # the interrupted frame goes on with its own scheduler
     assert "Exception in timer thread" not in caplog.text and "generator already executing" not in caplog.text
+
+
+def test_a_stop_run_inside_an_event_publish_drains_with_timers_and_events_back_on_after(
+        hub: Hub, caplog: pytest.LogCaptureFixture) -> None:
+    with Connection("memory://") as connection:
+        events = tasks.app.events.Dispatcher(connection, hostname="stop-timers@test", enabled=True)
+        pool = TaskPool(1, initargs=(tasks.app, "stop-timers@test"))
+        pool.on_stop = skip_events_held_by_the_stop(pool.on_stop, lambda: events)  # what the bootstep does
+        pool.start()
+        fired: list[object] = []
+
+        def heartbeat() -> None:  # celery.worker.heartbeat.Heart's timer entry, then the child's release
+            fired.append(events.send("worker-heartbeat"))
+            _released.set()
+
+        started = threading.Event()
+        pool.apply_async(_work_in_hand, accept_callback=lambda *_: started.set())
+        assert started.wait(WORK_BOUND_S), "the pool child took no work"
+        hub.call_later(0, heartbeat)
+        with caplog.at_level(logging.INFO), events.mutex:  # the frame the signal landed in was publishing
+            pool.stop()  # Celery's cold-shutdown handler
+        assert fired == [None]  # the heartbeat fired during the drain, and was skipped, not waited on
+        assert "did not terminate cleanly" not in caplog.text, caplog.text
+        assert "the drain sends no events" in caplog.text
+        assert events.enabled  # back on for the worker-offline the shutdown sends next
+        events.close()
