@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import threading
@@ -94,6 +95,16 @@ def test_connect_options_per_auth_mode(tmp_path: Any) -> None:
     assert not {"token", "user", "password", "user_credentials", "nkeys_seed_str"} & set(anon)
 
 
+async def _refused(options: dict[str, Any]) -> None:
+    """Connect with ``options``, closing the client whatever happens: nats-py leaves a refused
+    connection's socket open otherwise."""
+    nc = nats.NATS()
+    try:
+        await nc.connect(**options)
+    finally:
+        await nc.close()
+
+
 def test_enrollment_token_authenticates_against_a_token_server() -> None:
     port = services.free_port()
     proc = subprocess.Popen([services.find_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port),
@@ -107,9 +118,7 @@ def test_enrollment_token_authenticates_against_a_token_server() -> None:
         settings = CairnSettings(nats_url=url, worker_name=POOL, worker_enrollment_token="wrong")
         options = {**connect_options(settings), "allow_reconnect": False, "connect_timeout": 1}
         with pytest.raises(Exception, match="Authorization Violation"):
-            import asyncio
-
-            asyncio.run(nats.connect(**options))
+            asyncio.run(_refused(options))
     finally:
         proc.terminate()
         proc.wait(10)
