@@ -7,9 +7,8 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from nats.aio.msg import Msg
 from pydantic import BaseModel, ValidationError
 
 from workers.cairn import outcomes
@@ -38,6 +37,16 @@ _SAFE_TOKEN = re.compile(r"[A-Za-z0-9_:-]{1,128}")
 # --------------------------------------------------------------------------- inputs
 
 
+class Delivered(Protocol):
+    """What :meth:`DeliveryMeta.from_msg` reads of a delivery (nats-py's ``Msg``; a test's stub)."""
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def metadata(self) -> Any: ...
+
+
 @dataclass(frozen=True)
 class DeliveryMeta:
     """What JetStream says about one delivery, and the consumer kind that pulled it."""
@@ -54,7 +63,7 @@ class DeliveryMeta:
         return MessageKey(self.stream, self.seq, self.stamp)
 
     @classmethod
-    def from_msg(cls, kind: str, msg: Msg) -> DeliveryMeta:
+    def from_msg(cls, kind: str, msg: Delivered) -> DeliveryMeta:
         md = msg.metadata
         return cls(kind=kind, stream=str(md.stream), seq=int(md.sequence.stream),
                    stamp=md.timestamp.timestamp(), delivered=int(md.num_delivered), subject=msg.subject)

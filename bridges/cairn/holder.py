@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from bridges.cairn.admission import Adopt, DeliveryMeta, Dispatch, Envelope, MessageKind, Recall, Rules, Settle, admit
 from bridges.cairn.consumers import JobConsumer
 from bridges.cairn.execution import Shutdown
-from bridges.cairn.settle import FailureCounts, Held, settle
+from bridges.cairn.settle import Counts, Held, settle
 from workers.cairn.disposition import (
     ENVELOPE_FAILED_NAK_DELAY_S,
     HANDOVER_NAK_DELAY_S,
@@ -64,7 +64,7 @@ class Holder:
     """
 
     def __init__(self, *, kinds: Mapping[str, MessageKind], rules: Rules, recall: Recall, runs: Runs,
-                 envelopes: Publishes, ledger: Records, failures: FailureCounts, shutdown: Shutdown,
+                 envelopes: Publishes, ledger: Records, failures: Counts, shutdown: Shutdown,
                  slots: asyncio.Semaphore, spawn: Spawn, ack_wait_s: float,
                  redis_outage: Outage, nats_outage: Outage) -> None:
         self.kinds, self.rules, self.recall, self.runs = kinds, rules, recall, runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from nats.aio.msg import Msg
 
@@ -21,6 +21,18 @@ log = logging.getLogger(__name__)
 # without one would be redelivered at once, for ever.
 FAILURE_COUNT_TTL_S = 7 * 24 * 3600  # a week: outlives a day-long rate-limit NAK and what follows it
 ACK_CONFIRM_TIMEOUT_S = 5.0  # how long an ack waits for JetStream to confirm it before the ledger is cleared
+
+
+class Counts(Protocol):
+    """Failed deliveries per message (:class:`FailureCounts`; a test's in-memory records)."""
+
+    outage: Outage
+
+    async def record(self, held: Held) -> int: ...
+
+    async def consume_outcome(self, held: Held) -> None: ...
+
+    async def clear(self, held: Held) -> None: ...
 
 
 class NotSentError(Exception):
@@ -112,14 +124,14 @@ async def _send(held: Held, action: str, delay_s: float) -> None:
         await held.msg.term()
 
 
-def _report(failures: FailureCounts, what: str, held: Held, exc: Exception) -> None:
+def _report(failures: Counts, what: str, held: Held, exc: Exception) -> None:
     if isinstance(exc, REDIS_UNAVAILABLE):
         failures.outage.failed(what, exc)  # logged once per outage
     else:
         log.warning("%s for seq %d failed: %s", what, held.seq, type(exc).__name__)
 
 
-async def settle(held: Held, disposition: Disposition, failures: FailureCounts, term_after: int) -> None:
+async def settle(held: Held, disposition: Disposition, failures: Counts, term_after: int) -> None:
     """Apply ``disposition`` to the held message once; count a failed NAK before sending it.
 
     The count is written before the NAK so the redelivery, on whichever

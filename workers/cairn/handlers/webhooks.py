@@ -9,13 +9,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from workers.cairn.contract import subjects
 from workers.cairn.disposition import COALESCE_MIN_NAK_DELAY_S, WEBHOOK_PUBLISH_NAK_DELAY_S, Disposition, ack, nak, term
-from workers.cairn.handlers.context import JobContext
 from workers.cairn.pool import PoolContext
 from workers.cairn.refusals import PermissionRefused
 from workers.logs import describe
@@ -89,7 +88,21 @@ class Account:
     user_id: str
 
 
-def lookup_account(ctx: JobContext, owner_id: str, subscription_id: str) -> tuple[Account | None, str]:
+class CoreLink(Protocol):
+    """What a webhook job uses of its :class:`JobContext`: the pool's names and core's request/publish."""
+
+    @property
+    def provider_name(self) -> str: ...
+
+    @property
+    def worker_name(self) -> str: ...
+
+    def request(self, subject: str, body: dict[str, Any], timeout_s: float = ...) -> dict[str, Any]: ...
+
+    def publish(self, subject: str, data: bytes, msg_id: str, timeout_s: float = ...) -> None: ...
+
+
+def lookup_account(ctx: CoreLink, owner_id: str, subscription_id: str) -> tuple[Account | None, str]:
     """Resolve the owner on the pool's lookup subject; (account, "") or (None, why).
 
     An event names the provider's owner, not a Cairn account. Any error, or a timeout, drops the event."""
@@ -124,7 +137,7 @@ def parse_event(raw: bytes, rules: WebhookRules | None) -> WebhookJob:
     return rules.classify(body)
 
 
-def handle_event(ctx: JobContext, job: WebhookJob | dict[str, Any], delivery: Any, *,
+def handle_event(ctx: CoreLink, job: WebhookJob | dict[str, Any], delivery: Any, *,
                  now: Callable[[], float] = time.time) -> Disposition:
     """Run one admitted webhook job (``workers.cairn.handlers.HANDLERS[KIND]``); the bridge applies the result.
 
@@ -151,7 +164,7 @@ def handle_event(ctx: JobContext, job: WebhookJob | dict[str, Any], delivery: An
         return nak(WEBHOOK_PUBLISH_NAK_DELAY_S, reason=f"transient: {type(exc).__name__}")
 
 
-def _enqueue_fetch(ctx: JobContext, job: WebhookJob, account: Account, tag: str) -> str:
+def _enqueue_fetch(ctx: CoreLink, job: WebhookJob, account: Account, tag: str) -> str:
     """A ``fetch_source`` sub-job on the pool's own job subject (contract §3: webhooks enqueue there)."""
     provider = ctx.provider_name
     job_id = webhook_job_id(provider, ctx.worker_name, job.owner_id, job.object_id, tag)
@@ -162,7 +175,7 @@ def _enqueue_fetch(ctx: JobContext, job: WebhookJob, account: Account, tag: str)
     return job_id
 
 
-def _apply(ctx: JobContext, job: WebhookJob, account: Account) -> Disposition:
+def _apply(ctx: CoreLink, job: WebhookJob, account: Account) -> Disposition:
     """Publish what the action means, only on subjects core's permission template grants (contract §1)."""
     provider = ctx.provider_name
     if job.action == FETCH:
