@@ -93,16 +93,18 @@ class CairnStack:
 
     # ------------------------------------------------------------------ the world (the kit's)
     @property
-    def nats(self) -> services.Service | None:
-        return self.kit.nats if self.kit is not None else None
+    def nats(self) -> services.Service:
+        assert self.kit is not None and self.kit.nats is not None, "the stack is not started"
+        return self.kit.nats
 
     @property
-    def core(self) -> DevCairnCore | None:
-        return self.kit.core if self.kit is not None else None
+    def core(self) -> DevCairnCore:
+        assert self.kit is not None and self.kit.core is not None, "the stack is not started"
+        return self.kit.core
 
     @property
-    def strava(self) -> FakeStrava | None:
-        return self._strava_kit.fake if self.kit is not None else None
+    def strava(self) -> FakeStrava:
+        return self._strava_kit.fake
 
     @property
     def _strava_kit(self) -> StravaKit:
@@ -153,7 +155,6 @@ class CairnStack:
     # ------------------------------------------------------------------ accounts and jobs
     def connect_athlete(self, n_activities: int = 3, *, own_app: bool = False) -> Any:
         """A connected account; ``own_app`` gives it its own Strava app (its own rate-limit budget)."""
-        assert self.core is not None
         connected = self._strava_kit.connect(self.core, Pool(PROVIDER, self.pool), n_activities,
                                              own_app=own_app, with_gear=False)
         return connected.account
@@ -166,7 +167,6 @@ class CairnStack:
         assert self.gate.arrived.wait(WAIT_S), "the job never reached Strava"
 
     def first_activity_id(self, acct: Any) -> str:
-        assert self.strava is not None
         ath = self.strava.athlete(int(acct.external_id))
         return str(sorted(ath.activities)[0])
 

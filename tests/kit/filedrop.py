@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from devstack.fakes.cairn_core import DevCairnCore
 from devstack.fakes.http_server import BackgroundServer
-from devstack.fakes.provider_fake import Connected, Pool
+from devstack.fakes.provider_fake import Connected, DemoSize, Pool
 from devstack.infra import plugins
 from workers.providers.registry import ENTRY_POINT_GROUP
 
@@ -86,6 +86,7 @@ class FileDropKit:
     """The drop as a ``ProviderFake``: every account sees the drop's files through the one token."""
 
     provider = PROVIDER
+    demo_size = DemoSize(full=len(FILES), short=len(FILES))  # every account sees the same files
 
     def __init__(self, site: Path) -> None:
         self.site = site

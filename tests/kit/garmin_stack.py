@@ -47,7 +47,6 @@ class GarminStack(CairnStack):
     def connect_garmin(self, n_activities: int = 3, *, mfa: bool = False, locked: bool = False,
                        password: str | None = None) -> tuple[Connected, FakeAccount]:
         """A Garmin login at the fake and its credentials connection on the pool at core (the two slots)."""
-        assert self.core is not None
         connected = self.garmin_kit.connect(self.core, self.pool_ref, n_activities, mfa=mfa, locked=locked,
                                             password=password)
         return connected, self.garmin_kit.login(connected)

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -40,6 +40,10 @@ from tests.kit.celery_worker import CeleryWorker
 from tests.kit.gate import Gate
 from tests.kit.voicy_stack import FINAL, gated_voicy_dev_stack, voicy_dev_stack
 from tests.kit.waiting import wait_until
+
+if TYPE_CHECKING:  # imported where used: the dev server and fake pull in the web stack
+    from devstack.fakes.telegram import FakeTelegram
+    from devstack.fakes.voicy_api import DevVoicyServer
 
 MEMBERS = ("io", "gpu", "bridge")  # the kinds of process a shared fleet may run, one of each
 SHARED_LOG_PREFIX = "shared-"  # a slice of a shared fleet's log, in the test's tmp_path
@@ -54,8 +58,8 @@ class SharedVoicyFleet:
     """A running io worker, gpu worker and Voicy bridge (or the ones of these a module shares), with the dev
     Voicy API and fake Telegram they use."""
 
-    server: Any
-    telegram: Any
+    server: DevVoicyServer
+    telegram: FakeTelegram
     env: dict[str, str]
     tmp: Path
     io_concurrency: int = 1

@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pytest
 import redis
 
 from bridges.voicy import VoicyBridge
@@ -29,6 +30,10 @@ from tests.kit.gate import Gate
 from tests.kit.procfile import assert_alive, start_procfile_beat
 from tests.kit.waiting import wait_until
 from workers.voicy.runtime import VoicyRuntime
+
+if TYPE_CHECKING:  # imported where used: the dev server and fake pull in the web stack
+    from devstack.fakes.telegram import FakeTelegram
+    from devstack.fakes.voicy_api import DevVoicyServer
 
 JOB_DONE_TIMEOUT_S = 180.0
 FINAL = ("completed", "failed")
@@ -105,7 +110,7 @@ def voicy_fleet(env: dict[str, str], tmp: Path, *, io_concurrency: int = 1,
 
 @contextmanager
 def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
-                    **env_overrides: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+                    **env_overrides: str) -> Iterator[tuple[DevVoicyServer, FakeTelegram, dict[str, str]]]:
     """A started dev Voicy API and fake Telegram, a worker client named ``client`` with a
     distinctive token (``VOICY_TOKEN_MARK-<client>``), and the fleet environment for them (engines on
     :data:`SUITE_CPU_THREADS`, bridges polling every :data:`SUITE_POLL_INTERVAL_MS`, unless
@@ -130,8 +135,8 @@ def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
 
 
 @contextmanager
-def gated_voicy_dev_stack(gate: Gate, monkeypatch: Any, tmp_path: Path, redis_url: str, client: str,
-                          **env_overrides: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+def gated_voicy_dev_stack(gate: Gate, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, redis_url: str, client: str,
+                          **env_overrides: str) -> Iterator[tuple[DevVoicyServer, FakeTelegram, dict[str, str]]]:
     """:func:`voicy_dev_stack` with its dev Voicy API behind ``gate`` (a call held for as long as the
     test likes); the gate opens before the server stops, so a held request never keeps it waiting."""
     from devstack.fakes.voicy_api import server as server_module
@@ -146,7 +151,7 @@ def gated_voicy_dev_stack(gate: Gate, monkeypatch: Any, tmp_path: Path, redis_ur
 
 
 @contextmanager
-def fleet_runtime(env: dict[str, str], monkeypatch: Any) -> Iterator[Any]:
+def fleet_runtime(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
     """This test process as one more fleet process (same Redis, Voicy server, media store) under ``env``'s
     ``VOICY_*`` settings; ``monkeypatch`` restores the process environment afterwards."""
     for key in list(os.environ):
@@ -163,7 +168,7 @@ def fleet_runtime(env: dict[str, str], monkeypatch: Any) -> Iterator[Any]:
         runtime.redis.close()
 
 
-def enqueue_fixture(server: Any, telegram: Any, item: dict, file_id: str | None = None) -> str:
+def enqueue_fixture(server: DevVoicyServer, telegram: FakeTelegram, item: dict, file_id: str | None = None) -> str:
     """Serve the audio fixture ``item`` from fake Telegram and enqueue a job for it; return its id."""
     data = (AUDIO_DIR / item["file"]).read_bytes()
     file_id = file_id or f"fid-{item['name']}"
@@ -171,17 +176,17 @@ def enqueue_fixture(server: Any, telegram: Any, item: dict, file_id: str | None 
     return server.enqueue_job(file_id, file_size=len(data), mime_type="audio/ogg")
 
 
-def requests_for(server: Any, job_id: str, endpoint: str) -> list[dict]:
+def requests_for(server: DevVoicyServer, job_id: str, endpoint: str) -> list[dict]:
     """The requests the dev Voicy API recorded for ``job_id``'s ``endpoint`` (``result``, ``progress`` ...)."""
     return [r for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/{endpoint}")]
 
 
-def wait_final(server: Any, job_ids: list[str], timeout_s: float = JOB_DONE_TIMEOUT_S) -> dict[str, dict]:
+def wait_final(server: DevVoicyServer, job_ids: list[str], timeout_s: float = JOB_DONE_TIMEOUT_S) -> dict[str, dict]:
     """Every job of ``job_ids`` once all are final (completed or failed)."""
     def done() -> dict[str, dict] | None:
         jobs = {j: server.get_job(j) for j in job_ids}
         return jobs if all(job["status"] in FINAL for job in jobs.values()) else None
-    return wait_until(done, timeout_s, "jobs to reach a final state", interval_s=0.2)  # type: ignore[return-value]
+    return wait_until(done, timeout_s, "jobs to reach a final state", interval_s=0.2)
 
 
 def never_sent(_rt: VoicyRuntime, _job_id: str, _token: str) -> None:
@@ -202,7 +207,7 @@ def worker_logs(tmp_path: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in tmp_path.glob("worker-*.log"))
 
 
-def assert_completed_once(server: Any, job_id: str) -> None:
+def assert_completed_once(server: DevVoicyServer, job_id: str) -> None:
     """The job completed, and Voicy accepted exactly one result for it."""
     job = server.get_job(job_id)
     assert job["status"] == "completed", job.get("lastError")
