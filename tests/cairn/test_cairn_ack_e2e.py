@@ -122,6 +122,7 @@ def test_consumers_are_created_with_the_configured_max_deliver(stack: CairnStack
     for kind in ("fetch_source", "reconcile"):
         consumer = stack.consumer(kind)
         assert consumer["max_deliver"] == MAX_DELIVER, consumer
+    assert stack.bridge is not None
     assert f"MaxDeliver {MAX_DELIVER}" in stack.bridge.log()
 
 
@@ -156,19 +157,21 @@ def test_a_job_rate_limited_more_often_than_the_term_is_ingested_once_the_budget
     acct = stack.connect_athlete(own_app=True)
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
-    offset = len(stack.bridge.log())
+    core, bridge = stack.core, stack.bridge
+    assert core is not None and bridge is not None and stack.nats is not None
+    offset = len(bridge.log())
     with SpentBudget(stack.nats.url, acct.app_id):
-        stack.core.enqueue_job("fetch_source", job)
-        wait_until(lambda: len(rate_limit_naks(stack.bridge.log()[offset:])) > TERM_AFTER_DELIVERIES, WAIT_S,
+        core.enqueue_job("fetch_source", job)
+        wait_until(lambda: len(rate_limit_naks(bridge.log()[offset:])) > TERM_AFTER_DELIVERIES, WAIT_S,
                    "more rate-limit NAKs than the term allows failures")
-    stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the job's result")
+    core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the job's result")
     (result,) = stack.results_for(job["job_id"])
-    naks = rate_limit_naks(stack.bridge.log()[offset:])
+    naks = rate_limit_naks(bridge.log()[offset:])
     assert result.msg_id == f"result:{job['job_id']}:d{len(naks) + 1}"  # delivered after every wait
     assert len(naks) > TERM_AFTER_DELIVERIES and all("[failure" not in m.group(0) for m in naks)
-    assert (PROVIDER, acct.account_id, ext_id) in stack.core.router.sources
-    assert not failures_for(stack.core, ext_id)
-    assert not re.search(rf"term fetch_source seq {naks[0].group(1)} ", stack.bridge.log()[offset:])
+    assert (PROVIDER, acct.account_id, ext_id) in core.router.sources
+    assert not failures_for(core, ext_id)
+    assert not re.search(rf"term fetch_source seq {naks[0].group(1)} ", bridge.log()[offset:])
 
 
 def test_the_last_delivery_a_finite_max_deliver_allows_is_termed_with_an_envelope(stack: CairnStack) -> None:
@@ -177,16 +180,19 @@ def test_the_last_delivery_a_finite_max_deliver_allows_is_termed_with_an_envelop
     acct = stack.connect_athlete(own_app=True)
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
+    core, bridge = stack.core, stack.bridge
+    assert core is not None and bridge is not None and stack.nats is not None
     with SpentBudget(stack.nats.url, acct.app_id):
-        stack.core.enqueue_job("fetch_source", job)
-        stack.core.router.wait(lambda: bool(failures_for(stack.core, ext_id)), WAIT_S * 2, "the envelope")
-    (envelope,) = failures_for(stack.core, ext_id)
+        core.enqueue_job("fetch_source", job)
+        core.router.wait(lambda: bool(failures_for(core, ext_id)), WAIT_S * 2, "the envelope")
+    (envelope,) = failures_for(core, ext_id)
     assert envelope.data["error"]["code"] == "max_deliveries"
     assert envelope.msg_id == f"failed:{PROVIDER}:{ext_id}:d{MAX_DELIVER}"  # not at d2: waits did not count
     term = wait_until(lambda: re.search(rf"term fetch_source seq (\d+) \(delivery {MAX_DELIVER}\)",
-                                        stack.bridge.log()), WAIT_S, "the term")
-    seq = int(term.group(1))  # type: ignore[union-attr]
-    assert not [d for d in stack.core.dead_letters if d.stream_seq == seq]  # JetStream never gave up on it
+                                        bridge.log()), WAIT_S, "the term")
+    assert isinstance(term, re.Match)  # wait_until returns the predicate's truthy value: the match
+    seq = int(term.group(1))
+    assert not [d for d in core.dead_letters if d.stream_seq == seq]  # JetStream never gave up on it
     assert not stack.results_for(job["job_id"])
 
 
@@ -199,18 +205,18 @@ def test_a_task_lost_mid_run_counts_as_a_failure(stack: CairnStack) -> None:
     stack.hold_at_the_gate(job)
     victim.kill()
     stack.gate.open()
-    stack.core.router.wait(lambda: bool(failures_for(stack.core, ext_id)), WAIT_S + 2 * LEASE_TTL_S,
-                           "the give-up envelope")
-    (envelope,) = failures_for(stack.core, ext_id)
+    core, bridge = stack.core, stack.bridge
+    assert core is not None and bridge is not None
+    core.router.wait(lambda: bool(failures_for(core, ext_id)), WAIT_S + 2 * LEASE_TTL_S, "the give-up envelope")
+    (envelope,) = failures_for(core, ext_id)
     assert envelope.data["error"]["code"] == "max_deliveries"
     assert envelope.msg_id == f"failed:{PROVIDER}:{ext_id}:d2"
-    log = stack.bridge.log()
+    log = bridge.log()
     lost = re.search(r"nak fetch_source seq (\d+) \(delivery 1\)[^\n]*lease expired: task lost[^\n]*\[failure 1 ",
                      log)
     assert lost, log[-3000:]
     seq = lost.group(1)
-    wait_until(lambda: re.search(rf"term fetch_source seq {seq} \(delivery 2\)", stack.bridge.log()), WAIT_S,
-               "the term")
+    wait_until(lambda: re.search(rf"term fetch_source seq {seq} \(delivery 2\)", bridge.log()), WAIT_S, "the term")
     assert not redis.Redis.from_url(stack.redis_url).exists(f"{FAILURES_PREFIX}{subjects.JOBS_STREAM}:{seq}")
     assert not stack.results_for(job["job_id"])
 

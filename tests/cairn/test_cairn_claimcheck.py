@@ -13,6 +13,7 @@ import binascii
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -132,7 +133,7 @@ def next_results(stack: dict[str, Any], at_most: int = 10, timeout_s: float = 2.
 
 
 def activity_result(ext_id: str = "123") -> pb.JobResult:
-    result = pb.JobResult(new_watermark=wire.timestamp(wire.parse_rfc3339("2026-07-01T08:00:00Z")))
+    result = pb.JobResult(new_watermark=wire.timestamp(datetime(2026, 7, 1, 8, tzinfo=UTC)))
     act = result.events.add(type=pb.WORKER_EVENT_TYPE_ACTIVITY).activity
     act.ref.user_id, act.ref.provider, act.ref.external_account_id, act.ref.external_id = (
         USER, PROVIDER, ACCOUNT, ext_id)

@@ -20,15 +20,17 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import nats
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nats.aio.msg import Msg
 
 from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.cairn_core.router import IngestedResult
 from devstack.infra import log_budget
 from devstack.infra.log_budget import Allow
 from tests.kit.cairn_stack import (
@@ -74,7 +76,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
     log_budget.check([tmp], [*log_budget.baseline(), *LOG_BUDGET_ALLOW])  # read after every process stopped
 
 
-def _failures(core: DevCairnCore) -> list[Any]:
+def _failures(core: DevCairnCore) -> list[IngestedResult]:
     return [r for r in core.ingested if r.kind == "failure"]
 
 
@@ -112,6 +114,7 @@ def test_long_job_is_never_redelivered(stack: CairnStack) -> None:
 
 
 def test_sigkilled_worker_job_is_redelivered_and_ingested_once(stack: CairnStack) -> None:
+    assert stack.core is not None and stack.bridge is not None
     acct = stack.connect_athlete()
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
@@ -144,10 +147,12 @@ _poison = st.one_of(
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=_poison)
 def test_poison_payloads_get_an_envelope_and_a_term(stack: CairnStack, body: bytes) -> None:
-    seen = len(_failures(stack.core))
+    core = stack.core
+    assert core is not None and stack.bridge is not None
+    seen = len(_failures(core))
     stack.publish_raw("fetch_source", body)
-    stack.core.router.wait(lambda: len(_failures(stack.core)) > seen, WAIT_S, "a failure envelope")
-    envelope = _failures(stack.core)[-1].data
+    core.router.wait(lambda: len(_failures(core)) > seen, WAIT_S, "a failure envelope")
+    envelope = _failures(core)[-1].data
     assert envelope["error"]["code"] == "bad_payload"
     wait_until(lambda: stack.consumer("fetch_source")["num_ack_pending"] == 0, WAIT_S, "the term")
     assert stack.consumer("fetch_source")["num_pending"] == 0
@@ -156,6 +161,8 @@ def test_poison_payloads_get_an_envelope_and_a_term(stack: CairnStack, body: byt
 
 def test_fifth_delivery_of_a_failing_job_is_termed_with_an_envelope(stack: CairnStack) -> None:
     """C2: no NAK loop forever."""
+    bridge = stack.bridge
+    assert bridge is not None and stack.core is not None and stack.strava is not None
     acct = stack.connect_athlete()
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
@@ -169,26 +176,28 @@ def test_fifth_delivery_of_a_failing_job_is_termed_with_an_envelope(stack: Cairn
     assert env.data["error"]["code"] == "max_deliveries"
     assert env.data["failedRef"]["externalAccountId"] == acct.account_id
     assert env.msg_id == f"failed:{PROVIDER}:{ext_id}:d5"
-    wait_until(lambda: re.search(r"term fetch_source seq \d+ \(delivery 5\)", stack.bridge.log()), WAIT_S,
+    wait_until(lambda: re.search(r"term fetch_source seq \d+ \(delivery 5\)", bridge.log()), WAIT_S,
                "the term after the envelope")
     assert not stack.results_for(job["job_id"])
 
 
-def _envelopes_for(stack: CairnStack, ext_id: str) -> list[Any]:
+def _envelopes_for(stack: CairnStack, ext_id: str) -> list[IngestedResult]:
     return [r for r in _failures(stack.core) if r.data.get("failedRef", {}).get("externalId") == ext_id]
 
 
 def test_rate_limit_nak_is_anchored_to_the_window_reset(stack: CairnStack) -> None:
+    bridge = stack.bridge
+    assert bridge is not None and stack.core is not None and stack.strava is not None
     acct = stack.connect_athlete(own_app=True)  # the spent window must not starve the other tests
     job = stack.fetch_job(acct, stack.first_activity_id(acct))
-    offset = len(stack.bridge.log())
+    offset = len(bridge.log())
     stack.strava.force_429(times=1, window="short")
     stack.core.enqueue_job("fetch_source", job)
     now = datetime.now(UTC)
     reset = now.replace(minute=now.minute - now.minute % 15, second=0, microsecond=0) + timedelta(minutes=15)
     match = wait_until(lambda: re.search(r"nak fetch_source seq \d+ \(delivery 1\) delay ([\d.]+)s: rate_limited",
-                                         stack.bridge.log()[offset:]), WAIT_S, "the rate-limit NAK")
-    delay = float(match.group(1))  # type: ignore[union-attr]
+                                         bridge.log()[offset:]), WAIT_S, "the rate-limit NAK")
+    delay = float(match.group(1))
     expected = (reset - now).total_seconds()
     assert expected - 5 <= delay <= expected + 120, (delay, expected)
 
@@ -217,8 +226,9 @@ def test_discover_and_exchange_run_through_the_pool_without_leaking_secrets(stac
     secrets = [stack.strava.client_secret, code, linked.access_token, linked.refresh_token or "unused"]
 
     r = redis.Redis.from_url(stack.redis_url)
-    stored = b"".join(r.get(k) or b"" for k in r.scan_iter("celery-task-meta-*"))
-    queued = b"".join(b"".join(r.lrange(k, 0, -1)) for k in r.scan_iter("*")
+    # a client without decode_responses returns bytes; redis types its replies as bytes | str
+    stored = b"".join(cast("bytes | None", r.get(k)) or b"" for k in r.scan_iter("celery-task-meta-*"))
+    queued = b"".join(b"".join(cast("list[bytes]", r.lrange(k, 0, -1))) for k in r.scan_iter("*")
                       if r.type(k) == b"list")
     logs = stack.all_logs()
     for secret in secrets:
@@ -230,6 +240,7 @@ def test_discover_and_exchange_run_through_the_pool_without_leaking_secrets(stac
 
 def test_cairn_side_holds_no_s3_credentials(stack: CairnStack) -> None:
     """S2: every blob goes through presigned URLs; no process of the pool has AWS_* variables."""
+    assert stack.bridge is not None
     pids = [stack.bridge.proc.pid] + [w.proc.pid for w in stack.workers if w.proc.poll() is None]
     for pid in pids:
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -238,45 +249,48 @@ def test_cairn_side_holds_no_s3_credentials(stack: CairnStack) -> None:
 
 def test_presence_and_manifest_are_written_by_the_pool(stack: CairnStack) -> None:
     """Every live instance writes its own record: at start, and when asked (``cairn_presence``)."""
+    core = stack.core
     live = [w for w in stack.workers if w.proc.poll() is None]
     keys = {f"{stack.pool}.{w.name.replace('@', '-')}" for w in live}
-    records = wait_until(lambda: keys <= set(stack.core.live_presence(stack.pool)) and
-                         stack.core.live_presence(stack.pool), WAIT_S, "start-up presence of every instance")
-    first_seen = {k: records[k]["last_seen"] for k in keys}  # type: ignore[index]
+    records = wait_until(lambda: keys <= set(core.live_presence(stack.pool)) and
+                         core.live_presence(stack.pool), WAIT_S, "start-up presence of every instance")
+    assert isinstance(records, dict)
+    first_seen = {k: records[k]["last_seen"] for k in keys}
     # One broadcast of the control command, answered by each instance.
     subprocess.run([sys.executable, "-c", "from tasks.presence import broadcast_presence; broadcast_presence()"],
                    cwd=ROOT, env=stack.env, check=True, timeout=60)
-    wait_until(lambda: all(stack.core.presence(stack.pool)[k]["last_seen"] > first_seen[k] for k in keys),
+    wait_until(lambda: all(core.presence(stack.pool)[k]["last_seen"] > first_seen[k] for k in keys),
                WAIT_S, "a fresh record from every instance after the broadcast")
-    record = stack.core.presence(stack.pool)[next(iter(keys))]
+    record = core.presence(stack.pool)[next(iter(keys))]
     for key in ("worker_name", "worker_key", "instance_id", "version", "release", "provider", "package",
                 "webhooks", "last_seen"):
         assert key in record
     assert record["capabilities"]  # Strava declares Activity, Lap, Gear
     assert record["worker_key"] == f"{stack.pool}-{PROVIDER}"
-    assert stack.core.manifests()[stack.pool]["capabilities"] == record["capabilities"]  # one source
+    assert core.manifests()[stack.pool]["capabilities"] == record["capabilities"]  # one source
 
 
 def test_core_schedules_import_gear_because_the_pools_manifest_declares_gear(stack: CairnStack) -> None:
     """Contract §3/§4: import_gear only for a live pool whose *manifest* declares Gear."""
+    core = stack.core
     acct = stack.connect_athlete(n_activities=0)
-    manifest = wait_until(lambda: stack.core.manifests().get(stack.pool), WAIT_S, "the pool's manifest")
-    wait_until(lambda: stack.core.live_presence(stack.pool), WAIT_S, "a live worker of the pool")
-    assert "Gear" in manifest["capabilities"]  # type: ignore[index]
-    bare = {k: v for k, v in manifest.items() if k != "capabilities"}  # type: ignore[union-attr]
-    stack.core.kv_put("cairn_worker_manifests", stack.pool, bare)  # live presence still declares Gear
-    kinds = [j.subject.split(".")[2] for j in stack.core.schedule_reconcile(acct.account_id, force=True)]
+    manifest = wait_until(lambda: core.manifests().get(stack.pool), WAIT_S, "the pool's manifest")
+    wait_until(lambda: core.live_presence(stack.pool), WAIT_S, "a live worker of the pool")
+    assert "Gear" in manifest["capabilities"]
+    bare = {k: v for k, v in manifest.items() if k != "capabilities"}
+    core.kv_put("cairn_worker_manifests", stack.pool, bare)  # live presence still declares Gear
+    kinds = [j.subject.split(".")[2] for j in core.schedule_reconcile(acct.account_id, force=True)]
     assert kinds == ["reconcile"]
     # The pool rewrites its manifest (what each instance's timer does every 10 min; the control command
     # asks for it now) and core now sends gear.
     subprocess.run([sys.executable, "-c", "from tasks.presence import broadcast_presence; broadcast_presence()"],
                    cwd=ROOT, env=stack.env, check=True, timeout=60)
-    wait_until(lambda: "Gear" in (stack.core.manifests()[stack.pool].get("capabilities") or {}), WAIT_S,
+    wait_until(lambda: "Gear" in (core.manifests()[stack.pool].get("capabilities") or {}), WAIT_S,
                "the pool's own manifest again")
-    gear = [j for j in stack.core.schedule_reconcile(acct.account_id, force=True) if "import_gear" in j.subject]
+    gear = [j for j in core.schedule_reconcile(acct.account_id, force=True) if "import_gear" in j.subject]
     assert len(gear) == 1 and not gear[0].duplicate
     job_id = gear[0].payload["job_id"]
-    stack.core.router.wait(lambda: bool(stack.results_for(job_id)), WAIT_S, "the pool's import_gear result")
+    core.router.wait(lambda: bool(stack.results_for(job_id)), WAIT_S, "the pool's import_gear result")
     (result,) = stack.results_for(job_id)
     assert result.msg_id == f"result:{job_id}" and result.data["workerName"] == stack.pool
 
@@ -291,7 +305,7 @@ def test_incompatible_core_is_refused_and_missing_info_only_warns(stack: CairnSt
         stack.core.set_release("v0.7.0")
 
     async def drop_info() -> None:
-        nc = await nats.connect(stack.nats.url)  # type: ignore[union-attr]
+        nc = await nats.connect(stack.nats.url)
         try:
             await (await nc.jetstream().key_value("cairn_core")).delete("info")
         finally:
@@ -311,14 +325,15 @@ def test_incompatible_core_is_refused_and_missing_info_only_warns(stack: CairnSt
 def test_reconcile_result_and_sub_job_msg_ids_follow_the_contract(stack: CairnStack) -> None:
     """C3 for reconcile: ``result:<job_id>`` on the account-suffixed subject, sub-jobs
     ``reconcile:<provider>:<account_id>:<ext_id>`` (sniffed on core NATS as they are published)."""
+    core = stack.core
     acct = stack.connect_athlete(n_activities=3)
     seen: list[tuple[str, str]] = []
     ready, done = threading.Event(), threading.Event()
 
     async def sniff() -> None:
-        nc = await nats.connect(stack.nats.url)  # type: ignore[union-attr]
+        nc = await nats.connect(stack.nats.url)
 
-        async def record(msg: Any) -> None:
+        async def record(msg: Msg) -> None:
             seen.append(((msg.headers or {}).get("Nats-Msg-Id", ""), str(json.loads(msg.data).get("ext_id"))))
 
         await nc.subscribe(f"cairn.jobs.fetch_source.{PROVIDER}.{stack.pool}", cb=record)
@@ -333,16 +348,16 @@ def test_reconcile_result_and_sub_job_msg_ids_follow_the_contract(stack: CairnSt
     assert ready.wait(WAIT_S)
     try:
         job_id = f"rec-{uuid.uuid4().hex[:8]}"
-        stack.core.enqueue_job("reconcile", {"job_id": job_id, "account_id": acct.account_id,
-                                             "user_id": acct.user_id, "provider": PROVIDER,
-                                             "max_enqueue": 2, "known_ext_ids": []})
-        stack.core.router.wait(lambda: any(r.kind == "reconcile" and r.account_id == acct.account_id
-                                           for r in stack.core.ingested), WAIT_S, "the reconcile result")
+        core.enqueue_job("reconcile", {"job_id": job_id, "account_id": acct.account_id,
+                                       "user_id": acct.user_id, "provider": PROVIDER,
+                                       "max_enqueue": 2, "known_ext_ids": []})
+        core.router.wait(lambda: any(r.kind == "reconcile" and r.account_id == acct.account_id
+                                     for r in core.ingested), WAIT_S, "the reconcile result")
         wait_until(lambda: len(seen) >= 2, WAIT_S, "two fetch_source sub-jobs")
     finally:
         done.set()
         sniffer.join(5)
-    rec = next(r for r in stack.core.ingested if r.kind == "reconcile" and r.account_id == acct.account_id)
+    rec = next(r for r in core.ingested if r.kind == "reconcile" and r.account_id == acct.account_id)
     assert rec.subject == f"cairn.results.reconcile.{PROVIDER}.{acct.account_id}"
     assert rec.msg_id == f"result:{job_id}"
     assert rec.data["workerName"] == stack.pool and rec.data["workerPackage"] and rec.data["workerVersion"]
@@ -364,19 +379,22 @@ def test_exchange_secrets_never_reach_task_events(stack: CairnStack) -> None:
     names = {e.get("name") for e in events.events if e.get("type") in ("task-sent", "task-received")}
     assert "cairn.exchange" in names, names
     text = events.text()
+    assert linked.access_token is not None
     for secret in (stack.strava.client_secret, code, linked.access_token, linked.refresh_token or "unused"):
         assert secret not in text
 
 
 def test_parse_blob_our_parser_cannot_read_is_naked_for_a_newer_instance(stack: CairnStack) -> None:
+    bridge = stack.bridge
+    assert bridge is not None and stack.core is not None
     acct = stack.connect_athlete()
-    offset = len(stack.bridge.log())
+    offset = len(bridge.log())
     job = stack.fetch_job(acct, stack.first_activity_id(acct))
     job |= {"blob": {"url": "http://127.0.0.1:1/never-fetched", "fallback_handle": "users/x/strava/raw.json"},
             "min_parser_version": "99.0"}  # another dataset
     stack.core.enqueue_job("parse_blob", job)
     wait_until(lambda: re.search(r"nak parse_blob seq \d+ \(delivery 1\) delay [\d.]+s: dataset 99",
-                                 stack.bridge.log()[offset:]), WAIT_S, "the parser-version NAK")
+                                 bridge.log()[offset:]), WAIT_S, "the parser-version NAK")
     assert not stack.results_for(job["job_id"])
     assert not [r for r in _failures(stack.core) if r.data.get("failedRef", {}).get("externalId") == job["ext_id"]]
 
@@ -391,7 +409,8 @@ def test_flower_shows_the_job_but_not_its_lease_token(stack: CairnStack) -> None
         wait_until(lambda: any(e.get("type") == "task-received" and job["job_id"] in str(e.get("args"))
                                for e in events.events), WAIT_S, "the job's task-received event")
         # the token the bridge granted for this message, read while the task holds its lease
-        tokens = {v.decode().split(":")[1] for k in r.scan_iter("sy:lease:cairn:*") if (v := r.get(k))}
+        tokens = {v.decode().split(":")[1] for k in r.scan_iter("sy:lease:cairn:*")
+                  if (v := cast("bytes | None", r.get(k)))}  # bytes: a client without decode_responses
         stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the job's result")
     shown = [str(e.get("args")) for e in events.events
              if e.get("type") in ("task-sent", "task-received") and job["job_id"] in str(e.get("args"))]

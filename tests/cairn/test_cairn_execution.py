@@ -93,7 +93,7 @@ def _dispatch(url: str, send: SilentTask) -> tuple[Any, MessageKey]:
         results = TaskResults(send.app.backend, url)
         execution = Execution(send, results, send.leases, aredis, START_DEADLINE_S, Shutdown())
         meta = _meta()
-        held = Held(CONSUMER, None, meta.delivered, meta.seq)  # type: ignore[arg-type] - no NATS message here
+        held = Held(CONSUMER, None, meta.delivered, meta.seq)  # type: ignore[arg-type]  # no NATS message here
         try:
             await results.start()
             return await asyncio.wait_for(execution.dispatch(held, meta, {"job_id": "j"}), 30.0), meta.key

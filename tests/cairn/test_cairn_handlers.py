@@ -96,7 +96,8 @@ def test_fetch_source_end_to_end_claim_checked_with_stamp_and_gear_first(
     assert activity["ref"]["externalId"] == athlete.ext(0)
     raw_key = activity["rawBlobId"]
     assert raw_key.startswith(f"users/{athlete.user_id}/strava/") and core.blobs.exists(raw_key)
-    assert json.loads(core.blobs.get(raw_key))["version"] == 1
+    raw = core.blobs.get(raw_key)
+    assert raw is not None and json.loads(raw)["version"] == 1
     assert_json_and_secret_free(disposition.model_dump(), athlete.fake.access_token)
 
 
@@ -416,7 +417,8 @@ def test_no_token_reaches_logs_or_dispositions(core: DevCairnCore, ctx: JobConte
 def test_a_lease_redis_cannot_take_hands_the_job_back_without_a_failure(core: DevCairnCore, ctx: JobContext) -> None:
     """Redis away when a task starts: no traceback, no failure counted, nothing run (R1); the bridge
     NAKs the message and a later delivery runs the job (test_cairn_outages rides the whole outage)."""
-    unreachable = redis.Redis(port=free_port(), socket_connect_timeout=1, retry=None)  # nothing listens there
+    # nothing listens there; retry=None is no retries to redis-py's Connection, Redis() annotates it as Retry only
+    unreachable = redis.Redis(port=free_port(), socket_connect_timeout=1, retry=None)  # type: ignore[arg-type]
     meta = {"stream": JOBS_STREAM, "seq": 1, "stamp": 1.0, "delivery": 1, "lease_token": "t-1"}
     job = {"job_id": "job-redis-away", "provider": "strava", "ext_id": "1"}  # never reached: nothing runs
     disposition = run_job(ctx, Leases(unreachable, LEASE_NAMESPACE), OutcomeLedger(unreachable), 30.0,

@@ -72,11 +72,11 @@ def detail_calls(stack: CairnStack, ext_id: str) -> int:
 
 def new_bridge(stack: CairnStack, name: str) -> Proc:
     """A fresh bridge instance of the pool (the previous one is dead or gone)."""
-    stack.bridge = stack.spawn_bridge(name)
-    wait_until(lambda: "cairn bridge started" in stack.bridge.log() or stack.bridge.proc.poll() is not None,
+    stack.bridge = bridge = stack.spawn_bridge(name)
+    wait_until(lambda: "cairn bridge started" in bridge.log() or bridge.proc.poll() is not None,
                WAIT_S, "the new bridge to start")
-    assert stack.bridge.proc.poll() is None, stack.bridge.log()[-3000:]
-    return stack.bridge
+    assert bridge.proc.poll() is None, bridge.log()[-3000:]
+    return bridge
 
 
 def sigkill(proc: Proc) -> None:
@@ -100,7 +100,7 @@ def succeeded_jobs(stack: CairnStack) -> int:
 
 def request_raw(stack: CairnStack, subject: str, body: bytes) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
-        nc = await nats.connect(stack.nats.url)  # type: ignore[union-attr]
+        nc = await nats.connect(stack.nats.url)
         try:
             reply = await nc.request(subject, body, timeout=REPLY_WITHIN_S)
             return json.loads(reply.data)
@@ -125,6 +125,7 @@ def test_deep_json_and_a_bad_parser_version_are_termed_with_an_envelope_not_loop
     assert [e.data["error"]["code"] for e in envelopes] == ["bad_payload"] * 3
     assert sum("min_parser_version" in e.data["error"]["message"] for e in envelopes) == 2
     wait_until(lambda: settled(stack, "fetch_source") and settled(stack, "parse_blob"), WAIT_S, "the terms")
+    assert stack.bridge is not None
     assert "bridge error" not in stack.bridge.log()
 
 
@@ -168,6 +169,7 @@ def test_a_bridge_killed_between_result_and_ack_is_settled_from_the_ledger(stack
     job = stack.fetch_job(acct, ext_id)
     r = redis.Redis.from_url(stack.redis_url)
     doomed = stack.bridge
+    assert doomed is not None
     finished = succeeded_jobs(stack)
     stack.hold_at_the_gate(job)
     freeze(doomed.proc.pid)  # the bridge hears nothing from here on...
@@ -191,6 +193,7 @@ def test_a_task_still_running_when_its_bridge_died_is_adopted_not_run_again(stac
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
     stack.hold_at_the_gate(job)
+    assert stack.bridge is not None
     sigkill(stack.bridge)
     bridge = new_bridge(stack, f"bridge-adopting-{uuid.uuid4().hex[:4]}")
     wait_until(lambda: "adopted the running task" in bridge.log(), SETTLE_S, "the redelivery's adoption")

@@ -82,25 +82,27 @@ class Run:
 
     def __init__(self, world: World) -> None:
         self.stack = world.stack
+        assert self.stack.bridge is not None
+        self.bridge = self.stack.bridge
         self.acct = self.stack.connect_athlete(n_activities=2 * JOBS_PER_PHASE + MAX_IN_FLIGHT, own_app=True)
-        ath = self.stack.strava.athlete(int(self.acct.external_id))  # type: ignore[union-attr]
+        ath = self.stack.strava.athlete(int(self.acct.external_id))
         self.ext_ids = [str(a) for a in sorted(ath.activities)]
         self.jobs: list[str] = []
-        self.bridge_mark = len(self.stack.bridge.log())  # type: ignore[union-attr]
+        self.bridge_mark = len(self.bridge.log())
         self.worker_mark = len(self.stack.workers[0].log())
 
     def submit(self, n: int) -> None:
         for _ in range(n):
             job = self.stack.fetch_job(self.acct, self.ext_ids[len(self.jobs)])
-            self.stack.core.enqueue_job("fetch_source", job)  # type: ignore[union-attr]
+            self.stack.core.enqueue_job("fetch_source", job)
             self.jobs.append(job["job_id"])
 
     def bridge_log(self) -> str:
-        return self.stack.bridge.log()[self.bridge_mark:]  # type: ignore[union-attr]
+        return self.bridge.log()[self.bridge_mark:]
 
     def strava_fetches(self) -> dict[str, int]:
         """Activity detail calls per activity: a job that ran twice fetched twice."""
-        paths = [r.path for r in self.stack.strava.requests]  # type: ignore[union-attr]
+        paths = [r.path for r in self.stack.strava.requests]
         return {ext: sum(p.endswith(f"/activities/{ext}") for p in paths) for ext in self.ext_ids[:len(self.jobs)]}
 
     def result_ids(self, job_id: str) -> set[str]:

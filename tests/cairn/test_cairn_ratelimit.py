@@ -87,6 +87,7 @@ def test_first_reserve_opens_a_window_at_the_fallback_capacity(limiter: RateLimi
     limiter.hook(app_id).reserve(["daily", "short"])  # daily first, then short (reference §3.8)
     daily = WindowState.decode(json.dumps(stored(limiter, f"strava.{app_id}.daily")).encode())
     assert (daily.capacity, daily.used) == (1000, 1)
+    assert daily.window_reset_at is not None
     assert timedelta(hours=23, minutes=59) < daily.window_reset_at - before <= timedelta(hours=24, seconds=5)
     assert stored(limiter, f"strava.{app_id}.short")["used"] == 1
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import json_format
@@ -76,7 +78,7 @@ def test_round_trip_is_lossless() -> None:
     lambda b: b["events"][0].update(type="WORKER_EVENT_TYPE_PHOTO"),  # unknown enum name
     lambda b: b["events"][0]["activity"].update(photos=[]),
 ])
-def test_strict_decode_rejects_what_core_rejects(mutate) -> None:
+def test_strict_decode_rejects_what_core_rejects(mutate: Callable[[dict[str, Any]], object]) -> None:
     body = json.loads(wire.encode_result(activity_result()))
     mutate(body)
     with pytest.raises(json_format.ParseError):
@@ -143,6 +145,7 @@ def test_fetch_source_ignores_unknown_and_requires_ext_id() -> None:
     job = jobs.parse_job("fetch_source", {"job_id": "q1", "account_id": ACCOUNT, "user_id": USER,
                                           "provider": "strava", "ext_id": "9", "reason": "queue",
                                           "aspect_type": "create"})
+    assert isinstance(job, jobs.FetchSourceJob)
     assert job.ext_id == "9" and job.fetch_streams is True
     with pytest.raises(ValidationError):
         jobs.parse_job("fetch_source", {"job_id": "q1", "account_id": ACCOUNT, "user_id": USER})
@@ -152,10 +155,12 @@ def test_reconcile_parse_blob_metrics_gear_backfill() -> None:
     rec = jobs.parse_job("reconcile", {"job_id": "r", "account_id": ACCOUNT, "user_id": USER,
                                        "watermark": "2026-07-20T12:00:00.123456789Z", "known_ext_ids": None,
                                        "webhook_seen": True, "issued_at": "2026-07-20T12:00:00Z"})
+    assert isinstance(rec, jobs.ReconcileJob) and rec.watermark is not None
     assert rec.watermark.tzinfo is not None and rec.known_ext_ids == [] and rec.max_enqueue == 500
     # Go's zero time.Time is "no watermark": the window then starts 30 days back, not in year 0
     unset = jobs.parse_job("reconcile", {"job_id": "r", "account_id": ACCOUNT, "user_id": USER,
                                          "watermark": "0001-01-01T00:00:00Z"})
+    assert isinstance(unset, jobs.ReconcileJob)
     assert unset.watermark is None
     with pytest.raises(ValidationError):  # a timestamp without a zone is a poison payload
         jobs.parse_job("reconcile", {"job_id": "r", "account_id": ACCOUNT, "user_id": USER,
@@ -163,6 +168,7 @@ def test_reconcile_parse_blob_metrics_gear_backfill() -> None:
     blob = jobs.parse_job("parse_blob", {"job_id": "reparse:s", "account_id": ACCOUNT, "user_id": USER,
                                          "ext_id": "9", "min_parser_version": 2,
                                          "blob": {"url": "https://s3/x", "fallback_handle": "users/u/strava/k"}})
+    assert isinstance(blob, jobs.ParseBlobJob)
     assert blob.min_parser_version == "2.0"
     assert jobs.parser_refusal(blob, "1.4") == "dataset 2 is not ours (1)"
     blob.min_parser_version = "1.5"
@@ -171,11 +177,14 @@ def test_reconcile_parse_blob_metrics_gear_backfill() -> None:
     assert jobs.parser_refusal(blob, "1.4") is None
     with pytest.raises(ValidationError):
         jobs.parse_job("import_metrics", {"account_id": ACCOUNT, "user_id": USER, "since_unix": 1})
-    assert jobs.parse_job("import_gear", {"job_id": "g", "account_id": ACCOUNT, "user_id": USER}).reason == ""
+    gear = jobs.parse_job("import_gear", {"job_id": "g", "account_id": ACCOUNT, "user_id": USER})
+    assert isinstance(gear, jobs.ImportGearJob) and gear.reason == ""
     backfill = jobs.parse_job("backfill", {"job_id": "b", "account_id": ACCOUNT, "user_id": USER,
                                            "athlete_id": 42, "since": "2026-01-01T00:00:00Z", "page_size": 500})
+    assert isinstance(backfill, jobs.BackfillJob)
     assert backfill.page_size == 100 and backfill.since is not None
-    assert jobs.parse_job("backfill", {"account_id": ACCOUNT, "user_id": USER, "page_size": 50}).page_size == 50
+    small = jobs.parse_job("backfill", {"account_id": ACCOUNT, "user_id": USER, "page_size": 50})
+    assert isinstance(small, jobs.BackfillJob) and small.page_size == 50
 
 
 # --------------------------------------------------------------------------- request/reply + records
@@ -213,7 +222,7 @@ def test_presence_and_manifest_records_validate() -> None:
     assert record["last_seen"].endswith("Z") and record["capabilities"]["Activity"]["write"] is False
     with pytest.raises(ValidationError):
         jobs.PresenceRecord.model_validate({**record, "version": "1"})  # parser version is N.M
-    meta = {"display_name": "Strava", "auth_method": "oauth2",
+    meta: dict[str, Any] = {"display_name": "Strava", "auth_method": "oauth2",
             "oauth": {"authorize_url": "https://www.strava.com/oauth/authorize", "scopes": ["read"]},
             "config_fields": [{"key": "client_id", "label": "Client ID"}]}
     manifest = {"worker_name": "w", "version": "1.0", "provider": "strava", "package": "p",

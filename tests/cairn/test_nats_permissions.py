@@ -18,6 +18,7 @@ import itertools
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
                               "CAIRN_STRAVA_WEBHOOK_COALESCE_S": str(COALESCE_S),
                               "CAIRN_PRESENCE_INTERVAL_S": str(PRESENCE_INTERVAL_S)}).start()
     try:
-        assert s.core is not None
         s.core.clock = stepping_clock()
         s.start_worker(concurrency=2)
         s.start_bridge()
@@ -73,7 +73,6 @@ def _worker_key(stack: CairnStack) -> str:
 
 def _subscribe(stack: CairnStack, client_id: str, client_secret: str) -> None:
     """Strava's push subscription: its handshake travels core HTTP → ``.verify`` → the bridge and back."""
-    assert stack.core is not None and stack.strava is not None
     resp = httpx.post(stack.strava.api_url + "/push_subscriptions",
                       data={"client_id": client_id, "client_secret": client_secret, "verify_token": VERIFY_TOKEN,
                             "callback_url": stack.core.webhook_url(_worker_key(stack))})
@@ -82,7 +81,7 @@ def _subscribe(stack: CairnStack, client_id: str, client_secret: str) -> None:
 
 def _publish(stack: CairnStack, subject: str, body: bytes) -> None:
     async def run() -> None:
-        nc = await nats.connect(stack.nats.url)  # type: ignore[union-attr]  # anonymous: core's user
+        nc = await nats.connect(stack.nats.url)  # anonymous: core's user
         try:
             await nc.jetstream().publish(subject, body, headers={"Nats-Msg-Id": f"raw:{uuid.uuid4().hex}"})
         finally:
@@ -91,18 +90,19 @@ def _publish(stack: CairnStack, subject: str, body: bytes) -> None:
 
 
 def _events(stack: CairnStack, ext_id: object, prefix: str = "result:") -> list[Any]:
-    assert stack.core is not None
     return [r for r in stack.core.ingested if r.kind == "events" and (r.msg_id or "").startswith(prefix)
             and f":{ext_id}:" in (r.msg_id or "")]
 
 
 def _failures(stack: CairnStack, code: str) -> list[Any]:
-    assert stack.core is not None
     return [r for r in stack.core.ingested if r.kind == "failure" and r.data["error"]["code"] == code]
 
 
+def _answered(stack: CairnStack, job_id: str) -> bool:
+    return bool(stack.results_for(job_id))
+
+
 def _drained(stack: CairnStack) -> bool:
-    assert stack.core is not None
     consumers = [c for c in stack.core.consumers() if c["filter_subject"].endswith(f".{stack.pool}")]
     consumers += [c for c in stack.core.consumers(subjects.WEBHOOKS_STREAM)
                   if c["durable_name"] == subjects.webhook_durable_name(stack.pool)]
@@ -128,7 +128,7 @@ def test_every_job_kind_responder_and_webhook_path_stays_within_the_template(sta
     assert sorted(j.subject.split(".")[2] for j in jobs) == ["import_gear", "reconcile"]
     activities = sorted(strava.athlete(owner).activities)
     for job in jobs:
-        core.router.wait(lambda job=job: bool(stack.results_for(job.payload["job_id"])), SLOW_WAIT_S, job.subject)
+        core.router.wait(partial(_answered, stack, job.payload["job_id"]), SLOW_WAIT_S, job.subject)
     core.router.wait(lambda: all(_events(stack, a) for a in activities), SLOW_WAIT_S, "every activity imported")
 
     # parse_blob from the archive, its URL expired: the pool re-presigns the download
@@ -164,7 +164,9 @@ def test_every_job_kind_responder_and_webhook_path_stays_within_the_template(sta
     stack.publish_raw("fetch_source", b"{not json")
     core.router.wait(lambda: len(_failures(stack, "bad_payload")) > poisoned, WAIT_S, "the poison's envelope")
     _publish(stack, subjects.webhook_event_subject(_worker_key(stack)), b"not an envelope")
-    wait_until(lambda: "term webhook_event seq" in stack.bridge.log(), WAIT_S, "the poison event termed")  # type: ignore[union-attr]
+    bridge = stack.bridge
+    assert bridge is not None
+    wait_until(lambda: "term webhook_event seq" in bridge.log(), WAIT_S, "the poison event termed")
     wait_until(lambda: _drained(stack), SLOW_WAIT_S, "every message decided", 0.5)
 
     assert stack.nats_auth.violations() == []
@@ -192,18 +194,17 @@ def test_a_refused_subject_is_reported_once_recorded_and_never_nak_looped(
     results = subjects.result_subject(subjects.FETCH_SOURCE, PROVIDER, pool)
     stack = CairnStack(tmp_path, own_redis, s3_endpoint, pool=pool, nats_withheld=(results,)).start()
     try:
-        assert stack.core is not None
         stack.start_worker(concurrency=1)  # one pool process: "once" is per process
-        stack.start_bridge()
+        bridge = stack.start_bridge()
         acct = stack.connect_athlete(n_activities=2)
-        for ext_id in sorted(stack.strava.athlete(int(acct.external_id)).activities):  # type: ignore[union-attr]
+        for ext_id in sorted(stack.strava.athlete(int(acct.external_id)).activities):
             stack.core.enqueue_job("fetch_source", stack.fetch_job(acct, str(ext_id)))
-        wait_until(lambda: stack.bridge.log().count("term fetch_source seq") == 2, SLOW_WAIT_S,  # type: ignore[union-attr]
+        wait_until(lambda: bridge.log().count("term fetch_source seq") == 2, SLOW_WAIT_S,
                    "both jobs termed")
-        assert stack.bridge.log().count(": permission_refused: ") == 2  # type: ignore[union-attr]
+        assert bridge.log().count(": permission_refused: ") == 2
         consumer = stack.consumer("fetch_source")
         assert consumer["num_redelivered"] == 0 and consumer["num_pending"] == 0, consumer
-        assert " nak fetch_source" not in stack.bridge.log()  # type: ignore[union-attr]
+        assert " nak fetch_source" not in bridge.log()
 
         logs = stack.all_logs()
         refusals = [line for line in logs.splitlines() if "ERROR" in line and results in line]
@@ -223,9 +224,8 @@ def test_a_refused_consumer_creation_stops_the_bridge_with_one_line_and_leaves_t
               f".{subjects.job_subject(subjects.FETCH_SOURCE, PROVIDER, pool)}")
     stack = CairnStack(tmp_path, own_redis, s3_endpoint, pool=pool, nats_withheld=(create,)).start()
     try:
-        assert stack.core is not None
         acct = stack.connect_athlete(n_activities=1)
-        ext_id = str(sorted(stack.strava.athlete(int(acct.external_id)).activities)[0])  # type: ignore[union-attr]
+        ext_id = str(sorted(stack.strava.athlete(int(acct.external_id)).activities)[0])
         job = stack.core.enqueue_job("fetch_source", stack.fetch_job(acct, ext_id))
         bridge = stack.spawn_bridge()
         assert bridge.proc.wait(BRIDGE_EXIT_S) != 0

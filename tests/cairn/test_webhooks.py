@@ -25,7 +25,7 @@ import httpx
 import nats
 import pytest
 
-from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.cairn_core import DevCairnCore, IngestedResult
 from devstack.fakes.cairn_core.accounts import utcnow
 from devstack.infra import services
 from ops.cairn_check import CheckOptions, run_checks
@@ -54,7 +54,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
     try:
         s.start_worker()
         s.start_bridge()
-        assert s.core is not None
         s.core.start_webhooks_http()
         s.core.clock = stepping_clock()
         yield s
@@ -65,7 +64,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
 @pytest.fixture(scope="module")
 def subscribed(stack: CairnStack) -> int:
     """The fake Strava app's push subscription, created through the real handshake."""
-    assert stack.strava is not None
     return subscribe(stack, stack.strava.client_id, stack.strava.client_secret)
 
 
@@ -79,7 +77,6 @@ def stepping_clock() -> Any:
 
 def subscribe(stack: CairnStack, client_id: str, client_secret: str) -> int:
     """Create the app's push subscription against the dev core's endpoint (the real handshake)."""
-    assert stack.core is not None and stack.strava is not None
     resp = httpx.post(stack.strava.api_url + "/push_subscriptions",
                       data={"client_id": client_id, "client_secret": client_secret,
                             "callback_url": stack.core.webhook_url(worker_key(stack)), "verify_token": VERIFY_TOKEN})
@@ -105,7 +102,6 @@ def worker_key(stack: CairnStack) -> str:
 
 
 def webhook_consumer(stack: CairnStack) -> dict[str, Any] | None:
-    assert stack.core is not None
     return next((c for c in stack.core.consumers(subjects.WEBHOOKS_STREAM)
                  if c["durable_name"] == subjects.webhook_durable_name(stack.pool)), None)
 
@@ -118,20 +114,18 @@ def drained(stack: CairnStack) -> bool:
 
 
 def activity_results(stack: CairnStack, ext_id: str | int, kinds: tuple[str, ...] = ("events",)) -> list[Any]:
-    assert stack.core is not None
     return [r for r in stack.core.ingested if r.kind in kinds and r.msg_id
             and f":{ext_id}:" in r.msg_id and r.msg_id.startswith("result:webhook:")]
 
 
 def detail_calls(stack: CairnStack, activity_id: int) -> int:
-    assert stack.strava is not None
     return sum(1 for r in stack.strava.requests if r.endpoint == "activity"
                and r.path.endswith(f"/activities/{activity_id}"))
 
 
 def publish_raw_webhook(stack: CairnStack, data: bytes) -> None:
     async def run() -> None:
-        nc = await nats.connect(stack.nats.url)  # type: ignore[union-attr]
+        nc = await nats.connect(stack.nats.url)
         try:
             await nc.jetstream().publish(subjects.webhook_event_subject(worker_key(stack)), data,
                                          headers={"Nats-Msg-Id": f"raw:{uuid.uuid4().hex}"})
@@ -144,7 +138,6 @@ def publish_raw_webhook(stack: CairnStack, data: bytes) -> None:
 
 
 def test_the_subscription_handshake_passes_with_the_right_token(stack: CairnStack, subscribed: int) -> None:
-    assert stack.core is not None and stack.strava is not None
     listed = httpx.get(stack.strava.api_url + "/push_subscriptions",
                        params={"client_id": stack.strava.client_id, "client_secret": stack.strava.client_secret})
     assert listed.status_code == 200 and [s["id"] for s in listed.json()] == [subscribed]
@@ -157,7 +150,6 @@ def test_the_subscription_handshake_passes_with_the_right_token(stack: CairnStac
 
 
 def test_a_wrong_token_is_refused_with_403_and_strava_refuses_the_subscription(stack: CairnStack) -> None:
-    assert stack.core is not None and stack.strava is not None
     url = stack.core.webhook_url(worker_key(stack))
     resp = httpx.get(url, params={"hub.mode": "subscribe", "hub.challenge": "c", "hub.verify_token": "wrong"})
     assert resp.status_code == 403 and VERIFY_TOKEN not in resp.text
@@ -171,9 +163,7 @@ def test_a_wrong_token_is_refused_with_403_and_strava_refuses_the_subscription(s
 
 
 def test_a_pool_without_a_token_answers_503_and_creates_no_consumer(stack: CairnStack) -> None:
-    assert stack.core is not None
     pool = f"nt-{uuid.uuid4().hex[:6]}"
-    assert stack.nats is not None
     env = stack.env | {"CAIRN_WORKER_NAME": pool} | services.nats_login(stack.nats, PROVIDER, pool).env()
     env.pop("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN")
     bridge = stack.spawn_bridge("bridge-no-token", env)
@@ -196,13 +186,13 @@ def test_a_pool_without_a_token_answers_503_and_creates_no_consumer(stack: Cairn
 
 def test_create_is_fetched_with_a_deterministic_job_id_on_the_webhook_budget(
         stack: CairnStack, subscribed: int) -> None:
-    assert stack.core is not None and stack.strava is not None
     acct = webhook_athlete(stack, 1)
     owner = int(acct.external_id)
     pushed_at = time.monotonic()
     act = stack.strava.create_activity(owner, photos=1, segments=2)
     results = wait_until(lambda: len(r := activity_results(stack, act["id"], ("events", "segments"))) >= 2 and r,
                          WAIT_S, "the webhook's activity and segments ingested")
+    assert isinstance(results, list)  # wait_until returns the predicate's truthy value: the results
     elapsed = time.monotonic() - pushed_at
     events = [e for r in results for e in r.data.get("events", [])]
     activities = [e["activity"] for e in events if "activity" in e]
@@ -222,13 +212,13 @@ def test_create_is_fetched_with_a_deterministic_job_id_on_the_webhook_budget(
 
 def test_an_update_refetches_and_a_burst_of_updates_coalesces_to_one_fetch(
         stack: CairnStack, subscribed: int) -> None:
-    assert stack.core is not None and stack.strava is not None
     acct = webhook_athlete(stack, 2)
     owner = int(acct.external_id)
     first, second = sorted(stack.strava.athlete(owner).activities)
     # A title-only change in the current bucket: held until the bucket closes, then one fetch.
     stack.strava.update_activity(owner, first, title="Morning loop (renamed)")
     results = wait_until(lambda: activity_results(stack, first), WAIT_S, "the update's re-fetch")
+    assert isinstance(results, list)  # wait_until returns the predicate's truthy value: the results
     assert ":u" in results[0].msg_id
     # A burst: three updates inside one bucket (the stepping clock lets all three reach the pool).
     base = int(time.time() // COALESCE_S * COALESCE_S - 10 * COALESCE_S)  # a bucket already closed
@@ -245,39 +235,38 @@ def test_delete_is_fetched_and_reaches_core_as_a_not_found_envelope(stack: Cairn
     """Contract 0.7 has no deletion subject (the published worker's ``cairn.events.source.deleted_upstream``
     is outside core's template): the pool fetches the deleted activity on its own job subject, and
     core receives the §6 envelope, ``not_found``, naming the account and the activity."""
-    assert stack.core is not None and stack.strava is not None
     acct = webhook_athlete(stack, 1)
     owner = int(acct.external_id)
     (aid,) = list(stack.strava.athlete(owner).activities)
     stack.strava.remove_activity(owner, aid)
     envelope = wait_until(lambda: _not_found(stack, aid), WAIT_S, "the deletion's not_found envelope")
-    assert envelope.data["failedRef"] == {"userId": acct.user_id, "provider": PROVIDER,  # type: ignore[attr-defined]
+    assert isinstance(envelope, IngestedResult)  # wait_until returns the predicate's truthy value: the envelope
+    assert envelope.data["failedRef"] == {"userId": acct.user_id, "provider": PROVIDER,
                                           "externalAccountId": acct.account_id, "externalId": str(aid)}
-    assert envelope.subject == subjects.result_subject(subjects.FETCH_SOURCE, PROVIDER, stack.pool)  # type: ignore[attr-defined]
+    assert envelope.subject == subjects.result_subject(subjects.FETCH_SOURCE, PROVIDER, stack.pool)
     wait_until(lambda: drained(stack), WAIT_S, "the delete decided")
     assert detail_calls(stack, aid) == 1  # the one fetch that tells core
 
 
-def _not_found(stack: CairnStack, ext_id: int) -> Any:
-    assert stack.core is not None
+def _not_found(stack: CairnStack, ext_id: int) -> IngestedResult | None:
     return next((r for r in stack.core.ingested if r.kind == "failure" and r.data["error"]["code"] == "not_found"
                  and r.data.get("failedRef", {}).get("externalId") == str(ext_id)), None)
 
 
 def test_deauthorization_tells_core_the_account_needs_reauth(stack: CairnStack, subscribed: int) -> None:
-    assert stack.core is not None and stack.strava is not None
+    core = stack.core
+    assert core is not None and stack.strava is not None
     acct = webhook_athlete(stack, 0)
     stack.strava.deauthorize(int(acct.external_id))
-    wait_until(lambda: any(e.get("account_id") == acct.account_id for e in stack.core.reauth_events),  # type: ignore[union-attr]
+    wait_until(lambda: any(e.get("account_id") == acct.account_id for e in core.reauth_events),
                WAIT_S, "core's needs_reauth event")
-    event = next(e for e in stack.core.reauth_events if e.get("account_id") == acct.account_id)
+    event = next(e for e in core.reauth_events if e.get("account_id") == acct.account_id)
     assert event["reason"] == "deauthorized"
 
 
 @pytest.mark.parametrize("case", ["unknown_owner", "suspended", "lookup_timeout"])
 def test_events_that_resolve_to_no_account_are_acked_and_dropped(
         stack: CairnStack, subscribed: int, case: str) -> None:
-    assert stack.core is not None and stack.strava is not None
     if case == "unknown_owner":
         owner = 90_000 + int(uuid.uuid4().int % 9999)
         app, secret = f"app-{owner}", "s-" + uuid.uuid4().hex
@@ -309,10 +298,11 @@ def test_an_undecodable_webhook_is_termed_without_an_envelope(stack: CairnStack,
     """Reference §3.14: undecodable → Term. No §6 envelope: it fails an import-queue item, and a
     webhook event has none, nor a result subject (``cairn.results.webhook_event.*`` is no contract
     subject, and core's template refuses it)."""
-    assert stack.core is not None and stack.bridge is not None
-    terms = stack.bridge.log().count("term webhook_event seq")
+    bridge = stack.bridge
+    assert stack.core is not None and bridge is not None
+    terms = bridge.log().count("term webhook_event seq")
     publish_raw_webhook(stack, data)
-    wait_until(lambda: stack.bridge.log().count("term webhook_event seq") > terms, WAIT_S, "the term")  # type: ignore[union-attr]
+    wait_until(lambda: bridge.log().count("term webhook_event seq") > terms, WAIT_S, "the term")
     wait_until(lambda: drained(stack), WAIT_S, "the event decided")
     consumer = webhook_consumer(stack)
     assert consumer is not None and consumer["num_redelivered"] == 0
@@ -321,7 +311,6 @@ def test_an_undecodable_webhook_is_termed_without_an_envelope(stack: CairnStack,
 
 
 def test_core_http_caps_bodies_at_one_mib(stack: CairnStack) -> None:
-    assert stack.core is not None
     resp = httpx.post(stack.core.webhook_url(worker_key(stack)), content=b"x" * ((1 << 20) + 1))
     assert resp.status_code == 413
     assert httpx.post(stack.core.webhook_url("bad.key"), content=b"{}").status_code in (400, 404)
@@ -334,7 +323,6 @@ def test_presence_says_webhooks_when_the_token_is_set_and_the_consumer_exists(
         stack: CairnStack, monkeypatch: pytest.MonkeyPatch) -> None:
     """The provider's webhook rules come with the provider (``Provider.webhook_rules()``): each
     context below builds its own, from the environment of that moment."""
-    assert stack.nats is not None and stack.strava is not None
     monkeypatch.setenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN", VERIFY_TOKEN)
     with job_context(stack.nats.url, stack.redis_url, stack.strava, stack.pool, fresh_budget=False) as ctx:
         record = presence.write_presence(ctx, "wh-test")
@@ -353,7 +341,6 @@ def test_presence_says_webhooks_when_the_token_is_set_and_the_consumer_exists(
 def test_check_cairn_webhooks_passes_on_the_pool_and_fails_without_the_consumer(
         stack: CairnStack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
 
-    assert stack.core is not None and stack.nats is not None and stack.strava is not None
     monkeypatch.setenv("CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN", VERIFY_TOKEN)
     # rewrite every instance's record now (the worker wrote its first one before the bridge made the consumer)
     with job_context(stack.nats.url, stack.redis_url, stack.strava, stack.pool, fresh_budget=False) as ctx:
@@ -379,7 +366,6 @@ def test_check_cairn_webhooks_passes_on_the_pool_and_fails_without_the_consumer(
 def test_the_cli_subscribes_shows_and_deletes_without_printing_the_secret(
         stack: CairnStack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
 
-    assert stack.core is not None and stack.strava is not None
     app, secret = "app-cli", "cli-secret-" + uuid.uuid4().hex
     stack.strava.add_app(app, secret)
     monkeypatch.setenv("STRAVA_CLIENT_ID", app)

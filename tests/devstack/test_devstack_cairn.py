@@ -12,21 +12,23 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import nats
 import pytest
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DiscardPolicy, RetentionPolicy
 
-from devstack.fakes.cairn_core import DevCairnCore, app_id_for
+from devstack.fakes.cairn_core import Account, DevCairnCore, app_id_for
 from devstack.fakes.cairn_core import bootstrap as bs
 
 PROVIDER = "strava"
 PACKAGE = "switchyard.providers.strava"
 WAIT_S = 10.0
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -42,16 +44,16 @@ def pool() -> str:
 
 
 @pytest.fixture()
-def acct(core: DevCairnCore, pool: str):  # noqa: ANN201
+def acct(core: DevCairnCore, pool: str) -> Account:
     return core.connect_account(PROVIDER, None, "access-1", "refresh-1", time.time() + 3600, worker_name=pool,
                                 external_id=4242, client_id="client-1", client_secret="secret-1")
 
 
-def run(coro: Any) -> Any:
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-async def request(url: str, subject: str, body: dict[str, Any], timeout_s: float = 2.0) -> Any:
+async def request(url: str, subject: str, body: dict[str, Any], timeout_s: float = 2.0) -> Msg:
     nc = await nats.connect(url)
     try:
         return await nc.request(subject, json.dumps(body).encode(), timeout=timeout_s)
@@ -67,7 +69,7 @@ def iso(ts: datetime) -> str:
     return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def activity_result(acct: Any, pool: str, *, version: str = "1.0", ext_id: str = "1001",
+def activity_result(acct: Account, pool: str, *, version: str = "1.0", ext_id: str = "1001",
                     start: datetime | None = None, package: str = PACKAGE) -> dict[str, Any]:
     start = start or datetime.now(UTC) - timedelta(hours=2)
     return {"workerName": pool, "workerVersion": version, "workerPackage": package, "events": [{
@@ -149,7 +151,7 @@ def test_release_info_is_configurable(core: DevCairnCore) -> None:
 
 
 # ---- tokens, creds, lookup ---------------------------------------------------------------------
-def test_token_get_store_and_needs_reauth(core: DevCairnCore, acct: Any) -> None:
+def test_token_get_store_and_needs_reauth(core: DevCairnCore, acct: Account) -> None:
     got = rpc(core, "cairn.tokens.strava.get", {"account_id": acct.account_id})
     assert got["access_token"] == "access-1" and got["refresh_token"] == "refresh-1"
     assert got["token_type"] == "Bearer" and got["app_id"] == app_id_for("client-1")
@@ -179,14 +181,14 @@ def test_token_get_store_and_needs_reauth(core: DevCairnCore, acct: Any) -> None
         time.sleep(0.02)
 
 
-def test_injected_token_fault_then_normal(core: DevCairnCore, acct: Any) -> None:
+def test_injected_token_fault_then_normal(core: DevCairnCore, acct: Account) -> None:
     core.inject_fault("tokens.get", {"expires_at": "0001-01-01T00:00:00Z", "error": "transient",
                                      "retry_after": 30})
     assert rpc(core, "cairn.tokens.strava.get", {"account_id": acct.account_id})["error"] == "transient"
     assert rpc(core, "cairn.tokens.strava.get", {"account_id": acct.account_id})["access_token"] == "access-1"
 
 
-def test_creds_and_account_lookup(core: DevCairnCore, acct: Any, pool: str) -> None:
+def test_creds_and_account_lookup(core: DevCairnCore, acct: Account, pool: str) -> None:
     creds = rpc(core, "cairn.creds.strava.get", {"account_id": acct.account_id})
     assert (creds["client_id"], creds["client_secret"]) == ("client-1", "secret-1")
     assert rpc(core, "cairn.creds.garmin.get", {"account_id": acct.account_id}) == {"error": "account_gone"}
@@ -199,7 +201,7 @@ def test_creds_and_account_lookup(core: DevCairnCore, acct: Any, pool: str) -> N
 
 
 # ---- presign -----------------------------------------------------------------------------------
-def test_presign_upload_and_download_shapes(core: DevCairnCore, acct: Any) -> None:
+def test_presign_upload_and_download_shapes(core: DevCairnCore, acct: Account) -> None:
     body = b'{"archive": 1}'
     digest = hashlib.sha256(body).hexdigest()
     up = rpc(core, "cairn.blobs.presign_upload.strava", {
@@ -228,11 +230,12 @@ def test_presign_upload_and_download_shapes(core: DevCairnCore, acct: Any) -> No
 def test_presign_errors_are_plain_text_with_nats_error(core: DevCairnCore, subject: str, body: dict[str, Any],
                                                        error: str) -> None:
     reply = run(request(core.nats_url, subject, body))
+    assert reply.headers is not None
     assert error in reply.headers["Nats-Error"] and error in reply.data.decode()
 
 
 # ---- result router -----------------------------------------------------------------------------
-def test_claim_checked_result_is_ingested_and_object_deleted(core: DevCairnCore, acct: Any, pool: str) -> None:
+def test_claim_checked_result_is_ingested_and_object_deleted(core: DevCairnCore, acct: Account, pool: str) -> None:
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
     blob_id = run(_publish_claim_checked(core.nats_url, pool, activity_result(acct, pool, start=start)))
     ok, bad = wait_decided(core, pool)
@@ -246,7 +249,7 @@ def test_claim_checked_result_is_ingested_and_object_deleted(core: DevCairnCore,
 
 
 @pytest.mark.parametrize("case", ["bad_sha", "bad_size", "unknown_field", "name_mismatch", "legacy_subject"])
-def test_bad_results_are_rejected(core: DevCairnCore, acct: Any, pool: str, case: str) -> None:
+def test_bad_results_are_rejected(core: DevCairnCore, acct: Account, pool: str, case: str) -> None:
     result = activity_result(acct, pool)
     if case == "bad_sha":
         run(_publish_claim_checked(core.nats_url, pool, result, sha="0" * 64))
@@ -270,7 +273,7 @@ def test_bad_results_are_rejected(core: DevCairnCore, acct: Any, pool: str, case
     assert ok == [] and [r.reason for r in bad] == [expected]
 
 
-def test_version_never_goes_down_and_package_is_bound(core: DevCairnCore, acct: Any, pool: str) -> None:
+def test_version_never_goes_down_and_package_is_bound(core: DevCairnCore, acct: Account, pool: str) -> None:
     run(_publish_claim_checked(core.nats_url, pool, activity_result(acct, pool, version="1.2")))
     run(_publish_claim_checked(core.nats_url, pool, activity_result(acct, pool, version="1.1")))
     run(_publish_claim_checked(core.nats_url, pool, activity_result(acct, pool, version="1.3", package="other.pkg")))
@@ -280,7 +283,7 @@ def test_version_never_goes_down_and_package_is_bound(core: DevCairnCore, acct: 
     assert [r.data["workerVersion"] for r in ok] == ["1.2", "2.0"]
 
 
-def test_reconcile_result_and_failure_envelope(core: DevCairnCore, acct: Any, pool: str) -> None:
+def test_reconcile_result_and_failure_envelope(core: DevCairnCore, acct: Account, pool: str) -> None:
     mark = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     inline = {"workerName": pool, "workerVersion": "1.0", "workerPackage": PACKAGE, "newWatermark": iso(mark)}
     run(_publish_inline(core.nats_url, f"cairn.results.reconcile.strava.{acct.account_id}",
@@ -306,7 +309,7 @@ async def _publish_watching_terms(url: str, subjects_bodies: list[tuple[str, byt
     last_termed = asyncio.Event()
     seqs: list[int] = []
 
-    async def on_term(msg: Any) -> None:
+    async def on_term(msg: Msg) -> None:
         termed.add(int(json.loads(msg.data)["stream_seq"]))
         if seqs and seqs[-1] in termed:
             last_termed.set()
@@ -325,7 +328,7 @@ async def _publish_watching_terms(url: str, subjects_bodies: list[tuple[str, byt
     return seqs, termed
 
 
-def test_reconcile_result_on_any_other_subject_is_acked_and_applies_nothing(core: DevCairnCore, acct: Any,
+def test_reconcile_result_on_any_other_subject_is_acked_and_applies_nothing(core: DevCairnCore, acct: Account,
                                                                            pool: str) -> None:
     """Reference §2.7: a result is a reconcile result only on exactly 5 tokens with a UUID account;
     core logs anything else and acks it, without a watermark or ``last_sync_at``."""
@@ -361,7 +364,7 @@ async def _fetch_one(url: str, subject: str) -> tuple[dict[str, Any], dict[str, 
         await nc.close()
 
 
-def test_enqueue_job_lands_on_the_pool_subject(core: DevCairnCore, acct: Any, pool: str) -> None:
+def test_enqueue_job_lands_on_the_pool_subject(core: DevCairnCore, acct: Account, pool: str) -> None:
     payload = {"job_id": "j-1", "account_id": acct.account_id, "user_id": acct.user_id, "provider": PROVIDER,
                "ext_id": "555", "fetch_streams": True, "reason": "queue"}
     job = core.enqueue_job("fetch_source", payload, f"queue:strava:{acct.account_id}:555")
@@ -371,7 +374,7 @@ def test_enqueue_job_lands_on_the_pool_subject(core: DevCairnCore, acct: Any, po
     assert body == payload and headers["Nats-Msg-Id"] == f"queue:strava:{acct.account_id}:555"
 
 
-def test_schedule_reconcile_body_and_budget_gate(core: DevCairnCore, acct: Any, pool: str) -> None:
+def test_schedule_reconcile_body_and_budget_gate(core: DevCairnCore, acct: Account, pool: str) -> None:
     live = {"worker_name": pool, "worker_key": f"{pool}-strava", "instance_id": "a", "version": "1.0",
             "provider": PROVIDER, "package": PACKAGE, "last_seen": iso(datetime.now(UTC)),
             "capabilities": {"Gear": {"read": True}}}
@@ -384,6 +387,7 @@ def test_schedule_reconcile_body_and_budget_gate(core: DevCairnCore, acct: Any, 
     assert [j.subject for j in jobs] == [f"cairn.jobs.reconcile.strava.{pool}", f"cairn.jobs.import_gear.strava.{pool}"]
     body = jobs[0].payload
     assert body["max_enqueue"] == 500 and body["account_id"] == acct.account_id and body["reason"] == "manual"
+    assert jobs[0].msg_id is not None
     assert jobs[0].msg_id.startswith(f"reconcile:{acct.account_id}:")
     reset = iso(datetime.now(UTC) + timedelta(minutes=10))
     core.kv_put("cairn_rate_limits", f"strava.{acct.app_id}.short",
@@ -404,7 +408,7 @@ def test_presence_reading_and_liveness(core: DevCairnCore, pool: str) -> None:
     assert set(core.live_presence(pool)) == {f"{pool}.a"}
 
 
-def test_gear_results_inline_and_owner_check(core: DevCairnCore, acct: Any, pool: str) -> None:
+def test_gear_results_inline_and_owner_check(core: DevCairnCore, acct: Account, pool: str) -> None:
     def gear_result(user_id: str) -> bytes:
         return json.dumps({"workerName": pool, "workerVersion": "1.0", "workerPackage": PACKAGE, "events": [{
             "type": "WORKER_EVENT_TYPE_GEAR", "gear": {

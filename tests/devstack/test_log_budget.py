@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,7 +189,7 @@ def test_a_chaos_run_allows_its_outage_lines_but_not_a_bug(tmp_path: Path) -> No
           "'signal 9 (SIGKILL)'")
     budget = chaos_budget.scan([tmp_path / "provider.1.log"])
     assert [f.line_no for f in budget.unexplained] == [3]
-    figures = {"lost": 0, "duplicate_executions": 0, "stuck": 0, "crashed_not_restarted": 0,
+    figures: dict[str, Any] = {"lost": 0, "duplicate_executions": 0, "stuck": 0, "crashed_not_restarted": 0,
                "log_budget": chaos_budget.figures(budget)}
     assert figures["log_budget"]["unexplained"] == 1 and not targets_met(figures)
     assert "presence write failed (AttributeError)" in figures["log_budget"]["lines"][0]

@@ -10,13 +10,14 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from devstack.infra.procfile import entries as read_procfile
-from devstack.infra.supervisor import Supervisor
+from devstack.infra.supervisor import Dyno, Supervisor
 from tests.kit.waiting import wait_until
 
 WAIT_S = 20.0
@@ -43,14 +44,14 @@ def test_read_procfile_keeps_every_process_type(tmp_path: Path) -> None:
 
 
 @pytest.fixture()
-def supervisor(tmp_path: Path):
+def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
     sup = Supervisor(read_procfile(_procfile(tmp_path)), {"long": 1, "crash": 1, "forks": 2}, {"PATH": "/usr/bin:/bin"},
                      tmp_path).start()
     yield sup
     sup.stop()
 
 
-def _dyno(sup: Supervisor, name: str):
+def _dyno(sup: Supervisor, name: str) -> Dyno:
     return next(d for d in sup.dynos if d.name == name)
 
 
@@ -61,7 +62,9 @@ def test_a_killed_dyno_is_restarted_and_the_kill_is_not_a_crash(supervisor: Supe
     first.send_signal(signal.SIGKILL)
     wait_until(lambda: long.starts == 2 and long.alive and long.main_process() is not None, WAIT_S,
                "long.1 restarted")
-    assert long.main_process().pid != first.pid
+    restarted = long.main_process()
+    assert restarted is not None
+    assert restarted.pid != first.pid
     assert [e.dyno for e in supervisor.exits if e.killed_by_harness] == ["long.1"]
     assert not [e for e in supervisor.crash_exits() if e.dyno == "long.1"]
 
@@ -87,9 +90,14 @@ def test_a_dead_dyno_leaves_no_orphaned_child(supervisor: Supervisor) -> None:
     assert _dyno(supervisor, "forks.1").starts == 1  # the other copy of the process type was left alone
 
 
+def _running(dyno: Dyno) -> psutil.Process:
+    process = wait_until(dyno.main_process, WAIT_S, "running")
+    return process
+
+
 def test_stop_ends_every_dyno(tmp_path: Path) -> None:
     sup = Supervisor(read_procfile(_procfile(tmp_path)), {"long": 2}, {"PATH": "/usr/bin:/bin"}, tmp_path).start()
-    pids = [wait_until(d.main_process, WAIT_S, "running").pid for d in sup.dynos]
+    pids = [_running(d).pid for d in sup.dynos]
     started = time.monotonic()
     sup.stop()
     assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE for pid in pids)

@@ -31,6 +31,7 @@ def write_stereo(path: Path, codec: str, fmt: str) -> Path:
     assert len(pcm) > GROUP_SAMPLES  # resampled in more than one group
     with av.open(str(path), "w", format=fmt) as out:
         stream = out.add_stream(codec, rate=STEREO_RATE, layout="stereo")
+        assert isinstance(stream, av.AudioStream)
         for start in range(0, len(pcm) - FRAME_SAMPLES, FRAME_SAMPLES):
             piece = pcm[start:start + FRAME_SAMPLES]
             frame = av.AudioFrame.from_ndarray(np.stack([piece, piece]).T.reshape(1, -1), format="s16",

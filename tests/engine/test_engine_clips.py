@@ -20,6 +20,7 @@ import random
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -30,7 +31,7 @@ from tests.kit.voicy_stack import SUITE_CPU_THREADS
 from workers.errors import PermanentJobError
 from workers.transcribe.engine import create_engine
 from workers.transcribe.probe import media_seconds
-from workers.transcribe.protocol import CLIP_WINDOW_S, Clip, ClipBatchingEngine
+from workers.transcribe.protocol import CLIP_WINDOW_S, Clip, ClipBatchingEngine, OnSegment
 from workers.transcribe.results import Transcript
 from workers.transcribe.settings import EngineSettings
 
@@ -105,7 +106,8 @@ def assert_spans_its_speech(one: Transcript, other: Transcript, label: object = 
     timestamp tokens says nothing finer. That span holds every segment ``one`` (alone) has."""
     assert len(other.segments) == 1, (label, other.segments)
     (segment,) = other.segments
-    assert 0.0 <= segment.start < segment.end <= other.duration, (label, segment)  # type: ignore[operator]
+    assert other.duration is not None, (label, other)
+    assert 0.0 <= segment.start < segment.end <= other.duration, (label, segment)
     assert segment.start <= one.segments[0].start + SPAN_TOLERANCE_S, (label, segment, one.segments)
     assert segment.end >= one.segments[-1].end - SPAN_TOLERANCE_S, (label, segment, one.segments)
 
@@ -125,7 +127,8 @@ def test_the_batch_hears_each_clip_about_as_well_as_alone(engine: ClipBatchingEn
         assert_spans_its_speech(one, other, path.name)
     said = sum(len(normalise(text)) for text in scripts.values())
     alone_wer = sum(errors(scripts[p], t.text) for p, t in zip(paths, references)) / said
-    batch_wer = sum(errors(scripts[p], t.text) for p, t in zip(paths, batched)) / said  # type: ignore[union-attr]
+    transcripts = cast(list[Transcript], batched)  # each one asserted a Transcript above
+    batch_wer = sum(errors(scripts[p], t.text) for p, t in zip(paths, transcripts)) / said
     assert batch_wer <= alone_wer + BATCH_WER_MARGIN, (batch_wer, alone_wer)
 
 
@@ -137,14 +140,16 @@ def test_a_clip_that_cannot_be_decoded_fails_alone(engine: ClipBatchingEngine, a
     assert isinstance(outcomes[1], PermanentJobError) and "could not be decoded" in str(outcomes[1])
     assert isinstance(outcomes[3], PermanentJobError) and "no audio stream" in str(outcomes[3])
     for index in (0, 2):
-        assert isinstance(outcomes[index], Transcript)
-        assert_close_words(alone(clips[index]), outcomes[index], clips[index].name)  # type: ignore[arg-type]
+        outcome = outcomes[index]
+        assert isinstance(outcome, Transcript)
+        assert_close_words(alone(clips[index]), outcome, clips[index].name)
 
 
 def test_a_recording_longer_than_one_window_is_left_to_the_caller(engine: ClipBatchingEngine,
                                                                   short_clips: list[Path]) -> None:
     story = AUDIO_DIR / "story.ogg"
-    assert media_seconds(story) > CLIP_WINDOW_S
+    story_s = media_seconds(story)
+    assert story_s is not None and story_s > CLIP_WINDOW_S
     outcomes = engine.transcribe_clips([Clip(short_clips[2]), Clip(story)])
     assert outcomes[1] is None
     assert isinstance(outcomes[0], Transcript) and outcomes[0].text
@@ -190,7 +195,8 @@ def test_the_next_clips_are_prepared_while_a_pass_decodes(engine: ClipBatchingEn
     thread.join()
     assert seen == {"opened during the pass": True, "pass went first": True}
     assert all(isinstance(outcome, Transcript) for outcome in outcomes), outcomes
-    assert_close_words(outcomes[0], outcomes[-1], late.name)  # type: ignore[arg-type]
+    transcripts = cast(list[Transcript], outcomes)  # all asserted Transcripts just above
+    assert_close_words(transcripts[0], transcripts[-1], late.name)
 
 
 def test_more_clips_are_asked_for_while_a_pass_decodes_and_each_outcome_comes_when_its_pass_ends(
@@ -224,7 +230,8 @@ def test_more_clips_are_asked_for_while_a_pass_decodes_and_each_outcome_comes_wh
     done_a = max(events.index(f"done a{i}") for i in range(CLIPS_PER_PASS))
     first_b = min(events.index(f"segment b{i}") for i in range(CLIPS_PER_PASS))
     assert done_a < first_b, events
-    assert [o.text for o in outcomes[:CLIPS_PER_PASS]] == [o.text for o in outcomes[CLIPS_PER_PASS:]]  # type: ignore[union-attr]
+    transcripts = cast(list[Transcript], outcomes)  # all asserted Transcripts above
+    assert [o.text for o in transcripts[:CLIPS_PER_PASS]] == [o.text for o in transcripts[CLIPS_PER_PASS:]]
 
 
 class Gone(Exception):
@@ -235,7 +242,7 @@ def test_each_clip_streams_to_its_own_callback_and_a_raising_one_ends_only_its_c
         engine: ClipBatchingEngine, short_clips: list[Path]) -> None:
     seen: dict[int, list[str]] = {0: [], 1: [], 2: []}
 
-    def callback(index: int):  # type: ignore[no-untyped-def]
+    def callback(index: int) -> OnSegment:
         def on_segment(partial: Transcript) -> None:
             seen[index].append(partial.text)
             if index == 1:

@@ -16,7 +16,9 @@ def test_record_read_replace_and_clear(fresh_redis: str) -> None:
     record_fault(client, "cairn-pool/p", 'NATS refused publish to "a.b"')
     record_fault(client, "cairn-bridge/p", "first")
     record_fault(client, "cairn-bridge/p", "second")  # one fault per component: the latest wins
-    stored = json.loads(client.hget(FAULTS_KEY, "cairn-pool/p"))
+    raw = client.hget(FAULTS_KEY, "cairn-pool/p")
+    assert raw is not None
+    stored = json.loads(raw)
     assert set(stored) == {"detail", "at"}  # the field is the component
     faults = read_faults(client)
     assert [(f.component, f.detail) for f in faults] == [("cairn-bridge/p", "second"),

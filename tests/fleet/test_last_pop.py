@@ -7,25 +7,28 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 import redis
 from kombu import Connection, Producer
 
-from tasks.hardening.transport import REDIS_TRANSPORT
+from tasks.hardening.transport import REDIS_TRANSPORT, RedisChannel
 from tests.kit.waiting import wait_until
 
 POP_TIMEOUT_S = 5.0
 CONSUMER_TAG = "stopping-worker"
 LONG_POP_TIMEOUT_S = 30  # a pending BRPOP the stop must not wait out
+Consuming = tuple[Connection, RedisChannel, redis.Redis, str]  # the connection, its channel, a client, the queue
 
 
 @pytest.fixture()
-def consuming(redis_url: str):
+def consuming(redis_url: str) -> Iterator[Consuming]:
     """A connection and channel of the fleet's transport consuming a fresh queue, and a plain Redis client."""
     queue = f"last-pop-{uuid.uuid4().hex[:8]}"
     conn = Connection(redis_url, transport=REDIS_TRANSPORT)
     channel = conn.default_channel
+    assert isinstance(channel, RedisChannel)
     channel.basic_consume(queue, False, lambda message: None, CONSUMER_TAG)
     client = redis.Redis.from_url(redis_url)
     try:
@@ -36,7 +39,8 @@ def consuming(redis_url: str):
         conn.release()
 
 
-def test_a_message_popped_as_the_channel_closes_goes_back_to_the_head_of_its_queue(consuming, caplog) -> None:
+def test_a_message_popped_as_the_channel_closes_goes_back_to_the_head_of_its_queue(
+        consuming: Consuming, caplog: pytest.LogCaptureFixture) -> None:
     conn, channel, client, queue = consuming
     channel.brpop_timeout = POP_TIMEOUT_S
     channel.connection.cycle._register_BRPOP(channel)  # the fetch a stopping worker left on the server
@@ -53,7 +57,8 @@ def test_a_message_popped_as_the_channel_closes_goes_back_to_the_head_of_its_que
     assert f"handed back a message for queue '{queue}'" in caplog.text
 
 
-def test_a_pending_fetch_is_ended_at_once_and_hands_nothing_back(consuming, caplog) -> None:
+def test_a_pending_fetch_is_ended_at_once_and_hands_nothing_back(
+        consuming: Consuming, caplog: pytest.LogCaptureFixture) -> None:
     """The stop does not wait out the pending BRPOP's timeout: it is unblocked and pops nothing."""
     conn, channel, client, queue = consuming
     channel.brpop_timeout = LONG_POP_TIMEOUT_S

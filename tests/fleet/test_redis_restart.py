@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -72,9 +73,13 @@ def test_voicy_bridge_workers_and_beat_ride_out_redis_restarts(tmp_path: Path, o
             job_id = server.enqueue_job(f"fid-{n}", file_size=len(data), mime_type="audio/ogg")
             job = wait_until(lambda: (j := server.get_job(job_id))["status"] in ("completed", "failed") and j,
                              JOB_DONE_TIMEOUT_S, f"job {n} to finish", interval_s=0.2)
-            assert job["status"] == "completed", (job.get("lastError"), fleet.logs()[-4000:])  # type: ignore[index]
+            assert isinstance(job, dict)
+            assert job["status"] == "completed", (job.get("lastError"), fleet.logs()[-4000:])
             results = [r["status"] for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/result")]
             assert results == [200], results
+
+        def reaped_since(before: int) -> bool:
+            return fleet.io.log().count("voicy.reap[") > before + 1
 
         wait_until(lambda: "beat: Acquired lock" in fleet.beat.log(), WAIT_S, "beat to take the lock")
         one_job(0)
@@ -85,7 +90,7 @@ def test_voicy_bridge_workers_and_beat_ride_out_redis_restarts(tmp_path: Path, o
             # beat schedules again (its entries re-installed after a data loss), and the io pool
             # consumes what it sends: counted from after a job that needed the restarted Redis
             reaps_before = fleet.io.log().count("voicy.reap[")
-            wait_until(lambda n=reaps_before: fleet.io.log().count("voicy.reap[") > n + 1, RESUME_TIMEOUT_S,
+            wait_until(partial(reaped_since, reaps_before), RESUME_TIMEOUT_S,
                        "voicy.reap sent by beat after the restart")
             fleet.assert_alive()
     bridge, beat = fleet.bridge, fleet.beat
@@ -131,14 +136,14 @@ def test_cairn_bridge_provider_worker_and_presence_ride_out_redis_restarts(
         bridge = stack.start_bridge()
         procs = {"provider": worker.proc.poll, "bridge": bridge.proc.poll}
         acct = stack.connect_athlete(n_activities=3)
-        activities = sorted(stack.strava.athlete(int(acct.external_id)).activities)  # type: ignore[union-attr]
-        assert stack.core is not None
+        activities = sorted(stack.strava.athlete(int(acct.external_id)).activities)
+        core = stack.core
 
         def one_job(n: int) -> None:
             job = stack.fetch_job(acct, str(activities[n]))
-            stack.core.enqueue_job("fetch_source", job)  # type: ignore[union-attr]
-            stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), RESUME_TIMEOUT_S,  # type: ignore[union-attr]
-                                   f"job {n}'s result")
+            core.enqueue_job("fetch_source", job)
+            core.router.wait(lambda: bool(stack.results_for(job["job_id"])), RESUME_TIMEOUT_S,
+                             f"job {n}'s result")
             assert len({r.msg_id for r in stack.results_for(job["job_id"])}) == 1
 
         one_job(0)
@@ -147,7 +152,7 @@ def test_cairn_bridge_provider_worker_and_presence_ride_out_redis_restarts(
             assert_alive(procs, stack.all_logs)
             one_job(n)
             assert_alive(procs, stack.all_logs)
-        key = next(iter(stack.core.live_presence(stack.pool)))
+        key = next(iter(core.live_presence(stack.pool)))
         assert key  # presence never depended on Redis
     finally:
         stack.stop()
@@ -185,15 +190,16 @@ def test_every_process_rides_out_a_60s_outage_and_serves_jobs_sent_during_it(
 
                 wait_until(lambda: "beat: Acquired lock" in fleet.beat.log(), WAIT_S, "beat to take the lock")
                 acct = stack.connect_athlete(n_activities=1)
-                own_redis.svc.proc.kill()  # type: ignore[union-attr]  # a crash
-                own_redis.svc.proc.wait()  # type: ignore[union-attr]
+                assert own_redis.svc.proc is not None
+                own_redis.svc.proc.kill()  # a crash
+                own_redis.svc.proc.wait()
                 down_at = time.monotonic()
                 item = min(audio_manifest(), key=lambda m: m["duration_s"])
                 data = (Path(__file__).parents[1] / "fixtures" / "audio" / item["file"]).read_bytes()
                 telegram.add_file("fid-outage", data)
                 voicy_job = server.enqueue_job("fid-outage", file_size=len(data), mime_type="audio/ogg")
                 cairn_job = stack.fetch_job(acct, stack.first_activity_id(acct))
-                stack.core.enqueue_job("fetch_source", cairn_job)  # type: ignore[union-attr]
+                stack.core.enqueue_job("fetch_source", cairn_job)
                 while time.monotonic() - down_at < LONG_OUTAGE_S:
                     alive()
                     time.sleep(1.0)  # the outage itself: nothing to await
@@ -201,8 +207,9 @@ def test_every_process_rides_out_a_60s_outage_and_serves_jobs_sent_during_it(
                                                      appendfsync="always")
                 job = wait_until(lambda: (j := server.get_job(voicy_job))["status"] in ("completed", "failed") and j,
                                  JOB_DONE_TIMEOUT_S, "the Voicy job sent during the outage", interval_s=0.2)
-                assert job["status"] == "completed", (job.get("lastError"), logs())  # type: ignore[index]
-                stack.core.router.wait(lambda: bool(stack.results_for(cairn_job["job_id"])),  # type: ignore[union-attr]
+                assert isinstance(job, dict)
+                assert job["status"] == "completed", (job.get("lastError"), logs())
+                stack.core.router.wait(lambda: bool(stack.results_for(cairn_job["job_id"])),
                                        JOB_DONE_TIMEOUT_S, "the Cairn job sent during the outage")
                 wait_until(lambda: fleet.beat.log().count("beat: Acquired lock") == 2, RESUME_TIMEOUT_S,
                            "beat to take its expired lock again")

@@ -123,6 +123,7 @@ def test_a_collected_broker_channel_reports_a_connection_error_not_a_crash(redis
     for transport, expected in ((REDIS_TRANSPORT, redis.ConnectionError), (KombuTransport, AttributeError)):
         conn = Connection(redis_url, transport=transport)
         channel = conn.default_channel
+        assert isinstance(channel, kombu_redis.Channel)
         channel._disconnect_pools()  # what the first, failed close did
         channel.connection.client = None  # what collect() did to the transport
         with pytest.raises(expected):
@@ -135,11 +136,14 @@ def test_the_broker_channel_builds_one_client_per_pool_not_one_per_command(redis
     0.1 ms of CPU each with redis-py 8, issue 15 §3); ours hands out one per connection pool, and a
     new one with the pool kombu builds after a disconnect."""
     stock = Connection(redis_url, transport=KombuTransport)
-    with stock.default_channel.conn_or_acquire() as a, stock.default_channel.conn_or_acquire() as b:
+    stock_channel = stock.default_channel
+    assert isinstance(stock_channel, kombu_redis.Channel)
+    with stock_channel.conn_or_acquire() as a, stock_channel.conn_or_acquire() as b:
         assert a is not b  # what the fleet's transport avoids
     stock.release()
     conn = Connection(redis_url, transport=REDIS_TRANSPORT)
     channel = conn.default_channel
+    assert isinstance(channel, kombu_redis.Channel)
     with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
         assert first is second and first.connection_pool is channel.pool
     queue = f"transport-probe-{uuid.uuid4().hex[:8]}"

@@ -37,11 +37,12 @@ def test_results_are_stored_with_expiry_and_published_without_a_deprecation_warn
     client = redis.Redis.from_url(fresh_redis)
     pubsub = client.pubsub()
     pubsub.subscribe(key)
-    assert pubsub.get_message(timeout=SUBSCRIBE_WAIT_S)["type"] == "subscribe"  # type: ignore[index]
+    assert pubsub.get_message(timeout=SUBSCRIBE_WAIT_S)["type"] == "subscribe"
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)  # redis-py 8 warns on every SETEX
         app.backend.store_result(task_id, {"action": "ack"}, states.SUCCESS)
-    assert json.loads(client.get(key))["result"] == {"action": "ack"}  # type: ignore[arg-type]
+    stored = client.get(key)
+    assert stored is not None and json.loads(stored)["result"] == {"action": "ack"}
     assert 0 < client.ttl(key) <= RESULT_EXPIRES_S
     published = pubsub.get_message(timeout=SUBSCRIBE_WAIT_S)
     assert published is not None and published["channel"] == key.encode()

@@ -73,7 +73,8 @@ def test_a_failover_under_voicy_load_loses_nothing(tmp_path: Path, topology: sen
             raise AssertionError(f"{exc}: {states}\n{fleet.logs(tail_chars=3000)}") from None
         fleet.assert_alive()
     assert held >= 1, "no job was in flight when the master died"
-    for job_id, job in zip(ids, jobs, strict=True):  # type: ignore[arg-type]
+    assert isinstance(jobs, list)
+    for job_id, job in zip(ids, jobs, strict=True):
         assert job["status"] == "completed", (job.get("lastError"), fleet.logs(tail_chars=3000)[-4000:])
         accepted = [r for r in server.requests if r["path"].endswith(f"/jobs/{job_id}/result") and r["status"] == 200]
         assert len(accepted) == 1, (job_id, accepted)
@@ -104,23 +105,23 @@ def test_a_failover_under_cairn_load_loses_nothing(tmp_path: Path, topology: sen
     try:
         stack.start_worker(concurrency=2)
         stack.start_bridge()
-        assert stack.core is not None
+        core = stack.core
         acct = stack.connect_athlete(n_activities=CAIRN_JOBS)
         jobs = [stack.fetch_job(acct, str(ext)) for ext in
-                sorted(stack.strava.athlete(int(acct.external_id)).activities)]  # type: ignore[union-attr]
+                sorted(stack.strava.athlete(int(acct.external_id)).activities)]
         for job in jobs[: CAIRN_JOBS // 2]:
-            stack.core.enqueue_job("fetch_source", job)
-        stack.core.router.wait(lambda: bool(stack.results_for(jobs[0]["job_id"])), JOB_DONE_TIMEOUT_S,
-                               "a first result")
+            core.enqueue_job("fetch_source", job)
+        core.router.wait(lambda: bool(stack.results_for(jobs[0]["job_id"])), JOB_DONE_TIMEOUT_S,
+                         "a first result")
         topology.kill_master()
         for job in jobs[CAIRN_JOBS // 2:]:
-            stack.core.enqueue_job("fetch_source", job)
+            core.enqueue_job("fetch_source", job)
         topology.wait_failover()
-        stack.core.router.wait(lambda: all(stack.results_for(j["job_id"]) for j in jobs), JOB_DONE_TIMEOUT_S * 2,
-                               "every job's result after the failover")
+        core.router.wait(lambda: all(stack.results_for(j["job_id"]) for j in jobs), JOB_DONE_TIMEOUT_S * 2,
+                         "every job's result after the failover")
         assert all(len({r.msg_id for r in stack.results_for(j["job_id"])}) == 1 for j in jobs)
         wait_until(lambda: all(c["num_pending"] == 0 and c["num_ack_pending"] == 0
-                               for c in stack.core.consumers()), JOB_DONE_TIMEOUT_S, "every message acked")
+                               for c in core.consumers()), JOB_DONE_TIMEOUT_S, "every message acked")
         assert stack.bridge is not None and stack.bridge.proc.poll() is None
     finally:
         stack.stop()

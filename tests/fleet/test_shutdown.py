@@ -25,9 +25,10 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -39,6 +40,7 @@ from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_beat, start_br
 from tasks.routes import provider_queue
 from tasks.settings import WORKER_SOFT_SHUTDOWN_TIMEOUT_S
 from tests.kit.cairn_stack import WAIT_S, CairnStack
+from tests.kit.celery_worker import CeleryWorker
 from tests.kit.garmin_stack import GarminStack
 from tests.kit.gate import Gate
 from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
@@ -74,6 +76,7 @@ PROCFILE_SOFT_WINDOW_S = WORKER_SOFT_SHUTDOWN_TIMEOUT_S  # the window the Procfi
 # to exit as it should, so the bound sits between the two. The log line is the causal proof.
 QUICK_DRAIN_LIMIT_S = PROCFILE_SOFT_WINDOW_S / 2
 SHORT_SOFT_WINDOW_S = 1.0  # a window a slow download outlasts
+SharedVoicy = tuple[Any, Any, Gate, dict[str, str], SharedVoicyFleet]  # server, telegram, gate, environment, fleet
 
 
 # --------------------------------------------------------------------------- helpers
@@ -105,7 +108,8 @@ def wait_final(server: Any, job_ids: list[str], timeout_s: float = JOB_DONE_TIME
     def done() -> dict[str, dict] | None:
         jobs = {j: server.get_job(j) for j in job_ids}
         return jobs if all(job["status"] in FINAL for job in jobs.values()) else None
-    return wait_until(done, timeout_s, "jobs to reach a final state", interval_s=0.2)  # type: ignore[return-value]
+    jobs = wait_until(done, timeout_s, "jobs to reach a final state", interval_s=0.2)
+    return jobs
 
 
 def assert_completed_once(server: Any, jobs: dict[str, dict], logs: str = "") -> None:
@@ -143,7 +147,7 @@ def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sha
 
 @pytest.fixture()
 def voicy(shared_fleet: tuple[SharedVoicyFleet, Gate],
-          tmp_path: Path) -> Iterator[tuple[Any, Any, Gate, dict, SharedVoicyFleet]]:
+          tmp_path: Path) -> Iterator[SharedVoicy]:
     """The shared dev Voicy API, fake Telegram, gate, fleet environment and fleet, for one test."""
     fleet, gate = shared_fleet
     with fleet.attributed(tmp_path):
@@ -159,7 +163,8 @@ def procfile_worker_env(env: dict[str, str], soft_shutdown_s: float) -> dict[str
 
 
 # --------------------------------------------------------------------------- Voicy bridge
-def test_sigterm_bridge_under_load_stops_claiming_and_claimed_jobs_complete_once(voicy, tmp_path):
+def test_sigterm_bridge_under_load_stops_claiming_and_claimed_jobs_complete_once(
+        voicy: SharedVoicy, tmp_path: Path) -> None:
     server, telegram, _gate, env, fleet = voicy
     fleet.only("io", "gpu")  # the bridge is this test's own
     env = dict(env, VOICY_WORKER_READY_QUEUE_LIMIT="2")
@@ -197,8 +202,8 @@ def test_sigterm_bridge_under_load_stops_claiming_and_claimed_jobs_complete_once
 
 
 # --------------------------------------------------------------------------- gpu worker
-def test_sigterm_gpu_mid_transcription_hands_the_job_back_and_it_completes_once(voicy, celery_workers,
-                                                                               tmp_path):
+def test_sigterm_gpu_mid_transcription_hands_the_job_back_and_it_completes_once(
+        voicy: SharedVoicy, celery_workers: Callable[..., CeleryWorker], tmp_path: Path) -> None:
     """Cold shutdown with no soft window: the task is cancelled, releases its lease, the reaper
     redispatches at once (well before the 60 s lease would expire), a replacement finishes it."""
     server, telegram, gate, env, fleet = voicy
@@ -224,7 +229,8 @@ def test_sigterm_gpu_mid_transcription_hands_the_job_back_and_it_completes_once(
     assert re.search(rf"job {job_id}: .*redispatching transcription", all_logs(tmp_path) + fleet.text())
 
 
-def test_sigterm_gpu_within_the_soft_window_finishes_the_job_and_exits_as_it_ends(voicy, celery_workers, tmp_path):
+def test_sigterm_gpu_within_the_soft_window_finishes_the_job_and_exits_as_it_ends(
+        voicy: SharedVoicy, celery_workers: Callable[..., CeleryWorker], tmp_path: Path) -> None:
     """The Procfile's soft window lets a running transcription finish on the dying worker (nothing is
     redispatched or repeated), and the worker exits as soon as it has, not at the window's end
     (tasks/hardening/quick_drain.py)."""
@@ -252,7 +258,8 @@ def test_sigterm_gpu_within_the_soft_window_finishes_the_job_and_exits_as_it_end
 
 
 # --------------------------------------------------------------------------- io worker
-def test_sigterm_io_mid_download_hands_jobs_back_and_each_completes_once(voicy, celery_workers, tmp_path):
+def test_sigterm_io_mid_download_hands_jobs_back_and_each_completes_once(
+        voicy: SharedVoicy, celery_workers: Callable[..., CeleryWorker], tmp_path: Path) -> None:
     server, telegram, _gate, env, fleet = voicy
     fleet.only("gpu", "bridge")  # the io worker is this test's own
     assert env["VOICY_WORKER_LEASE_TTL_MS"] == LONG_LEASE_TTL_MS
@@ -286,7 +293,7 @@ def test_sigterm_io_mid_download_hands_jobs_back_and_each_completes_once(voicy, 
 
 # --------------------------------------------------------------------------- Cairn bridge
 @pytest.fixture()
-def cairn(tmp_path: Path, redis_url: str, s3_endpoint: str) -> Iterator[Any]:
+def cairn(tmp_path: Path, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
     stack = CairnStack(tmp_path, redis_url, s3_endpoint).start()
     try:
         yield stack
@@ -309,7 +316,7 @@ def _seq_of(task_id: str) -> tuple[int, int]:
     return int(seq), int(delivery.lstrip("d"))
 
 
-def test_sigterm_cairn_bridge_naks_queued_messages_finishes_running_ones_ingests_once(cairn):
+def test_sigterm_cairn_bridge_naks_queued_messages_finishes_running_ones_ingests_once(cairn: CairnStack) -> None:
     """Queued messages are NAKed at once and taken by a second instance while the first still
     finishes its running job; every job is ingested exactly once."""
     from workers.cairn.settings import DEFAULT_SHUTDOWN_GRACE_S as SHUTDOWN_GRACE_S
@@ -345,8 +352,7 @@ def test_sigterm_cairn_bridge_naks_queued_messages_finishes_running_ones_ingests
         rc = bridge_a.proc.wait(SHUTDOWN_GRACE_S + 5)
         exited_s = time.monotonic() - t0
         for job in jobs:
-            stack.core.router.wait(lambda job=job: bool(stack.results_for(job["job_id"])), 60,
-                                   "every job's result")
+            stack.core.router.wait(partial(_has_result, stack, job["job_id"]), 60, "every job's result")
         wait_until(lambda: stack.consumer("fetch_source")["num_ack_pending"] == 0, 30, "every message settled")
     finally:
         stack.gate.open()
@@ -366,11 +372,16 @@ def test_sigterm_cairn_bridge_naks_queued_messages_finishes_running_ones_ingests
     assert {_seq_of(t) for t in skipped} == {(seq, 1) for seq in first_seqs}  # revoked copies did nothing
 
 
+def _has_result(stack: CairnStack, job_id: str) -> bool:
+    return bool(stack.results_for(job_id))
+
+
 def _cairn_leases(r: redis.Redis) -> dict[str, str]:
-    return {k.decode(): (r.get(k) or b"").decode() for k in r.scan_iter("sy:lease:cairn:*")}
+    # bytes: a client without decode_responses
+    return {k.decode(): (cast("bytes | None", r.get(k)) or b"").decode() for k in r.scan_iter("sy:lease:cairn:*")}
 
 
-def test_cairn_job_running_past_the_shutdown_grace_is_still_ingested_once(cairn):
+def test_cairn_job_running_past_the_shutdown_grace_is_still_ingested_once(cairn: CairnStack) -> None:
     """A provider call slower than the bridge's shutdown grace: the message is NAKed to another
     instance while its first task still runs. Exactly one result may reach core."""
     from workers.cairn.settings import DEFAULT_SHUTDOWN_GRACE_S as SHUTDOWN_GRACE_S
@@ -386,8 +397,9 @@ def test_cairn_job_running_past_the_shutdown_grace_is_still_ingested_once(cairn)
         stack.gate.arm()
         stack.core.enqueue_job("fetch_source", job)
         assert stack.gate.arrived.wait(60), "the job never reached Strava"
-        ((key, first_holder),) = wait_until(lambda: [(k, v) for k, v in _cairn_leases(r).items()
-                                                     if v.startswith("running:")], 10, "the running lease")
+        running = wait_until(lambda: [(k, v) for k, v in _cairn_leases(r).items() if v.startswith("running:")],
+                             10, "the running lease")
+        ((key, first_holder),) = running
         t0 = time.monotonic()
         os.killpg(bridge_a.proc.pid, signal.SIGTERM)
         bridge_b = stack.spawn_bridge("bridge-b")
@@ -433,7 +445,6 @@ def test_sigterm_garmin_mid_fetch_finishes_the_job_and_exits_as_it_ends(garmin: 
     running fetch finish and ends as soon as it has, as a prefork worker's does
     (tasks/hardening/quick_drain.py); the job is ingested once and its message settled."""
     stack = garmin
-    assert stack.core is not None
     stack.start_bridge()
     worker = procfile.run("garmin", {**stack.env, "HONCHO_PROCESS_NAME": "garmin.1"}, tmp_path / "worker-garmin.log")
     try:

@@ -36,7 +36,8 @@ def _work_in_hand() -> bool:
 @pytest.fixture()
 def hub() -> Iterator[Hub]:
     before = get_event_loop()
-    loop = set_event_loop(Hub(Timer()))
+    loop = Hub(Timer())
+    set_event_loop(loop)
     _released.clear()
     yield loop
     _released.set()

@@ -17,6 +17,7 @@ import os
 import re
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -67,10 +68,10 @@ def test_two_voicy_bridges_claim_each_job_once_and_every_job_completes(tmp_path:
         bridges: list[Proc] = []
         try:
             for worker in workers:
-                wait_until(lambda w=worker: READY in w.log(), START_WAIT_S, "a worker to start")
+                wait_until(partial(_logged, worker, READY), START_WAIT_S, "a worker to start")
             bridges = [_line("voicy_bridge", env, tmp_path, i) for i in range(BRIDGES)]
             for bridge in bridges:
-                wait_until(lambda b=bridge: "voicy bridge started" in b.log(), START_WAIT_S, "a bridge to start")
+                wait_until(partial(_logged, bridge, "voicy bridge started"), START_WAIT_S, "a bridge to start")
             data = (AUDIO_DIR / audio_manifest()[0]["file"]).read_bytes()
             ids = []
             for n in range(VOICY_JOBS):
@@ -106,7 +107,7 @@ def test_two_cairn_bridges_of_one_pool_run_each_job_once_and_ack_every_message(t
         wait_until(lambda: READY in worker.log(), START_WAIT_S, "the provider worker to start")
         bridges = [_line("cairn_bridge", env, tmp_path, i) for i in range(BRIDGES)]
         for bridge in bridges:
-            wait_until(lambda b=bridge: "cairn bridge started" in b.log(), START_WAIT_S, "a bridge to start")
+            wait_until(partial(_logged, bridge, "cairn bridge started"), START_WAIT_S, "a bridge to start")
         accounts = [stack.connect(pool, CAIRN_JOBS // ACCOUNTS) for _ in range(ACCOUNTS)]
         jobs = stack.fetch_jobs(accounts)
         assert stack.core is not None
@@ -137,6 +138,10 @@ def _line(name: str, env: dict[str, str], tmp_path: Path, n: int = 0) -> Proc:
     """The Procfile's line ``name`` as its ``n``-th process, named as honcho names it (DYNO would mean Heroku)."""
     node = f"{name}.{n + 1}"
     return procfile.run(name, {**env, "HONCHO_PROCESS_NAME": node}, tmp_path / f"{node}.log")
+
+
+def _logged(proc: Proc, text: str) -> bool:
+    return text in proc.log()
 
 
 def _acked(bridges: list[Proc]) -> list[tuple[str, str]]:

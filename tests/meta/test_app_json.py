@@ -26,9 +26,12 @@ import pkgutil
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from pydantic_settings import BaseSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_JSON = ROOT / "app.json"
@@ -63,10 +66,10 @@ AOF_PLAN_TIERS = ("premium-", "private-", "shield-")
 
 
 def app_json() -> dict[str, Any]:
-    return json.loads(APP_JSON.read_text())  # type: ignore[no-any-return]
+    return json.loads(APP_JSON.read_text())
 
 
-def _settings_classes() -> Iterator[type]:
+def _settings_classes() -> Iterator[type[BaseSettings]]:
     """Every pydantic-settings class of the fleet, found by importing its packages."""
     from pydantic_settings import BaseSettings
 
@@ -90,7 +93,7 @@ def settings_variables() -> set[str]:
     from workers.config import env_name
 
     return {env_name(cls, field)
-            for cls in _settings_classes() for field in cls.model_fields}  # type: ignore[attr-defined]
+            for cls in _settings_classes() for field in cls.model_fields}
 
 
 def _fleet_files() -> Iterator[Path]:
@@ -231,6 +234,6 @@ def test_each_undeclared_fallback_is_really_read(name: str) -> None:
 def _alias_names() -> set[str]:
     names: set[str] = set()
     for cls in _settings_classes():
-        for info in cls.model_fields.values():  # type: ignore[attr-defined]
+        for info in cls.model_fields.values():
             names |= {c.upper() for c in getattr(info.validation_alias, "choices", ()) if isinstance(c, str)}
     return names

@@ -28,14 +28,15 @@ CHECK_TIMEOUT_S = 20.0
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
     with running_stack(tmp_path_factory.mktemp("cairn-check"), redis_url, s3_endpoint) as s:
-        wait_until(lambda: s.core.live_presence(s.pool), WAIT_S, "the pool's presence")  # type: ignore[union-attr]
+        core = s.core
+        wait_until(lambda: core.live_presence(s.pool), WAIT_S, "the pool's presence")
         yield s
 
 
 def run_check(stack: CairnStack, *extra: str, worker_name: str | None = None) -> subprocess.CompletedProcess[str]:
     """As core's operators run the harness: core's NATS login, not the pool's (its env holds the pool's)."""
     core = stack.nats_auth.core
-    cmd = [sys.executable, "-m", "ops", "check", "cairn", "--nats", stack.nats.url,  # type: ignore[union-attr]
+    cmd = [sys.executable, "-m", "ops", "check", "cairn", "--nats", stack.nats.url,
            "--user", core.user, f"--password={core.password}",  # a password may begin with "-"
            "--provider", PROVIDER, "--worker-name", worker_name or stack.pool, "--timeout", "15", *extra]
     return subprocess.run(cmd, cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=120)
@@ -68,7 +69,8 @@ def test_check_active_without_user_id_passes(stack: CairnStack) -> None:
     mine = lambda: [r for r in core.ingested if r.subject.endswith(acct.account_id)]  # noqa: E731
     core.router.wait(lambda: bool(mine()), WAIT_S, "core's copy of the reconcile result")
     [rec] = mine()
-    assert rec.kind == "reconcile" and rec.msg_id.startswith("result:conformance-")  # not a failure
+    assert rec.kind == "reconcile" and rec.msg_id is not None
+    assert rec.msg_id.startswith("result:conformance-")  # not a failure
     assert not [r for r in stack.strava.requests if r.athlete_id == int(acct.external_id)]  # nothing listed
 
 
@@ -83,9 +85,10 @@ def test_check_fails_when_a_required_consumer_is_missing(stack: CairnStack) -> N
     """Run last: it deletes the pool's reconcile consumer (the §3 incident class)."""
     subject = f"cairn.jobs.reconcile.{PROVIDER}.{stack.pool}"
     durable = stack.consumer("reconcile")["name"]
+    url = stack.nats.url
 
     async def delete() -> None:
-        nc = await nats.connect(stack.nats.url)  # type: ignore[union-attr]
+        nc = await nats.connect(url)
         try:
             await nc.jetstream().delete_consumer("CAIRN_JOBS", durable)
         finally:

@@ -44,7 +44,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
         s.start()
         s.start_worker()
         s.start_bridge()
-        wait_until(lambda: s.core.live_presence(s.pool), WAIT_S, "the pool's presence")  # type: ignore[union-attr]
+        wait_until(lambda: s.core.live_presence(s.pool), WAIT_S, "the pool's presence")
         yield s
     finally:
         s.stop()
@@ -67,7 +67,7 @@ def test_anonymous_clients_are_refused_here(stack: CairnStack) -> None:
     out = run_check(env)
     assert out.returncode == EXIT_CANNOT_CHECK, out.stdout + out.stderr
     [line] = out.stdout.splitlines()
-    url = stack.nats.url  # type: ignore[union-attr]
+    url = stack.nats.url
     assert line.startswith(f"cannot connect to {url}: Error: nats: 'Authorization Violation'"), line
     assert "(NATS refused the credentials: set CAIRN_NATS_USER/CAIRN_NATS_PASSWORD" in line
 
@@ -89,7 +89,7 @@ def test_options_override_the_variables_and_core_s_login_passes(stack: CairnStac
     env = stack.env | {"CAIRN_NATS_URL": f"nats://127.0.0.1:{services.free_port()}",
                        pool_variable(stack.pool, "nats_user"): stack.env["CAIRN_NATS_USER"],
                        pool_variable(stack.pool, "nats_password"): f"wrong-{uuid.uuid4().hex}"}
-    out = run_check(env, "--nats", stack.nats.url, *core_login(stack))  # type: ignore[union-attr]
+    out = run_check(env, "--nats", stack.nats.url, *core_login(stack))
     assert out.returncode == EXIT_COMPLIANT, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     for name in ("presence heartbeat", f"consumer for cairn.jobs.fetch_source.{PROVIDER}.{stack.pool}",

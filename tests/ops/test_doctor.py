@@ -10,6 +10,7 @@ import io
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture()
-def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str, nats_url: str, s3_endpoint: str):
+def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str, nats_url: str,
+          s3_endpoint: str) -> Iterator[tuple[pytest.MonkeyPatch, Path]]:
     from devstack.fakes.cairn_core import DevCairnCore
 
     for key in list(os.environ):
@@ -64,7 +66,7 @@ def line(text: str, name: str) -> str:
     return next(row for row in text.splitlines() if f" {name}:" in row)
 
 
-def test_doctor_passes_against_the_devstack(stack) -> None:
+def test_doctor_passes_against_the_devstack(stack: tuple[pytest.MonkeyPatch, Path]) -> None:
     code, text = run_doctor()
     assert code == 0, text
     for name in ("fleet settings", "redis", "voicy token", "telegram getMe", "model", "media store", "cairn pool",
@@ -73,7 +75,7 @@ def test_doctor_passes_against_the_devstack(stack) -> None:
     assert "pool strava-fetcher: provider strava" in line(text, "cairn pool")
 
 
-def test_doctor_names_each_broken_piece(stack) -> None:
+def test_doctor_names_each_broken_piece(stack: tuple[pytest.MonkeyPatch, Path]) -> None:
     monkeypatch, store = stack
     monkeypatch.setenv("VOICY_WORKER_TOKEN", "not-the-token-123")
     monkeypatch.setenv("VOICY_WORKER_MODEL", str(store / "no-such-model"))
@@ -191,6 +193,7 @@ class RecordingHub:
 
     def __init__(self) -> None:
         from starlette.applications import Starlette
+        from starlette.requests import Request
         from starlette.responses import JSONResponse
         from starlette.routing import Route
 
@@ -198,7 +201,7 @@ class RecordingHub:
 
         self.requests: list[str] = []
 
-        async def anything(request):  # type: ignore[no-untyped-def]
+        async def anything(request: Request) -> JSONResponse:
             self.requests.append(f"{request.method} {request.url.path}")
             return JSONResponse({"error": "Repository not found"}, status_code=404)
 

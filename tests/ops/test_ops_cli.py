@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import tomllib
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -27,6 +27,7 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert exit_.value.code == 0
     text = capsys.readouterr().out
     for command in COMMANDS:
+        assert isinstance(command, ModuleType)  # each command is a module
         name = command.__name__.rpartition(".")[2]
         assert f"    {name} " in text, text
 
@@ -35,12 +36,17 @@ def test_a_new_verb_with_sub_verbs_plugs_in_as_one_module(capsys: pytest.Capture
     """What ``switchyard strava webhook show`` will look like: a module with ``register``, no edit to the CLI."""
     calls: list[argparse.Namespace] = []
 
-    def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         strava = verbs.add_parser("strava").add_subparsers(dest="topic", required=True)
         webhook = strava.add_parser("webhook").add_subparsers(dest="action", required=True)
         show = webhook.add_parser("show")
         show.add_argument("--timeout", type=float, default=5.0)
-        show.set_defaults(run=lambda args: calls.append(args) or 3)
+
+        def run(args: argparse.Namespace) -> int:
+            calls.append(args)
+            return 3
+
+        show.set_defaults(run=run)
 
     strava_module = SimpleNamespace(register=register)
     # the real ``ops.commands.strava`` has landed: the stand-in replaces it (one verb name per module)

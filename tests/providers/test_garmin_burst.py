@@ -72,7 +72,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
             env = {**stack.env, "HONCHO_PROCESS_NAME": f"garmin.{n + 1}"}
             running.workers.append(procfile.run("garmin", env, Path(tmp) / f"garmin-{n + 1}.log"))
         for w in running.workers:
-            wait_until(lambda w=w: " ready." in w.log() or w.proc.poll() is not None, READY_S, "a garmin instance")
+            def ready(w: Proc = w) -> bool:
+                return " ready." in w.log() or w.proc.poll() is not None
+
+            wait_until(ready, READY_S, "a garmin instance")
             assert w.proc.poll() is None, w.log()[-3000:]
         yield running
     finally:

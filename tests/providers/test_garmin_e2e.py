@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from devstack.fakes.cairn_core import DevCairnCore
+from devstack.fakes.cairn_core import DevCairnCore, IngestedResult
 from devstack.infra import cairn_stack
 from tests.kit import fit_forms
 from tests.kit.cairn_stack import ROOT, WAIT_S
@@ -62,17 +62,17 @@ def within_the_template(stack: GarminStack) -> Iterator[None]:
     assert mine == {stack.nats_auth.login(stack.pool_ref).user}, mine  # the pool logged in as itself
 
 
-def _job(acct: Any, ext_id: str | int) -> dict[str, Any]:
+def _job(acct: cairn_stack.Connected, ext_id: str | int) -> dict[str, Any]:
     return cairn_stack.CairnStack.fetch_job(acct, str(ext_id))
 
 
-def _result(core: DevCairnCore, msg_id: str) -> Any:
+def _result(core: DevCairnCore, msg_id: str) -> IngestedResult:
     core.router.wait(lambda: any(r.msg_id == msg_id for r in core.ingested), WAIT_S, f"result {msg_id}")
     return next(r for r in core.ingested if r.msg_id == msg_id)
 
 
 def _failure(core: DevCairnCore, ext_id: str | int) -> dict[str, Any]:
-    def found() -> list[Any]:
+    def found() -> list[IngestedResult]:
         return [r for r in core.ingested if r.kind == "failure"
                 and r.data.get("failedRef", {}).get("externalId") == str(ext_id)]
     core.router.wait(lambda: bool(found()), WAIT_S, f"a failure envelope for {ext_id}")
@@ -155,7 +155,6 @@ def test_reconcile_enqueues_unknown_activities_and_always_publishes(stack: Garmi
 
 
 def test_discover_lists_the_accounts_activities(stack: GarminStack) -> None:
-    assert stack.core is not None
     acct, account = stack.connect_garmin(n_activities=3)
     reply = stack.core.discover(acct.account_id)
     assert reply["complete"] is True
@@ -230,7 +229,8 @@ def test_429_and_5xx_nak_with_delay_and_the_redelivery_imports(stack: GarminStac
     # reuses a pooled tunnel the fake's server has just closed on its 5 s keep-alive is NAKed as
     # transient too (a ProxyError through the loopback proxy), and the third imports.
     prefix = f"result:{job['job_id']}:d"
-    core.router.wait(lambda: any(r.msg_id.startswith(prefix) for r in core.ingested), WAIT_S, f"a {prefix}* result")
+    core.router.wait(lambda: any(r.msg_id is not None and r.msg_id.startswith(prefix) for r in core.ingested),
+                     WAIT_S, f"a {prefix}* result")
     assert not [r for r in core.ingested if r.msg_id == f"{prefix}1"]
     reason = "rate_limited" if status == 429 else "transient"
     assert any("nak fetch_source" in line and reason in line for line in stack.all_logs().splitlines())
@@ -239,7 +239,6 @@ def test_429_and_5xx_nak_with_delay_and_the_redelivery_imports(stack: GarminStac
 def _check(stack: GarminStack, *extra: str) -> subprocess.CompletedProcess[str]:
     """``switchyard check cairn`` as core's operators run it: its own process, core's NATS login (the
     environment holds the pool's)."""
-    assert stack.nats is not None
     core = stack.nats_auth.core
     return subprocess.run([sys.executable, "-m", "ops", "check", "cairn", "--nats", stack.nats.url,
                            "--user", core.user, f"--password={core.password}",  # a password may begin with "-"
@@ -251,8 +250,8 @@ def _check(stack: GarminStack, *extra: str) -> subprocess.CompletedProcess[str]:
 def test_the_conformance_check_passes_against_the_garmin_pool(stack: GarminStack, with_user: bool) -> None:
     """The suite the Strava pool passes (tests/ops/test_cairn_check.py), against the Garmin pool; without
     ``--user-id`` (the Go harness's own reconcile body) the pool answers without listing anyone."""
-    assert stack.core is not None
-    wait_until(lambda: stack.core.live_presence(stack.pool), WAIT_S, "the pool's presence")  # type: ignore[union-attr]
+    core = stack.core
+    wait_until(lambda: core.live_presence(stack.pool), WAIT_S, "the pool's presence")
     acct, account = stack.connect_garmin(n_activities=1)
     out = _check(stack, "--active", "--account-id", acct.account_id,
                  *(("--user-id", acct.user_id) if with_user else ()))

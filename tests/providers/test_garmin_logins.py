@@ -49,7 +49,7 @@ def garmin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeGarm
 
 
 @pytest.fixture
-def host(garmin: FakeGarmin, fresh_redis: str) -> Callable[..., GarminProvider]:
+def host(garmin: FakeGarmin, fresh_redis: str) -> Iterator[Callable[..., GarminProvider]]:
     """A Garmin provider as one host of the pool runs it: its own sessions, the fleet's Redis for the gate."""
     clients: list[redis.Redis] = []
 
@@ -61,7 +61,7 @@ def host(garmin: FakeGarmin, fresh_redis: str) -> Callable[..., GarminProvider]:
                                              ca_bundle=env["CAIRN_GARMIN_CA_BUNDLE"], **settings),
                               gate=LoginGate(client))
 
-    yield make  # type: ignore[misc]
+    yield make
     for client in clients:
         client.close()
 
@@ -99,18 +99,19 @@ def test_a_burst_on_one_hosts_threads_logs_in_once(garmin: FakeGarmin, host: Cal
 def test_two_hosts_log_in_once_each_one_after_the_other_and_the_lock_holds_no_secret(
         garmin: FakeGarmin, host: Callable[..., GarminProvider], fresh_redis: str) -> None:
     first, second = host(), host()
-    seen: list[bytes | None] = []
+    seen: list[bytes | str | None] = []  # redis-py's get(): str only with decode_responses
     client = redis.Redis.from_url(fresh_redis)
     real_login = first.sessions._login
 
-    def observed_login(c: ProviderContext, login: Login) -> Client:
-        seen.append(client.get(LOCK_PREFIX + c.account_id))  # the key while this host logs in
-        return real_login(c, login)
+    def observed_login(ctx: ProviderContext, login: Login) -> Client:  # _login's parameter names
+        seen.append(client.get(LOCK_PREFIX + ctx.account_id))  # the key while this host logs in
+        return real_login(ctx, login)
 
     first.sessions._login = observed_login  # type: ignore[method-assign]
     _burst([first, second], [a.activity_id for a in garmin.account(EMAIL).newest_first()])
     assert garmin.logins(EMAIL) == 2 and first.sessions.logins == second.sessions.logins == 1
     assert len(seen) == 1 and seen[0] is not None  # the first host logged in holding the account's key
+    assert isinstance(seen[0], bytes)
     value = seen[0].decode()
     assert len(value) == 32 and EMAIL not in value and PASSWORD not in value  # a random token, no secret
     assert client.get(LOCK_PREFIX + "acct-1") is None  # released after the login
@@ -123,7 +124,9 @@ def test_an_expired_oauth2_token_is_refreshed_once_for_the_whole_burst(
     ids = [a.activity_id for a in garmin.account(EMAIL).newest_first()]
     provider.fetch_source(ctx(), job(ids[0]))
     session = provider.sessions._sessions["acct-1"]
-    session.client.oauth2_token.expires_at = 0  # the bearer has expired: garth refreshes it on the next call
+    token = session.client.oauth2_token
+    assert token is not None and not isinstance(token, dict)  # garth's OAuth2Token after a login
+    token.expires_at = 0  # the bearer has expired: garth refreshes it on the next call
     exchanges = garmin.calls("exchange", EMAIL)
     _burst([provider], ids)
     assert garmin.calls("exchange", EMAIL) == exchanges + 1 and garmin.logins(EMAIL) == 1

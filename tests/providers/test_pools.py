@@ -254,7 +254,10 @@ def test_pools_share_one_redis_and_one_nats_yet_each_job_runs_on_its_own_pool(fl
     wait_until(lambda: all(len(_results(fleet, rp)) == len(rp.jobs) for rp in running), JOBS_TIMEOUT_S,
                "every job of the pools with a worker")
     for rp in held:  # idle workers of other pools did not take them: they wait in the pool's own queue
-        wait_until(lambda rp=rp: r.llen(rp.queue) == len(rp.jobs), JOBS_TIMEOUT_S, f"{rp.queue} holding its jobs")
+        def holding(rp: RunningPool = rp) -> bool:
+            return r.llen(rp.queue) == len(rp.jobs)
+
+        wait_until(holding, JOBS_TIMEOUT_S, f"{rp.queue} holding its jobs")
         assert not _results(fleet, rp)
     for rp in held:
         fleet.start_worker(rp)
@@ -326,7 +329,8 @@ def _assert_flower_shows_the_pools_apart(fleet: Fleet) -> None:
         return found if len(found) == len(expected) else None
 
     tasks = wait_until(every_job, JOBS_TIMEOUT_S, "Flower to list every job's task", interval_s=0.5)
-    for job_id, task in tasks.items():  # type: ignore[union-attr]
+    assert isinstance(tasks, dict)  # every_job's truthy value
+    for job_id, task in tasks.items():
         rp = expected[job_id]
         assert nodes.get(task["worker"]) is rp, (job_id, task["worker"], rp.node)
         assert task["routing_key"] == rp.queue, (job_id, task["routing_key"])

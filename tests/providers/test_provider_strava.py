@@ -151,7 +151,8 @@ def test_gear_failure_never_fails_the_import(strava: FakeStrava, http: httpx.Cli
     assert out.gear_errors == 1
     assert out.activity["payload"]["gearExternalId"] == act["gear_id"]
     assert out.activity["payload"]["gearName"] == act["gear"]["name"]  # display hint from the activity
-    assert "gear" not in json.loads(out.archive.body)  # type: ignore[union-attr]
+    assert out.archive is not None
+    assert "gear" not in json.loads(out.archive.body)
 
 
 def test_gear_budget_denied_is_skipped_too(strava: FakeStrava, http: httpx.Client) -> None:
@@ -229,13 +230,14 @@ def test_discover_pages_and_rate_limits(strava: FakeStrava, http: httpx.Client,
     athlete = 6161
     strava.add_athlete(athlete, n_activities=450, with_gear=False)
     reply = provider.discover(ctx_for(strava, http, athlete=athlete), DiscoverRequest(start_page=1))
-    assert reply.complete and len(reply.items) == 450 and reply.error is None
-    assert reply.items[0].item_type == "activity" and reply.items[0].item_time.endswith("Z")
+    assert reply.complete and reply.items is not None and len(reply.items) == 450 and reply.error is None
+    assert reply.items[0].item_type == "activity" and reply.items[0].item_time is not None
+    assert reply.items[0].item_time.endswith("Z")
     assert reply.to_wire().keys() == {"items", "complete"}
     # budget gone after the first page: a partial, rate-limited reply naming where to resume
     partial = provider.discover(ctx_for(strava, http, RecordingHook(deny_after=1), athlete),
                                 DiscoverRequest(start_page=1))
-    assert len(partial.items) == 200 and partial.rate_limited and partial.next_page == 2
+    assert partial.items is not None and len(partial.items) == 200 and partial.rate_limited and partial.next_page == 2
     assert not partial.complete
     none = provider.discover(ctx_for(strava, http, RecordingHook(deny_after=0), athlete),
                              DiscoverRequest(start_page=1))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.fakes.telegram import FakeTelegram
+from devstack.fakes.telegram import FakeTelegram, HangUp, Stage
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.voicy.media_store import LocalMediaStore, MediaTooLarge
 from workers.voicy.models import Source
@@ -77,8 +77,8 @@ def test_cloud_file_id_is_resolved_and_streamed_into_the_store(cloud: FakeTelegr
     cloud.add_file("AwAC-cloud", DATA, path="voice/file 7 ü.oga")  # needs segment encoding
     store = LocalMediaStore(tmp_path / "media")
     settings = settings_for(cloud.url, tmp_path)
-    key = download_to_store(Source(jobId="665f00000000000000000001", fileId="AwAC-cloud",
-                                   mimeType="audio/ogg"), store, settings)
+    key = download_to_store(Source(job_id="665f00000000000000000001", file_id="AwAC-cloud",
+                                   mime_type="audio/ogg"), store, settings)
     assert key == "665f00000000000000000001.ogg"
     with store.local_path(key) as path:
         assert path.read_bytes() == DATA
@@ -91,7 +91,7 @@ def test_known_file_path_skips_get_file(cloud: FakeTelegram, tmp_path: Path, ope
     path = cloud.add_file("AwAC-known", DATA)
     get_files = len(cloud.requests_of("getFile"))
     files = open_files(settings_for(cloud.url, tmp_path))
-    assert b"".join(files.open_source(Source(jobId="j", fileId="AwAC-known", filePath=path))) == DATA
+    assert b"".join(files.open_source(Source(job_id="j", file_id="AwAC-known", file_path=path))) == DATA
     assert len(cloud.requests_of("getFile")) == get_files
 
 
@@ -101,11 +101,11 @@ def test_local_bot_api_absolute_path_is_copied_from_disk(local_api: FakeTelegram
     assert Path(disk_path).is_absolute()
     downloads = len(local_api.requests_of("download"))
     files = open_files(settings_for(local_api.url, tmp_path))
-    assert b"".join(files.open_source(Source(jobId="j", fileId="AwAC-local"))) == DATA
+    assert b"".join(files.open_source(Source(job_id="j", file_id="AwAC-local"))) == DATA
     assert len(local_api.requests_of("download")) == downloads  # copied, not fetched over HTTP
     Path(disk_path).unlink()
     with pytest.raises(RetryableJobError, match="could not be read"):
-        b"".join(files.open_source(Source(jobId="j", filePath=disk_path)))
+        b"".join(files.open_source(Source(job_id="j", file_path=disk_path)))
 
 
 def test_source_url_rules(cloud: FakeTelegram, tmp_path: Path, open_files: OpenFiles) -> None:
@@ -113,44 +113,44 @@ def test_source_url_rules(cloud: FakeTelegram, tmp_path: Path, open_files: OpenF
     files = open_files(settings_for(cloud.url, tmp_path))
     token_url = f"https://api.telegram.org/file/bot{BOT_TOKEN}/voice/legacy.oga"
     # A token-bearing legacy URL is never used: the file id is resolved instead.
-    got = b"".join(files.open_source(Source(jobId="j", fileId="AwAC-url", sourceUrl=token_url)))
+    got = b"".join(files.open_source(Source(job_id="j", file_id="AwAC-url", source_url=token_url)))
     assert got == DATA
     with pytest.raises(PermanentJobError, match=NOT_ALLOWED):
-        files.open_source(Source(jobId="j", sourceUrl="https://example.invalid/x.ogg"))
+        files.open_source(Source(job_id="j", source_url="https://example.invalid/x.ogg"))
     with pytest.raises(RetryableJobError, match="no URL or Telegram file id"):
-        files.open_source(Source(jobId="j"))
+        files.open_source(Source(job_id="j"))
 
 
 def test_missing_bot_token_is_permanent_with_voicys_messages(tmp_path: Path, open_files: OpenFiles) -> None:
     files = open_files(settings_for("https://api.telegram.org", tmp_path, bot_token=None))
     with pytest.raises(PermanentJobError) as resolve:
-        files.open_source(Source(jobId="j", fileId="x"))
+        files.open_source(Source(job_id="j", file_id="x"))
     assert str(resolve.value) == NO_TOKEN_RESOLVE
     with pytest.raises(PermanentJobError) as download:
-        files.open_source(Source(jobId="j", filePath="voice/x.oga"))
+        files.open_source(Source(job_id="j", file_path="voice/x.oga"))
     assert str(download.value) == NO_TOKEN_DOWNLOAD
 
 
 @pytest.mark.parametrize(("stage", "status"), [("getFile", 404), ("getFile", 502), ("download", 500),
                                                ("download", 404)])
-def test_http_errors_are_retryable_and_token_free(cloud: FakeTelegram, tmp_path: Path, stage: str,
+def test_http_errors_are_retryable_and_token_free(cloud: FakeTelegram, tmp_path: Path, stage: Stage,
                                                   status: int, http_logs: pytest.LogCaptureFixture,
                                                   open_files: OpenFiles) -> None:
     file_id = f"AwAC-{stage}-{status}"
     cloud.add_file(file_id, DATA)
-    cloud.fail_next(file_id, status=status, stage=stage)  # type: ignore[arg-type]
+    cloud.fail_next(file_id, status=status, stage=stage)
     files = open_files(settings_for(cloud.url, tmp_path))
     with pytest.raises(RetryableJobError, match=f"HTTP {status}") as info:
-        b"".join(files.open_source(Source(jobId="j", fileId=file_id)))
+        b"".join(files.open_source(Source(job_id="j", file_id=file_id)))
     _assert_token_free(_everything(info.value))
     _assert_token_free(http_logs.text)
-    assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA  # the fault was one-off
+    assert b"".join(files.open_source(Source(job_id="j", file_id=file_id))) == DATA  # the fault was one-off
 
 
 @pytest.mark.parametrize("how", ["close", "reset"])
 @pytest.mark.parametrize("stage", ["getFile", "download"])
 def test_a_connection_the_server_closes_unanswered_is_retried_once(cloud: FakeTelegram, tmp_path: Path,
-                                                                  stage: str, how: str,
+                                                                  stage: Stage, how: HangUp,
                                                                   http_logs: pytest.LogCaptureFixture,
                                                                   open_files: OpenFiles) -> None:
     """A keep-alive server may close an idle connection just as a request goes out on it (RFC 9112
@@ -159,30 +159,30 @@ def test_a_connection_the_server_closes_unanswered_is_retried_once(cloud: FakeTe
     file_id = f"AwAC-hangup-{stage}-{how}"
     cloud.add_file(file_id, DATA)
     files = open_files(settings_for(cloud.url, tmp_path))
-    assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA  # connection pooled
-    cloud.hang_up_next(file_id, stage=stage, how=how)  # type: ignore[arg-type]
-    before = len(cloud.requests_of(stage))  # type: ignore[arg-type]
-    assert b"".join(files.open_source(Source(jobId="j", fileId=file_id))) == DATA
-    assert [r["status"] for r in cloud.requests_of(stage)[before:]] == [0, 200]  # type: ignore[arg-type]
+    assert b"".join(files.open_source(Source(job_id="j", file_id=file_id))) == DATA  # connection pooled
+    cloud.hang_up_next(file_id, stage=stage, how=how)
+    before = len(cloud.requests_of(stage))
+    assert b"".join(files.open_source(Source(job_id="j", file_id=file_id))) == DATA
+    assert [r["status"] for r in cloud.requests_of(stage)[before:]] == [0, 200]
     assert "closed the connection unanswered" in http_logs.text  # said at INFO, not a job failure
     _assert_token_free(http_logs.text)
 
 
 @pytest.mark.parametrize("stage", ["getFile", "download"])
-def test_a_second_hang_up_is_a_retryable_failure_not_a_loop(cloud: FakeTelegram, tmp_path: Path, stage: str,
+def test_a_second_hang_up_is_a_retryable_failure_not_a_loop(cloud: FakeTelegram, tmp_path: Path, stage: Stage,
                                                             http_logs: pytest.LogCaptureFixture,
                                                             open_files: OpenFiles) -> None:
     file_id = f"AwAC-hangup-twice-{stage}"
     cloud.add_file(file_id, DATA)
-    cloud.hang_up_next(file_id, stage=stage, times=3)  # type: ignore[arg-type]
-    before = len(cloud.requests_of(stage))  # type: ignore[arg-type]
+    cloud.hang_up_next(file_id, stage=stage, times=3)
+    before = len(cloud.requests_of(stage))
     files = open_files(settings_for(cloud.url, tmp_path))
     try:
         with pytest.raises(RetryableJobError, match="RemoteProtocolError") as info:
-            b"".join(files.open_source(Source(jobId="j", fileId=file_id)))
+            b"".join(files.open_source(Source(job_id="j", file_id=file_id)))
     finally:
         cloud.clear_faults()
-    assert len(cloud.requests_of(stage)) - before == 2  # type: ignore[arg-type]
+    assert len(cloud.requests_of(stage)) - before == 2
     _assert_token_free(_everything(info.value))
     _assert_token_free(http_logs.text)
 
@@ -190,10 +190,10 @@ def test_a_second_hang_up_is_a_retryable_failure_not_a_loop(cloud: FakeTelegram,
 def test_wrong_token_and_unknown_file_are_retryable(cloud: FakeTelegram, tmp_path: Path, open_files: OpenFiles) -> None:
     wrong = open_files(settings_for(cloud.url, tmp_path, bot_token="111:wrong-token-value-xyz"))
     with pytest.raises(RetryableJobError, match="HTTP 401.*VOICY_WORKER_TELEGRAM_BOT_TOKEN") as info:
-        wrong.open_source(Source(jobId="j", fileId="whatever"))
+        wrong.open_source(Source(job_id="j", file_id="whatever"))
     assert "wrong-token-value" not in _everything(info.value)
     with pytest.raises(RetryableJobError, match="HTTP 400"):
-        open_files(settings_for(cloud.url, tmp_path)).open_source(Source(jobId="j", fileId="nope"))
+        open_files(settings_for(cloud.url, tmp_path)).open_source(Source(job_id="j", file_id="nope"))
 
 
 def test_download_timeout_is_retryable(cloud: FakeTelegram, tmp_path: Path, open_files: OpenFiles) -> None:
@@ -202,7 +202,7 @@ def test_download_timeout_is_retryable(cloud: FakeTelegram, tmp_path: Path, open
     files = open_files(settings_for(cloud.url, tmp_path, timeout_ms=300))
     try:
         with pytest.raises(RetryableJobError, match="Timeout") as info:
-            b"".join(files.open_source(Source(jobId="j", fileId="AwAC-slow")))
+            b"".join(files.open_source(Source(job_id="j", file_id="AwAC-slow")))
     finally:
         cloud.clear_faults()
     _assert_token_free(_everything(info.value))
@@ -213,7 +213,7 @@ def test_size_bound_is_permanent_and_leaves_nothing(cloud: FakeTelegram, tmp_pat
     store = LocalMediaStore(tmp_path / "media")
     settings = settings_for(cloud.url, tmp_path, max_bytes=1024)
     with pytest.raises(MediaTooLarge) as info:
-        download_to_store(Source(jobId="jbig", fileId="AwAC-big"), store, settings)
+        download_to_store(Source(job_id="jbig", file_id="AwAC-big"), store, settings)
     assert not info.value.retryable
     assert list((tmp_path / "media").iterdir()) == []
 

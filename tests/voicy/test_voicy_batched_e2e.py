@@ -7,13 +7,14 @@ parity and progress streaming are in tests/engine/test_engine_batched.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devstack.infra.stack import audio_manifest, start_bridge
+from tests.kit.celery_worker import CeleryWorker
 from tests.kit.voicy_stack import enqueue_fixture, requests_for, voicy_dev_stack, wait_final
 from workers.transcribe.registry import BATCHED_ENGINE
 
@@ -29,7 +30,8 @@ def voicy(tmp_path: Path, fresh_redis: str) -> Iterator[tuple[Any, Any, dict[str
         yield stack
 
 
-def test_batch_size_selects_the_batched_engine_and_the_label_stays(voicy, celery_workers, tmp_path):
+def test_batch_size_selects_the_batched_engine_and_the_label_stays(
+        voicy: tuple[Any, Any, dict[str, str]], celery_workers: Callable[..., CeleryWorker], tmp_path: Path) -> None:
     server, telegram, env = voicy
     env = dict(env, VOICY_WORKER_BATCH_SIZE=BATCH_SIZE)
     items = sorted(audio_manifest(), key=lambda m: m["duration_s"])[-2:]  # the longest: the story, 35.6 s

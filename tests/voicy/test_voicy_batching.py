@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import redis
@@ -36,6 +37,7 @@ from bench.voicy_burst import LOOK
 from devstack.fakes.synth_media import write_repeated_speech_ogg
 from devstack.infra.log_budget import Allow
 from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_beat
+from tests.kit.celery_worker import CeleryWorker
 from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.voicy_stack import enqueue_fixture, requests_for, wait_final
 from tests.kit.waiting import wait_until
@@ -69,6 +71,7 @@ STOP_HOLD_S = 4.0  # each /transcribe answer held while a SIGTERM reaches the ba
 SLOW_DOWNLOAD_HOLD_S = 20.0  # a download still on its way long after the bounded wait ended
 BOUNDED_WAIT_MS = 1500
 HEARTBEAT_EVERY_MS = "1000"  # production's 30 s would send none while the batch is held
+SharedVoicy = tuple[Any, Any, dict[str, str], SharedVoicyFleet]  # dev Voicy API, fake Telegram, environment, fleet
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +86,7 @@ def shared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVoi
 
 
 @pytest.fixture()
-def voicy(shared_fleet: SharedVoicyFleet, tmp_path: Path):  # type: ignore[no-untyped-def]
+def voicy(shared_fleet: SharedVoicyFleet, tmp_path: Path) -> Iterator[SharedVoicy]:
     """The shared fleet's dev Voicy API, fake Telegram and environment, for one test (what the io worker and
     the bridge log meanwhile goes to this test's log budget), and the fleet itself."""
     with shared_fleet.attributed(tmp_path) as fleet:
@@ -95,30 +98,32 @@ def _shorts(count: int) -> list[dict]:
 
 
 def _lease_values(r: redis.Redis, job_ids: list[str]) -> list[str | None]:
-    values = r.mget([f"{LEASE_PREFIX}{LEASE_NAMESPACE}:{job_id}" for job_id in job_ids])
+    # bytes: a client without decode_responses
+    values = cast("list[bytes | None]", r.mget([f"{LEASE_PREFIX}{LEASE_NAMESPACE}:{job_id}" for job_id in job_ids]))
     return [v.decode() if v else None for v in values]
 
 
-def _all_running(r: redis.Redis, job_ids: list[str]) -> list[str] | None:
+def _all_running(r: redis.Redis, job_ids: list[str]) -> list[str | None] | None:
     """The jobs' lease values if every one is running at this moment (one read), else None."""
     values = _lease_values(r, job_ids)
-    return values if all(view(v).state is LeaseState.RUNNING for v in values) else None  # type: ignore[return-value]
+    return values if all(view(v).state is LeaseState.RUNNING for v in values) else None
 
 
-def _wait_owned_skips(gpu, count: int) -> None:  # type: ignore[no-untyped-def]
+def _wait_owned_skips(gpu: CeleryWorker, count: int) -> None:
     """The batch-mates' own tasks each found their job taken: exactly ``count`` skip lines. They run only
     once the batch's task has ended (one gpu process), so after the last job's result, not before."""
     wait_until(lambda: gpu.log().count(OWNED_SKIP) >= count, LOG_LINE_TIMEOUT_S, f"{count} skipped tasks")
     assert gpu.log().count(OWNED_SKIP) == count, gpu.log()[-3000:]
 
 
-def _wait_ready(server, job_ids: list[str]) -> None:  # type: ignore[no-untyped-def]
+def _wait_ready(server: Any, job_ids: list[str]) -> None:
     """Every job downloaded (its ``/downloaded`` accepted), its transcription queued for a gpu slot."""
     wait_until(lambda: all(any(req["status"] == 200 for req in requests_for(server, j, "downloaded"))
                            for j in job_ids), READY_TIMEOUT_S, "every job to be downloaded")
 
 
-def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, celery_workers, tmp_path):
+def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(
+        voicy: SharedVoicy, celery_workers: Callable[..., CeleryWorker], tmp_path: Path) -> None:
     """Four ready jobs, one gpu process: one batch, started at once (their held ``/transcribe`` calls
     overlap). Each job runs under its own lease and gets its own heartbeats, progress and result; the
     undecodable one fails alone, its batch-mates complete."""
@@ -140,7 +145,7 @@ def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, ce
     finally:
         beat.stop()
     # one gpu process held four running leases at the same moment: a batch, each job under its own lease
-    assert len(set(running)) == 4  # type: ignore[arg-type]
+    assert len(set(running)) == 4
     starts = [requests_for(server, job_id, "transcribe")[0]["at"] for job_id in ids]
     batch_started = min(starts)
     assert (max(starts) - batch_started).total_seconds() < START_OVERLAP_HOLD_S, starts  # not one after another
@@ -164,7 +169,8 @@ def test_a_batch_keeps_each_jobs_lease_heartbeats_progress_and_outcome(voicy, ce
     _wait_owned_skips(gpu, 3)  # the mates' own tasks
 
 
-def test_a_job_ready_before_a_pass_joins_it_and_each_pass_posts_its_own_results(voicy, celery_workers):
+def test_a_job_ready_before_a_pass_joins_it_and_each_pass_posts_its_own_results(
+        voicy: SharedVoicy, celery_workers: Callable[..., CeleryWorker]) -> None:
     """Five ready jobs, batches of four: the first task takes four at the start and the fifth while its
     first pass decodes (claimed, fetched and prepared beside it), all in one task; the first pass's
     four results are posted before the second pass runs, not when the task ends."""
@@ -184,7 +190,8 @@ def test_a_job_ready_before_a_pass_joins_it_and_each_pass_posts_its_own_results(
     assert [int(n) for n, _ in LOOK.findall(gpu.log())] == [1]  # the line bench voicy-burst reads
 
 
-def test_a_long_recording_goes_alone_and_the_short_ones_still_batch(voicy, celery_workers, tmp_path):
+def test_a_long_recording_goes_alone_and_the_short_ones_still_batch(
+        voicy: SharedVoicy, celery_workers: Callable[..., CeleryWorker], tmp_path: Path) -> None:
     """The 35.6 s story never joins a batch (its length is known from the download); a short voice
     the batch does not answer (too repetitive: the sequential engine would decode it again) is
     transcribed alone after its batch-mates' results; the other short ones share one pass."""
@@ -220,8 +227,8 @@ def test_a_long_recording_goes_alone_and_the_short_ones_still_batch(voicy, celer
         assert gpu.log().index(line) < gpu.log().index(again_line)  # posted before it was redone
 
 
-def test_the_wait_for_batch_mates_is_bounded_and_a_lone_voice_does_not_wait(voicy, celery_workers,
-                                                                             tmp_path):
+def test_the_wait_for_batch_mates_is_bounded_and_a_lone_voice_does_not_wait(
+        voicy: SharedVoicy, celery_workers: Callable[..., CeleryWorker], tmp_path: Path) -> None:
     server, telegram, env, _fleet = voicy
     env = dict(env, VOICY_WORKER_CLIP_BATCH_WAIT_MS=str(BOUNDED_WAIT_MS))  # the gpu side's wait for batch-mates
     first, lone, slow_item, late = _shorts(4)
@@ -254,8 +261,8 @@ def test_the_wait_for_batch_mates_is_bounded_and_a_lone_voice_does_not_wait(voic
 
 
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
-def test_a_worker_killed_mid_batch_loses_nothing_and_each_job_is_recovered_once(voicy, celery_workers,
-                                                                               tmp_path, stop):
+def test_a_worker_killed_mid_batch_loses_nothing_and_each_job_is_recovered_once(
+        voicy: SharedVoicy, celery_workers: Callable[..., CeleryWorker], tmp_path: Path, stop: signal.Signals) -> None:
     """V1 + V2 for a batch: stop the gpu worker while four jobs are in one batch, their ``/transcribe``
     calls held on the start threads; the reaper recovers each job once, a new worker completes each once.
     SIGKILL leaves the leases to expire. SIGTERM, as the Procfile runs the worker (a cold shutdown, here

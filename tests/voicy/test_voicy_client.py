@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import traceback
 from collections.abc import Iterator
+from typing import TypedDict
 
 import pytest
 
@@ -23,7 +24,14 @@ from workers.voicy.models import (
 )
 
 TOKEN = "voicy_worker_CLIENT-test-SECRET-d41d8cd98f00b204"
-FAST_RETRY = {"retry_attempts": 3, "retry_budget_s": 5.0}
+
+
+class _Retry(TypedDict):  # VoicyClient's retry keywords, typed for ``**FAST_RETRY``
+    retry_attempts: int
+    retry_budget_s: float
+
+
+FAST_RETRY: _Retry = {"retry_attempts": 3, "retry_budget_s": 5.0}
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +106,10 @@ def test_buckets_claim_ready_and_legacy(server: DevVoicyServer, client: VoicyCli
     _drain(client)
     older = server.enqueue_job("AwAC-old")
     newer = server.enqueue_job("AwAC-new")
-    assert client.claim_download("newest").id == newer
-    assert client.claim_download("oldest").id == older
+    newest = client.claim_download("newest")
+    assert newest is not None and newest.id == newer
+    oldest = client.claim_download("oldest")
+    assert oldest is not None and oldest.id == older
     assert client.claim_ready("oldest") is None  # 204: nothing downloaded yet
     client.downloaded(older, "/srv/media/old.ogg")
     ready = client.claim_ready("newest")
@@ -189,7 +199,7 @@ def test_failure_text_is_redacted_and_flag_respected(server: DevVoicyServer, cli
     assert "/file/bot[redacted-telegram-token]/voice/a.oga" in last_error
     assert "[redacted-local-path]" in last_error
     job = client.claim_download("oldest")
-    assert job.id == job_id and job.attempts == 2
+    assert job is not None and job.id == job_id and job.attempts == 2
     assert client.failure(job_id, "bad media", retryable=False).status == "failed"
 
 

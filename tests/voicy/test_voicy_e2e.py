@@ -13,9 +13,10 @@ import base64
 import json
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import pytest
 import redis
@@ -23,6 +24,7 @@ import redis
 from devstack.fakes.synth_media import write_video_only_mp4
 from devstack.infra.log_budget import Allow
 from devstack.infra.stack import AUDIO_DIR, BOT_TOKEN, VOICY_TOKEN_MARK, audio_manifest, start_beat, start_bridge
+from tests.kit.celery_worker import CeleryWorker
 from tests.kit.gate import Gate
 from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.voicy_stack import (
@@ -39,6 +41,13 @@ from tests.kit.waiting import wait_until
 from workers.transcribe.device import usable_cores
 from workers.transcribe.settings import AUTO_CPU_THREADS
 from workers.voicy.client import VoicyClient
+
+if TYPE_CHECKING:
+    from devstack.fakes.telegram import FakeTelegram
+    from devstack.fakes.voicy_api import DevVoicyServer
+
+    VoicyStack = tuple[DevVoicyServer, FakeTelegram, dict[str, str]]  # the server, Telegram, the fleet env
+    GatedStack = tuple[DevVoicyServer, FakeTelegram, dict[str, str], Gate]  # and the gate on /progress
 
 # H1: each test ends with the log budget of its processes (tests/conftest.py ``log_budget``).
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("log_budget")]
@@ -66,7 +75,7 @@ STALE_HEARTBEAT_AGE = timedelta(minutes=30)  # the server's default stale cutoff
 
 
 @pytest.fixture()
-def voicy(tmp_path: Path, fresh_redis: str):
+def voicy(tmp_path: Path, fresh_redis: str) -> Iterator[VoicyStack]:
     """A dev Voicy API with a distinctive token, a fake Telegram, and the fleet environment."""
     with voicy_dev_stack(tmp_path, fresh_redis, "test") as stack:
         yield stack
@@ -100,7 +109,8 @@ def shared_but_gpu(shared_fleet: SharedVoicyFleet, tmp_path: Path) -> Iterator[S
         yield fleet
 
 
-def test_five_jobs_complete_with_transcripts_parts_and_progress(shared_but_gpu, celery_workers):
+def test_five_jobs_complete_with_transcripts_parts_and_progress(shared_but_gpu: SharedVoicyFleet,
+                                                                 celery_workers: Callable[..., CeleryWorker]) -> None:
     server, telegram, env = shared_but_gpu.server, shared_but_gpu.telegram, shared_but_gpu.env
     manifest = sorted(audio_manifest(), key=lambda m: m["duration_s"])
     items = manifest[-5:]
@@ -131,7 +141,7 @@ def test_five_jobs_complete_with_transcripts_parts_and_progress(shared_but_gpu, 
     assert "OMP_NUM_THREADS" in env or "host threads unchanged (cpu: the libraries' defaults)" in gpu.log()
 
 
-def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_path):
+def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy: VoicyStack, tmp_path: Path) -> None:
     server, telegram, env = voicy
     limit = 3
     env = dict(env, VOICY_WORKER_READY_QUEUE_LIMIT=str(limit))
@@ -142,7 +152,8 @@ def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_
     bridges = [start_bridge(env, tmp_path / "a.log"), start_bridge(env_b, tmp_path / "b.log")]
     try:
         for client in ("switchyard-test", "second"):
-            wait_until(lambda c=client: sum(1 for r in server.requests if r["path"].endswith("claim-ready")
+            # mypy cannot type a lambda with a default argument (python/mypy#15459)
+            wait_until(lambda c=client: sum(1 for r in server.requests if r["path"].endswith("claim-ready")  # type: ignore[misc]
                                             and r["client"] == c) >= 5, 30, f"bridge {client} to keep polling")
     finally:
         for b in bridges:
@@ -163,7 +174,7 @@ def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy, tmp_
     assert sum(len(b) for b in sequences) >= limit
 
 
-def test_failures_are_reported_with_the_right_retryable_flag(shared, tmp_path):
+def test_failures_are_reported_with_the_right_retryable_flag(shared: SharedVoicyFleet, tmp_path: Path) -> None:
     server, telegram = shared.server, shared.telegram
     missing = server.enqueue_job("fid-not-on-telegram", mime_type="audio/ogg")
     telegram.add_file("fid-garbage", (AUDIO_DIR / "undecodable.ogg").read_bytes())
@@ -184,7 +195,7 @@ def test_failures_are_reported_with_the_right_retryable_flag(shared, tmp_path):
         assert BOT_TOKEN not in json.dumps(r["json"])
 
 
-def test_voicy_5xx_on_result_is_retried_not_lost(shared):
+def test_voicy_5xx_on_result_is_retried_not_lost(shared: SharedVoicyFleet) -> None:
     server, telegram = shared.server, shared.telegram
     item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
     server.inject_failure("result", status=503, times=2)  # no other job is in flight: the fleet is quiet
@@ -196,7 +207,7 @@ def test_voicy_5xx_on_result_is_retried_not_lost(shared):
     assert not requests_for(server, job_id, "failure")
 
 
-def test_401_stops_claiming_and_says_why(voicy, tmp_path):
+def test_401_stops_claiming_and_says_why(voicy: VoicyStack, tmp_path: Path) -> None:
     server, telegram, env = voicy
     env = dict(env, VOICY_WORKER_TOKEN="not-a-valid-token-xyz")
     bridge = start_bridge(env, tmp_path / "bridge.log")
@@ -211,7 +222,9 @@ def test_401_stops_claiming_and_says_why(voicy, tmp_path):
     assert "not-a-valid-token-xyz" not in bridge.log()
 
 
-def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery_workers, tmp_path):
+def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy: VoicyStack,
+                                                                    celery_workers: Callable[..., CeleryWorker],
+                                                                    tmp_path: Path) -> None:
     """After a restart with Redis flushed, this worker's jobs left ``ready`` or stale ``transcribing``
     on the server come back through ``claim-ready``, alternating buckets (reference §6.3): media
     still in the store is transcribed without a new download; media gone is a retryable failure,
@@ -269,7 +282,8 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery
         assert [r["status"] for r in after if r.get("job_id") == job_id and r["endpoint"] == "result"] == [200]
         for word in items[name]["keywords"]:
             assert word.lower() in jobs[job_id]["resultText"].lower(), (name, word)
-        wait_until(lambda j=job_id: not (work / f"{j}.ogg").exists(), 30, "the media deleted after the result")
+        # mypy cannot type a lambda with a default argument (python/mypy#15459)
+        wait_until(lambda j=job_id: not (work / f"{j}.ogg").exists(), 30, "the media deleted after the result")  # type: ignore[misc]
 
     missing = ids["ready_missing"]  # no media: handed back retryable, requeued, downloaded again
     failures = [r["json"] for r in after if r.get("job_id") == missing and r["endpoint"] == "failure"]
@@ -280,14 +294,17 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy, celery
 
 
 @pytest.fixture()
-def voicy_mid_transcription(tmp_path: Path, fresh_redis: str, monkeypatch: pytest.MonkeyPatch):
+def voicy_mid_transcription(tmp_path: Path, fresh_redis: str,
+                            monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedStack]:
     """The stack with a gate on ``/progress``: a transcription held mid-way for as long as the test likes."""
     gate = Gate.path_suffix("/progress", once=True)  # once: the replacement's progress goes through
     with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, fresh_redis, "test") as (server, telegram, env):
         yield server, telegram, env, gate
 
 
-def test_sigkill_mid_transcription_recovers_and_completes_once(voicy_mid_transcription, celery_workers, tmp_path):
+def test_sigkill_mid_transcription_recovers_and_completes_once(voicy_mid_transcription: GatedStack,
+                                                              celery_workers: Callable[..., CeleryWorker],
+                                                              tmp_path: Path) -> None:
     """V1 + V2: kill the gpu worker while it transcribes; the reaper redispatches; one result.
 
     Only the worker that dies holds the recovery lease TTL (its lease must expire within the test); the
@@ -322,19 +339,20 @@ def redis_plaintext(r: redis.Redis) -> list[bytes]:
     """Every value in Redis as readable bytes: strings, hashes, lists, sets and sorted sets read
     member by member (``DUMP`` is compressed, so a secret inside it would not show), and kombu
     message bodies (base64 in the JSON envelope) decoded too."""
+    # ``r`` decodes no reply (no decode_responses): each is bytes, where redis-py's types say bytes | str
     out: list[bytes] = []
     for key in r.scan_iter("*"):
-        kind = r.type(key).decode()
+        kind = cast("bytes", r.type(key)).decode()
         if kind == "string":
-            values = [r.get(key) or b""]
+            values = [cast("bytes | None", r.get(key)) or b""]
         elif kind == "hash":
-            values = [k + b"=" + v for k, v in r.hgetall(key).items()]
+            values = [k + b"=" + v for k, v in cast("dict[bytes, bytes]", r.hgetall(key)).items()]
         elif kind == "list":
-            values = r.lrange(key, 0, -1)
+            values = cast("list[bytes]", r.lrange(key, 0, -1))
         elif kind == "set":
-            values = list(r.smembers(key))
+            values = list(cast("set[bytes]", r.smembers(key)))
         elif kind == "zset":
-            values = [m for m, _ in r.zrange(key, 0, -1, withscores=True)]
+            values = [m for m, _ in cast("list[tuple[bytes, float]]", r.zrange(key, 0, -1, withscores=True))]
         else:
             values = []
         for value in [key, *values]:
@@ -347,7 +365,7 @@ def redis_plaintext(r: redis.Redis) -> list[bytes]:
     return out
 
 
-def test_secrets_never_reach_logs_task_messages_or_results(shared):
+def test_secrets_never_reach_logs_task_messages_or_results(shared: SharedVoicyFleet) -> None:
     """S1: the Voicy token and the bot token appear in no log, task message or Redis value."""
     server, telegram, env = shared.server, shared.telegram, shared.env
     item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
@@ -375,7 +393,8 @@ def test_secrets_never_reach_logs_task_messages_or_results(shared):
         assert secret not in failures
 
 
-def test_duplicate_delivery_transcribes_once(shared_but_gpu, celery_workers, tmp_path):
+def test_duplicate_delivery_transcribes_once(shared_but_gpu: SharedVoicyFleet,
+                                            celery_workers: Callable[..., CeleryWorker], tmp_path: Path) -> None:
     """V2: a second copy of the same gpu task message does nothing."""
     server, telegram, env = shared_but_gpu.server, shared_but_gpu.telegram, shared_but_gpu.env
     item = sorted(audio_manifest(), key=lambda m: m["duration_s"])[0]
@@ -384,6 +403,7 @@ def test_duplicate_delivery_transcribes_once(shared_but_gpu, celery_workers, tmp
     job_id = enqueue_fixture(server, telegram, item)
     wait_until(lambda: r.llen("gpu") == 1, 60, "the transcription task to be queued")
     message = r.lindex("gpu", 0)
+    assert message is not None
     r.lpush("gpu", message)  # exactly what a broker redelivery looks like
     celery_workers("gpu", env)
     jobs = wait_final(server, [job_id])
@@ -399,7 +419,7 @@ def test_duplicate_delivery_transcribes_once(shared_but_gpu, celery_workers, tmp
 HOSTILE_ITEMS = (b"not json", b"\xff\xfe\x00garbage", b"[1]", b"")
 
 
-def test_hostile_bytes_in_a_queue_are_set_aside_and_the_workers_go_on(shared):
+def test_hostile_bytes_in_a_queue_are_set_aside_and_the_workers_go_on(shared: SharedVoicyFleet) -> None:
     """Items that are not task messages, pushed onto both queues ahead of a real job: each worker sets
     every one aside, exactly as pushed, in ``<queue>.unreadable`` with an ERROR naming its queue and
     cause, and goes on to complete the job (kombu's own read raised, and Celery stopped the worker)."""
@@ -410,7 +430,8 @@ def test_hostile_bytes_in_a_queue_are_set_aside_and_the_workers_go_on(shared):
     job_id = enqueue_fixture(server, telegram, sorted(audio_manifest(), key=lambda m: m["duration_s"])[0])
     assert wait_final(server, [job_id])[job_id]["status"] == "completed"
     for queue in ("io", "gpu"):
-        wait_until(lambda queue=queue: r.llen(f"{queue}.unreadable") == len(HOSTILE_ITEMS), 30,
+        # mypy cannot type a lambda with a default argument (python/mypy#15459)
+        wait_until(lambda queue=queue: r.llen(f"{queue}.unreadable") == len(HOSTILE_ITEMS), 30,  # type: ignore[misc]
                    f"{queue}'s hostile items set aside")
         assert sorted(r.lrange(f"{queue}.unreadable", 0, -1)) == sorted(HOSTILE_ITEMS)
         r.delete(f"{queue}.unreadable")

@@ -25,12 +25,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from devstack.infra.stack import ROOT, start_beat, start_bridge
+from tests.kit.celery_worker import CeleryWorker
 from tests.kit.shared_fleet import SharedVoicyFleet, shared_voicy_fleet
 from tests.kit.voicy_stack import (
     RECOVERY_LEASE_TTL_MS,
@@ -60,7 +63,7 @@ STALE_SKIP = "{stage} already owned by another execution; skipping"
 
 
 @pytest.fixture()
-def voicy(tmp_path: Path, fresh_redis: str):
+def voicy(tmp_path: Path, fresh_redis: str) -> Iterator[tuple[Any, Any, dict[str, str]]]:
     """A dev Voicy API, a fake Telegram, and the fleet environment (the recovery lease TTL)."""
     with voicy_dev_stack(tmp_path, fresh_redis, "grants", VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS)) as stack:
         yield stack
@@ -104,13 +107,18 @@ def send_stale(env: dict[str, str], task: str, job_id: str, token: str) -> None:
                    check=True, timeout=STALE_TASK_TIMEOUT_S, capture_output=True)
 
 
+def holds_one(r: redis.Redis, queue: str) -> bool:
+    return r.llen(queue) == 1
+
+
 def wait_stale_skipped(logs: Callable[[], str], job_id: str, stage: str) -> None:
     line = f"job {job_id}: " + STALE_SKIP.format(stage=stage)
     wait_until(lambda: line in logs(), STALE_TASK_TIMEOUT_S, f"the stale {stage} task to skip")
 
 
 # ------------------------------------------------------------------ site 1: the bridge's claim
-def test_bridge_killed_before_sending_the_download_job_is_requeued_and_completes_once(shared, rt, tmp_path):
+def test_bridge_killed_before_sending_the_download_job_is_requeued_and_completes_once(
+        shared: SharedVoicyFleet, rt: VoicyRuntime, tmp_path: Path) -> None:
     server, telegram, env = shared.server, shared.telegram, shared.env
     job_id_expected = enqueue_fixture(server, telegram, short_item())
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
@@ -142,7 +150,8 @@ def test_bridge_killed_before_sending_the_download_job_is_requeued_and_completes
 
 
 # ------------------------------------------------- site 2: the download's hand-over to transcription
-def test_io_worker_killed_after_the_hand_over_the_reaper_redispatches_and_it_completes_once(shared, rt, tmp_path):
+def test_io_worker_killed_after_the_hand_over_the_reaper_redispatches_and_it_completes_once(
+        shared: SharedVoicyFleet, rt: VoicyRuntime, tmp_path: Path) -> None:
     server, telegram, env = shared.server, shared.telegram, shared.env
     enqueue_fixture(server, telegram, short_item())
     beat = start_beat(env, tmp_path, tmp_path / "beat.log")
@@ -168,7 +177,8 @@ def test_io_worker_killed_after_the_hand_over_the_reaper_redispatches_and_it_com
 
 
 # ------------------------------------------------------------ site 3: the reaper's redispatch
-def test_reaper_killed_before_sending_the_redispatch_the_next_pass_recovers_it_once(shared, rt, tmp_path):
+def test_reaper_killed_before_sending_the_redispatch_the_next_pass_recovers_it_once(
+        shared: SharedVoicyFleet, rt: VoicyRuntime, tmp_path: Path) -> None:
     server, telegram, env = shared.server, shared.telegram, shared.env
     enqueue_fixture(server, telegram, short_item())
     job_id, token = claim_without_sending(rt)
@@ -196,7 +206,8 @@ def test_reaper_killed_before_sending_the_redispatch_the_next_pass_recovers_it_o
 
 # ------------------------------------------- the real dispatch path: confirmed grants, hidden tokens
 def test_sent_tasks_hide_the_token_from_flower_and_their_grants_are_confirmed(
-        voicy, celery_workers, tmp_path, fresh_redis):
+        voicy: tuple[Any, Any, dict[str, str]], celery_workers: Callable[..., CeleryWorker], tmp_path: Path,
+        fresh_redis: str) -> None:
     server, telegram, env = voicy
     job_id = enqueue_fixture(server, telegram, short_item())
     r = redis.Redis.from_url(fresh_redis)
@@ -206,7 +217,7 @@ def test_sent_tasks_hide_the_token_from_flower_and_their_grants_are_confirmed(
         for queue, task, starts in (("io", "voicy.download", None), ("gpu", "voicy.transcribe", "io")):
             if starts:
                 celery_workers(starts, env)  # runs the download, which sends the transcription
-            wait_until(lambda q=queue: r.llen(q) == 1, JOB_SEND_TIMEOUT_S, f"the {task} message")
+            wait_until(partial(holds_one, r, queue), JOB_SEND_TIMEOUT_S, f"the {task} message")
             queued = queued_tasks(r, queue)[0]
             argsrepr, args, name = queued.argsrepr, queued.args, queued.task
             assert name == task and args[0] == job_id

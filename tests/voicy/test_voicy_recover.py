@@ -48,7 +48,7 @@ def rt(voicy: tuple[Any, Any, dict[str, str]], monkeypatch: pytest.MonkeyPatch) 
         yield runtime
 
 
-def _claimed_and_abandoned(rt: VoicyRuntime, server, telegram, *, download: bool) -> str:  # type: ignore[no-untyped-def]
+def _claimed_and_abandoned(rt: VoicyRuntime, server: Any, telegram: Any, *, download: bool) -> str:
     """A job claimed (and downloaded, if asked) by a process that then died: its lease expires."""
     enqueue_fixture(server, telegram, short_item())
     job_id, token = claim_without_sending(rt)
@@ -58,7 +58,8 @@ def _claimed_and_abandoned(rt: VoicyRuntime, server, telegram, *, download: bool
     return job_id
 
 
-def test_media_in_the_store_is_returned_for_a_transcription(voicy, rt: VoicyRuntime) -> None:
+def test_media_in_the_store_is_returned_for_a_transcription(
+        voicy: tuple[Any, Any, dict[str, str]], rt: VoicyRuntime) -> None:
     server, telegram, _env = voicy
     job_id = _claimed_and_abandoned(rt, server, telegram, download=True)
     rt.fleet.leave_gpu(job_id)  # as a transcription that died after taking its slot
@@ -71,7 +72,8 @@ def test_media_in_the_store_is_returned_for_a_transcription(voicy, rt: VoicyRunt
     assert not requests_for(server, job_id, "failure")
 
 
-def test_no_media_is_a_retryable_failure_and_the_job_is_forgotten(voicy, rt: VoicyRuntime) -> None:
+def test_no_media_is_a_retryable_failure_and_the_job_is_forgotten(
+        voicy: tuple[Any, Any, dict[str, str]], rt: VoicyRuntime) -> None:
     server, telegram, _env = voicy
     job_id = _claimed_and_abandoned(rt, server, telegram, download=False)
     assert pipeline.reap(rt) == []
@@ -82,21 +84,27 @@ def test_no_media_is_a_retryable_failure_and_the_job_is_forgotten(voicy, rt: Voi
     assert server.get_job(job_id)["status"] == "queued_for_download"
 
 
-def test_recover_is_the_rule_for_a_job_the_caller_already_holds(voicy, rt: VoicyRuntime) -> None:
+def test_recover_is_the_rule_for_a_job_the_caller_already_holds(
+        voicy: tuple[Any, Any, dict[str, str]], rt: VoicyRuntime) -> None:
     """Called directly, as the bridge does after adopting a claim-ready job: the message is the caller's."""
     server, telegram, _env = voicy
     job_id = _claimed_and_abandoned(rt, server, telegram, download=True)
+    held = rt.fleet.get(job_id)
+    assert held is not None
     token = pipeline.adopt_claim(rt, job_id, attempts=1, language=None, stage=Stage.DOWNLOADED,
-                                 media_key=rt.fleet.get(job_id).media_key)
+                                 media_key=held.media_key)
     assert pipeline.recover(rt, job_id, token, no_media="unused") == pipeline.Recovery(job_id, token)
-    rt.store.delete(rt.fleet.get(job_id).media_key)
+    recovered = rt.fleet.get(job_id)
+    assert recovered is not None and recovered.media_key is not None
+    rt.store.delete(recovered.media_key)
     assert pipeline.recover(rt, job_id, token, no_media="media gone for this test") is None
     (failure,) = requests_for(server, job_id, "failure")
     assert failure["json"] == {"error": "media gone for this test", "retryable": True}
     assert rt.fleet.get(job_id) is None and not rt.leases.alive(job_id)
 
 
-def test_a_job_that_ended_while_the_reaper_walked_the_held_list_is_not_failed(voicy, rt: VoicyRuntime) -> None:
+def test_a_job_that_ended_while_the_reaper_walked_the_held_list_is_not_failed(
+        voicy: tuple[Any, Any, dict[str, str]], rt: VoicyRuntime) -> None:
     """The reaper reads the held list once and then walks it; a job whose task ended meanwhile (its
     record forgotten, then its lease released: ``outcomes.finish``) is listed, leaseless and without a
     record when the reaper reaches it. It ended: no "worker lost" failure. (A batch posting several

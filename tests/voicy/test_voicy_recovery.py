@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ import redis
 from bridges.voicy import VoicyBridge
 from devstack.infra import services
 from devstack.infra.stack import start_beat, start_bridge
+from tests.kit.celery_worker import CeleryWorker
 from tests.kit.gate import Gate
 from tests.kit.voicy_stack import (
     JOB_DONE_TIMEOUT_S,
@@ -64,11 +65,14 @@ LEASE_EXPIRY_TIMEOUT_S = LEASE_TTL_MS / 1000 + 10.0
 CLEANUP_TIMEOUT_S = 30.0
 SERVER_CLOCK_SKIP_S = 60.0  # moves Voicy's clock so a fresh heartbeatAt is told apart from the claim's
 HANDSHAKE_LOG = "Voicy never recorded /downloaded; completing the handshake"
+GatedVoicy = tuple[Any, Any, Gate, dict[str, str]]  # dev Voicy API, fake Telegram, the gate, the fleet environment
+# the same with the Redis of its own and this process as a fleet member on it in place of the environment
+OwnRedisStack = tuple[Any, Any, Gate, tuple[services.Service, VoicyRuntime]]
 
 
 @pytest.fixture()
 def voicy(tmp_path: Path, fresh_redis: str,
-          monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, dict[str, str]]]:
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedVoicy]:
     """Dev Voicy API behind a gate on ``/downloaded``, fake Telegram, and the fleet environment."""
     gate = Gate.path_suffix("/downloaded", once=True)
     with gated_voicy_dev_stack(gate, monkeypatch, tmp_path, fresh_redis, "recovery",
@@ -77,7 +81,7 @@ def voicy(tmp_path: Path, fresh_redis: str,
 
 
 @pytest.fixture()
-def rt(voicy: tuple[Any, Any, Gate, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
+def rt(voicy: GatedVoicy, monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
     """This test process as one more fleet process: same Redis, Voicy server, media store."""
     with fleet_runtime(voicy[3], monkeypatch) as runtime:
         yield runtime
@@ -102,7 +106,7 @@ def statuses(server: Any, job_id: str, endpoint: str) -> list[int]:
 
 # ------------------------------------------------------------- 1. /downloaded never lands
 def test_io_killed_while_downloaded_is_in_flight_the_job_still_completes_once(
-        voicy, celery_workers, tmp_path, fresh_redis):
+        voicy: GatedVoicy, celery_workers: Callable[..., CeleryWorker], tmp_path: Path, fresh_redis: str) -> None:
     server, telegram, gate, env = voicy
     job_id = enqueue_fixture(server, telegram, short_item())
     gate.arm()
@@ -131,7 +135,8 @@ def test_io_killed_while_downloaded_is_in_flight_the_job_still_completes_once(
 
 
 def test_voicy_down_past_the_retry_budget_at_downloaded_the_job_still_completes_once(
-        voicy, rt, celery_workers, tmp_path, fresh_redis):
+        voicy: GatedVoicy, rt: VoicyRuntime, celery_workers: Callable[..., CeleryWorker],
+        tmp_path: Path, fresh_redis: str) -> None:
     server, telegram, _gate, env = voicy
     job_id = enqueue_fixture(server, telegram, short_item())
     claimed_id, token = claim_without_sending(rt)
@@ -159,7 +164,8 @@ def test_voicy_down_past_the_retry_budget_at_downloaded_the_job_still_completes_
 
 
 # ------------------------------------------------ 2. Voicy fails a held job: media still deleted
-def test_a_stale_heartbeat_keeps_the_record_so_the_task_deletes_the_media(voicy, rt, tmp_path):
+def test_a_stale_heartbeat_keeps_the_record_so_the_task_deletes_the_media(
+        voicy: GatedVoicy, rt: VoicyRuntime, tmp_path: Path) -> None:
     server, telegram, _gate, _env = voicy
     job_id = enqueue_fixture(server, telegram, short_item())
     claimed_id, token = claim_without_sending(rt)
@@ -183,7 +189,7 @@ def test_a_stale_heartbeat_keeps_the_record_so_the_task_deletes_the_media(voicy,
 # ------------------------------------------ 3. the bridge cannot record a claim: nothing leaks
 @pytest.mark.parametrize("written", [False, True], ids=["error-before-the-write", "error-after-the-write"])
 def test_a_redis_error_recording_a_claim_frees_the_slot_and_hands_the_job_back(
-        voicy, rt, monkeypatch, written):
+        voicy: GatedVoicy, rt: VoicyRuntime, monkeypatch: pytest.MonkeyPatch, written: bool) -> None:
     server, telegram, _gate, _env = voicy
     job_id = enqueue_fixture(server, telegram, short_item())
     real_adopt = rt.fleet.adopt
@@ -213,7 +219,8 @@ def test_a_redis_error_recording_a_claim_frees_the_slot_and_hands_the_job_back(
 
 
 # ------------------------------------------------------------- 4. beat's voicy.heartbeat
-def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expired(voicy, rt, monkeypatch):
+def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expired(
+        voicy: GatedVoicy, rt: VoicyRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
     import tasks.voicy
 
     server, telegram, _gate, _env = voicy
@@ -246,7 +253,7 @@ def test_beat_heartbeats_held_jobs_with_a_live_lease_and_none_whose_lease_expire
 # --------------------------------- 5. Redis goes away under a job: right after its result landed at Voicy,
 # or while it downloads
 @pytest.fixture()
-def voicy_result_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, Any]]:
+def voicy_result_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnRedisStack]:
     """A Redis of its own (with an AOF, so a crash keeps its data), the dev Voicy API with a gate on
     ``/result``, fake Telegram, and this process as a fleet member on them. Production's lease TTL: no
     lease has to expire here, and a short one lost under load fences the result off (never posted)."""
@@ -254,14 +261,14 @@ def voicy_result_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
 
 
 @pytest.fixture()
-def voicy_source_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, Gate, Any]]:
+def voicy_source_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[OwnRedisStack]:
     """The same with the gate on ``/source``: the download's first call; the recovery lease TTL (the
     download's lease expires within the test)."""
     yield from _own_redis_gated(tmp_path, monkeypatch, "/source", VOICY_WORKER_LEASE_TTL_MS=str(LEASE_TTL_MS))
 
 
 def _own_redis_gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str,
-                     **env_overrides: str) -> Iterator[tuple[Any, Any, Gate, Any]]:
+                     **env_overrides: str) -> Iterator[OwnRedisStack]:
     gate = Gate.path_suffix(suffix, once=True)
     own = services.start_redis(tmp_path / "redis", appendonly=True, appendfsync="always")
     try:
@@ -273,7 +280,8 @@ def _own_redis_gated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: st
         own.stop()
 
 
-def test_redis_lost_after_the_result_landed_fails_neither_the_job_nor_the_task(voicy_result_gate) -> None:
+def test_redis_lost_after_the_result_landed_fails_neither_the_job_nor_the_task(
+        voicy_result_gate: OwnRedisStack) -> None:
     """The transcription's result is accepted, then Redis is gone for its cleanup: the job is done (no
     ``failure`` after the result), the task ends normally, and the records wait for the reaper. It used
     to post a failure and end in an ERROR with a traceback (found by the chaos run's log budget)."""
@@ -297,8 +305,8 @@ def test_redis_lost_after_the_result_landed_fails_neither_the_job_nor_the_task(v
     assert rt.fleet.held_ids() == [job_id]  # left for the reaper, which ends it (the job is gone at Voicy)
 
 
-def test_redis_lost_mid_download_fails_neither_the_job_nor_the_task(voicy_source_gate,
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_redis_lost_mid_download_fails_neither_the_job_nor_the_task(
+        voicy_source_gate: OwnRedisStack, caplog: pytest.LogCaptureFixture) -> None:
     """Redis crashes while a download runs: our store is away, not the job. No ``failure`` goes to Voicy
     (it would requeue a job whose records we still hold), nothing escapes the task (Celery would log an
     error and a traceback), and once Redis is back the job's expired lease hands it to the reaper like a

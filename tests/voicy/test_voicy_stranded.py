@@ -30,7 +30,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ import pytest
 from devstack.infra.log_budget import Allow
 from devstack.infra.stack import ROOT, start_bridge
 from tasks.hardening.transport import PRIORITY_SEP
+from tests.kit.celery_worker import CeleryWorker
 from tests.kit.procfile import start_procfile_beat
 from tests.kit.voicy_stack import (
     assert_completed_once,
@@ -69,6 +71,7 @@ THIEF_TIMEOUT_S = 30.0
 REAP_PASSES = 2  # reaper passes that must find the waiting message queued once it is older than the grace
 REAP_DONE = re.compile(r"Task voicy\.reap\[[^\]]+\] succeeded in")  # the io worker's line for each pass
 RECOVERY_LOG = "grant stranded"
+VoicyStack = tuple[Any, Any, dict[str, str]]  # dev Voicy API, fake Telegram, the fleet environment
 _A = "test_a_download_taken_by_a_worker_killed_before_it_started_is_recovered"
 _B = "test_a_transcription_lost_by_the_broker_is_redispatched_and_completes_once"
 LOG_BUDGET_ALLOW = (  # each applies to the test it names only (tests/conftest.py ``log_budget``)
@@ -82,13 +85,13 @@ LOG_BUDGET_ALLOW = (  # each applies to the test it names only (tests/conftest.p
 
 
 @pytest.fixture()
-def voicy(tmp_path: Path, fresh_redis: str):
+def voicy(tmp_path: Path, fresh_redis: str) -> Iterator[VoicyStack]:
     with voicy_dev_stack(tmp_path, fresh_redis, "stranded", VOICY_WORKER_STRANDED_GRANT_MS=str(GRACE_MS)) as stack:
         yield stack
 
 
 @pytest.fixture()
-def rt(voicy, monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
+def rt(voicy: VoicyStack, monkeypatch: pytest.MonkeyPatch) -> Iterator[VoicyRuntime]:
     with fleet_runtime(voicy[2], monkeypatch) as runtime:
         yield runtime
 
@@ -100,7 +103,8 @@ def wait_sent_and_confirmed(rt: VoicyRuntime, queue: str, task: str, job_id: str
             if queued.task == task and queued.args[0] == job_id:
                 return queued.raw, queued.args[1]
         return None
-    raw, token = wait_until(found, SEND_TIMEOUT_S, f"the {task} message")  # type: ignore[misc]
+    message = wait_until(found, SEND_TIMEOUT_S, f"the {task} message")
+    raw, token = message
     wait_until(lambda: rt.redis.pttl(rt.leases.key(job_id)) > rt.pending_grant_ttl_s * 1000,
                SEND_TIMEOUT_S, "the grant to be confirmed")
     assert rt.leases.holder(job_id) == f"granted:{token}"
@@ -109,6 +113,10 @@ def wait_sent_and_confirmed(rt: VoicyRuntime, queue: str, task: str, job_id: str
 
 def grant_age_s(rt: VoicyRuntime, job_id: str) -> float:
     return QUEUED_LEASE_TTL_S - rt.redis.pttl(rt.leases.key(job_id)) / 1000
+
+
+def grant_older_than(rt: VoicyRuntime, job_id: str, age_s: float) -> bool:
+    return grant_age_s(rt, job_id) > age_s
 
 
 def assert_transcribed_once_on_its_first_claim(server: Any, job_id: str) -> None:
@@ -153,7 +161,8 @@ def steal_and_die(redis_url: str, queue: str) -> str:
 
 # ------------------------------------------------------- (a) delivered, then its worker died
 def test_a_download_taken_by_a_worker_killed_before_it_started_is_recovered(
-        voicy, rt, celery_workers, tmp_path, fresh_redis):
+        voicy: VoicyStack, rt: VoicyRuntime, celery_workers: Callable[..., CeleryWorker], tmp_path: Path,
+        fresh_redis: str) -> None:
     server, telegram, env = voicy
     job_id = enqueue_fixture(server, telegram, short_item())
     bridge = start_bridge(env, tmp_path / "bridge.log")  # the Procfile's voicy_bridge line
@@ -186,7 +195,7 @@ def test_a_download_taken_by_a_worker_killed_before_it_started_is_recovered(
 
 # ------------------------------------------------------- (b) lost by the broker
 def test_a_transcription_lost_by_the_broker_is_redispatched_and_completes_once(
-        voicy, rt, celery_workers, tmp_path):
+        voicy: VoicyStack, rt: VoicyRuntime, celery_workers: Callable[..., CeleryWorker], tmp_path: Path) -> None:
     server, telegram, env = voicy
     job_id = enqueue_fixture(server, telegram, short_item())
     celery_workers("io", env)  # downloads, and runs the reaper
@@ -194,7 +203,8 @@ def test_a_transcription_lost_by_the_broker_is_redispatched_and_completes_once(
     bridge = start_bridge(env, tmp_path / "bridge.log")
     try:
         raw, token = wait_sent_and_confirmed(rt, "gpu", "voicy.transcribe", job_id)
-        assert rt.redis.lrem("gpu", 0, raw) == 1  # replication lost it: in no queue, not in unacked
+        # replication lost it: in no queue, not in unacked
+        assert rt.redis.lrem("gpu", 0, raw) == 1  # type: ignore[arg-type]  # redis-py types value str; bytes work
         lost_at = time.monotonic()
         wait_until(lambda: rt.leases.holder(job_id) != f"granted:{token}", RECOVERY_BOUND_S,
                    "the reaper to replace the stranded grant")
@@ -211,7 +221,7 @@ def test_a_transcription_lost_by_the_broker_is_redispatched_and_completes_once(
 
 # ------------------------------------------------------- merely waiting: never recovered
 def test_a_transcription_waiting_in_its_queue_past_the_grace_is_left_alone(
-        voicy, rt, celery_workers, tmp_path):
+        voicy: VoicyStack, rt: VoicyRuntime, celery_workers: Callable[..., CeleryWorker], tmp_path: Path) -> None:
     server, telegram, env = voicy
     job_id = enqueue_fixture(server, telegram, short_item())
     io = celery_workers("io", env)  # the reaper runs here; no gpu worker yet: the transcription waits
@@ -234,7 +244,8 @@ def test_a_transcription_waiting_in_its_queue_past_the_grace_is_left_alone(
     assert RECOVERY_LOG not in worker_logs(tmp_path)
 
 
-def test_a_download_waiting_in_its_queue_past_the_grace_is_left_alone(voicy, rt, monkeypatch, tmp_path):
+def test_a_download_waiting_in_its_queue_past_the_grace_is_left_alone(
+        voicy: VoicyStack, rt: VoicyRuntime, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No io worker at all (so none runs the reaper): this process runs the reap task's own body."""
     import tasks.voicy
 
@@ -250,7 +261,7 @@ def test_a_download_waiting_in_its_queue_past_the_grace_is_left_alone(voicy, rt,
         rt.redis.lpush(f"io{PRIORITY_SEP}3", *junk)
         rt.redis.hset("unacked", "junk", b"[1]")
         for n in range(1, 3):  # two passes a grace apart, both past the grace
-            wait_until(lambda n=n: grant_age_s(rt, job_id) > (n + 1) * GRACE_S, SEND_TIMEOUT_S,
+            wait_until(partial(grant_older_than, rt, job_id, (n + 1) * GRACE_S), SEND_TIMEOUT_S,
                        "the grant to outlive the grace")
             assert tasks.voicy.reap() == 0
         assert rt.leases.holder(job_id) == f"granted:{token}"
@@ -258,6 +269,6 @@ def test_a_download_waiting_in_its_queue_past_the_grace_is_left_alone(voicy, rt,
     finally:
         bridge.stop()
         for item in junk:  # this test's own: the xdist worker's Redis serves its later tests
-            rt.redis.lrem(f"io{PRIORITY_SEP}3", 0, item)
+            rt.redis.lrem(f"io{PRIORITY_SEP}3", 0, item)  # type: ignore[arg-type]  # redis-py types value str
         rt.redis.hdel("unacked", "junk")
     assert not requests_for(server, job_id, "failure") and server.get_job(job_id)["status"] == "downloading"

@@ -20,21 +20,21 @@ from workers.voicy.client import VoicyClient
 from workers.voicy.media_store import LocalMediaStore, MediaTooLarge, S3MediaStore
 from workers.voicy.models import Source
 from workers.voicy.progress import ProgressThrottle
-from workers.voicy.settings import load_voicy_settings
+from workers.voicy.settings import VoicySettings, load_voicy_settings
 from workers.voicy.telegram import TelegramFiles, extension_for, file_url, is_token_bearing
 
 TOKEN = "unit-voicy-token-SECRET-77aa"
 
 
 @pytest.fixture()
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
     for key in ("VOICY_WORKER_API_URL", "VOICY_WORKER_TOKEN", "TOKEN", "VOICY_WORKER_TELEGRAM_BOT_TOKEN"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("VOICY_WORKER_WORK_DIR", str(tmp_path))
     return monkeypatch
 
 
-def test_missing_and_invalid_variables_are_named(env) -> None:
+def test_missing_and_invalid_variables_are_named(env: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match="VOICY_WORKER_API_URL.*VOICY_WORKER_TOKEN"):
         load_voicy_settings()
     env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1/")
@@ -49,10 +49,11 @@ def test_missing_and_invalid_variables_are_named(env) -> None:
     s = load_voicy_settings()
     assert s.api_url.endswith("/worker/v1") and s.progress_interval_ms == 1000
     assert s.heartbeat_interval_ms == 30000 and s.ready_queue_limit == 2  # no GPU here: no clip batches
+    assert s.telegram_bot_token is not None
     assert s.telegram_bot_token.get_secret_value() == "42:bot-token-fallback"
 
 
-def test_clip_batching_variables_are_checked_and_named(env) -> None:
+def test_clip_batching_variables_are_checked_and_named(env: pytest.MonkeyPatch) -> None:
     env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1")
     env.setenv("VOICY_WORKER_TOKEN", TOKEN)
     env.setenv("VOICY_WORKER_TRANSCRIPTION_CONCURRENCY", "2")
@@ -77,7 +78,7 @@ def test_clip_batching_variables_are_checked_and_named(env) -> None:
         env.delenv(f"VOICY_WORKER_{name}")
 
 
-def test_the_stranded_grant_grace_defaults_to_a_minute_and_refuses_less_than_a_second(env) -> None:
+def test_the_stranded_grant_grace_defaults_to_a_minute_and_refuses_less_than_a_second(env: pytest.MonkeyPatch) -> None:
     env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1")
     env.setenv("VOICY_WORKER_TOKEN", TOKEN)
     assert load_voicy_settings().stranded_grant_s == 60.0
@@ -89,7 +90,7 @@ def test_the_stranded_grant_grace_defaults_to_a_minute_and_refuses_less_than_a_s
             load_voicy_settings()
 
 
-def test_numbers_follow_voicys_rule_and_fractional_slots_round_up(env) -> None:
+def test_numbers_follow_voicys_rule_and_fractional_slots_round_up(env: pytest.MonkeyPatch) -> None:
     """§6.1: empty → default, else ``Number(v)``; not finite or < 0 → error naming it; fractions allowed."""
     env.setenv("VOICY_WORKER_API_URL", "http://127.0.0.1:1/worker/v1")
     env.setenv("VOICY_WORKER_TOKEN", TOKEN)
@@ -121,7 +122,7 @@ def test_numbers_follow_voicys_rule_and_fractional_slots_round_up(env) -> None:
         env.delenv(f"VOICY_WORKER_{name}")
 
 
-def test_only_documented_names_set_the_model_and_the_media_limit(env) -> None:
+def test_only_documented_names_set_the_model_and_the_media_limit(env: pytest.MonkeyPatch) -> None:
     """Bare ``MODEL``/``MAX_MEDIA_FILE_SIZE_MB`` (any process may have them) must not configure us."""
     for key in ("VOICY_WORKER_MODEL", "VOICY_WHISPER_MODEL", "VOICY_WORKER_MAX_MEDIA_BYTES",
                 "VOICY_MAX_MEDIA_FILE_SIZE_MB"):
@@ -181,19 +182,19 @@ def test_telegram_cloud_and_local_forms_and_token_safety(tmp_path: Path) -> None
                 settings = _settings(tg.url, tmp_path)
                 files = TelegramFiles(settings)
                 stack.callback(files.close)
-                got = b"".join(files.open_source(Source(jobId="j", fileId="fid")))
+                got = b"".join(files.open_source(Source(job_id="j", file_id="fid")))
                 assert got == data
                 with pytest.raises(RetryableJobError) as info:
-                    b"".join(files.open_source(Source(jobId="j", fileId="missing")))
+                    b"".join(files.open_source(Source(job_id="j", file_id="missing")))
                 assert BOT_TOKEN not in str(info.value)
                 tg.fail_next("fid", status=404)
                 with pytest.raises(RetryableJobError):
-                    b"".join(files.open_source(Source(jobId="j", fileId="fid")))
+                    b"".join(files.open_source(Source(job_id="j", file_id="fid")))
             finally:
                 tg.stop()
         no_token = _settings("http://127.0.0.1:9", tmp_path, bot_token=None)
         with pytest.raises(PermanentJobError, match="required to resolve"), TelegramFiles(no_token) as files:
-            files.open_source(Source(jobId="j", fileId="x"))
+            files.open_source(Source(job_id="j", file_id="x"))
 
 
 def test_telegram_timeout_is_retryable(tmp_path: Path) -> None:
@@ -203,7 +204,7 @@ def test_telegram_timeout_is_retryable(tmp_path: Path) -> None:
         tg.delay("slow", 3.0)
         with TelegramFiles(_settings(tg.url, tmp_path, timeout_ms=300)) as files, \
                 pytest.raises(RetryableJobError, match="Timeout") as info:
-            b"".join(files.open_source(Source(jobId="j", fileId="slow")))
+            b"".join(files.open_source(Source(job_id="j", file_id="slow")))
         assert BOT_TOKEN not in str(info.value)
     finally:
         tg.stop()
@@ -213,9 +214,9 @@ def test_url_rules() -> None:
     assert is_token_bearing("https://api.telegram.org/file/bot123:AAbb_cc-dd/voice/x.oga")
     assert not is_token_bearing("https://example.invalid/proof.ogg")
     assert file_url("http://h", "1:t", "/voice/a b.oga") == "http://h/file/bot1:t/voice/a%20b.oga"
-    assert extension_for(Source(jobId="j", mimeType="audio/mpeg; x=1")) == ".mp3"
-    assert extension_for(Source(jobId="j", sourceKind="video_note")) == ".mp4"
-    assert extension_for(Source(jobId="j", filePath="voice/file_1.oga")) == ".oga"
+    assert extension_for(Source(job_id="j", mime_type="audio/mpeg; x=1")) == ".mp3"
+    assert extension_for(Source(job_id="j", source_kind="video_note")) == ".mp4"
+    assert extension_for(Source(job_id="j", file_path="voice/file_1.oga")) == ".oga"
 
 
 def test_local_store_is_atomic_and_bounded(tmp_path: Path) -> None:
@@ -272,9 +273,7 @@ def test_progress_throttle_needs_growth_and_interval() -> None:
 
 
 def _settings(tg_url: str, tmp: Path, bot_token: str | None = BOT_TOKEN, timeout_ms: int = 5000,
-              model: str = "large-v3"):
-    from workers.voicy.settings import VoicySettings
-
+              model: str = "large-v3") -> VoicySettings:
     return VoicySettings(api_url="http://127.0.0.1:9/worker/v1", token=TOKEN, work_dir=tmp,
                          telegram_api_url=tg_url, telegram_bot_token=bot_token,
                          download_timeout_ms=timeout_ms, model=model, device="auto")

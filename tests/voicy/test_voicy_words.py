@@ -11,6 +11,7 @@ Compared as normalised words (``bench.words``), never punctuation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from faster_whisper import WhisperModel
 
 from bench.words import normalise
 from devstack.infra.stack import AUDIO_DIR, TINY_MODEL_DIR, audio_manifest, start_bridge
+from tests.kit.celery_worker import CeleryWorker
 from tests.kit.voicy_stack import SUITE_CPU_THREADS, voicy_dev_stack
 from tests.kit.waiting import wait_until
 from workers.transcribe.batched import ONE_WINDOW_S
@@ -33,7 +35,7 @@ NAMES = ("story", "weather", "train")  # two windows, and two one-window message
 
 
 def test_the_fleet_transcribes_the_words_direct_faster_whisper_gives(
-        tmp_path: Path, fresh_redis: str, celery_workers) -> None:  # type: ignore[no-untyped-def]
+        tmp_path: Path, fresh_redis: str, celery_workers: Callable[..., CeleryWorker]) -> None:
     items = [m for m in audio_manifest() if m["name"] in NAMES]
     with voicy_dev_stack(tmp_path, fresh_redis, "words") as (server, telegram, env):
         celery_workers("io", env, concurrency=2)
