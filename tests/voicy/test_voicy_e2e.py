@@ -152,9 +152,10 @@ def test_claims_alternate_and_backlog_limit_holds_across_two_bridges(voicy: Voic
     bridges = [start_bridge(env, tmp_path / "a.log"), start_bridge(env_b, tmp_path / "b.log")]
     try:
         for client in ("switchyard-test", "second"):
-            # mypy cannot type a lambda with a default argument (python/mypy#15459)
-            wait_until(lambda c=client: sum(1 for r in server.requests if r["path"].endswith("claim-ready")  # type: ignore[misc]
-                                            and r["client"] == c) >= 5, 30, f"bridge {client} to keep polling")
+            def polled(c: str = client) -> bool:
+                return sum(1 for r in server.requests if r["path"].endswith("claim-ready") and r["client"] == c) >= 5
+
+            wait_until(polled, 30, f"bridge {client} to keep polling")
     finally:
         for b in bridges:
             b.stop()
@@ -282,8 +283,10 @@ def test_restart_recovers_ready_and_stale_jobs_through_claim_ready(voicy: VoicyS
         assert [r["status"] for r in after if r.get("job_id") == job_id and r["endpoint"] == "result"] == [200]
         for word in items[name]["keywords"]:
             assert word.lower() in jobs[job_id]["resultText"].lower(), (name, word)
-        # mypy cannot type a lambda with a default argument (python/mypy#15459)
-        wait_until(lambda j=job_id: not (work / f"{j}.ogg").exists(), 30, "the media deleted after the result")  # type: ignore[misc]
+        def deleted(j: str = job_id) -> bool:
+            return not (work / f"{j}.ogg").exists()
+
+        wait_until(deleted, 30, "the media deleted after the result")
 
     missing = ids["ready_missing"]  # no media: handed back retryable, requeued, downloaded again
     failures = [r["json"] for r in after if r.get("job_id") == missing and r["endpoint"] == "failure"]
@@ -430,9 +433,10 @@ def test_hostile_bytes_in_a_queue_are_set_aside_and_the_workers_go_on(shared: Sh
     job_id = enqueue_fixture(server, telegram, sorted(audio_manifest(), key=lambda m: m["duration_s"])[0])
     assert wait_final(server, [job_id])[job_id]["status"] == "completed"
     for queue in ("io", "gpu"):
-        # mypy cannot type a lambda with a default argument (python/mypy#15459)
-        wait_until(lambda queue=queue: r.llen(f"{queue}.unreadable") == len(HOSTILE_ITEMS), 30,  # type: ignore[misc]
-                   f"{queue}'s hostile items set aside")
+        def set_aside(queue: str = queue) -> bool:
+            return r.llen(f"{queue}.unreadable") == len(HOSTILE_ITEMS)
+
+        wait_until(set_aside, 30, f"{queue}'s hostile items set aside")
         assert sorted(r.lrange(f"{queue}.unreadable", 0, -1)) == sorted(HOSTILE_ITEMS)
         r.delete(f"{queue}.unreadable")
     logs = shared.text()
