@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from celery.concurrency.prefork import TaskPool
@@ -24,6 +24,7 @@ from kombu.asynchronous.timer import Timer
 import tasks
 from tasks.hardening.stop_timers import DrainTimers, fire_with_own_scheduler, skip_events_held_by_the_stop
 
+HOSTNAME = "stop-timers@test"
 WORK_BOUND_S = 20.0  # the child gives up waiting for the timer after this: the drain then ends unfired
 _released = multiprocessing.Event()  # created before the pool forks: the child inherits it
 
@@ -31,6 +32,18 @@ _released = multiprocessing.Event()  # created before the pool forks: the child 
 def _work_in_hand() -> bool:
     """The pool child's task: runs until the timer entry releases it."""
     return _released.wait(WORK_BOUND_S)
+
+
+def _pool_in_hand(wrap: Callable[[Callable[[], None]], Callable[[], None]]) -> TaskPool:
+    """A started prefork pool whose ``on_stop`` is ``wrap``-ped, as the worker bootstep does, and whose one
+    child runs :func:`_work_in_hand`."""
+    pool = TaskPool(1, initargs=(tasks.app, HOSTNAME))
+    pool.on_stop = wrap(pool.on_stop)
+    pool.start()
+    started = threading.Event()
+    pool.apply_async(_work_in_hand, accept_callback=lambda *_: started.set())
+    assert started.wait(WORK_BOUND_S), "the pool child took no work"
+    return pool
 
 
 @pytest.fixture()
@@ -50,18 +63,13 @@ def test_every_worker_wraps_its_pools_stop() -> None:
 
 def test_a_stop_run_inside_the_scheduler_still_fires_timers_while_the_pool_drains(
         hub: Hub, caplog: pytest.LogCaptureFixture) -> None:
-    pool = TaskPool(1, initargs=(tasks.app, "stop-timers@test"))
-    pool.on_stop = fire_with_own_scheduler(pool.on_stop)  # what the worker bootstep does
-    pool.start()
+    pool = _pool_in_hand(fire_with_own_scheduler)
     fired: list[str] = []
 
     def entry() -> None:
         fired.append(threading.current_thread().name)
         _released.set()
 
-    started = threading.Event()
-    pool.apply_async(_work_in_hand, accept_callback=lambda *_: started.set())
-    assert started.wait(WORK_BOUND_S), "the pool child took no work"
     hub.call_later(0, entry)
 
     def interrupted() -> Iterator[tuple[float | None, object]]:
@@ -79,19 +87,14 @@ def test_a_stop_run_inside_the_scheduler_still_fires_timers_while_the_pool_drain
 def test_a_stop_run_inside_an_event_publish_drains_with_timers_and_events_back_on_after(
         hub: Hub, caplog: pytest.LogCaptureFixture) -> None:
     with Connection("memory://") as connection:
-        events = tasks.app.events.Dispatcher(connection, hostname="stop-timers@test", enabled=True)
-        pool = TaskPool(1, initargs=(tasks.app, "stop-timers@test"))
-        pool.on_stop = skip_events_held_by_the_stop(pool.on_stop, lambda: events)  # what the bootstep does
-        pool.start()
+        events = tasks.app.events.Dispatcher(connection, hostname=HOSTNAME, enabled=True)
+        pool = _pool_in_hand(lambda stop: skip_events_held_by_the_stop(stop, lambda: events))
         fired: list[object] = []
 
         def heartbeat() -> None:  # celery.worker.heartbeat.Heart's timer entry, then the child's release
             fired.append(events.send("worker-heartbeat"))
             _released.set()
 
-        started = threading.Event()
-        pool.apply_async(_work_in_hand, accept_callback=lambda *_: started.set())
-        assert started.wait(WORK_BOUND_S), "the pool child took no work"
         hub.call_later(0, heartbeat)
         with caplog.at_level(logging.INFO), events.mutex:  # the frame the signal landed in was publishing
             pool.stop()  # Celery's cold-shutdown handler
