@@ -109,21 +109,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_endpoint:
 
 
 def test_a_pool_whose_only_slot_runs_a_long_job_stays_present(stack: CairnStack) -> None:
-    core = stack.core
     (worker,) = stack.workers
     key = f"{stack.pool}.{worker.name.replace('@', '-')}"
-    wait_until(lambda: key in core.presence(stack.pool), WAIT_S, "the start-up presence record")
+    wait_until(lambda: key in stack.core.presence(stack.pool), WAIT_S, "the start-up presence record")
     acct = stack.connect_athlete()
     job = stack.fetch_job(acct, stack.first_activity_id(acct))
     stack.hold_at_the_gate(job)
-    seen = [core.presence(stack.pool)[key]["last_seen"]]
+    seen = [stack.core.presence(stack.pool)[key]["last_seen"]]
     try:
         for _ in range(HELD_WRITES):
-            seen.append(wait_until(lambda: (core.presence(stack.pool)[key]["last_seen"]
-                                            if core.presence(stack.pool)[key]["last_seen"] > seen[-1]
+            seen.append(wait_until(lambda: (stack.core.presence(stack.pool)[key]["last_seen"]
+                                            if stack.core.presence(stack.pool)[key]["last_seen"] > seen[-1]
                                             else None), WAIT_S, "a fresh presence record during the held job"))
         assert not stack.results_for(job["job_id"])  # still held: the records came during the job
     finally:
         stack.gate.open()
-    core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the job's result")
+    stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the job's result")
     assert len(seen) == HELD_WRITES + 1 and seen == sorted(seen)

@@ -114,7 +114,7 @@ def test_long_job_is_never_redelivered(stack: CairnStack) -> None:
 
 
 def test_sigkilled_worker_job_is_redelivered_and_ingested_once(stack: CairnStack) -> None:
-    assert stack.core is not None and stack.bridge is not None
+    assert stack.bridge is not None
     acct = stack.connect_athlete()
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
@@ -147,12 +147,11 @@ _poison = st.one_of(
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=_poison)
 def test_poison_payloads_get_an_envelope_and_a_term(stack: CairnStack, body: bytes) -> None:
-    core = stack.core
-    assert core is not None and stack.bridge is not None
-    seen = len(_failures(core))
+    assert stack.bridge is not None
+    seen = len(_failures(stack.core))
     stack.publish_raw("fetch_source", body)
-    core.router.wait(lambda: len(_failures(core)) > seen, WAIT_S, "a failure envelope")
-    envelope = _failures(core)[-1].data
+    stack.core.router.wait(lambda: len(_failures(stack.core)) > seen, WAIT_S, "a failure envelope")
+    envelope = _failures(stack.core)[-1].data
     assert envelope["error"]["code"] == "bad_payload"
     wait_until(lambda: stack.consumer("fetch_source")["num_ack_pending"] == 0, WAIT_S, "the term")
     assert stack.consumer("fetch_source")["num_pending"] == 0
@@ -162,7 +161,7 @@ def test_poison_payloads_get_an_envelope_and_a_term(stack: CairnStack, body: byt
 def test_fifth_delivery_of_a_failing_job_is_termed_with_an_envelope(stack: CairnStack) -> None:
     """C2: no NAK loop forever."""
     bridge = stack.bridge
-    assert bridge is not None and stack.core is not None and stack.strava is not None
+    assert bridge is not None
     acct = stack.connect_athlete()
     ext_id = stack.first_activity_id(acct)
     job = stack.fetch_job(acct, ext_id)
@@ -187,7 +186,7 @@ def _envelopes_for(stack: CairnStack, ext_id: str) -> list[IngestedResult]:
 
 def test_rate_limit_nak_is_anchored_to_the_window_reset(stack: CairnStack) -> None:
     bridge = stack.bridge
-    assert bridge is not None and stack.core is not None and stack.strava is not None
+    assert bridge is not None
     acct = stack.connect_athlete(own_app=True)  # the spent window must not starve the other tests
     job = stack.fetch_job(acct, stack.first_activity_id(acct))
     offset = len(bridge.log())
@@ -249,48 +248,46 @@ def test_cairn_side_holds_no_s3_credentials(stack: CairnStack) -> None:
 
 def test_presence_and_manifest_are_written_by_the_pool(stack: CairnStack) -> None:
     """Every live instance writes its own record: at start, and when asked (``cairn_presence``)."""
-    core = stack.core
     live = [w for w in stack.workers if w.proc.poll() is None]
     keys = {f"{stack.pool}.{w.name.replace('@', '-')}" for w in live}
-    records = wait_until(lambda: keys <= set(core.live_presence(stack.pool)) and
-                         core.live_presence(stack.pool), WAIT_S, "start-up presence of every instance")
+    records = wait_until(lambda: keys <= set(stack.core.live_presence(stack.pool)) and
+                         stack.core.live_presence(stack.pool), WAIT_S, "start-up presence of every instance")
     assert isinstance(records, dict)
     first_seen = {k: records[k]["last_seen"] for k in keys}
     # One broadcast of the control command, answered by each instance.
     subprocess.run([sys.executable, "-c", "from tasks.presence import broadcast_presence; broadcast_presence()"],
                    cwd=ROOT, env=stack.env, check=True, timeout=60)
-    wait_until(lambda: all(core.presence(stack.pool)[k]["last_seen"] > first_seen[k] for k in keys),
+    wait_until(lambda: all(stack.core.presence(stack.pool)[k]["last_seen"] > first_seen[k] for k in keys),
                WAIT_S, "a fresh record from every instance after the broadcast")
-    record = core.presence(stack.pool)[next(iter(keys))]
+    record = stack.core.presence(stack.pool)[next(iter(keys))]
     for key in ("worker_name", "worker_key", "instance_id", "version", "release", "provider", "package",
                 "webhooks", "last_seen"):
         assert key in record
     assert record["capabilities"]  # Strava declares Activity, Lap, Gear
     assert record["worker_key"] == f"{stack.pool}-{PROVIDER}"
-    assert core.manifests()[stack.pool]["capabilities"] == record["capabilities"]  # one source
+    assert stack.core.manifests()[stack.pool]["capabilities"] == record["capabilities"]  # one source
 
 
 def test_core_schedules_import_gear_because_the_pools_manifest_declares_gear(stack: CairnStack) -> None:
     """Contract §3/§4: import_gear only for a live pool whose *manifest* declares Gear."""
-    core = stack.core
     acct = stack.connect_athlete(n_activities=0)
-    manifest = wait_until(lambda: core.manifests().get(stack.pool), WAIT_S, "the pool's manifest")
-    wait_until(lambda: core.live_presence(stack.pool), WAIT_S, "a live worker of the pool")
+    manifest = wait_until(lambda: stack.core.manifests().get(stack.pool), WAIT_S, "the pool's manifest")
+    wait_until(lambda: stack.core.live_presence(stack.pool), WAIT_S, "a live worker of the pool")
     assert "Gear" in manifest["capabilities"]
     bare = {k: v for k, v in manifest.items() if k != "capabilities"}
-    core.kv_put("cairn_worker_manifests", stack.pool, bare)  # live presence still declares Gear
-    kinds = [j.subject.split(".")[2] for j in core.schedule_reconcile(acct.account_id, force=True)]
+    stack.core.kv_put("cairn_worker_manifests", stack.pool, bare)  # live presence still declares Gear
+    kinds = [j.subject.split(".")[2] for j in stack.core.schedule_reconcile(acct.account_id, force=True)]
     assert kinds == ["reconcile"]
     # The pool rewrites its manifest (what each instance's timer does every 10 min; the control command
     # asks for it now) and core now sends gear.
     subprocess.run([sys.executable, "-c", "from tasks.presence import broadcast_presence; broadcast_presence()"],
                    cwd=ROOT, env=stack.env, check=True, timeout=60)
-    wait_until(lambda: "Gear" in (core.manifests()[stack.pool].get("capabilities") or {}), WAIT_S,
+    wait_until(lambda: "Gear" in (stack.core.manifests()[stack.pool].get("capabilities") or {}), WAIT_S,
                "the pool's own manifest again")
-    gear = [j for j in core.schedule_reconcile(acct.account_id, force=True) if "import_gear" in j.subject]
+    gear = [j for j in stack.core.schedule_reconcile(acct.account_id, force=True) if "import_gear" in j.subject]
     assert len(gear) == 1 and not gear[0].duplicate
     job_id = gear[0].payload["job_id"]
-    core.router.wait(lambda: bool(stack.results_for(job_id)), WAIT_S, "the pool's import_gear result")
+    stack.core.router.wait(lambda: bool(stack.results_for(job_id)), WAIT_S, "the pool's import_gear result")
     (result,) = stack.results_for(job_id)
     assert result.msg_id == f"result:{job_id}" and result.data["workerName"] == stack.pool
 
@@ -325,7 +322,6 @@ def test_incompatible_core_is_refused_and_missing_info_only_warns(stack: CairnSt
 def test_reconcile_result_and_sub_job_msg_ids_follow_the_contract(stack: CairnStack) -> None:
     """C3 for reconcile: ``result:<job_id>`` on the account-suffixed subject, sub-jobs
     ``reconcile:<provider>:<account_id>:<ext_id>`` (sniffed on core NATS as they are published)."""
-    core = stack.core
     acct = stack.connect_athlete(n_activities=3)
     seen: list[tuple[str, str]] = []
     ready, done = threading.Event(), threading.Event()
@@ -348,16 +344,16 @@ def test_reconcile_result_and_sub_job_msg_ids_follow_the_contract(stack: CairnSt
     assert ready.wait(WAIT_S)
     try:
         job_id = f"rec-{uuid.uuid4().hex[:8]}"
-        core.enqueue_job("reconcile", {"job_id": job_id, "account_id": acct.account_id,
-                                       "user_id": acct.user_id, "provider": PROVIDER,
-                                       "max_enqueue": 2, "known_ext_ids": []})
-        core.router.wait(lambda: any(r.kind == "reconcile" and r.account_id == acct.account_id
-                                     for r in core.ingested), WAIT_S, "the reconcile result")
+        stack.core.enqueue_job("reconcile", {"job_id": job_id, "account_id": acct.account_id,
+                                             "user_id": acct.user_id, "provider": PROVIDER,
+                                             "max_enqueue": 2, "known_ext_ids": []})
+        stack.core.router.wait(lambda: any(r.kind == "reconcile" and r.account_id == acct.account_id
+                                           for r in stack.core.ingested), WAIT_S, "the reconcile result")
         wait_until(lambda: len(seen) >= 2, WAIT_S, "two fetch_source sub-jobs")
     finally:
         done.set()
         sniffer.join(5)
-    rec = next(r for r in core.ingested if r.kind == "reconcile" and r.account_id == acct.account_id)
+    rec = next(r for r in stack.core.ingested if r.kind == "reconcile" and r.account_id == acct.account_id)
     assert rec.subject == f"cairn.results.reconcile.{PROVIDER}.{acct.account_id}"
     assert rec.msg_id == f"result:{job_id}"
     assert rec.data["workerName"] == stack.pool and rec.data["workerPackage"] and rec.data["workerVersion"]
@@ -386,7 +382,7 @@ def test_exchange_secrets_never_reach_task_events(stack: CairnStack) -> None:
 
 def test_parse_blob_our_parser_cannot_read_is_naked_for_a_newer_instance(stack: CairnStack) -> None:
     bridge = stack.bridge
-    assert bridge is not None and stack.core is not None
+    assert bridge is not None
     acct = stack.connect_athlete()
     offset = len(bridge.log())
     job = stack.fetch_job(acct, stack.first_activity_id(acct))

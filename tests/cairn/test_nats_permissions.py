@@ -98,10 +98,6 @@ def _failures(stack: CairnStack, code: str) -> list[Any]:
     return [r for r in stack.core.ingested if r.kind == "failure" and r.data["error"]["code"] == code]
 
 
-def _answered(stack: CairnStack, job_id: str) -> bool:
-    return bool(stack.results_for(job_id))
-
-
 def _drained(stack: CairnStack) -> bool:
     consumers = [c for c in stack.core.consumers() if c["filter_subject"].endswith(f".{stack.pool}")]
     consumers += [c for c in stack.core.consumers(subjects.WEBHOOKS_STREAM)
@@ -128,7 +124,7 @@ def test_every_job_kind_responder_and_webhook_path_stays_within_the_template(sta
     assert sorted(j.subject.split(".")[2] for j in jobs) == ["import_gear", "reconcile"]
     activities = sorted(strava.athlete(owner).activities)
     for job in jobs:
-        core.router.wait(partial(_answered, stack, job.payload["job_id"]), SLOW_WAIT_S, job.subject)
+        core.router.wait(partial(stack.has_result, job.payload["job_id"]), SLOW_WAIT_S, job.subject)
     core.router.wait(lambda: all(_events(stack, a) for a in activities), SLOW_WAIT_S, "every activity imported")
 
     # parse_blob from the archive, its URL expired: the pool re-presigns the download

@@ -218,7 +218,6 @@ def test_an_update_refetches_and_a_burst_of_updates_coalesces_to_one_fetch(
     # A title-only change in the current bucket: held until the bucket closes, then one fetch.
     stack.strava.update_activity(owner, first, title="Morning loop (renamed)")
     results = wait_until(lambda: activity_results(stack, first), WAIT_S, "the update's re-fetch")
-    assert isinstance(results, list)  # wait_until returns the predicate's truthy value: the results
     assert ":u" in results[0].msg_id
     # A burst: three updates inside one bucket (the stepping clock lets all three reach the pool).
     base = int(time.time() // COALESCE_S * COALESCE_S - 10 * COALESCE_S)  # a bucket already closed
@@ -240,7 +239,6 @@ def test_delete_is_fetched_and_reaches_core_as_a_not_found_envelope(stack: Cairn
     (aid,) = list(stack.strava.athlete(owner).activities)
     stack.strava.remove_activity(owner, aid)
     envelope = wait_until(lambda: _not_found(stack, aid), WAIT_S, "the deletion's not_found envelope")
-    assert isinstance(envelope, IngestedResult)  # wait_until returns the predicate's truthy value: the envelope
     assert envelope.data["failedRef"] == {"userId": acct.user_id, "provider": PROVIDER,
                                           "externalAccountId": acct.account_id, "externalId": str(aid)}
     assert envelope.subject == subjects.result_subject(subjects.FETCH_SOURCE, PROVIDER, stack.pool)
@@ -254,13 +252,11 @@ def _not_found(stack: CairnStack, ext_id: int) -> IngestedResult | None:
 
 
 def test_deauthorization_tells_core_the_account_needs_reauth(stack: CairnStack, subscribed: int) -> None:
-    core = stack.core
-    assert core is not None and stack.strava is not None
     acct = webhook_athlete(stack, 0)
     stack.strava.deauthorize(int(acct.external_id))
-    wait_until(lambda: any(e.get("account_id") == acct.account_id for e in core.reauth_events),
+    wait_until(lambda: any(e.get("account_id") == acct.account_id for e in stack.core.reauth_events),
                WAIT_S, "core's needs_reauth event")
-    event = next(e for e in core.reauth_events if e.get("account_id") == acct.account_id)
+    event = next(e for e in stack.core.reauth_events if e.get("account_id") == acct.account_id)
     assert event["reason"] == "deauthorized"
 
 
@@ -299,7 +295,7 @@ def test_an_undecodable_webhook_is_termed_without_an_envelope(stack: CairnStack,
     webhook event has none, nor a result subject (``cairn.results.webhook_event.*`` is no contract
     subject, and core's template refuses it)."""
     bridge = stack.bridge
-    assert stack.core is not None and bridge is not None
+    assert bridge is not None
     terms = bridge.log().count("term webhook_event seq")
     publish_raw_webhook(stack, data)
     wait_until(lambda: bridge.log().count("term webhook_event seq") > terms, WAIT_S, "the term")

@@ -68,7 +68,6 @@ def _lists(client: redis.Redis) -> dict[bytes, int]:
 
 def test_an_idle_pool_renews_presence_on_every_interval_from_the_procfile_lines(
         stack: CairnStack, launch: Callable[..., ProcfileProcess]) -> None:
-    core = stack.core
     env = fleet_env(stack.redis_url, **{k: v for k, v in stack.env.items() if k.startswith("CAIRN_")},
                     HONCHO_PROCESS_NAME="provider.1", PROVIDER_CONCURRENCY="1",
                     CAIRN_PRESENCE_INTERVAL_S=str(PRESENCE_INTERVAL_S))
@@ -79,7 +78,7 @@ def test_an_idle_pool_renews_presence_on_every_interval_from_the_procfile_lines(
     beat.wait_for_output(r"beat: Acquired lock", START_TIMEOUT_S)
     provider.wait_for_output(rf"cairn presence: instance \S+ renews its record every {PRESENCE_INTERVAL_S:.0f}s",
                              START_TIMEOUT_S)  # the variable reached the timer
-    records = wait_until(lambda: core.presence(stack.pool), START_TIMEOUT_S, "the first presence record")
+    records = wait_until(lambda: stack.core.presence(stack.pool), START_TIMEOUT_S, "the first presence record")
     (key,) = records  # one instance, one record
     client = redis.Redis.from_url(stack.redis_url)
     baseline_lists = _lists(client)
@@ -88,8 +87,8 @@ def test_an_idle_pool_renews_presence_on_every_interval_from_the_procfile_lines(
     deadline = time.monotonic() + OBSERVE_S
     while time.monotonic() < deadline:
         assert provider.proc.poll() is None and beat.proc.poll() is None, provider.output()[-3000:]
-        record = core.presence(stack.pool)[key]
-        assert core.live_presence(stack.pool).get(key), f"stale for core ({PRESENCE_LIVE_S}s): {record}"
+        record = stack.core.presence(stack.pool)[key]
+        assert stack.core.live_presence(stack.pool).get(key), f"stale for core ({PRESENCE_LIVE_S}s): {record}"
         if _seen(record) != seen[-1]:
             seen.append(_seen(record))
         time.sleep(SAMPLE_INTERVAL_S)  # sampling a KV bucket: no event to await
@@ -110,7 +109,6 @@ def test_with_webhooks_on_presence_says_so_and_is_renewed_from_the_procfile_line
         stack: CairnStack, launch: Callable[..., ProcfileProcess]) -> None:
     """Issue 14: with a verify token (the normal Strava deployment) the main process's presence
     context lacked what the webhook flag reads, and no record was ever written (AttributeError)."""
-    core = stack.core
     cairn = {k: v for k, v in stack.env.items() if k.startswith("CAIRN_")}
     cairn |= {"CAIRN_STRAVA_WEBHOOK_VERIFY_TOKEN": "wh-" + uuid.uuid4().hex,
               "CAIRN_PRESENCE_INTERVAL_S": str(WEBHOOK_PRESENCE_INTERVAL_S)}
@@ -121,7 +119,7 @@ def test_with_webhooks_on_presence_says_so_and_is_renewed_from_the_procfile_line
     provider.wait_for_output(r"cairn presence: instance \S+ renews its record", START_TIMEOUT_S)
 
     def flagged() -> dict[str, Any]:
-        return {k: r for k, r in core.presence(stack.pool).items() if r.get("webhooks") is True}
+        return {k: r for k, r in stack.core.presence(stack.pool).items() if r.get("webhooks") is True}
 
     # Sampled, not polled hard: each read of the bucket lists its keys through a consumer.
     first = wait_until(flagged, START_TIMEOUT_S, 'a presence record with "webhooks": true', SAMPLE_INTERVAL_S)

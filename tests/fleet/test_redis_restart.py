@@ -137,13 +137,12 @@ def test_cairn_bridge_provider_worker_and_presence_ride_out_redis_restarts(
         procs = {"provider": worker.proc.poll, "bridge": bridge.proc.poll}
         acct = stack.connect_athlete(n_activities=3)
         activities = sorted(stack.strava.athlete(int(acct.external_id)).activities)
-        core = stack.core
 
         def one_job(n: int) -> None:
             job = stack.fetch_job(acct, str(activities[n]))
-            core.enqueue_job("fetch_source", job)
-            core.router.wait(lambda: bool(stack.results_for(job["job_id"])), RESUME_TIMEOUT_S,
-                             f"job {n}'s result")
+            stack.core.enqueue_job("fetch_source", job)
+            stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), RESUME_TIMEOUT_S,
+                                   f"job {n}'s result")
             assert len({r.msg_id for r in stack.results_for(job["job_id"])}) == 1
 
         one_job(0)
@@ -152,7 +151,7 @@ def test_cairn_bridge_provider_worker_and_presence_ride_out_redis_restarts(
             assert_alive(procs, stack.all_logs)
             one_job(n)
             assert_alive(procs, stack.all_logs)
-        key = next(iter(core.live_presence(stack.pool)))
+        key = next(iter(stack.core.live_presence(stack.pool)))
         assert key  # presence never depended on Redis
     finally:
         stack.stop()

@@ -105,23 +105,22 @@ def test_a_failover_under_cairn_load_loses_nothing(tmp_path: Path, topology: sen
     try:
         stack.start_worker(concurrency=2)
         stack.start_bridge()
-        core = stack.core
         acct = stack.connect_athlete(n_activities=CAIRN_JOBS)
         jobs = [stack.fetch_job(acct, str(ext)) for ext in
                 sorted(stack.strava.athlete(int(acct.external_id)).activities)]
         for job in jobs[: CAIRN_JOBS // 2]:
-            core.enqueue_job("fetch_source", job)
-        core.router.wait(lambda: bool(stack.results_for(jobs[0]["job_id"])), JOB_DONE_TIMEOUT_S,
-                         "a first result")
+            stack.core.enqueue_job("fetch_source", job)
+        stack.core.router.wait(lambda: bool(stack.results_for(jobs[0]["job_id"])), JOB_DONE_TIMEOUT_S,
+                               "a first result")
         topology.kill_master()
         for job in jobs[CAIRN_JOBS // 2:]:
-            core.enqueue_job("fetch_source", job)
+            stack.core.enqueue_job("fetch_source", job)
         topology.wait_failover()
-        core.router.wait(lambda: all(stack.results_for(j["job_id"]) for j in jobs), JOB_DONE_TIMEOUT_S * 2,
-                         "every job's result after the failover")
+        stack.core.router.wait(lambda: all(stack.results_for(j["job_id"]) for j in jobs), JOB_DONE_TIMEOUT_S * 2,
+                               "every job's result after the failover")
         assert all(len({r.msg_id for r in stack.results_for(j["job_id"])}) == 1 for j in jobs)
         wait_until(lambda: all(c["num_pending"] == 0 and c["num_ack_pending"] == 0
-                               for c in core.consumers()), JOB_DONE_TIMEOUT_S, "every message acked")
+                               for c in stack.core.consumers()), JOB_DONE_TIMEOUT_S, "every message acked")
         assert stack.bridge is not None and stack.bridge.proc.poll() is None
     finally:
         stack.stop()

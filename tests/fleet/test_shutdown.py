@@ -108,8 +108,7 @@ def wait_final(server: Any, job_ids: list[str], timeout_s: float = JOB_DONE_TIME
     def done() -> dict[str, dict] | None:
         jobs = {j: server.get_job(j) for j in job_ids}
         return jobs if all(job["status"] in FINAL for job in jobs.values()) else None
-    jobs = wait_until(done, timeout_s, "jobs to reach a final state", interval_s=0.2)
-    return jobs
+    return wait_until(done, timeout_s, "jobs to reach a final state", interval_s=0.2)
 
 
 def assert_completed_once(server: Any, jobs: dict[str, dict], logs: str = "") -> None:
@@ -352,7 +351,7 @@ def test_sigterm_cairn_bridge_naks_queued_messages_finishes_running_ones_ingests
         rc = bridge_a.proc.wait(SHUTDOWN_GRACE_S + 5)
         exited_s = time.monotonic() - t0
         for job in jobs:
-            stack.core.router.wait(partial(_has_result, stack, job["job_id"]), 60, "every job's result")
+            stack.core.router.wait(partial(stack.has_result, job["job_id"]), 60, "every job's result")
         wait_until(lambda: stack.consumer("fetch_source")["num_ack_pending"] == 0, 30, "every message settled")
     finally:
         stack.gate.open()
@@ -370,10 +369,6 @@ def test_sigterm_cairn_bridge_naks_queued_messages_finishes_running_ones_ingests
     skipped = set(re.findall(r"cairn\.job\[(cairn-[\w-]+?-\d+-d\d+-[0-9a-f]+)\] succeeded[^\n]*lease not granted",
                              worker_log))
     assert {_seq_of(t) for t in skipped} == {(seq, 1) for seq in first_seqs}  # revoked copies did nothing
-
-
-def _has_result(stack: CairnStack, job_id: str) -> bool:
-    return bool(stack.results_for(job_id))
 
 
 def _cairn_leases(r: redis.Redis) -> dict[str, str]:

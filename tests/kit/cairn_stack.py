@@ -161,7 +161,6 @@ class CairnStack:
 
     def hold_at_the_gate(self, job: dict[str, Any]) -> None:
         """Publish the fetch_source ``job`` with the gate armed; return once its task waits at the gate."""
-        assert self.core is not None, "start() first"
         self.gate.arm()
         self.core.enqueue_job("fetch_source", job)
         assert self.gate.arrived.wait(WAIT_S), "the job never reached Strava"
@@ -184,6 +183,10 @@ class CairnStack:
     def results_for(self, job_id: str) -> list[Any]:
         assert self.kit is not None
         return self.kit.results_for(job_id)
+
+    def has_result(self, job_id: str) -> bool:
+        """Whether core ingested a result for ``job_id`` (a predicate to wait on)."""
+        return bool(self.results_for(job_id))
 
     def all_logs(self) -> str:
         parts = [w.log() for w in self.workers]

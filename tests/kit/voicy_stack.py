@@ -35,6 +35,8 @@ if TYPE_CHECKING:  # imported where used: the dev server and fake pull in the we
     from devstack.fakes.telegram import FakeTelegram
     from devstack.fakes.voicy_api import DevVoicyServer
 
+    VoicyDevStack = tuple[DevVoicyServer, FakeTelegram, dict[str, str]]  # the server, Telegram, the fleet env
+
 JOB_DONE_TIMEOUT_S = 180.0
 FINAL = ("completed", "failed")
 # The lease TTL of a test that proves recovery: a dead holder's lease (or an unconfirmed grant) expires
@@ -110,7 +112,7 @@ def voicy_fleet(env: dict[str, str], tmp: Path, *, io_concurrency: int = 1,
 
 @contextmanager
 def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
-                    **env_overrides: str) -> Iterator[tuple[DevVoicyServer, FakeTelegram, dict[str, str]]]:
+                    **env_overrides: str) -> Iterator[VoicyDevStack]:
     """A started dev Voicy API and fake Telegram, a worker client named ``client`` with a
     distinctive token (``VOICY_TOKEN_MARK-<client>``), and the fleet environment for them (engines on
     :data:`SUITE_CPU_THREADS`, bridges polling every :data:`SUITE_POLL_INTERVAL_MS`, unless
@@ -136,7 +138,7 @@ def voicy_dev_stack(tmp_path: Path, redis_url: str, client: str,
 
 @contextmanager
 def gated_voicy_dev_stack(gate: Gate, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, redis_url: str, client: str,
-                          **env_overrides: str) -> Iterator[tuple[DevVoicyServer, FakeTelegram, dict[str, str]]]:
+                          **env_overrides: str) -> Iterator[VoicyDevStack]:
     """:func:`voicy_dev_stack` with its dev Voicy API behind ``gate`` (a call held for as long as the
     test likes); the gate opens before the server stops, so a held request never keeps it waiting."""
     from devstack.fakes.voicy_api import server as server_module

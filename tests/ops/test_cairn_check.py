@@ -65,7 +65,6 @@ def test_check_active_without_user_id_passes(stack: CairnStack) -> None:
     # The manifest declares Gear, so the checker requires (and finds) the import_gear consumer.
     assert f"PASS  consumer for cairn.jobs.import_gear.{PROVIDER}.{stack.pool}" in out.stdout.splitlines()
     core = stack.core
-    assert core is not None and stack.strava is not None
     mine = lambda: [r for r in core.ingested if r.subject.endswith(acct.account_id)]  # noqa: E731
     core.router.wait(lambda: bool(mine()), WAIT_S, "core's copy of the reconcile result")
     [rec] = mine()

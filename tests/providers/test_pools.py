@@ -329,7 +329,6 @@ def _assert_flower_shows_the_pools_apart(fleet: Fleet) -> None:
         return found if len(found) == len(expected) else None
 
     tasks = wait_until(every_job, JOBS_TIMEOUT_S, "Flower to list every job's task", interval_s=0.5)
-    assert isinstance(tasks, dict)  # every_job's truthy value
     for job_id, task in tasks.items():
         rp = expected[job_id]
         assert nodes.get(task["worker"]) is rp, (job_id, task["worker"], rp.node)

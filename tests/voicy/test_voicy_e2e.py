@@ -45,8 +45,8 @@ from workers.voicy.client import VoicyClient
 if TYPE_CHECKING:
     from devstack.fakes.telegram import FakeTelegram
     from devstack.fakes.voicy_api import DevVoicyServer
+    from tests.kit.voicy_stack import VoicyDevStack as VoicyStack
 
-    VoicyStack = tuple[DevVoicyServer, FakeTelegram, dict[str, str]]  # the server, Telegram, the fleet env
     GatedStack = tuple[DevVoicyServer, FakeTelegram, dict[str, str], Gate]  # and the gate on /progress
 
 # H1: each test ends with the log budget of its processes (tests/conftest.py ``log_budget``).

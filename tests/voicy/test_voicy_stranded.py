@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -57,6 +57,9 @@ from tests.kit.waiting import wait_until
 from workers.voicy import grants
 from workers.voicy.runtime import QUEUED_LEASE_TTL_S, VoicyRuntime
 
+if TYPE_CHECKING:
+    from tests.kit.voicy_stack import VoicyDevStack as VoicyStack
+
 # H1: each test ends with the log budget of its processes (tests/conftest.py ``log_budget``).
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("log_budget")]
 
@@ -71,7 +74,6 @@ THIEF_TIMEOUT_S = 30.0
 REAP_PASSES = 2  # reaper passes that must find the waiting message queued once it is older than the grace
 REAP_DONE = re.compile(r"Task voicy\.reap\[[^\]]+\] succeeded in")  # the io worker's line for each pass
 RECOVERY_LOG = "grant stranded"
-VoicyStack = tuple[Any, Any, dict[str, str]]  # dev Voicy API, fake Telegram, the fleet environment
 _A = "test_a_download_taken_by_a_worker_killed_before_it_started_is_recovered"
 _B = "test_a_transcription_lost_by_the_broker_is_redispatched_and_completes_once"
 LOG_BUDGET_ALLOW = (  # each applies to the test it names only (tests/conftest.py ``log_budget``)
