@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import sys
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,10 +22,12 @@ from workers.voicy.telegram import (
     NOT_ALLOWED,
     TOKEN_MARK,
     TelegramFiles,
+    close_telegram_files,
     download_to_store,
     extension_for,
     file_url,
     is_token_bearing,
+    telegram_files,
 )
 
 BOT_TOKEN = "987654321:AAH-telegram-SECRET_token-0123456789ab"
@@ -216,6 +221,24 @@ def test_size_bound_is_permanent_and_leaves_nothing(cloud: FakeTelegram, tmp_pat
         download_to_store(Source(job_id="jbig", file_id="AwAC-big"), store, settings)
     assert not info.value.retryable
     assert list((tmp_path / "media").iterdir()) == []
+
+
+def test_closing_the_cached_clients_closes_their_connections(cloud: FakeTelegram, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    cloud.add_file("AwAC-cached", DATA)
+    settings = settings_for(cloud.url, tmp_path)
+    download_to_store(Source(job_id="jcached", file_id="AwAC-cached"), LocalMediaStore(tmp_path / "m"), settings)
+    files = telegram_files(settings)
+    assert telegram_files(settings) is files  # one client per configuration, its connection pooled
+    close_telegram_files()
+    assert telegram_files(settings) is not files  # the next download opens a new one
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # an unclosed socket's warning, raised in __del__
+        del files
+        gc.collect()
+    assert unraisable == []
 
 
 def test_url_and_extension_rules() -> None:

@@ -148,16 +148,16 @@ with Connection(sys.argv[1]) as conn:
 
 def steal_and_die(redis_url: str, queue: str) -> str:
     """A worker's main process takes one message from ``queue`` (kombu, not acked) and is SIGKILLed; its line."""
-    thief = subprocess.Popen([sys.executable, "-c", THIEF, redis_url, queue], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        assert thief.stdout is not None
-        ready, _, _ = select.select([thief.stdout], [], [], THIEF_TIMEOUT_S)
-        assert ready, "the thief took no message"
-        line = thief.stdout.readline().decode().strip()
-    finally:
-        thief.send_signal(signal.SIGKILL)
-        thief.wait(THIEF_TIMEOUT_S)
+    with subprocess.Popen([sys.executable, "-c", THIEF, redis_url, queue], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as thief:  # its pipe closed at the end
+        try:
+            assert thief.stdout is not None
+            ready, _, _ = select.select([thief.stdout], [], [], THIEF_TIMEOUT_S)
+            assert ready, "the thief took no message"
+            line = thief.stdout.readline().decode().strip()
+        finally:
+            thief.send_signal(signal.SIGKILL)
+            thief.wait(THIEF_TIMEOUT_S)
     return line
 
 

@@ -273,6 +273,16 @@ def telegram_files(settings: VoicySettings) -> TelegramFiles:
     return _files[key]
 
 
+def close_telegram_files() -> None:
+    """Close every cached ``TelegramFiles`` and its pooled connections; the next download opens anew.
+
+    A worker holds its one client until it exits. A process that downloads in-process (the tests)
+    calls this when done, so the interpreter's exit finds no open socket to warn about.
+    """
+    while _files:
+        _files.popitem()[1].close()
+
+
 def download_to_store(source: Source, store: MediaStore, settings: VoicySettings) -> str:
     """Download the job's media into ``store`` under ``<job id><ext>``; return the key."""
     key = f"{source.job_id}{extension_for(source)}"
