@@ -23,7 +23,6 @@ import pytest
 from devstack.infra import log_budget as budget
 from devstack.infra import services
 from workers.logs import RedactingFilter
-from workers.voicy.telegram import close_telegram_files
 
 pytest_plugins = ["tests.kit.celery_worker", "tests.kit.cairn_ctx", "tests.kit.procfile", "tests.kit.fleet_guard",
                   "tests.kit.model_guard", "tests.kit.cpu_profile"]
@@ -85,14 +84,6 @@ def _root_logging_restored() -> Iterator[None]:
         elif not getattr(handler, "_switchyard", False):
             handler.filters[:] = [f for f in handler.filters if not isinstance(f, RedactingFilter)]
     root.setLevel(level)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _telegram_clients_closed() -> Iterator[None]:
-    """A module that runs a download in-process (``pipeline.run_download``, ``download_to_store``)
-    leaves the process's cached Telegram client with its connection open; close it with the module."""
-    yield
-    close_telegram_files()
 
 
 @pytest.fixture()

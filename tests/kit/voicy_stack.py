@@ -166,8 +166,7 @@ def fleet_runtime(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Itera
     try:
         yield runtime
     finally:
-        runtime.client.close()
-        runtime.redis.close()
+        runtime.close()
 
 
 def enqueue_fixture(server: DevVoicyServer, telegram: FakeTelegram, item: dict, file_id: str | None = None) -> str:

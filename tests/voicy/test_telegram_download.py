@@ -15,6 +15,7 @@ from devstack.fakes.telegram import FakeTelegram, HangUp, Stage
 from workers.errors import PermanentJobError, RetryableJobError
 from workers.voicy.media_store import LocalMediaStore, MediaTooLarge
 from workers.voicy.models import Source
+from workers.voicy.runtime import VoicyRuntime
 from workers.voicy.settings import VoicySettings
 from workers.voicy.telegram import (
     NO_TOKEN_DOWNLOAD,
@@ -22,12 +23,10 @@ from workers.voicy.telegram import (
     NOT_ALLOWED,
     TOKEN_MARK,
     TelegramFiles,
-    close_telegram_files,
     download_to_store,
     extension_for,
     file_url,
     is_token_bearing,
-    telegram_files,
 )
 
 BOT_TOKEN = "987654321:AAH-telegram-SECRET_token-0123456789ab"
@@ -78,12 +77,13 @@ def _assert_token_free(text: str) -> None:
 
 
 def test_cloud_file_id_is_resolved_and_streamed_into_the_store(cloud: FakeTelegram, tmp_path: Path,
+                                                               open_files: OpenFiles,
                                                                http_logs: pytest.LogCaptureFixture) -> None:
     cloud.add_file("AwAC-cloud", DATA, path="voice/file 7 ü.oga")  # needs segment encoding
     store = LocalMediaStore(tmp_path / "media")
-    settings = settings_for(cloud.url, tmp_path)
+    files = open_files(settings_for(cloud.url, tmp_path))
     key = download_to_store(Source(job_id="665f00000000000000000001", file_id="AwAC-cloud",
-                                   mime_type="audio/ogg"), store, settings)
+                                   mime_type="audio/ogg"), store, files)
     assert key == "665f00000000000000000001.ogg"
     with store.local_path(key) as path:
         assert path.read_bytes() == DATA
@@ -213,30 +213,36 @@ def test_download_timeout_is_retryable(cloud: FakeTelegram, tmp_path: Path, open
     _assert_token_free(_everything(info.value))
 
 
-def test_size_bound_is_permanent_and_leaves_nothing(cloud: FakeTelegram, tmp_path: Path) -> None:
+def test_size_bound_is_permanent_and_leaves_nothing(cloud: FakeTelegram, tmp_path: Path,
+                                                    open_files: OpenFiles) -> None:
     cloud.add_file("AwAC-big", DATA)
     store = LocalMediaStore(tmp_path / "media")
-    settings = settings_for(cloud.url, tmp_path, max_bytes=1024)
+    files = open_files(settings_for(cloud.url, tmp_path, max_bytes=1024))
     with pytest.raises(MediaTooLarge) as info:
-        download_to_store(Source(job_id="jbig", file_id="AwAC-big"), store, settings)
+        download_to_store(Source(job_id="jbig", file_id="AwAC-big"), store, files)
     assert not info.value.retryable
     assert list((tmp_path / "media").iterdir()) == []
 
 
-def test_closing_the_cached_clients_closes_their_connections(cloud: FakeTelegram, tmp_path: Path,
+def test_closing_the_runtime_closes_its_telegram_connections(cloud: FakeTelegram, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    cloud.add_file("AwAC-cached", DATA)
-    settings = settings_for(cloud.url, tmp_path)
-    download_to_store(Source(job_id="jcached", file_id="AwAC-cached"), LocalMediaStore(tmp_path / "m"), settings)
-    files = telegram_files(settings)
-    assert telegram_files(settings) is files  # one client per configuration, its connection pooled
-    close_telegram_files()
-    assert telegram_files(settings) is not files  # the next download opens a new one
+    """A process's runtime owns its one Bot API client: downloads reuse its pooled connection, and
+    ``close`` closes it, so a runtime dropped after fork or at exit leaves no socket open."""
+    cloud.add_file("AwAC-runtime", DATA)
+    for key, value in {"VOICY_WORKER_API_URL": "http://127.0.0.1:9/worker/v1", "VOICY_WORKER_TOKEN": "unused",
+                       "VOICY_WORKER_WORK_DIR": str(tmp_path), "VOICY_WORKER_TELEGRAM_API_URL": cloud.url,
+                       "VOICY_WORKER_TELEGRAM_BOT_TOKEN": BOT_TOKEN}.items():
+        monkeypatch.setenv(key, value)
+    rt = VoicyRuntime.from_env("redis://127.0.0.1:9/0")  # never connects: nothing here talks to Redis
+    for job_id in ("jrt1", "jrt2"):
+        download_to_store(Source(job_id=job_id, file_id="AwAC-runtime"), rt.store, rt.telegram)
+    assert [r["status"] for r in cloud.requests_of("download")][-2:] == [200, 200]
+    rt.close()
     unraisable: list[object] = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResourceWarning)  # an unclosed socket's warning, raised in __del__
-        del files
+        del rt
         gc.collect()
     assert unraisable == []
 

@@ -94,7 +94,7 @@ def run_download(rt: VoicyRuntime, job_id: str, token: str) -> str | None:
     def body(keeper: LeaseKeeper) -> str | None:
         started = time.monotonic()
         source = rt.client.source(job_id)
-        key = download_to_store(source, rt.store, rt.settings)
+        key = download_to_store(source, rt.store, rt.telegram)
         if keeper.lost.is_set():
             raise LeaseLost(job_id)
         held = rt.fleet.get(job_id) or HeldJob(job_id=job_id)

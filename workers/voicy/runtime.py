@@ -12,6 +12,7 @@ from workers.voicy.client import VoicyClient
 from workers.voicy.fleet import Fleet
 from workers.voicy.media_store import MediaStore, media_store_from_url
 from workers.voicy.settings import VoicySettings, load_voicy_settings
+from workers.voicy.telegram import TelegramFiles
 
 LEASE_NAMESPACE = "voicy"
 QUEUED_LEASE_TTL_S = 6 * 3600.0  # a queued task is safe in the broker; only a taken one can be lost
@@ -34,6 +35,7 @@ class VoicyRuntime:
     fleet: Fleet
     leases: Leases
     redis: redis.Redis
+    telegram: TelegramFiles  # the process's one Bot API connection pool: media downloads reuse it
 
     @classmethod
     def from_env(cls, redis_url: str) -> VoicyRuntime:
@@ -42,7 +44,13 @@ class VoicyRuntime:
         client = sync_client(redis_url)
         return cls(settings=settings, client=VoicyClient.from_settings(settings),
                    store=media_store_from_url(settings.media_store), fleet=Fleet(client),
-                   leases=Leases(client, LEASE_NAMESPACE), redis=client)
+                   leases=Leases(client, LEASE_NAMESPACE), redis=client, telegram=TelegramFiles(settings))
+
+    def close(self) -> None:
+        """Close every connection the runtime holds; a process that is done with it calls this."""
+        self.client.close()
+        self.telegram.close()
+        self.redis.close()
 
     @property
     def lease_ttl_s(self) -> float:

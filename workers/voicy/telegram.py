@@ -140,7 +140,7 @@ class TelegramFiles:
         self._http = httpx.Client(timeout=settings.timeout_s, follow_redirects=False, trust_env=False,
                                   transport=BotTokenTransport(self.api_url, token, inner))
         self._timeout_s = settings.timeout_s
-        self._max_bytes = settings.max_media_bytes
+        self.max_bytes = settings.max_media_bytes  # None only for settings built without ``_derive``
 
     def close(self) -> None:
         self._http.close()
@@ -181,8 +181,8 @@ class TelegramFiles:
                 if response.status_code != 200:
                     raise RetryableJobError(f"Telegram media download failed: HTTP {response.status_code}")
                 declared = response.headers.get("content-length", "")
-                if self._max_bytes is not None and declared.isdigit() and int(declared) > self._max_bytes:
-                    raise MediaTooLarge(f"media is larger than {self._max_bytes} bytes")
+                if self.max_bytes is not None and declared.isdigit() and int(declared) > self.max_bytes:
+                    raise MediaTooLarge(f"media is larger than {self.max_bytes} bytes")
                 for chunk in response.iter_bytes(CHUNK_BYTES):
                     if time.monotonic() > deadline:
                         raise RetryableJobError("Telegram media download failed: Timeout "
@@ -261,31 +261,10 @@ def _read_file(path: Path) -> Iterator[bytes]:
         raise RetryableJobError(f"local Bot API file could not be read: {type(exc).__name__}") from None
 
 
-_files: dict[tuple[object, ...], TelegramFiles] = {}
-
-
-def telegram_files(settings: VoicySettings) -> TelegramFiles:
-    """One ``TelegramFiles`` (one connection pool) per process and configuration."""
-    token = settings.telegram_bot_token.get_secret_value() if settings.telegram_bot_token else None
-    key = (settings.telegram_api_url, token, settings.timeout_s, settings.max_media_bytes)
-    if key not in _files:
-        _files[key] = TelegramFiles(settings)
-    return _files[key]
-
-
-def close_telegram_files() -> None:
-    """Close every cached ``TelegramFiles`` and its pooled connections; the next download opens anew.
-
-    A worker holds its one client until it exits. A process that downloads in-process (the tests)
-    calls this when done, so the interpreter's exit finds no open socket to warn about.
-    """
-    while _files:
-        _files.popitem()[1].close()
-
-
-def download_to_store(source: Source, store: MediaStore, settings: VoicySettings) -> str:
-    """Download the job's media into ``store`` under ``<job id><ext>``; return the key."""
+def download_to_store(source: Source, store: MediaStore, files: TelegramFiles) -> str:
+    """Download the job's media through ``files`` into ``store`` under ``<job id><ext>``; return the key."""
     key = f"{source.job_id}{extension_for(source)}"
-    size = store.put_stream(key, telegram_files(settings).open_source(source), settings.max_media_bytes)  # type: ignore[arg-type]
+    assert files.max_bytes is not None  # VoicySettings._derive defaults it to the Bot API's cap
+    size = store.put_stream(key, files.open_source(source), files.max_bytes)
     log.info("job %s: stored %d bytes of media as %s", source.job_id, size, key)
     return key
