@@ -59,6 +59,12 @@ def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption(OPTION)
     if not path:
         return
+    if config.inipath is None:
+        # Spelt ``--cpu-profile FILE``, an xdist worker (and pytest, before the plugin is known) reads
+        # FILE as a test path and takes its folder as the rootdir: no pyproject.toml, so no markers,
+        # no filterwarnings, no addopts. The run would measure a different suite.
+        raise pytest.UsageError(f"{OPTION}: no pytest configuration was read (rootdir {config.rootpath}); "
+                                f"write {OPTION}={path}")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     recorder = _Recorder(Path(f"{path}.{worker}" if worker else path))
 
