@@ -27,6 +27,14 @@ RETRY_LOGGERS = ("celery.backends", "tasks.hardening.result_backend")  # Celery'
 RETRIES_SEEN = 3  # the write is retried a few times while Redis is down: one warning, not one per retry
 
 
+def release(backend: RedisBackend) -> None:
+    """Close the connections ``backend`` holds (its result pubsub, its pool). ``Celery.close`` leaves them
+    to the garbage collector, which may finalize a socket before the redis-py connection that would close
+    it quietly: a ResourceWarning then fails whichever test of the worker is running."""
+    backend.result_consumer.stop()
+    backend.client.connection_pool.disconnect()
+
+
 def test_results_are_stored_with_expiry_and_published_without_a_deprecation_warning(fresh_redis: str) -> None:
     app = Celery("result-backend-test")
     app.conf.update(celery_config(FleetSettings(redis_url=fresh_redis)))
@@ -48,6 +56,8 @@ def test_results_are_stored_with_expiry_and_published_without_a_deprecation_warn
     assert published is not None and published["channel"] == key.encode()
     assert json.loads(published["data"])["status"] == states.SUCCESS
     pubsub.close()
+    client.close()
+    release(app.backend)
 
 
 @pytest.mark.parametrize(("url", "backend"), [
@@ -80,12 +90,15 @@ def test_sending_a_task_subscribes_nobody_and_get_still_hears_its_result(fresh_r
     assert done.get(timeout=SUBSCRIBE_WAIT_S) == {"action": "ack"}
 
     waiting = sent[1]  # stored while get() waits: heard through the subscription get() makes itself
+    backend = app.backend  # the app's backend is per thread: the writer uses this one, released below
     store = threading.Thread(target=lambda: (
         wait_until(lambda: client.pubsub_numsub(keys[1])[0][1] == 1, SUBSCRIBE_WAIT_S, "get() to subscribe"),
-        app.backend.store_result(waiting.id, {"action": "nak"}, states.SUCCESS)))
+        backend.store_result(waiting.id, {"action": "nak"}, states.SUCCESS)))
     store.start()
     assert waiting.get(timeout=SUBSCRIBE_WAIT_S * 2) == {"action": "nak"}
     store.join()
+    client.close()
+    release(backend)
     app.close()
 
 
@@ -112,8 +125,10 @@ def test_a_redis_outage_under_a_result_write_is_logged_once_without_a_traceback(
         services.start_again(svc)
         writer.join(OUTAGE_WAIT_S)
         assert not writer.is_alive(), "the result write never ended after Redis came back"
-        stored = redis.Redis.from_url(svc.url).get(f"celery-task-meta-{task_id}")
+        with redis.Redis.from_url(svc.url) as client:
+            stored = client.get(f"celery-task-meta-{task_id}")
         assert stored is not None and json.loads(stored)["result"] == {"action": "ack"}
+        release(backend)
     finally:
         svc.stop()
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
