@@ -234,6 +234,7 @@ def test_closing_the_runtime_closes_its_telegram_connections(cloud: FakeTelegram
                        "VOICY_WORKER_TELEGRAM_BOT_TOKEN": BOT_TOKEN}.items():
         monkeypatch.setenv(key, value)
     rt = VoicyRuntime.from_env("redis://127.0.0.1:9/0")  # never connects: nothing here talks to Redis
+    assert "telegram" not in vars(rt)  # made at the first download: a bridge or gpu worker never pays for it
     for job_id in ("jrt1", "jrt2"):
         download_to_store(Source(job_id=job_id, file_id="AwAC-runtime"), rt.store, rt.telegram)
     assert [r["status"] for r in cloud.requests_of("download")][-2:] == [200, 200]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import redis
@@ -35,7 +36,6 @@ class VoicyRuntime:
     fleet: Fleet
     leases: Leases
     redis: redis.Redis
-    telegram: TelegramFiles  # the process's one Bot API connection pool: media downloads reuse it
 
     @classmethod
     def from_env(cls, redis_url: str) -> VoicyRuntime:
@@ -44,12 +44,19 @@ class VoicyRuntime:
         client = sync_client(redis_url)
         return cls(settings=settings, client=VoicyClient.from_settings(settings),
                    store=media_store_from_url(settings.media_store), fleet=Fleet(client),
-                   leases=Leases(client, LEASE_NAMESPACE), redis=client, telegram=TelegramFiles(settings))
+                   leases=Leases(client, LEASE_NAMESPACE), redis=client)
+
+    @functools.cached_property
+    def telegram(self) -> TelegramFiles:
+        """The process's one Bot API client, its connections pooled across downloads. Made at the first
+        download: its SSL context costs about 30 ms of CPU, and bridges and gpu workers never download."""
+        return TelegramFiles(self.settings)
 
     def close(self) -> None:
         """Close every connection the runtime holds; a process that is done with it calls this."""
         self.client.close()
-        self.telegram.close()
+        if "telegram" in self.__dict__:  # made only by a download
+            self.telegram.close()
         self.redis.close()
 
     @property
