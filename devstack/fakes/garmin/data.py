@@ -13,6 +13,7 @@ and list rows carry the same facts in Connect's JSON shapes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import math
 import zipfile
@@ -36,6 +37,10 @@ DURATION_S = 600
 TIMEZONE = "Europe/Zurich"
 UTC_OFFSET_S = 7200  # Zurich in summer
 ACTIVITY_SPACING = timedelta(hours=20)
+ANCHOR_STEP_S = 3600  # the newest activity's start is counted back from the hour, as Strava's fake does
+# FIT files kept per process: fit-tool takes ~70 ms of CPU to write one, and with starts on the hour
+# every fake a test run builds holds the same activities, downloaded again and again.
+FIT_CACHE_FILES = 256
 HOME = (47.3769, 8.5417)
 # (FIT sport, FIT sub-sport, Connect typeKey, speed m/s, with power)
 KINDS = ((Sport.RUNNING, SubSport.TRAIL, "trail_running", 3.0, False),
@@ -97,9 +102,14 @@ def _ms(when: datetime) -> int:
 
 
 def write_fit(activity: FakeActivity) -> bytes:
-    """The activity's FIT file, written with fit-tool."""
-    sport, sub_sport, _, speed, with_power = KINDS[activity.kind]
-    start, end = activity.start, activity.start + timedelta(seconds=DURATION_S)
+    """The activity's FIT file, written with fit-tool (once per process for each activity)."""
+    return _fit(activity.activity_id, activity.start, activity.kind)
+
+
+@functools.lru_cache(maxsize=FIT_CACHE_FILES)
+def _fit(activity_id: int, start: datetime, kind: int) -> bytes:
+    sport, sub_sport, _, speed, with_power = KINDS[kind]
+    end = start + timedelta(seconds=DURATION_S)
     builder = FitFileBuilder(auto_define=True, min_string_size=50)
     file_id = FileIdMessage()
     file_id.type, file_id.manufacturer = FileType.ACTIVITY, Manufacturer.GARMIN.value
@@ -111,7 +121,7 @@ def write_fit(activity: FakeActivity) -> bytes:
     device.software_version = 21.19
     builder.add(device)
     builder.add(_event(start, EventType.START))
-    seed = activity.activity_id % 97
+    seed = activity_id % 97
     records = []
     for i, t in enumerate(range(0, DURATION_S + 1, RECORD_STEP_S)):
         record = RecordMessage()
@@ -122,7 +132,7 @@ def write_fit(activity: FakeActivity) -> bytes:
         record.distance = speed * t
         record.speed = speed + 0.2 * math.sin(t / 30)
         record.heart_rate = 120 + (i % 30)
-        record.cadence = 85 if activity.kind != 2 else 55
+        record.cadence = 85 if kind != 2 else 55
         record.temperature = 22
         if with_power:
             record.power = 200 + (i % 20)
@@ -142,10 +152,10 @@ def write_fit(activity: FakeActivity) -> bytes:
     session.timestamp, session.start_time = _ms(end), _ms(start)
     session.sport, session.sub_sport = sport, sub_sport
     session.total_elapsed_time, session.total_timer_time = float(DURATION_S), float(DURATION_S - 20)
-    session.total_distance, session.total_ascent, session.total_descent = activity.distance_m, 17, 15
+    session.total_distance, session.total_ascent, session.total_descent = speed * DURATION_S, 17, 15
     session.total_calories, session.avg_heart_rate, session.max_heart_rate = 180, 134, 149
     session.avg_speed, session.max_speed = speed, speed + 0.2
-    session.avg_cadence = 85 if activity.kind != 2 else 55
+    session.avg_cadence = 85 if kind != 2 else 55
     if with_power:
         session.avg_power, session.max_power = 209, 219
     builder.add(session)
@@ -154,6 +164,12 @@ def write_fit(activity: FakeActivity) -> bytes:
     act.local_timestamp = int(end.timestamp()) + UTC_OFFSET_S - FIT_EPOCH_UNIX
     builder.add(act)
     return builder.build().to_bytes()
+
+
+def _anchor() -> datetime:
+    """Now, floored to ``ANCHOR_STEP_S``: the same activities (and FIT files) for every fake within it."""
+    now = int(datetime.now(UTC).timestamp())
+    return datetime.fromtimestamp(now - now % ANCHOR_STEP_S, UTC)
 
 
 def _event(when: datetime, kind: EventType) -> EventMessage:
@@ -187,7 +203,7 @@ class FakeAccount:
     def add_activity(self, start: datetime | None = None) -> FakeActivity:
         n = len(self.activities)
         activity_id = 10_000_000 * (self.index + 1) + n + 1
-        when = (start or datetime.now(UTC) - ACTIVITY_SPACING * (n + 1)).replace(microsecond=0)
+        when = (start or _anchor() - ACTIVITY_SPACING * (n + 1)).replace(microsecond=0)
         kind = n % len(KINDS)
         gear = f"shoe-{self.index}" if kind == 0 else f"bike-{self.index}" if kind == 1 else ""
         self.activities[activity_id] = FakeActivity(activity_id, when, kind, gear)
