@@ -12,6 +12,7 @@ import os
 import re
 import sys
 
+from tasks import queue_metrics as _queue_metrics
 from workers.logs import redact as _redact  # underscored: a top-level name here may be read as a Flower option
 
 INSPECT_TIMEOUT_MS = 10_000.0  # /api/workers is an inspect broadcast: at 1 s a busy worker shows offline
@@ -105,3 +106,8 @@ inspect_timeout = _env_number("FLOWER_INSPECT_TIMEOUT", INSPECT_TIMEOUT_MS)
 purge_offline_workers = int(_env_number("FLOWER_PURGE_OFFLINE_WORKERS", PURGE_OFFLINE_WORKERS_S))
 max_tasks = int(_env_number("FLOWER_MAX_TASKS", MAX_TASKS_IN_MEMORY))
 tasks_columns = os.environ.get("FLOWER_TASKS_COLUMNS", TASKS_COLUMNS)
+
+# --- metrics ------------------------------------------------------------------------
+# /metrics gains the queue lengths Flower lacks: switchyard_queue_messages{queue=…} and two more
+# (tasks.queue_metrics; docs/operations.md section 5).
+_queue_metrics.install()

@@ -23,11 +23,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
+from kombu import Connection, Queue
 
 from devstack.infra.log_budget import Allow
 from devstack.infra.services import Service, free_port, nats_login
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.procfile import READY_TIMEOUT_S, ROOT, VENV_BIN, ProcfileProcess, fleet_env, procfile_entries
+from workers import liveness
 
 # H1: each test's processes end with an empty log budget (tests/conftest.py ``log_budget``).
 pytestmark = pytest.mark.usefixtures("log_budget")
@@ -36,6 +39,7 @@ APP_JSON = ROOT / "app.json"
 OPERATIONS_MD = ROOT / "docs" / "operations.md"
 
 HTTP_TIMEOUT_S = 5.0
+QUEUED = 2  # messages the web test leaves in a pool's queue for /metrics to count
 PING_TIMEOUT_S = 0.5
 EXIT_CONFIG_ERROR = 2
 EXPECTED_TYPES = {"web", "voicy_bridge", "cairn_bridge", "gpu", "io", "provider", "garmin_bridge", "garmin", "beat"}
@@ -151,6 +155,14 @@ def test_web_serves_flower_with_auth_metrics_and_healthcheck(
     port, password = free_port(), f"pw-{uuid.uuid4().hex}"
     web = launch("web", fleet_env(redis_url, PORT=str(port), FLOWER_PASSWORD=password,
                                   FLOWER_ADDRESS="127.0.0.1"))
+    pool = f"sy-{uuid.uuid4().hex[:6]}"  # a pool of this test's own on the shared Redis: its queue is ours
+    queue = f"provider.{pool}"
+    client = redis.Redis.from_url(redis_url)
+    record = liveness.ProcessRecord(role=liveness.CAIRN_BRIDGE, name=f"bridge-{pool}", pool=pool)
+    liveness.renew(client, record)
+    with Connection(redis_url) as conn, conn.Producer() as producer:
+        for n in range(QUEUED):
+            producer.publish({"n": n}, routing_key=queue, declare=[Queue(queue)])
     web.wait_for_output(rf"Visit me at http://127\.0\.0\.1:{port}")
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base, timeout=HTTP_TIMEOUT_S) as http:
@@ -158,11 +170,16 @@ def test_web_serves_flower_with_auth_metrics_and_healthcheck(
         assert health.status_code == 200 and health.text == "OK"
         metrics = http.get("/metrics")
         assert metrics.status_code == 200 and "flower_events_total" in metrics.text
+        # the queue lengths Flower itself lacks (tasks.queue_metrics), from the fleet's Redis
+        assert f'switchyard_queue_messages{{queue="{queue}"}} {QUEUED}.0' in metrics.text, metrics.text
+        assert "switchyard_broker_up 1.0" in metrics.text
         assert http.get("/api/workers").status_code == 401
         assert http.get("/api/workers", auth=("admin", "wrong")).status_code == 401
         assert http.get("/", auth=("admin", "wrong")).status_code == 401
         assert http.get("/api/workers", auth=("admin", password)).status_code == 200
     assert password not in web.output()
+    client.delete(queue, liveness.record_key(record.role, record.name))
+    client.close()
 
 
 @pytest.mark.slow
