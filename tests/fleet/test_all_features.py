@@ -15,8 +15,9 @@ Both sides get real work: voice messages, ``fetch_source`` jobs, a webhook-pushe
 activity and a ``parse_blob`` of an archived source. Every job must end once, every
 process must still run (none exited by itself), both provider workers must keep a
 live presence record that says they take webhooks, Flower must refuse a request
-without its credentials, ``switchyard health`` must say HEALTHY, and the log budget
-must find nothing beyond its baseline in any process's log.
+without its credentials and count each queue on ``/metrics``, ``switchyard health``
+must say HEALTHY, and the log budget must find nothing beyond its baseline in any
+process's log.
 """
 
 from __future__ import annotations
@@ -165,6 +166,11 @@ def test_every_feature_on_at_once_both_sides_do_real_work(log_budget: list, rig:
     # Flower, through Sentinel: up, and closed without its credentials
     wait_until(lambda: flower_answers(rig, (FLOWER_USER, FLOWER_PASSWORD)) == 200, FLOWER_BOUND_S, "Flower up")
     assert flower_answers(rig, None) == 401
+    # its /metrics reads the queue lengths through Sentinel too: each side's queues, the pool's own
+    metrics = httpx.get(f"http://127.0.0.1:{rig.env['PORT']}/metrics", timeout=5.0).text
+    assert "switchyard_broker_up 1.0" in metrics, metrics
+    for queue in ("gpu", "io", f"provider.{rig.pool}"):
+        assert f'switchyard_queue_messages{{queue="{queue}"}}' in metrics, (queue, metrics)
 
     # JSON logs from every Celery worker, every dyno still running, none exited by itself
     for dyno in rig.supervisor.dynos:
