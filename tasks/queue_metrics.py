@@ -16,7 +16,7 @@ from redis.retry import Retry
 from tasks.hardening.transport import UNACKED_KEY, queue_keys
 from tasks.routes import QUEUES, provider_queue
 from workers import liveness
-from workers.logs import describe
+from workers.outage import Outage
 from workers.redisconn import sync_client
 
 log = logging.getLogger(__name__)
@@ -69,44 +69,45 @@ class QueueLengths(Collector):
     the work still waiting, which is what says a pool is short of capacity (docs/operations.md 5).
 
     A scrape that cannot read the broker reports ``switchyard_broker_up 0`` and no lengths (a stale
-    length would look like a live one), and logs one warning per outage, not one per scrape.
+    length would look like a live one); the outage is logged as every process logs one (``Outage``):
+    once when it starts, once when it ends, not once per scrape.
     """
 
     def __init__(self, client_factory: ClientFactory = _scrape_client) -> None:
         self._client_factory = client_factory
         self._client: redis.Redis | None = None
         self._lock = threading.Lock()  # prometheus_client may collect from more than one thread
-        self._failing = False
+        self._outage = Outage("Redis", log)
 
     def describe(self) -> Iterator[Any]:
         """Nothing: otherwise registering would collect once, reading Redis as Flower starts."""
         return iter(())
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        up = GaugeMetricFamily(BROKER_UP, "1 if this scrape read the queue lengths from the broker, else 0")
+    def _read(self) -> tuple[dict[str, int], int] | None:
+        """The queue lengths and the unacked count, or None while Redis cannot be read."""
         with self._lock:
             try:
                 if self._client is None:
                     self._client = self._client_factory()
-                waiting, unacked = queue_lengths(self._client, fleet_queues(self._client))
+                lengths = queue_lengths(self._client, fleet_queues(self._client))
             except redis.RedisError as exc:
-                if not self._failing:
-                    log.warning("queue lengths not read from the broker: %s", describe(exc))
-                self._failing = True
-                up.add_metric([], 0)
-                yield up
-                return
-            if self._failing:
-                log.info("queue lengths read from the broker again")
-            self._failing = False
-        messages = GaugeMetricFamily(QUEUE_MESSAGES, "Task messages waiting in a Celery queue", labels=["queue"])
-        for name, count in waiting.items():
-            messages.add_metric([name], count)
-        yield messages
-        yield GaugeMetricFamily(UNACKED_MESSAGES, "Task messages delivered to a worker and not yet acked",
-                                value=unacked)
-        up.add_metric([], 1)
-        yield up
+                self._outage.failed("queue lengths", exc)
+                return None
+            self._outage.ok()
+            return lengths
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        read = self._read()
+        if read is not None:
+            waiting, unacked = read
+            messages = GaugeMetricFamily(QUEUE_MESSAGES, "Task messages waiting in a Celery queue", labels=["queue"])
+            for name, count in waiting.items():
+                messages.add_metric([name], count)
+            yield messages
+            yield GaugeMetricFamily(UNACKED_MESSAGES, "Task messages delivered to a worker and not yet acked",
+                                    value=unacked)
+        yield GaugeMetricFamily(BROKER_UP, "1 if this scrape read the queue lengths from the broker, else 0",
+                                value=int(read is not None))
 
     def close(self) -> None:
         with self._lock:
