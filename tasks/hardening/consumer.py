@@ -7,11 +7,14 @@ from typing import Any
 
 from celery.worker.consumer import Consumer as CeleryConsumer
 
+from tasks.hardening.reconnect import CappedReconnect
+
 EVENT_FLUSH_INTERVAL_S = 0.1  # how late a task event may reach Flower; a tenth of a second is not seen
 
 
-class Consumer(CeleryConsumer):
-    """Celery's consumer with task events flushed on a short timer instead of every loop turn.
+class Consumer(CappedReconnect, CeleryConsumer):
+    """Celery's consumer with task events flushed on a short timer instead of every loop turn, and its
+    broker reconnect's waits capped (:class:`~tasks.hardening.reconnect.CappedReconnect`).
 
     Flower lists tasks from their events, three per job. Celery buffers them but flushes on the
     next loop turn, so under load nearly each went out alone as its own publish. Here the first

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from bench.heals import measure
-from workers.dead_peers import HEAL_BOUND_S, TCP_USER_TIMEOUT_S
+from tasks.hardening.reconnect import RECONNECT_INTERVAL_MAX_S
+from workers.dead_peers import CONNECT_TIMEOUT_S, HEAL_BOUND_S, TCP_USER_TIMEOUT_S
 
 pytestmark = pytest.mark.slow
 
@@ -25,3 +26,9 @@ def test_a_gpu_host_cut_off_silently_runs_a_task_again_within_the_bound_after_th
     assert heal.works_again_after_s is not None, log[-3000:]
     assert heal.works_again_after_s <= HEAL_BOUND_S, (heal, log[-3000:])
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_worker_tries_its_broker_again_within_the_bound_however_long_the_cut() -> None:
+    """The reconnect's longest wait plus one connect try stays inside the bound, however long the broker
+    was away (tests/fleet/test_redis_restart.py sees a worker's waits capped through a minute's outage)."""
+    assert RECONNECT_INTERVAL_MAX_S + CONNECT_TIMEOUT_S < HEAL_BOUND_S

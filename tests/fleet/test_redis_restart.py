@@ -11,6 +11,7 @@ completing with exactly one result, and by beat scheduling again.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -21,6 +22,7 @@ import pytest
 from devstack.infra import services
 from devstack.infra.log_budget import Allow
 from devstack.infra.stack import audio_manifest
+from tasks.hardening.reconnect import RECONNECT_INTERVAL_MAX_S
 from tests.kit.cairn_stack import WAIT_S, CairnStack
 from tests.kit.procfile import assert_alive, fleet_env, start_procfile_beat
 from tests.kit.voicy_stack import voicy_dev_stack, voicy_fleet
@@ -33,6 +35,7 @@ JOB_DONE_TIMEOUT_S = 180.0
 RESUME_TIMEOUT_S = 90.0
 OUTAGE_LINE = "Redis unavailable at REDIS_URL"
 RECOVERY_LINE = "Redis available again"
+RECONNECT_WAIT = re.compile(r"Trying again in (\d+(?:\.\d+)?) seconds")  # a Celery worker's reconnect line
 STANDBY_OUTAGE_S = 7.0  # > beat_max_loop_interval (5 s): RedBeat's blocking lock wait tries once meanwhile
 
 
@@ -214,10 +217,16 @@ def test_every_process_rides_out_a_60s_outage_and_serves_jobs_sent_during_it(
                            "beat to take its expired lock again")
                 alive()
             voicy_bridge, beat = fleet.bridge, fleet.beat
+            worker_logs = {"io": fleet.io.log(), "gpu": fleet.gpu.log(), "provider": provider.log()}
         results = [r["status"] for r in server.requests if r["path"].endswith(f"/jobs/{voicy_job}/result")]
         assert results == [200], results
         assert len({r.msg_id for r in stack.results_for(cairn_job["job_id"])}) == 1
         assert voicy_bridge.log().count(OUTAGE_LINE) == 1, voicy_bridge.log()  # once, not per retry
         assert beat.log().count(OUTAGE_LINE) == 1, beat.log()
+        # D1 as well as R1: however long Redis was away, a worker tries again at least every
+        # RECONNECT_INTERVAL_MAX_S (kombu's own waits reach 12 and 14 s within this minute)
+        for name, log in worker_logs.items():
+            waits = [float(w) for w in RECONNECT_WAIT.findall(log)]
+            assert waits and max(waits) <= RECONNECT_INTERVAL_MAX_S, (name, waits)
     finally:
         stack.stop()
