@@ -105,14 +105,17 @@ def probe(net: Network, redis_url: str, queue: str, limit_s: float) -> float | N
     return float(out[-1])
 
 
-def measure(workdir: Path, process: str = "io", cut_s: float = CUT_S) -> Heal:
-    """A fresh two-host network: Redis on core, the Procfile's ``process`` line on w1; cut w1, heal it."""
+def measure(workdir: Path, process: str = "io", cut_s: float = CUT_S, *, redis_down: bool = False) -> Heal:
+    """A fresh two-host network: Redis on core, the Procfile's ``process`` line on w1; cut w1, heal it.
+
+    With ``redis_down`` nothing is cut: Redis is killed for ``cut_s`` and started again, so the worker
+    meets refused connections and its own reconnect's waits decide how soon it works again."""
     with network([CORE, WORKER], workdir / "hosts") as net:
         core = net.hosts[CORE]
         redis_url = f"redis://{core.address}:{REDIS_PORT}/0"
-        redis_proc = subprocess.Popen(core.argv([find_binary("redis-server"), "--bind", core.address, "--port",
-                                                 str(REDIS_PORT), "--save", "", "--appendonly", "no"]),
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        redis_argv = core.argv([find_binary("redis-server"), "--bind", core.address, "--port", str(REDIS_PORT),
+                                "--save", "", "--appendonly", "no"])
+        redis_proc = subprocess.Popen(redis_argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         log = (workdir / f"{process}.log").open("w")
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "REDIS_URL": redis_url,
                "PYTHONUNBUFFERED": "1", "HOME": "/tmp", "IO_CONCURRENCY": "1", "PROVIDER_CONCURRENCY": "1",
@@ -123,10 +126,16 @@ def measure(workdir: Path, process: str = "io", cut_s: float = CUT_S) -> Heal:
             queue = WORKER_QUEUES.get(process, BEAT)
             if probe(net, redis_url, queue, READY_TIMEOUT_S) is None:
                 raise RuntimeError(f"{process} never answered before the cut: {(workdir / f'{process}.log')}")
-            net.cut_silently(WORKER)
-            send_one(net, redis_url, queue)  # popped by the worker's pending fetch: its reply is lost in the cut
-            time.sleep(cut_s)  # the partition's length is the measurement's input, not an awaited event
-            net.undrop(WORKER)
+            if redis_down:
+                redis_proc.kill()
+                redis_proc.wait()
+                time.sleep(cut_s)  # the outage's length is the measurement's input, not an awaited event
+                redis_proc = subprocess.Popen(redis_argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            else:
+                net.cut_silently(WORKER)
+                send_one(net, redis_url, queue)  # popped by the worker's pending fetch: its reply is lost in the cut
+                time.sleep(cut_s)  # the partition's length is the measurement's input, not an awaited event
+                net.undrop(WORKER)
             return Heal(process, cut_s, probe(net, redis_url, queue, HEAL_LIMIT_S))
         finally:
             worker.kill()
@@ -141,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process", default="io", choices=[*WORKER_QUEUES, BEAT])
     parser.add_argument("--cut-s", type=float, default=CUT_S)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/sy-heals"))
+    parser.add_argument("--redis-down", action="store_true",
+                        help="kill Redis for --cut-s seconds instead of cutting the host off")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    heal = measure(args.workdir, args.process, args.cut_s)
+    heal = measure(args.workdir, args.process, args.cut_s, redis_down=args.redis_down)
     print(json.dumps(heal.__dict__))
     return 0 if heal.works_again_after_s is not None else 1
 
