@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import av
@@ -14,21 +15,34 @@ from workers.errors import PermanentJobError
 SAMPLE_RATE = 16000  # what Whisper's feature extractor and Silero VAD read
 GROUP_SAMPLES = 500_000  # decoded samples resampled at once: faster-whisper's grouping, so the same samples
 PCM_SCALE = 32768.0  # signed 16-bit PCM to floats in [-1, 1), as faster-whisper converts
+# gc.collect's generation argument: 0 and 1, the objects made since the collector last ran, not the whole
+# heap, so its cost does not grow with the loaded model (docs/BENCHMARKS.md "Decoding").
+YOUNG_GENERATIONS = 1
 
 
 def decode(path: Path, sampling_rate: int = SAMPLE_RATE) -> np.ndarray:
     """The samples faster-whisper's ``decode_audio`` gives for ``path``, with one open of the file.
 
     Why not ``decode_audio`` itself: it runs a full ``gc.collect()`` after every
-    file, against resampler objects an old PyAV left in reference cycles
-    (faster-whisper issue #390). The PyAV this project pins leaves none
-    (tests/engine/test_audio.py proves it), and a full collection holds the GIL for as
-    long as the heap is big, so clips prepared on threads would queue behind it.
+    file, against the resampler's filter graph, which PyAV keeps in a reference
+    cycle with its filter contexts (faster-whisper issue #390; PyAV 18.1.1 made
+    the cycle again, to keep a held context from outliving its graph). A full
+    collection holds the GIL for as long as the heap is big, so clips prepared on
+    threads would queue behind it. The cycle is made during this call, so a
+    collection of the young generations frees it (``YOUNG_GENERATIONS``;
+    tests/engine/test_audio.py proves it leaves nothing for a full one).
     A container without an audio stream (a video-only MP4 sent as a document) is
     a ``PermanentJobError`` here, where decoding it would fail with a bare
     ``IndexError`` that says nothing about the file; PyAV's own errors propagate
     for ``workers.transcribe.failures.classify``.
     """
+    pcm = _pcm(path, sampling_rate)
+    gc.collect(YOUNG_GENERATIONS)  # the resampler is unreferenced now: its graph's cycle goes
+    return pcm.astype(np.float32) / PCM_SCALE
+
+
+def _pcm(path: Path, sampling_rate: int) -> np.ndarray:
+    """Signed 16-bit mono samples at ``sampling_rate``, resampled in faster-whisper's groups."""
     with av.open(str(path), mode="r", metadata_errors="ignore") as container:
         if not container.streams.audio:
             raise PermanentJobError("media has no audio stream")
@@ -50,5 +64,4 @@ def decode(path: Path, sampling_rate: int = SAMPLE_RATE) -> np.ndarray:
         if fifo.samples:
             pieces += [f.to_ndarray() for f in resampler.resample(fifo.read())]
         pieces += [f.to_ndarray() for f in resampler.resample(None)]  # flush
-    pcm = np.concatenate(pieces, axis=None) if pieces else np.zeros(0, dtype=np.int16)
-    return pcm.astype(np.float32) / PCM_SCALE
+    return np.concatenate(pieces, axis=None) if pieces else np.zeros(0, dtype=np.int16)
