@@ -24,12 +24,12 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from kombu import Connection, Queue
 
 from devstack.infra.log_budget import Allow
 from devstack.infra.services import Service, free_port, nats_login
 from tests.kit.cairn_stack import CairnStack
 from tests.kit.procfile import READY_TIMEOUT_S, ROOT, VENV_BIN, ProcfileProcess, fleet_env, procfile_entries
+from tests.kit.queues import publish
 from workers import liveness
 
 # H1: each test's processes end with an empty log budget (tests/conftest.py ``log_budget``).
@@ -160,9 +160,7 @@ def test_web_serves_flower_with_auth_metrics_and_healthcheck(
     client = redis.Redis.from_url(redis_url)
     record = liveness.ProcessRecord(role=liveness.CAIRN_BRIDGE, name=f"bridge-{pool}", pool=pool)
     liveness.renew(client, record)
-    with Connection(redis_url) as conn, conn.Producer() as producer:
-        for n in range(QUEUED):
-            producer.publish({"n": n}, routing_key=queue, declare=[Queue(queue)])
+    publish(redis_url, queue, QUEUED)
     web.wait_for_output(rf"Visit me at http://127\.0\.0\.1:{port}")
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base, timeout=HTTP_TIMEOUT_S) as http:

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from kombu import Connection, Queue
+from kombu import Connection
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.infra import services
 from tasks.queue_metrics import BROKER_UP, QUEUE_MESSAGES, UNACKED_MESSAGES, QueueLengths
+from tests.kit.queues import publish
 from workers import liveness
 from workers.logs import register_secret
 from workers.redisconn import sync_client
@@ -33,12 +34,6 @@ def scrape(collector: QueueLengths) -> dict[tuple[str, tuple[tuple[str, str], ..
     text = generate_latest(registry).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def publish(url: str, queue: str, count: int, priority: int | None = None) -> None:
-    with Connection(url) as conn, conn.Producer() as producer:
-        for n in range(count):
-            producer.publish({"n": n}, routing_key=queue, declare=[Queue(queue)], priority=priority)
 
 
 @pytest.fixture()
