@@ -13,7 +13,7 @@ from prometheus_client.registry import REGISTRY, Collector
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tasks.hardening.transport import UNACKED_KEY, queue_keys
+from tasks.hardening.transport import PRIORITY_STEPS, UNACKED_KEY, queue_keys
 from tasks.routes import QUEUES, provider_queue
 from workers import liveness
 from workers.outage import Outage
@@ -59,7 +59,7 @@ def queue_lengths(client: redis.Redis, queues: Iterable[str]) -> tuple[dict[str,
                 pipe.llen(key)
         pipe.hlen(UNACKED_KEY)
         *lengths, unacked = pipe.execute()
-    steps = len(queue_keys(""))
+    steps = len(PRIORITY_STEPS)  # queue_keys gives one key per step, in step order
     waiting = {name: sum(lengths[i * steps:(i + 1) * steps]) for i, name in enumerate(names)}
     return waiting, int(unacked)
 
