@@ -18,8 +18,12 @@ COLD = "Cold"
 
 
 def stopping() -> bool:
-    """Whether this worker was told to stop (warm or cold): it must not start anything more."""
-    return bool(state.should_terminate or state.should_stop)
+    """Whether this worker was told to stop (warm or cold): it must not start anything more.
+
+    Read as Celery's ``state.maybe_shutdown`` reads the flags: a flag holds the exit code, and a warm
+    stop's is ``EX_OK``, 0, which is falsy but a stop all the same.
+    """
+    return any(flag is not None and flag is not False for flag in (state.should_terminate, state.should_stop))
 
 
 class StopWhileStarting(bootsteps.StartStopStep):

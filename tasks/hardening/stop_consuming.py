@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MethodType
 from typing import Any
 
@@ -20,6 +21,7 @@ class NoCreditWhileStopping(bootsteps.StartStopStep):
     ``worker_disable_prefetch`` Celery answers from the stopped pool's size (an ``AttributeError``,
     exit 1). Once the worker is stopping, the channel has no credit before Celery is asked, on every
     channel the consumer opens; a BRPOP already sent is handled by ``tasks.hardening.last_pop``.
+    The stop may also land inside Celery's answer, after the first check: see :func:`no_credit_while_stopping`.
     """
 
     requires = (CELERY_TASKS_STEP,)
@@ -31,9 +33,29 @@ class NoCreditWhileStopping(bootsteps.StartStopStep):
             return
 
         def can_consume(_qos: Any) -> bool:
-            return not stopping() and bool(celery_can_consume())
+            return no_credit_while_stopping(celery_can_consume)
 
         qos.can_consume = MethodType(can_consume, qos)
+
+
+def no_credit_while_stopping(celery_can_consume: Callable[[], object]) -> bool:
+    """Celery's answer to "may the task channel consume?", and no whenever the worker is stopping.
+
+    Python runs a signal handler at the main thread's next call, which may be inside Celery's answer,
+    after the first check: the cold shutdown then stops the pool that Celery is about to read
+    (the same ``AttributeError`` on ``_processes``; a full run, a gpu worker stopped at "ready"),
+    or it stops after Celery said yes. So stopping is checked again after the answer, and an
+    ``AttributeError`` is the stopped pool only if the worker is stopping by then.
+    """
+    if stopping():
+        return False
+    try:
+        allowed = bool(celery_can_consume())
+    except AttributeError:
+        if stopping():
+            return False
+        raise
+    return allowed and not stopping()
 
 
 def install(app: Any) -> None:
