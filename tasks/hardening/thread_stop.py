@@ -57,9 +57,24 @@ def signal_safe_stop(stop: Callable[[], None], handoff: HandOff) -> Callable[[],
     return on_stop
 
 
+def leave_running_task(pid: int, signal: object = None) -> None:
+    """A threads pool's ``terminate_job``: a thread cannot be killed, so a task still running ends by itself.
+
+    Celery's cold shutdown cancels the tasks still running once the soft-shutdown window is over,
+    through the pool's ``terminate_job``, which a threads pool lacks: ``Unrecoverable error:
+    NotImplementedError(... does not implement kill_job)``, a traceback and exit 1 (a ``garmin``
+    worker stopped while Garmin held a request, in a full run). The cancel goes on as for any pool:
+    the task is announced cancelled and its unacked message goes back to its queue as the worker's
+    channel closes. The thread runs to its own end, which its HTTP timeouts bound, and the process
+    exits after it.
+    """
+    log.warning("Cold shutdown: a task still running in a thread cannot be killed; it ends by itself "
+                "and its message goes back to the queue")
+
+
 class SignalSafeThreadStop(bootsteps.Step):
-    """Worker bootstep, once the pool exists: a threads pool's hand-offs are tracked and its ``on_stop``
-    is :func:`signal_safe_stop`."""
+    """Worker bootstep, once the pool exists: a threads pool's hand-offs are tracked, its ``on_stop`` is
+    :func:`signal_safe_stop` and its ``terminate_job`` :func:`leave_running_task`."""
 
     requires = ("celery.worker.components:Pool",)
 
@@ -70,10 +85,12 @@ class SignalSafeThreadStop(bootsteps.Step):
 
 
 def make_signal_safe(pool: ThreadTaskPool) -> None:
-    """Track ``pool``'s hand-offs and make its ``on_stop`` :func:`signal_safe_stop`."""
+    """Track ``pool``'s hand-offs, make its ``on_stop`` :func:`signal_safe_stop` and its ``terminate_job``
+    :func:`leave_running_task`."""
     handoff = HandOff()
     pool.on_apply = handoff.wrap(pool.on_apply)
     pool.on_stop = signal_safe_stop(pool.on_stop, handoff)
+    pool.terminate_job = leave_running_task
 
 
 def install(app: Any) -> None:

@@ -37,6 +37,7 @@ from devstack.infra import procfile
 from devstack.infra.log_budget import Allow
 from devstack.infra.procs import signal_group
 from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge
+from tasks.hardening.transport import queue_keys
 from tasks.routes import provider_queue
 from tasks.settings import WORKER_SOFT_SHUTDOWN_TIMEOUT_S
 from tests.kit.cairn_stack import WAIT_S, CairnStack
@@ -69,6 +70,9 @@ LOG_BUDGET_ALLOW = [
     Allow(r"job \w+: worker lost; redispatching transcription",
           reason="the reaper redispatches the transcription the stopped gpu worker handed back (the test asserts it)",
           provoked_by="test_sigterm_gpu_mid_transcription_hands_the_job_back_and_it_completes_once"),
+    Allow(r"Cold shutdown: a task still running in a thread cannot be killed",
+          reason="the test stops the garmin worker with no soft window while Garmin holds its fetch",
+          provoked_by="test_sigterm_garmin_past_the_soft_window_leaves_the_fetch_to_end_and_exits_cleanly"),
 ]
 PROCFILE_SOFT_WINDOW_S = WORKER_SOFT_SHUTDOWN_TIMEOUT_S  # the window the Procfile's workers run with
 # A stopping worker exits this soon after its last task in hand ended. One that waited the window out
@@ -465,4 +469,50 @@ def test_sigterm_garmin_mid_fetch_finishes_the_job_and_exits_as_it_ends(garmin: 
     assert "Soft shutdown: work in hand ended" in log, log[-3000:]
     assert exited - job_ended < QUICK_DRAIN_LIMIT_S, (exited - job_ended, exited - signalled, log[-3000:])
     assert rc == 0, log[-3000:]
+    assert len(stack.results_for(job["job_id"])) == 1
+
+
+def test_sigterm_garmin_past_the_soft_window_leaves_the_fetch_to_end_and_exits_cleanly(
+        garmin: GarminStack, tmp_path: Path) -> None:
+    """Past the soft window Celery cancels the tasks still running, which a threads pool cannot do: the
+    worker ended with ``Unrecoverable error: NotImplementedError(... does not implement kill_job)`` and
+    exit 1 (a full run). The fetch now runs to its end, the worker exits 0 after it, and a second worker
+    given the message back produces no second result. A window of 0 s is the Procfile's 10 s passed."""
+    stack = garmin
+    stack.start_bridge()
+    env = {**stack.env, "WORKER_SOFT_SHUTDOWN_TIMEOUT_S": "0"}
+    worker = procfile.run("garmin", {**env, "HONCHO_PROCESS_NAME": "garmin.1"}, tmp_path / "worker-garmin.log")
+    second = None
+    try:
+        wait_until(lambda: " ready." in worker.log() or worker.proc.poll() is not None, WAIT_S, "the garmin worker")
+        connected, account = stack.connect_garmin(n_activities=1)
+        job = stack.fetch_job(connected.account, str(account.newest_first()[0].activity_id))
+        stack.gate.arm()
+        stack.core.enqueue_job("fetch_source", job)
+        assert stack.gate.arrived.wait(WAIT_S), "the job never reached Garmin"
+        os.killpg(worker.proc.pid, signal.SIGTERM)
+        wait_until(lambda: "cannot be killed" in worker.log() or worker.proc.poll() is not None, WAIT_S,
+                   "the cancel of the running fetch")
+        stack.gate.open()
+        rc = worker.proc.wait(WORKER_EXIT_GRACE_S)
+        stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the job's result")
+        second = procfile.run("garmin", {**env, "HONCHO_PROCESS_NAME": "garmin.2"}, tmp_path / "worker-garmin-2.log")
+        wait_until(lambda: " ready." in second.log() or second.proc.poll() is not None, WAIT_S, "the second worker")
+        queue = redis.Redis.from_url(stack.redis_url)
+        try:  # a copy given back is taken by the second worker, and ends there
+            wait_until(lambda: not any(queue.llen(key) for key in queue_keys(provider_queue(GARMIN_POOL))),
+                       WAIT_S, "the queue to be empty")
+        finally:
+            queue.close()
+        wait_until(lambda: second.log().count("] received") == second.log().count("] succeeded"), WAIT_S,
+                   "the second worker's tasks to end")
+        wait_until(lambda: stack.consumer("fetch_source")["num_ack_pending"] == 0, WAIT_S, "the message settled")
+    finally:
+        stack.gate.open()
+        worker.stop()
+        if second is not None:
+            second.stop()
+    log = worker.log()
+    assert rc == 0, log[-3000:]
+    assert "Traceback" not in log and "CRITICAL" not in log, log[-3000:]
     assert len(stack.results_for(job["job_id"])) == 1

@@ -1,15 +1,20 @@
 """A threads pool stopped inside a signal handler that landed in a task's hand-off stops once the
-hand-off returns (``tasks/hardening/thread_stop.py``).
+hand-off returns, and one told to kill a task still running leaves it to end (``tasks/hardening/thread_stop.py``).
 
 Celery's cold shutdown (the Procfile's ``REMAP_SIGTERM=SIGQUIT``, the ``garmin`` line's ``-P threads``)
 stops the pool on the main thread from the signal handler. Here the handler runs where it hurt:
-inside ``ThreadPoolExecutor.submit``, while it holds the executor's lock to start a thread.
+inside ``ThreadPoolExecutor.submit``, while it holds the executor's lock to start a thread. Once the
+soft-shutdown window is over, it cancels the tasks still running through the pool's ``terminate_job``.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import threading
 
+import pytest
 from celery.concurrency.thread import TaskPool
 
 import tasks
@@ -63,5 +68,31 @@ def test_a_stop_outside_a_hand_off_stops_the_pool_at_once() -> None:
     done = threading.Event()
     pool.apply_async(done.set, args=())
     assert done.wait(HAND_OFF_BOUND_S)
+    pool.stop()
+    assert _stopped(pool)
+
+
+def test_a_task_still_running_when_the_cold_shutdown_cancels_it_is_left_to_end(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A full run's ``garmin`` worker, stopped while Garmin held a request past the soft window:
+    ``Unrecoverable error: NotImplementedError(... does not implement kill_job)`` and exit 1."""
+    pool = TaskPool(1)
+    make_signal_safe(pool)
+    pool.start()
+    running, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def task() -> None:
+        running.set()
+        release.wait(HAND_OFF_BOUND_S)
+        ended.set()
+
+    pool.apply_async(task, args=())
+    assert running.wait(HAND_OFF_BOUND_S)
+    with caplog.at_level(logging.WARNING):
+        pool.terminate_job(os.getpid(), signal.SIGTERM)  # what celery.worker.request.Request.cancel calls
+    assert "cannot be killed; it ends by itself" in caplog.text
+    assert not ended.is_set()
+    release.set()
+    assert ended.wait(HAND_OFF_BOUND_S)
     pool.stop()
     assert _stopped(pool)
