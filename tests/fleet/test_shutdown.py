@@ -35,7 +35,7 @@ import redis
 
 from devstack.infra import procfile
 from devstack.infra.log_budget import Allow
-from devstack.infra.procs import signal_group
+from devstack.infra.procs import Proc, signal_group
 from devstack.infra.stack import AUDIO_DIR, audio_manifest, start_beat, start_bridge
 from tasks.hardening.transport import queue_keys
 from tasks.routes import provider_queue
@@ -439,20 +439,36 @@ def garmin(tmp_path: Path, redis_url: str, s3_endpoint: str) -> Iterator[GarminS
         stack.stop()
 
 
+def garmin_worker(env: dict[str, str], name: str, log_path: Path) -> Proc:
+    """The Procfile's garmin line, once Celery says it is ready (stopped if it never is)."""
+    worker = procfile.run("garmin", {**env, "HONCHO_PROCESS_NAME": name}, log_path)
+    try:
+        wait_until(lambda: " ready." in worker.log() or worker.proc.poll() is not None, WAIT_S, "the garmin worker")
+    except BaseException:
+        worker.stop()
+        raise
+    return worker
+
+
+def held_fetch(stack: GarminStack) -> dict[str, Any]:
+    """A fetch_source job for one activity, sent and held at Garmin by the stack's gate."""
+    connected, account = stack.connect_garmin(n_activities=1)
+    job = stack.fetch_job(connected.account, str(account.newest_first()[0].activity_id))
+    stack.gate.arm()
+    stack.core.enqueue_job("fetch_source", job)
+    assert stack.gate.arrived.wait(WAIT_S), "the job never reached Garmin"
+    return job
+
+
 def test_sigterm_garmin_mid_fetch_finishes_the_job_and_exits_as_it_ends(garmin: GarminStack, tmp_path: Path) -> None:
     """The Procfile's garmin line runs its jobs on threads (``-P threads``): the soft window lets the
     running fetch finish and ends as soon as it has, as a prefork worker's does
     (tasks/hardening/quick_drain.py); the job is ingested once and its message settled."""
     stack = garmin
     stack.start_bridge()
-    worker = procfile.run("garmin", {**stack.env, "HONCHO_PROCESS_NAME": "garmin.1"}, tmp_path / "worker-garmin.log")
+    worker = garmin_worker(stack.env, "garmin.1", tmp_path / "worker-garmin.log")
     try:
-        wait_until(lambda: " ready." in worker.log() or worker.proc.poll() is not None, WAIT_S, "the garmin worker")
-        connected, account = stack.connect_garmin(n_activities=1)
-        job = stack.fetch_job(connected.account, str(account.newest_first()[0].activity_id))
-        stack.gate.arm()
-        stack.core.enqueue_job("fetch_source", job)
-        assert stack.gate.arrived.wait(WAIT_S), "the job never reached Garmin"
+        job = held_fetch(stack)
         signalled = time.monotonic()
         os.killpg(worker.proc.pid, signal.SIGTERM)
         wait_until(lambda: "Soft shutdown: waiting" in worker.log(), 10, "the soft shutdown")
@@ -481,23 +497,17 @@ def test_sigterm_garmin_past_the_soft_window_leaves_the_fetch_to_end_and_exits_c
     stack = garmin
     stack.start_bridge()
     env = {**stack.env, "WORKER_SOFT_SHUTDOWN_TIMEOUT_S": "0"}
-    worker = procfile.run("garmin", {**env, "HONCHO_PROCESS_NAME": "garmin.1"}, tmp_path / "worker-garmin.log")
+    worker = garmin_worker(env, "garmin.1", tmp_path / "worker-garmin.log")
     second = None
     try:
-        wait_until(lambda: " ready." in worker.log() or worker.proc.poll() is not None, WAIT_S, "the garmin worker")
-        connected, account = stack.connect_garmin(n_activities=1)
-        job = stack.fetch_job(connected.account, str(account.newest_first()[0].activity_id))
-        stack.gate.arm()
-        stack.core.enqueue_job("fetch_source", job)
-        assert stack.gate.arrived.wait(WAIT_S), "the job never reached Garmin"
+        job = held_fetch(stack)
         os.killpg(worker.proc.pid, signal.SIGTERM)
         wait_until(lambda: "cannot be killed" in worker.log() or worker.proc.poll() is not None, WAIT_S,
                    "the cancel of the running fetch")
         stack.gate.open()
         rc = worker.proc.wait(WORKER_EXIT_GRACE_S)
         stack.core.router.wait(lambda: bool(stack.results_for(job["job_id"])), WAIT_S, "the job's result")
-        second = procfile.run("garmin", {**env, "HONCHO_PROCESS_NAME": "garmin.2"}, tmp_path / "worker-garmin-2.log")
-        wait_until(lambda: " ready." in second.log() or second.proc.poll() is not None, WAIT_S, "the second worker")
+        second = garmin_worker(env, "garmin.2", tmp_path / "worker-garmin-2.log")
         queue = redis.Redis.from_url(stack.redis_url)
         try:  # a copy given back is taken by the second worker, and ends there
             wait_until(lambda: not any(queue.llen(key) for key in queue_keys(provider_queue(GARMIN_POOL))),
