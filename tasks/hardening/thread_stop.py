@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import bootsteps
 from celery.concurrency.thread import TaskPool as ThreadTaskPool
+from celery.utils import log as celery_log
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +58,27 @@ def signal_safe_stop(stop: Callable[[], None], handoff: HandOff) -> Callable[[],
     return on_stop
 
 
-def leave_running_task(pid: int, signal: object = None) -> None:
-    """A threads pool's ``terminate_job``: a thread cannot be killed, so a task still running ends by itself.
+def leave_running_task(terminate_job: Callable[..., None]) -> Callable[..., None]:
+    """A threads pool's ``terminate_job`` that, in a stop's signal handler, leaves a running task to end by itself.
 
     Celery's cold shutdown cancels the tasks still running once the soft-shutdown window is over,
     through the pool's ``terminate_job``, which a threads pool lacks: ``Unrecoverable error:
     NotImplementedError(... does not implement kill_job)``, a traceback and exit 1 (a ``garmin``
-    worker stopped while Garmin held a request, in a full run). The cancel goes on as for any pool:
-    the task is announced cancelled and its unacked message goes back to its queue as the worker's
-    channel closes. The thread runs to its own end, which its HTTP timeouts bound, and the process
-    exits after it.
+    worker stopped while Garmin held a request, in a full run). A thread cannot be killed, so the
+    cancel goes on as for any pool: the task is announced cancelled and its unacked message goes
+    back to its queue as the worker's channel closes, while the thread runs to its own end, which
+    its HTTP timeouts bound, and the process exits after it. Outside a signal handler (``revoke
+    --terminate``, Flower's Terminate) Celery's own refusal stands: the task would otherwise be
+    recorded as terminated while it runs on.
     """
-    log.warning("Cold shutdown: a task still running in a thread cannot be killed; it ends by itself "
-                "and its message goes back to the queue")
+    def terminate(pid: int, signal: object = None) -> None:
+        if not celery_log._in_sighandler:  # set by Celery's stop handlers (``in_sighandler``) while they run
+            terminate_job(pid, signal)
+            return
+        log.warning("Cold shutdown: a task still running in a thread cannot be killed; it ends by itself "
+                    "and its message goes back to the queue")
+
+    return terminate
 
 
 class SignalSafeThreadStop(bootsteps.Step):
@@ -90,7 +99,7 @@ def make_signal_safe(pool: ThreadTaskPool) -> None:
     handoff = HandOff()
     pool.on_apply = handoff.wrap(pool.on_apply)
     pool.on_stop = signal_safe_stop(pool.on_stop, handoff)
-    pool.terminate_job = leave_running_task
+    pool.terminate_job = leave_running_task(pool.terminate_job)
 
 
 def install(app: Any) -> None:

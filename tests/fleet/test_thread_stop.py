@@ -16,6 +16,7 @@ import threading
 
 import pytest
 from celery.concurrency.thread import TaskPool
+from celery.utils.log import in_sighandler
 
 import tasks
 from tasks.hardening.thread_stop import SignalSafeThreadStop, make_signal_safe
@@ -88,7 +89,7 @@ def test_a_task_still_running_when_the_cold_shutdown_cancels_it_is_left_to_end(
 
     pool.apply_async(task, args=())
     assert running.wait(HAND_OFF_BOUND_S)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING), in_sighandler():  # Celery's cold-shutdown handler, as it runs
         pool.terminate_job(os.getpid(), signal.SIGTERM)  # what celery.worker.request.Request.cancel calls
     assert "cannot be killed; it ends by itself" in caplog.text
     assert not ended.is_set()
@@ -96,3 +97,12 @@ def test_a_task_still_running_when_the_cold_shutdown_cancels_it_is_left_to_end(
     assert ended.wait(HAND_OFF_BOUND_S)
     pool.stop()
     assert _stopped(pool)
+
+
+def test_a_terminate_outside_a_stop_is_still_refused() -> None:
+    """``revoke --terminate`` (Flower's Terminate button) runs in the event loop: a thread cannot be
+    killed, and Celery says so rather than recording a task terminated that runs on."""
+    pool = TaskPool(1)
+    make_signal_safe(pool)
+    with pytest.raises(NotImplementedError, match="kill_job"):
+        pool.terminate_job(os.getpid(), signal.SIGTERM)
