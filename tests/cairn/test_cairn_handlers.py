@@ -38,7 +38,7 @@ from workers.cairn.disposition import Disposition, ack, nak, term
 from workers.cairn.handlers import Delivery, JobContext, discover, exchange
 from workers.cairn.handlers.reconcile import RECONCILE_COALESCE_S, coalesce_key, window_start
 from workers.cairn.handlers.run import run_job
-from workers.cairn.outcomes import LEASE_NAMESPACE, OutcomeLedger
+from workers.cairn.outcomes import LEASE_NAMESPACE, MessageKey, OutcomeLedger
 from workers.lease import Leases
 
 # --------------------------------------------------------------------------- unit pieces
@@ -425,3 +425,30 @@ def test_a_lease_redis_cannot_take_hands_the_job_back_without_a_failure(core: De
                           "fetch_source", job, meta)
     assert disposition.action == "nak" and not disposition.counts_as_failure, disposition
     assert "Redis unavailable" in disposition.reason
+
+
+class ReleaseOnAClosedConnection(Leases):
+    """The leases as a Sentinel failover left them for one call: the release's connection closed by Redis."""
+
+    def release(self, job_id: str, value: str) -> bool:
+        raise redis.ConnectionError("Connection closed by server.")
+
+
+def test_a_release_redis_fails_still_answers_the_recorded_outcome(
+        ctx: JobContext, athlete: Athlete, fresh_redis: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A failover under load: the job ran, its outcome was recorded and its result reached core, then the
+    lease's release raised; the task failed, the bridge NAKed, and the next delivery ran the job again (a
+    second result). The lease expires by itself: the job's outcome is the task's answer."""
+    client = redis.Redis.from_url(fresh_redis)
+    try:
+        leases, ledger = ReleaseOnAClosedConnection(client, LEASE_NAMESPACE), OutcomeLedger(client)
+        meta = {"stream": JOBS_STREAM, "seq": 7, "stamp": 1.0, "delivery": 1, "lease_token": "t-7"}
+        key = MessageKey.from_meta(meta)
+        assert leases.grant(key.id, "t-7", 30.0)
+        with caplog.at_level(logging.INFO, logger="workers"):
+            disposition = run_job(ctx, leases, ledger, 30.0, "fetch_source", athlete.fetch_job(5), meta)
+        assert disposition.action == "ack", disposition
+        assert ledger.get(key) == disposition
+        assert "lease not released, Redis unavailable (ConnectionError)" in caplog.text
+    finally:
+        client.close()

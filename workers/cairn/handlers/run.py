@@ -78,5 +78,20 @@ def run_job(ctx: JobContext, leases: Leases, ledger: OutcomeLedger, lease_ttl_s:
             else:
                 ledger.record(key, disposition)
     finally:
-        leases.release(key.id, running)
+        _release(leases, key.id, running)
     return disposition
+
+
+def _release(leases: Leases, job_id: str, running: str) -> None:
+    """End the lease; Redis failing here fails nothing, since the lease expires by itself (its TTL).
+
+    The outcome is already recorded, and the result may already be at core: a release that raised
+    turned a finished job into a failed task, which the bridge NAKs, and the next delivery ran the
+    job again, a second result (a Sentinel failover under load, the release on a connection the
+    old master had closed). Raised from a failing handler, it would also hide that handler's error.
+    """
+    try:
+        leases.release(job_id, running)
+    except redis.RedisError as exc:
+        log.info("cairn job %s: lease not released, Redis unavailable (%s); it expires by itself",
+                 job_id, type(exc).__name__)
