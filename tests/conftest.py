@@ -25,7 +25,8 @@ from devstack.infra import services
 from workers.logs import RedactingFilter
 
 pytest_plugins = ["tests.kit.celery_worker", "tests.kit.cairn_ctx", "tests.kit.procfile", "tests.kit.fleet_guard",
-                  "tests.kit.model_guard", "tests.kit.cpu_profile", "tests.kit.leak_hunt"]
+                  "tests.kit.model_guard", "tests.kit.cpu_profile", "tests.kit.leak_hunt",
+                  "tests.kit.socket_origin"]
 
 
 @pytest.fixture(scope="session")
