@@ -26,9 +26,11 @@ MIB = 1024 * 1024
 # carried files, and stays warm about 30 s between calls. ``pack`` cuts the kit of bench/gpu_pack.sh
 # into carry-1 … carry-N; each call runs ``arrive`` on its folder, and the call that brings the last
 # piece runs ``python -m bench gpu``. Standard library only: it runs before anything is installed.
-# A lent GPU takes at most 64 MiB a call; the 4 MiB left hold the manifest and the repository copy
-# (about 3 MiB of tracked files), should that travel with the call too.
+# A lent GPU takes at most 64 MiB a call, and the repository copy may travel with each call: a carry
+# holds at most 60 MiB, less as the tracked files grow past what the other 4 MiB hold (``carry_limit``).
+CALL_LIMIT_BYTES = 64 * MIB
 CARRY_LIMIT_BYTES = 60 * MIB
+MANIFEST_ROOM_BYTES = 64 * 1024  # one carry's manifest: every piece's name, size and SHA-256 (about 5 KiB)
 # It stays warm about 30 s between calls, so the kit must arrive in a few calls issued back to back.
 MAX_CARRIES = 3
 CARRY_DIR = "gpu-carry"  # in the repository, listed in .git/info/exclude: carried, never committed
@@ -153,6 +155,23 @@ def pack(kit: Path, into: Path, limit: int = CARRY_LIMIT_BYTES, max_carries: int
         manifest = {"carry": carry, "carries": count, "python": python, "pieces": [asdict(p) for p in pieces]}
         (into / f"carry-{carry}" / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return [into / f"carry-{carry}" for carry in range(1, count + 1)]
+
+
+def tracked_bytes(repo: Path) -> int | None:
+    """The size of the repository copy a call carries (the tracked files), or None without git."""
+    try:
+        listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z"], capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return sum((repo / name).stat().st_size for name in listed.decode().split("\0") if name and (repo / name).is_file())
+
+
+def carry_limit(repo: Path) -> int:
+    """What one carry may hold: 60 MiB, or less if a call's 64 MiB less the repository copy and a
+    manifest's room is less (without git, 60 MiB)."""
+    tracked = tracked_bytes(repo)
+    return CARRY_LIMIT_BYTES if tracked is None else min(CARRY_LIMIT_BYTES,
+                                                         CALL_LIMIT_BYTES - tracked - MANIFEST_ROOM_BYTES)
 
 
 def exclude_from_git(repo: Path, into: Path) -> None:
@@ -331,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     packing = sub.add_parser("pack", help="cut a kit bench/gpu_pack.sh built into carried folders")
     packing.add_argument("kit", type=Path)
     packing.add_argument("--into", type=Path, default=Path(CARRY_DIR))
-    packing.add_argument("--limit-mib", type=int, default=CARRY_LIMIT_BYTES // MIB)
+    packing.add_argument("--limit-mib", type=float, help="one carry's limit (default: 60, less if the "
+                         "repository's tracked files and a manifest leave less of a call's 64)")
     arriving = sub.add_parser("arrive", help="on the GPU host: install one carried folder; the last runs the bench")
     arriving.add_argument("carried", type=Path)
     arriving.add_argument("bench_args", nargs=argparse.REMAINDER, help="bench gpu's options (default: --device cuda)")
@@ -345,11 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     repo = Path(__file__).resolve().parents[1]
     try:
         if args.command == "pack":
-            carries = pack(args.kit, args.into, args.limit_mib * MIB)
+            limit = int(args.limit_mib * MIB) if args.limit_mib else carry_limit(repo)
+            carries = pack(args.kit, args.into, limit)
             exclude_from_git(repo, args.into)
+            tracked = tracked_bytes(repo) or 0
             for folder in carries:
                 size = sum(p.stat().st_size for p in folder.iterdir())
-                print(f"{folder}: {size / MIB:.1f} MiB")
+                print(f"{folder}: {size / MIB:.1f} MiB, {(size + tracked) / MIB:.1f} MiB with the repository copy "
+                      f"(a call takes {CALL_LIMIT_BYTES / MIB:.0f})")
             return 0
         home = Path(os.environ.get(HOME_ENV) or DEFAULT_HOME)
         if args.command == "arrive":

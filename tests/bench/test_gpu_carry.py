@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from bench.gpu_carry import (
+    CALL_LIMIT_BYTES,
+    CARRY_LIMIT_BYTES,
     CUBLAS_LINKS,
     HOME_ENV,
     MANIFEST,
@@ -23,6 +25,7 @@ from bench.gpu_carry import (
     arrive,
     assemble,
     bench_env,
+    carry_limit,
     cublas13_dir,
     exclude_from_git,
     main,
@@ -172,6 +175,20 @@ def test_the_carry_folder_is_listed_in_git_exclude_once(tmp_path: Path) -> None:
     assert (tmp_path / ".git" / "info" / "exclude").read_text().splitlines() == ["/gpu-carry/"]
     exclude_from_git(tmp_path, Path("/elsewhere/gpu-carry"))  # outside the repository: nothing to list
     assert (tmp_path / ".git" / "info" / "exclude").read_text().splitlines() == ["/gpu-carry/"]
+
+
+def test_a_carry_leaves_the_call_room_for_the_repository_copy(tmp_path: Path) -> None:
+    """60 MiB a carry while the tracked files fit the other 4 MiB; past that, a carry shrinks with them."""
+    assert carry_limit(tmp_path) == CARRY_LIMIT_BYTES  # not a repository: the tracked files cannot be read
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "code.py").write_bytes(b"x" * MIB)
+    (tmp_path / "untracked.bin").write_bytes(b"x" * 8 * MIB)  # never carried: not in the repository copy
+    subprocess.run(["git", "-C", str(tmp_path), "add", "code.py"], check=True)
+    assert carry_limit(tmp_path) == CARRY_LIMIT_BYTES
+    (tmp_path / "fixture.bin").write_bytes(b"x" * 4 * MIB)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "fixture.bin"], check=True)
+    limit = carry_limit(tmp_path)
+    assert limit < CARRY_LIMIT_BYTES and limit + 5 * MIB < CALL_LIMIT_BYTES
 
 
 def test_a_run_before_every_carry_arrived_names_what_is_missing(kit: Path, tmp_path: Path,
