@@ -22,6 +22,7 @@ pipeline and beat task code where a test must control each step.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -216,6 +217,59 @@ def test_a_redis_error_recording_a_claim_frees_the_slot_and_hands_the_job_back(
     assert rt.fleet.held_ids() == [job_id] and rt.fleet.backlog_size() == 1
     assert (rt.leases.holder(job_id) or "").startswith("granted:")
     assert server.get_job(job_id)["attempts"] == 2
+
+
+@pytest.mark.parametrize("then", ["reclaimed", "reaped"])
+def test_a_claim_whose_record_cannot_be_undone_either_goes_back_and_holds_one_slot(
+        voicy: GatedVoicy, rt: VoicyRuntime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        then: str) -> None:
+    """Redis is cut as the bridge records a claim, after the write went through, and stays cut while
+    the bridge undoes it (``bench partitions``' voicy-bridge-redis). The job still goes back to Voicy;
+    what the write left holds one backlog slot, not a second, and ends either way: the next claim of
+    the job records it whole, or, once the pending grant expires, the reaper finds the job is not ours
+    at Voicy (requeued) and forgets it, failing nothing there."""
+    server, telegram, _gate, _env = voicy
+    job_id = enqueue_fixture(server, telegram, short_item())
+    cut = threading.Event()
+
+    def unless_cut(call: Callable[..., Any]) -> Callable[..., Any]:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if cut.is_set():
+                raise redis.TimeoutError("Timeout reading from socket")
+            return call(*args, **kwargs)
+        return guarded
+
+    real_adopt = rt.fleet.adopt
+
+    def adopt_then_cut(*args: Any, **kwargs: Any) -> None:
+        real_adopt(*args, **kwargs)  # written; its answer is lost in the cut
+        cut.set()
+        raise redis.TimeoutError("Timeout reading from socket")
+
+    monkeypatch.setattr(rt.fleet, "adopt", adopt_then_cut)
+    for name in ("cancel_backlog", "forget"):
+        monkeypatch.setattr(rt.fleet, name, unless_cut(getattr(rt.fleet, name)))
+    monkeypatch.setattr(rt.leases, "release", unless_cut(rt.leases.release))
+    with caplog.at_level(logging.WARNING), pytest.raises(redis.TimeoutError):
+        VoicyBridge(rt, never_sent, never_sent).cycle()
+    assert f"job {job_id}: could not undo a failed adoption: TimeoutError" in caplog.text
+    assert f"job {job_id}: could not record the claim; handed it back to Voicy" in caplog.text
+    assert statuses(server, job_id, "failure") == [200] and server.get_job(job_id)["status"] == "queued_for_download"
+
+    cut.clear()  # the cut heals
+    monkeypatch.setattr(rt.fleet, "adopt", real_adopt)
+    assert rt.fleet.held_ids() == [job_id] and rt.fleet.backlog_size() == 1  # what the write left: one slot
+    if then == "reclaimed":
+        assert VoicyBridge(rt, never_sent, never_sent).cycle() == 1
+        held = rt.fleet.get(job_id)
+        assert held is not None and held.attempts == 2 and rt.fleet.backlog_size() == 1
+        assert (rt.leases.holder(job_id) or "").startswith("granted:")
+    else:
+        rt.redis.delete(rt.leases.key(job_id))  # the pending grant's TTL ran out
+        assert pipeline.reap(rt) == []
+        assert statuses(server, job_id, "failure") == [200, 404]  # the reaper's: not the worker's job any more
+        assert rt.fleet.held_ids() == [] and rt.fleet.backlog_size() == 0
+        assert server.get_job(job_id)["status"] == "queued_for_download" and server.get_job(job_id)["attempts"] == 1
 
 
 # ------------------------------------------------------------- 4. beat's voicy.heartbeat
