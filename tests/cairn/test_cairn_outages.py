@@ -216,20 +216,23 @@ def test_a_lease_lost_to_a_redis_restart_is_taken_back_but_never_stolen(lone_red
     """The keeper of a running Cairn job: a failed renewal is unknown, not lost; after the restart
     it sets back a lease that vanished with Redis's data, never one the job was handed on with."""
     client = sync_client(lone_redis.url)
-    leases = Leases(client, "cairn")
-    keepers = {}
-    for job, reclaim in (("kept", True), ("handed-on", True), ("voicy-style", False)):
-        leases.grant(job, f"token-{job}", WAIT_S)
-        running = leases.take(job, f"token-{job}", SHORT_LEASE_TTL_S)
-        assert running is not None
-        keepers[job] = LeaseKeeper(leases, job, running, SHORT_LEASE_TTL_S, reclaim_after_outage=reclaim)
-    services.kill(lone_redis, lose_data=True)
-    assert all(k.held() for k in keepers.values())  # Redis unreachable: unknown, still held
-    services.start_again(lone_redis)
-    wait_until(answers(client), WAIT_S, "Redis to answer again")
-    leases.grant("handed-on", "token-next", WAIT_S)  # a new delivery's grant landed first
-    held = {job: k.held() for job, k in keepers.items()}  # the first renewal after the outage
-    assert held == {"kept": True, "handed-on": False, "voicy-style": False}
-    assert leases.holder("kept") == keepers["kept"].value and not keepers["kept"].lost.is_set()
-    assert keepers["handed-on"].lost.is_set() and leases.holder("handed-on") == "granted:token-next"
-    assert keepers["voicy-style"].lost.is_set() and leases.holder("voicy-style") is None
+    try:
+        leases = Leases(client, "cairn")
+        keepers = {}
+        for job, reclaim in (("kept", True), ("handed-on", True), ("voicy-style", False)):
+            leases.grant(job, f"token-{job}", WAIT_S)
+            running = leases.take(job, f"token-{job}", SHORT_LEASE_TTL_S)
+            assert running is not None
+            keepers[job] = LeaseKeeper(leases, job, running, SHORT_LEASE_TTL_S, reclaim_after_outage=reclaim)
+        services.kill(lone_redis, lose_data=True)
+        assert all(k.held() for k in keepers.values())  # Redis unreachable: unknown, still held
+        services.start_again(lone_redis)
+        wait_until(answers(client), WAIT_S, "Redis to answer again")
+        leases.grant("handed-on", "token-next", WAIT_S)  # a new delivery's grant landed first
+        held = {job: k.held() for job, k in keepers.items()}  # the first renewal after the outage
+        assert held == {"kept": True, "handed-on": False, "voicy-style": False}
+        assert leases.holder("kept") == keepers["kept"].value and not keepers["kept"].lost.is_set()
+        assert keepers["handed-on"].lost.is_set() and leases.holder("handed-on") == "granted:token-next"
+        assert keepers["voicy-style"].lost.is_set() and leases.holder("voicy-style") is None
+    finally:
+        client.close()  # never-started keepers hold it in reference cycles: its socket closes now

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,13 @@ from tests.kit.waiting import wait_until
 from workers.lease import LeaseKeeper, Leases, new_token
 
 
-def _leases(url: str) -> Leases:
-    return Leases(redis.Redis.from_url(url), "test")
+@pytest.fixture()
+def leases(fresh_redis: str) -> Iterator[Leases]:
+    """Leases on the test's fresh Redis. Its client is closed after the test: a keeper never started
+    holds it in a reference cycle, whose socket would otherwise stay open until a collection."""
+    client = redis.Redis.from_url(fresh_redis)
+    yield Leases(client, "test")
+    client.close()
 
 
 def _running(leases: Leases, job_id: str, ttl_s: float) -> str:
@@ -29,8 +35,7 @@ def _running(leases: Leases, job_id: str, ttl_s: float) -> str:
     return running
 
 
-def test_only_one_execution_takes_a_granted_lease(fresh_redis: str) -> None:
-    leases = _leases(fresh_redis)
+def test_only_one_execution_takes_a_granted_lease(leases: Leases) -> None:
     token = new_token()
     leases.grant("job1", token, 30)
     winners: list[str] = []
@@ -51,9 +56,8 @@ def test_only_one_execution_takes_a_granted_lease(fresh_redis: str) -> None:
     assert leases.holder("job1") == winners[0]
 
 
-def test_a_grant_is_replaced_only_while_it_still_names_the_old_token(fresh_redis: str) -> None:
+def test_a_grant_is_replaced_only_while_it_still_names_the_old_token(leases: Leases) -> None:
     """The grant audit's compare-and-set: a task that took its grant keeps it; a late old task finds it gone."""
-    leases = _leases(fresh_redis)
     old, new, other = new_token(), new_token(), new_token()
     leases.grant("jobr", old, 3600)
     assert leases.replace_grant("jobr", old, new, 30)
@@ -69,8 +73,7 @@ def test_a_grant_is_replaced_only_while_it_still_names_the_old_token(fresh_redis
     assert 0 < states[0][1] <= 30_000 and states[1][1] < 0
 
 
-def test_wrong_token_cannot_take_and_hand_over_requires_the_running_value(fresh_redis: str) -> None:
-    leases = _leases(fresh_redis)
+def test_wrong_token_cannot_take_and_hand_over_requires_the_running_value(leases: Leases) -> None:
     token = new_token()
     leases.grant("job2", token, 30)
     assert leases.take("job2", new_token(), 30) is None
@@ -85,15 +88,13 @@ def test_wrong_token_cannot_take_and_hand_over_requires_the_running_value(fresh_
     assert not leases.release("job2", running)
 
 
-def test_grant_only_if_absent_never_steals(fresh_redis: str) -> None:
-    leases = _leases(fresh_redis)
+def test_grant_only_if_absent_never_steals(leases: Leases) -> None:
     leases.grant("job3", "a", 30)
     assert not leases.grant("job3", "b", 30, only_if_absent=True)
     assert leases.holder("job3") == "granted:a"
 
 
-def test_keeper_renews_and_lease_expires_without_it(fresh_redis: str) -> None:
-    leases = _leases(fresh_redis)
+def test_keeper_renews_and_lease_expires_without_it(leases: Leases, fresh_redis: str) -> None:
     client = redis.Redis.from_url(fresh_redis)
     running = _running(leases, "job4", 0.3)
     with LeaseKeeper(leases, "job4", running, 0.3) as keeper:
@@ -107,8 +108,7 @@ def test_keeper_renews_and_lease_expires_without_it(fresh_redis: str) -> None:
     assert not leases.alive("job4")
 
 
-def test_keeper_reports_a_lost_lease(fresh_redis: str) -> None:
-    leases = _leases(fresh_redis)
+def test_keeper_reports_a_lost_lease(leases: Leases) -> None:
     running = _running(leases, "job5", 0.3)
     with LeaseKeeper(leases, "job5", running, 0.3) as keeper:
         leases.grant("job5", "someone-else", 30)  # the reaper re-granted it
@@ -116,12 +116,11 @@ def test_keeper_reports_a_lost_lease(fresh_redis: str) -> None:
 
 
 @pytest.mark.parametrize("end", ["release", "hand_over"])
-def test_a_lease_the_body_ended_itself_is_not_reported_lost(fresh_redis: str, end: str,
+def test_a_lease_the_body_ended_itself_is_not_reported_lost(leases: Leases, end: str,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     """A transcription releases its lease when it is done, a download hands it over, both while the
     keeper still runs: its next renewal finds the lease gone, and that is no loss (the log budget
     found "lease lost" after every such race in a plain run)."""
-    leases = _leases(fresh_redis)
     running = _running(leases, "job7", 0.3)
     with caplog.at_level(logging.WARNING, logger="workers.lease"):
         with LeaseKeeper(leases, "job7", running, 0.3) as keeper:
@@ -134,12 +133,11 @@ def test_a_lease_the_body_ended_itself_is_not_reported_lost(fresh_redis: str, en
 
 
 @pytest.mark.parametrize("end", ["release", "hand_over"])
-def test_a_renewal_between_the_ends_write_and_its_reply_is_no_loss(fresh_redis: str, end: str,
+def test_a_renewal_between_the_ends_write_and_its_reply_is_no_loss(leases: Leases, end: str,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     """The keeper's thread renews while the body's end is on the wire: Redis runs the end, then the
     renewal, and only then does the end's reply come back. The renewal finds the lease changed; the
     end is this process's own, so it is no loss."""
-    leases = _leases(fresh_redis)
     running = _running(leases, "job8", 30)
     keeper = LeaseKeeper(leases, "job8", running, 30)  # its thread never started: the renewal is ours to place
     script = "_release" if end == "release" else "_take"
@@ -159,9 +157,8 @@ def test_a_renewal_between_the_ends_write_and_its_reply_is_no_loss(fresh_redis: 
     assert "lease lost" not in caplog.text
 
 
-def test_an_end_redis_refused_is_not_remembered(fresh_redis: str) -> None:
+def test_an_end_redis_refused_is_not_remembered(leases: Leases) -> None:
     """A release of a lease that is no longer ours ends nothing here: the keeper reports the loss."""
-    leases = _leases(fresh_redis)
     running = _running(leases, "job9", 30)
     leases.grant("job9", "someone-else", 30)  # the reaper re-granted it
     assert not leases.release("job9", running)
@@ -170,9 +167,8 @@ def test_an_end_redis_refused_is_not_remembered(fresh_redis: str) -> None:
     assert not keeper.held() and keeper.lost.is_set()
 
 
-def test_confirm_extends_only_a_matching_grant(fresh_redis: str) -> None:
+def test_confirm_extends_only_a_matching_grant(leases: Leases, fresh_redis: str) -> None:
     """Phase two of a grant: a pending grant is extended; nothing else is touched or created."""
-    leases = _leases(fresh_redis)
     client = redis.Redis.from_url(fresh_redis)
     pending_s, queued_s = 2.0, 6 * 3600.0
     token = new_token()
