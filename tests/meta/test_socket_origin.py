@@ -39,12 +39,3 @@ def test_the_failure_names_the_test_thread_and_line_that_made_the_socket(tmp_pat
     assert "test_leaky.py:7 in make_and_drop" in out, out
     assert "test_leaky.py:12 in test_leaks_a_socket_in_a_cycle" in out, out
 
-
-def test_without_the_plugin_the_failure_names_neither(tmp_path: Path) -> None:
-    """What a run printed before: the assertions above fail for want of the plugin, not of a leak."""
-    (tmp_path / "test_leaky.py").write_text(LEAKY_MODULE)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                          "-W", "error::ResourceWarning", "-W", "error::pytest.PytestUnraisableExceptionWarning",
-                          "-rA", "test_leaky.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert "FAILED test_leaky.py::test_collects_garbage" in run.stdout, run.stdout
-    assert "socket made during" not in run.stdout, run.stdout
