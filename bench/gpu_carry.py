@@ -166,10 +166,9 @@ def tracked_bytes(repo: Path) -> int | None:
     return sum((repo / name).stat().st_size for name in listed.decode().split("\0") if name and (repo / name).is_file())
 
 
-def carry_limit(repo: Path) -> int:
-    """What one carry may hold: 60 MiB, or less if a call's 64 MiB less the repository copy and a
-    manifest's room is less (without git, 60 MiB)."""
-    tracked = tracked_bytes(repo)
+def carry_limit(tracked: int | None) -> int:
+    """What one carry may hold beside ``tracked`` bytes of repository copy (:func:`tracked_bytes`): 60 MiB,
+    or less if a call's 64 MiB less the copy and a manifest's room is less (unknown copy: 60 MiB)."""
     return CARRY_LIMIT_BYTES if tracked is None else min(CARRY_LIMIT_BYTES,
                                                          CALL_LIMIT_BYTES - tracked - MANIFEST_ROOM_BYTES)
 
@@ -365,13 +364,14 @@ def main(argv: list[str] | None = None) -> int:
     repo = Path(__file__).resolve().parents[1]
     try:
         if args.command == "pack":
-            limit = int(args.limit_mib * MIB) if args.limit_mib else carry_limit(repo)
+            tracked = tracked_bytes(repo)
+            limit = int(args.limit_mib * MIB) if args.limit_mib else carry_limit(tracked)
             carries = pack(args.kit, args.into, limit)
             exclude_from_git(repo, args.into)
-            tracked = tracked_bytes(repo) or 0
+            copy = tracked or 0
             for folder in carries:
                 size = sum(p.stat().st_size for p in folder.iterdir())
-                print(f"{folder}: {size / MIB:.1f} MiB, {(size + tracked) / MIB:.1f} MiB with the repository copy "
+                print(f"{folder}: {size / MIB:.1f} MiB, {(size + copy) / MIB:.1f} MiB with the repository copy "
                       f"(a call takes {CALL_LIMIT_BYTES / MIB:.0f})")
             return 0
         home = Path(os.environ.get(HOME_ENV) or DEFAULT_HOME)

@@ -32,6 +32,7 @@ from bench.gpu_carry import (
     missing,
     pack,
     plan,
+    tracked_bytes,
 )
 
 LIMIT = 64 * 1024  # a small kit against a small limit: the same cuts as 167 MB against 60 MiB
@@ -179,15 +180,15 @@ def test_the_carry_folder_is_listed_in_git_exclude_once(tmp_path: Path) -> None:
 
 def test_a_carry_leaves_the_call_room_for_the_repository_copy(tmp_path: Path) -> None:
     """60 MiB a carry while the tracked files fit the other 4 MiB; past that, a carry shrinks with them."""
-    assert carry_limit(tmp_path) == CARRY_LIMIT_BYTES  # not a repository: the tracked files cannot be read
+    assert carry_limit(tracked_bytes(tmp_path)) == CARRY_LIMIT_BYTES  # not a repository: no tracked files to read
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / "code.py").write_bytes(b"x" * MIB)
     (tmp_path / "untracked.bin").write_bytes(b"x" * 8 * MIB)  # never carried: not in the repository copy
     subprocess.run(["git", "-C", str(tmp_path), "add", "code.py"], check=True)
-    assert carry_limit(tmp_path) == CARRY_LIMIT_BYTES
+    assert carry_limit(tracked_bytes(tmp_path)) == CARRY_LIMIT_BYTES
     (tmp_path / "fixture.bin").write_bytes(b"x" * 4 * MIB)
     subprocess.run(["git", "-C", str(tmp_path), "add", "fixture.bin"], check=True)
-    limit = carry_limit(tmp_path)
+    limit = carry_limit(tracked_bytes(tmp_path))
     assert limit < CARRY_LIMIT_BYTES and limit + 5 * MIB < CALL_LIMIT_BYTES
 
 
