@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-KIT = Path(__file__).resolve().parents[1] / "kit"
+from tests.kit.inner_pytest import run_with_plugin
 
 LEAKY_MODULE = '''
 import socket
@@ -23,11 +21,7 @@ def test_opens_nothing():
 
 
 def test_the_leak_fails_the_test_that_left_it(tmp_path: Path) -> None:
-    (tmp_path / "leak_hunt.py").write_text((KIT / "leak_hunt.py").read_text())
-    (tmp_path / "test_leaky.py").write_text(LEAKY_MODULE)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "leak_hunt", "--gc-each-test", "-p", "no:cacheprovider",
-                          "-W", "error::ResourceWarning", "-W", "error::pytest.PytestUnraisableExceptionWarning",
-                          "-rA", "test_leaky.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert "ERROR test_leaky.py::test_leaks_a_socket_in_a_cycle" in run.stdout, run.stdout
-    assert "ERROR test_leaky.py::test_opens_nothing" not in run.stdout, run.stdout
-    assert "unclosed <socket.socket" in run.stdout, run.stdout
+    out = run_with_plugin(tmp_path, "leak_hunt", "test_leaky.py", LEAKY_MODULE, "--gc-each-test")
+    assert "ERROR test_leaky.py::test_leaks_a_socket_in_a_cycle" in out, out
+    assert "ERROR test_leaky.py::test_opens_nothing" not in out, out
+    assert "unclosed <socket.socket" in out, out
