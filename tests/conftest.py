@@ -122,8 +122,9 @@ def log_budget(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[
 # The slow and model modules that took longest (wall, serially, tests/kit/cpu_profile.py on the shared box),
 # longest first: handed out first, they do not end up as the run's tail. Only an order; a module
 # missing here runs after these, in collection order.
-LONGEST_FIRST = ("test_redis_restart", "test_shutdown", "test_engine_clips", "test_voicy_stranded", "test_voicy_e2e",
-                 "test_engine_words", "test_voicy_batching", "test_engine_batched", "test_pools",
+LONGEST_FIRST = ("test_redis_restart", "test_voicy_shutdown", "test_engine_clips", "test_voicy_stranded",
+                 "test_voicy_e2e", "test_engine_words", "test_voicy_batching", "test_engine_batched", "test_pools",
+                 "test_cairn_shutdown",
                  "test_cairn_e2e", "test_voicy_grants", "test_presence_procfile", "test_nats_permissions", "test_demo",
                  "test_sentinel", "test_procfile", "test_procfile_stops", "test_cairn_outages", "test_health",
                  "test_voicy_recovery", "test_voicy_words", "test_hosts", "test_cairn_check_auth", "test_garmin_burst",
