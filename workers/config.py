@@ -10,6 +10,8 @@ from pydantic_settings import BaseSettings
 from workers.errors import ConfigError
 
 S = TypeVar("S", bound=BaseSettings)
+# pydantic's prefix for the ValueError of a validator; one that checks several variables names them itself.
+VALUE_ERROR_PREFIX = "Value error, "
 
 
 def env_name(cls: type[BaseSettings], field: str) -> str:
@@ -35,6 +37,8 @@ def load_settings(cls: type[S], **overrides: object) -> S:
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_input=False, include_url=False):
-            loc = str(err["loc"][0]) if err["loc"] else "?"
-            problems.append(f"{env_name(cls, loc)}: {err['msg']}")
+            if err["loc"]:
+                problems.append(f"{env_name(cls, str(err['loc'][0]))}: {err['msg']}")
+            else:  # a check across variables (a model validator): its message names them
+                problems.append(err["msg"].removeprefix(VALUE_ERROR_PREFIX))
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
