@@ -140,7 +140,7 @@ def _redis_connection(settings: RedisSettings) -> dict[str, Any]:
             sentinel["password"] = password
         return {"broker_transport_options": sentinel, "result_backend_transport_options": sentinel}
     if settings.redis_url.startswith("rediss://"):
-        tls = {"ssl_cert_reqs": settings.cert_reqs}
+        tls = settings.tls_options
         return {"broker_use_ssl": tls, "redis_backend_use_ssl": tls}
     return {}
 

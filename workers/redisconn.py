@@ -12,7 +12,7 @@ import redis
 import redis.asyncio as aioredis
 import redis.asyncio.sentinel as aiosentinel
 import redis.sentinel
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, FilePath, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workers import dead_peers
@@ -44,6 +44,8 @@ class RedisSettings(BaseSettings):
     # Heroku Redis presents a self-signed certificate: its documented setting is ``none``.
     ssl_cert_reqs: Literal["none", "optional", "required"] = Field(default="none",
                                                                    validation_alias="REDIS_SSL_CERT_REQS")
+    # The CA bundle (PEM) a ``rediss://`` server's certificate is checked against; the system's CAs if unset.
+    ssl_ca_certs: FilePath | None = Field(default=None, validation_alias="REDIS_SSL_CA_CERTS")
 
     @field_validator("redis_url")
     @classmethod
@@ -60,13 +62,25 @@ class RedisSettings(BaseSettings):
             raise ValueError("REDIS_SENTINEL_MASTER must name the master when REDIS_URL lists Sentinels")
         return self
 
+    @model_validator(mode="after")
+    def _ca_checked(self) -> RedisSettings:
+        """A CA bundle that ``none`` would never read is a mistake, not a choice: say so at start."""
+        if self.ssl_ca_certs is not None and self.ssl_cert_reqs == "none":
+            raise ValueError("REDIS_SSL_CA_CERTS is set, but REDIS_SSL_CERT_REQS=none checks no certificate: "
+                             "set REDIS_SSL_CERT_REQS=required")
+        return self
+
     @property
     def sentinel(self) -> bool:
         return is_sentinel(self.redis_url)
 
     @property
-    def cert_reqs(self) -> int:
-        return SSL_CERT_REQS[self.ssl_cert_reqs]
+    def tls_options(self) -> dict[str, Any]:
+        """What every client of a ``rediss://`` URL is given (redis-py's, kombu's and Celery's names)."""
+        options: dict[str, Any] = {"ssl_cert_reqs": SSL_CERT_REQS[self.ssl_cert_reqs]}
+        if self.ssl_ca_certs is not None:
+            options["ssl_ca_certs"] = str(self.ssl_ca_certs)
+        return options
 
 
 @dataclass(frozen=True)
@@ -138,7 +152,7 @@ def _sentinel_args(url: str) -> tuple[SentinelURL, dict[str, Any]]:
 
 def _url_options(url: str) -> dict[str, Any]:
     if url.startswith("rediss://"):
-        return {"ssl_cert_reqs": redis_settings().cert_reqs}
+        return redis_settings().tls_options
     return {}
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from tasks.hardening import (
     consumer,
     lost_acks,
+    masked_url,
     prefork,
     quick_drain,
     result_backend,
@@ -22,7 +23,7 @@ from tasks.hardening import (
 # In the order they are installed: the configuration the first four rewrite must be in place already
 # (``tasks.settings.celery_config``); the rest hook signals, bootsteps and loggers.
 HARDENING: tuple[ModuleType, ...] = (transport, result_backend, consumer, scheduler, startup_stop, stop_consuming,
-                                     quick_drain, stop_timers, thread_stop, lost_acks, prefork)
+                                     quick_drain, stop_timers, thread_stop, lost_acks, masked_url, prefork)
 
 
 def install(app: Any) -> None:

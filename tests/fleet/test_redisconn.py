@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import ssl
 import uuid
 
 import pytest
@@ -36,7 +37,7 @@ SENTINELS = "sentinel://:pw@10.0.0.1:26379/2;sentinel://10.0.0.2:26380;sentinel:
 
 @pytest.fixture()
 def env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for key in ("REDIS_URL", "REDIS_SENTINEL_MASTER", "REDIS_SSL_CERT_REQS"):
+    for key in ("REDIS_URL", "REDIS_SENTINEL_MASTER", "REDIS_SSL_CERT_REQS", "REDIS_SSL_CA_CERTS"):
         monkeypatch.delenv(key, raising=False)
     return monkeypatch
 
@@ -89,7 +90,11 @@ def test_celery_config_for_a_plain_and_a_tls_url(env: pytest.MonkeyPatch) -> Non
     env.setenv("REDIS_URL", "rediss://h:6380/0")
     env.setenv("REDIS_SSL_CERT_REQS", "required")
     conf = celery_config()
-    assert conf["broker_use_ssl"]["ssl_cert_reqs"] == conf["redis_backend_use_ssl"]["ssl_cert_reqs"] == 2
+    assert conf["broker_use_ssl"] == conf["redis_backend_use_ssl"] == {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+    env.setenv("REDIS_SSL_CA_CERTS", __file__)  # any file: only read when a connection is made
+    conf = celery_config()
+    assert conf["broker_use_ssl"] == conf["redis_backend_use_ssl"] == {"ssl_cert_reqs": ssl.CERT_REQUIRED,
+                                                                        "ssl_ca_certs": __file__}
 
 
 def test_sync_client_on_a_plain_url_talks_to_that_server(redis_url: str) -> None:
