@@ -26,7 +26,7 @@ from workers.config import load_settings
 from workers.errors import AuthError, ConfigError, RetryableJobError, StaleJobError
 from workers.logs import redact, setup_logging
 from workers.providers.registry import get_provider
-from workers.redisconn import shown_url, sync_client
+from workers.redisconn import shown_url, sync_client, tls_failure
 from workers.transcribe.engine import create_engine
 from workers.voicy.client import VoicyClient
 from workers.voicy.media_store import media_store_from_url
@@ -91,6 +91,8 @@ def check_redis() -> str:
     try:
         client.ping()
     except redis.RedisError as exc:
+        if (tls := tls_failure(exc)) is not None:
+            raise RuntimeError(f"REDIS_URL {shown_url(url)}: {tls}") from None
         raise RuntimeError(f"cannot reach REDIS_URL {shown_url(url)} ({type(exc).__name__}); start Redis or fix "
                            "REDIS_URL") from None
     finally:

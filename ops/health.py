@@ -25,7 +25,7 @@ from workers.config import load_settings
 from workers.errors import ConfigError
 from workers.logs import redact, setup_logging
 from workers.providers.registry import get_provider
-from workers.redisconn import shown_url, sync_client
+from workers.redisconn import shown_url, sync_client, tls_failure
 
 DEFAULT_TIMEOUT_S = 5.0  # each network call: Redis, the NATS connect, each JetStream request
 PRESENCE_LIVE_S = 45.0  # core counts a presence record live this long (reference/cairn.md §2.10)
@@ -275,8 +275,10 @@ def verdict(timeout_s: float = DEFAULT_TIMEOUT_S, clear: bool = False) -> list[C
         except Exception as exc:  # noqa: BLE001 - any Redis failure is this part's answer
             names = ["beat lock", *(f"pool {q}" for q in QUEUES_VOICY if voicy_on),
                      *(["voicy bridge"] if voicy_on else []), "faults"]
-            checks = [Check("redis", FAIL, f"cannot reach REDIS_URL {shown_url(fleet.redis_url)} "
-                                           f"({type(exc).__name__}); nothing of the fleet works without it"),
+            tls = tls_failure(exc)
+            why = f"REDIS_URL {shown_url(fleet.redis_url)}: {tls}" if tls is not None else \
+                f"cannot reach REDIS_URL {shown_url(fleet.redis_url)} ({type(exc).__name__})"
+            checks = [Check("redis", FAIL, f"{why}; nothing of the fleet works without it"),
                       *(Check(name, SKIP, "needs Redis") for name in names)]
             pools_seen: dict[str, PoolView] = {}
         else:

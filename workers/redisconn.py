@@ -150,6 +150,24 @@ def _sentinel_args(url: str) -> tuple[SentinelURL, dict[str, Any]]:
     return parsed, master_kwargs
 
 
+def tls_failure(exc: BaseException) -> str | None:
+    """Why TLS failed under a Redis client's error, in words that say what to change; None if it did not.
+
+    redis-py reports a refused certificate as a ``ConnectionError`` like any unreachable server, so an
+    operator told only "cannot reach REDIS_URL" would look for a Redis that is up and answering.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return (f"its TLS certificate was refused ({seen.verify_message}): name the CA that signed it in "
+                    "REDIS_SSL_CA_CERTS, or set REDIS_SSL_CERT_REQS=none as Heroku Redis documents")
+        if isinstance(seen, ssl.SSLError) or "handshake operation timed out" in str(seen):
+            return (f"the TLS handshake failed ({seen}): a rediss:// REDIS_URL needs a server that speaks TLS "
+                    "on that port")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _url_options(url: str) -> dict[str, Any]:
     if url.startswith("rediss://"):
         return redis_settings().tls_options

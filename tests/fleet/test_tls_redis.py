@@ -35,13 +35,15 @@ from devstack.infra import services
 from devstack.infra.log_budget import Allow
 from devstack.infra.services import free_port
 from devstack.infra.tls_front import TlsFront
+from ops import health
+from ops.doctor import check_redis
 from tasks import hardening
 from tasks.hardening import masked_url
 from tasks.settings import celery_config
 from tests.kit.waiting import wait_until
 from workers.config import load_settings
 from workers.errors import ConfigError
-from workers.redisconn import RedisSettings, async_client, sync_client
+from workers.redisconn import RedisSettings, async_client, sync_client, tls_failure
 
 LOG_BUDGET_ALLOW = [
     Allow(r"Setting ssl_cert_reqs=CERT_NONE when connecting to redis",
@@ -121,14 +123,35 @@ def test_every_kind_of_client_speaks_tls_and_checks_what_it_is_told(tls_env: pyt
     assert front.sessions >= 4  # each came in through TLS: the plain port was never named to them
 
 
-def test_a_certificate_no_trusted_ca_signed_is_refused_with_the_cause(tls_env: pytest.MonkeyPatch) -> None:
+def test_a_certificate_no_trusted_ca_signed_is_refused_and_the_operators_tools_say_why(
+        tls_env: pytest.MonkeyPatch, front: TlsFront) -> None:
     tls_env.delenv("REDIS_SSL_CA_CERTS")  # required, against the system's CAs: ours is not among them
     client = sync_client()
     try:
-        with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
+        with pytest.raises(redis.ConnectionError, match="certificate verify failed") as refused:
             client.ping()
     finally:
         client.close()
+    assert "REDIS_SSL_CA_CERTS" in (tls_failure(refused.value) or "")
+    # the doctor and the health verdict name the certificate, not an unreachable Redis
+    with pytest.raises(RuntimeError) as said:
+        check_redis()
+    assert str(said.value) == (f"REDIS_URL {front.url()}: its TLS certificate was refused (unable to get local "
+                               "issuer certificate): name the CA that signed it in REDIS_SSL_CA_CERTS, or set "
+                               "REDIS_SSL_CERT_REQS=none as Heroku Redis documents")
+    [redis_part] = [check for check in health.verdict(timeout_s=CONNECT_BOUND_S) if check.name == "redis"]
+    assert redis_part.failed and redis_part.detail.startswith(
+        f"REDIS_URL {front.url()}: its TLS certificate was refused"), redis_part
+
+
+def test_a_plain_redis_behind_a_rediss_url_is_named_a_failed_handshake(tls_env: pytest.MonkeyPatch,
+                                                                        redis_service: services.Service) -> None:
+    tls_env.setenv("REDIS_URL", redis_service.url.replace("redis://", "rediss://"))
+    tls_env.setenv("REDIS_SSL_CERT_REQS", "none")
+    tls_env.delenv("REDIS_SSL_CA_CERTS")
+    with pytest.raises(RuntimeError, match="the TLS handshake failed .*: a rediss:// REDIS_URL needs a server that "
+                                           "speaks TLS on that port"):
+        check_redis()
 
 
 def test_a_ca_bundle_that_would_not_be_read_or_is_missing_stops_the_start(tls_env: pytest.MonkeyPatch,
