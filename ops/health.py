@@ -275,9 +275,8 @@ def verdict(timeout_s: float = DEFAULT_TIMEOUT_S, clear: bool = False) -> list[C
         except Exception as exc:  # noqa: BLE001 - any Redis failure is this part's answer
             names = ["beat lock", *(f"pool {q}" for q in QUEUES_VOICY if voicy_on),
                      *(["voicy bridge"] if voicy_on else []), "faults"]
-            tls = tls_failure(exc)
-            why = f"REDIS_URL {shown_url(fleet.redis_url)}: {tls}" if tls is not None else \
-                f"cannot reach REDIS_URL {shown_url(fleet.redis_url)} ({type(exc).__name__})"
+            url, tls = shown_url(fleet.redis_url), tls_failure(exc)
+            why = f"REDIS_URL {url}: {tls}" if tls else f"cannot reach REDIS_URL {url} ({type(exc).__name__})"
             checks = [Check("redis", FAIL, f"{why}; nothing of the fleet works without it"),
                       *(Check(name, SKIP, "needs Redis") for name in names)]
             pools_seen: dict[str, PoolView] = {}
