@@ -44,8 +44,9 @@ class TlsFront:
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
-    def url(self, db: int = 0) -> str:
-        return f"rediss://{LOOPBACK}:{self.port}/{db}"
+    def url(self, db: int = 0, password: str | None = None) -> str:
+        auth = f":{password}@" if password else ""
+        return f"rediss://{auth}{LOOPBACK}:{self.port}/{db}"
 
     def stop(self) -> None:
         """Close the listener and every connection, then end the loop's thread."""

@@ -8,7 +8,7 @@ default); an operator who has the CA names it (``REDIS_SSL_CA_CERTS``) and sets
 ``required``. Every kind of client is tried in both: redis-py's blocking and
 asyncio clients (leases, fleet records, RedBeat, the bridges) and Celery's broker
 and result backend (kombu, Celery's Redis backend); the whole Procfile fleet runs
-on Heroku's setting.
+on Heroku's setting, with a Redis password in its URL that no log shows (S1).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ JOBS_BOUND_S = 240.0
 PRESENCE_BOUND_S = 60.0
 FLOWER_BOUND_S = 60.0
 HEALTH_BOUND_S = 120.0
+REDIS_PASSWORD = "sy-heroku-redis-SECRET-5d2e"  # S1: in REDIS_URL, and in no log, verdict or metric
 CONNECT_BOUND_S = 10.0  # a loopback handshake; only a broken client takes longer
 
 
@@ -178,20 +179,25 @@ def test_the_masked_broker_url_in_a_conf_reply_logs_no_tls_warning_a_bare_connec
 
 
 class HerokuRedisRig(ChaosRig):
-    """The chaos rig's stack and the Procfile fleet, the fleet given only a TLS front to Redis."""
+    """The chaos rig's stack and the Procfile fleet, the fleet given only a TLS front to a Redis that
+    asks for a password, as a Heroku Redis URL (``rediss://:<password>@host:port``) does."""
 
     front: TlsFront | None = None
 
     def _start_redis(self) -> services.Service:
         plain = super()._start_redis()
+        client = redis.Redis.from_url(plain.url)
+        client.config_set("requirepass", REDIS_PASSWORD)
+        client.close()
+        plain.url = plain.url.replace("redis://", f"redis://:{REDIS_PASSWORD}@")  # the rig's own reads, past the front
         self.front = TlsFront(plain.port, self.workdir / "tls").start()
-        return plain  # the rig's own counts read Redis directly
+        return plain
 
     def _fleet_env(self, token: str) -> dict[str, str]:
         env = super()._fleet_env(token)
         assert self.front is not None
-        env.update({"REDIS_URL": self.front.url(), "REDIS_SSL_CERT_REQS": "none", "PORT": str(free_port()),
-                    "FLOWER_USER": "ops", "FLOWER_PASSWORD": "sy-flower-tls"})
+        env.update({"REDIS_URL": self.front.url(password=REDIS_PASSWORD), "REDIS_SSL_CERT_REQS": "none",
+                    "PORT": str(free_port()), "FLOWER_USER": "ops", "FLOWER_PASSWORD": "sy-flower-tls"})
         return env
 
     def stop(self) -> None:
@@ -270,3 +276,8 @@ def test_the_procfile_fleet_runs_on_heroku_redis(log_budget: list, rig: HerokuRe
                              timeout=HEALTH_BOUND_S, check=False)
     assert verdict.returncode == 0 and "HEALTHY" in verdict.stdout, verdict.stdout + verdict.stderr
     assert rig.front.sessions >= len(DYNOS)  # every process came in through TLS
+    # S1: Redis's password, in every process's REDIS_URL, is in none of their logs
+    assert REDIS_PASSWORD not in verdict.stdout + verdict.stderr + metrics
+    rig.supervisor.stop()  # the logs whole, stops included
+    leaks = [d.name for d in rig.supervisor.dynos if REDIS_PASSWORD in d.log_path.read_text(errors="replace")]
+    assert not leaks, leaks
