@@ -209,8 +209,7 @@ class ChaosRig:
             if voicy_done and cairn_done:
                 return time.monotonic() - started
             time.sleep(READY_POLL_S)  # the dev servers' records have no event to await across threads
-        logs = "\n".join(f"--- {d.name}\n{d.log_path.read_text(errors='replace')[-2000:]}"
-                         for d in self.supervisor.dynos) if self.supervisor else ""
+        logs = self.supervisor.log_tails() if self.supervisor else ""
         raise RuntimeError(f"the fleet did not finish its warm-up jobs in {READY_TIMEOUT_S:.0f} s\n{logs}")
 
     # --- load ----------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ MAX_RESTART_DELAY_S = 10.0
 STABLE_AFTER_S = 30.0  # a dyno up this long is healthy again: its restart delay resets
 KILL_ATTRIBUTION_S = 5.0  # an exit this soon after the harness SIGKILLed the dyno is the harness's doing
 STOP_GRACE_S = 20.0
+LOG_TAIL_CHARS = 3000  # of each dyno's log in a failure message: the lines that explain it come last
 
 
 @dataclass
@@ -182,6 +183,10 @@ class Supervisor:
         """Exits the harness did not cause: a process that died by itself."""
         with self._lock:
             return [e for e in self.exits if not e.killed_by_harness]
+
+    def log_tails(self, chars: int = LOG_TAIL_CHARS) -> str:
+        """Every dyno's log, its last ``chars`` characters under the dyno's name: what a failure shows."""
+        return "\n".join(f"--- {d.name}\n{d.log_path.read_text(errors='replace')[-chars:]}" for d in self.dynos)
 
     def stop(self) -> None:
         """SIGTERM every dyno's group at once, then SIGKILL the groups that outlive ``STOP_GRACE_S``."""

@@ -118,7 +118,7 @@ def parse_blob_job(rig: AllFeaturesRig, fetch: dict[str, Any]) -> dict[str, Any]
 
 def dyno_logs(rig: AllFeaturesRig) -> str:
     assert rig.supervisor is not None
-    return "\n".join(f"--- {d.name}\n{d.log_path.read_text(errors='replace')[-3000:]}" for d in rig.supervisor.dynos)
+    return rig.supervisor.log_tails()
 
 
 def health(rig: AllFeaturesRig) -> subprocess.CompletedProcess[str]:

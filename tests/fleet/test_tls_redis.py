@@ -221,7 +221,7 @@ def rig(tmp_path: Path) -> Iterator[HerokuRedisRig]:
 
 def dyno_logs(rig: HerokuRedisRig) -> str:
     assert rig.supervisor is not None
-    return "\n".join(f"--- {d.name}\n{d.log_path.read_text(errors='replace')[-3000:]}" for d in rig.supervisor.dynos)
+    return rig.supervisor.log_tails()
 
 
 def flower_metrics(rig: HerokuRedisRig) -> str | None:
