@@ -11,6 +11,7 @@ from pathlib import Path
 
 from devstack.demo import Demo
 from devstack.infra.cairn_stack import CA_OVERRIDES
+from devstack.infra.services import free_port
 from devstack.interrupts import signals_ignored, stop_on_ctrl_c, wait_for_ctrl_c
 
 # The first line of every .env this writes: only such a file is overwritten, or deleted at the stop.
@@ -60,7 +61,8 @@ def parser() -> argparse.ArgumentParser:
                    help="where to write the variables (default: %(default)s, which honcho reads); a file this "
                         "command did not write is never replaced")
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
-                   help="PORT in the file: honcho's base port, Flower's (default: %(default)s)")
+                   help="PORT in the file: honcho's base port, Flower's (default: %(default)s); 0 for a free "
+                        "one, chosen with the stack's own ports so that none of its services takes it")
     return p
 
 
@@ -74,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     stack = Demo(short=True, tmp=tmp, log_dir=tmp / "logs")
     try:
         stack.start_stack()
-        env = stack.fleet_env()
-        args.env.write_text(dotenv(env, args.port))
+        env, port = stack.fleet_env(), args.port or free_port()
+        args.env.write_text(dotenv(env, port))
         args.env.chmod(0o600)  # it holds the dev stack's tokens
-        say(f"wrote {args.env}; Flower will be on http://127.0.0.1:{args.port} (user {env['FLOWER_USER']}, "
+        say(f"wrote {args.env}; Flower will be on http://127.0.0.1:{port} (user {env['FLOWER_USER']}, "
             f"password {env['FLOWER_PASSWORD']})")
         say("now, in another terminal:  . .venv/bin/activate && honcho start")
         say("ready; press Ctrl-C to stop the services (stop honcho first)")

@@ -14,7 +14,6 @@ import pytest
 from devstack import serve
 from devstack.infra.procfile import entries
 from devstack.infra.procs import Proc, spawn
-from devstack.infra.services import free_port
 from tests.kit.procfile import ROOT, SHELL, VENV_BIN
 from tests.kit.waiting import wait_until
 
@@ -48,11 +47,15 @@ def honcho(args: str, env_file: Path) -> str:
 
 @pytest.fixture()
 def services(tmp_path: Path) -> Iterator[tuple[Proc, Path]]:
-    """``make stack`` (``python -m devstack.serve``), writing this test's env file, until the test ends."""
-    env_file, port = tmp_path / "stack.env", free_port()
+    """``make stack`` (``python -m devstack.serve``), writing this test's env file, until the test ends.
+
+    Flower's port is the stack's own choice (``--port 0``): one this process chose would come from the
+    same block of ports (``devstack.infra.ports``) as the stack's services, which might take it first.
+    """
+    env_file = tmp_path / "stack.env"
     # Started as a background command of a script is (SIGINT ignored, and inherited by make and the stack),
     # whatever the suite itself was started under: the Ctrl-C below must stop it all the same.
-    proc = spawn([SHELL, "-c", f"{IGNORE_SIGINT} {STACK_COMMAND} ARGS='--env {env_file} --port {port}'"],
+    proc = spawn([SHELL, "-c", f"{IGNORE_SIGINT} {STACK_COMMAND} ARGS='--env {env_file} --port 0'"],
                  shell_env(), tmp_path / "stack.out", stop_timeout_s=HONCHO_STOP_S)
     try:
         wait_until(lambda: "ready; press Ctrl-C" in proc.log() or proc.proc.poll() is not None, STACK_READY_S,
