@@ -27,7 +27,7 @@ from devstack.infra.log_budget import Allow
 from devstack.infra.procs import Proc
 from tasks.hardening.transport import queue_keys
 from tasks.routes import provider_queue
-from tests.kit.cairn_stack import WAIT_S, CairnStack
+from tests.kit.cairn_stack import WAIT_S, CairnStack, started_stack
 from tests.kit.dyno_stop import HEROKU_KILL_AFTER_S, QUICK_DRAIN_LIMIT_S, WORKER_EXIT_GRACE_S
 from tests.kit.garmin_stack import GarminStack
 from tests.kit.waiting import wait_until
@@ -45,11 +45,8 @@ LOG_BUDGET_ALLOW = [
 # --------------------------------------------------------------------------- Cairn bridge
 @pytest.fixture()
 def cairn(tmp_path: Path, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
-    stack = CairnStack(tmp_path, redis_url, s3_endpoint).start()
-    try:
+    with started_stack(tmp_path, redis_url, s3_endpoint) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 def _queued_cairn_tasks(r: redis.Redis, pool: str) -> list[str]:

@@ -30,7 +30,7 @@ import pytest
 import redis
 
 from devstack.fakes.cairn_core.scheduler import PRESENCE_LIVE_S
-from tests.kit.cairn_stack import CairnStack
+from tests.kit.cairn_stack import CairnStack, started_stack
 from tests.kit.procfile import ProcfileProcess, fleet_env
 from tests.kit.waiting import wait_until
 from workers.cairn.settings import DEFAULT_PRESENCE_INTERVAL_S, CairnTimings
@@ -51,11 +51,8 @@ WEBHOOK_PRESENCE_INTERVAL_S = 2.0  # the flag and one renewal are the point here
 
 @pytest.fixture()
 def stack(tmp_path: Path, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
-    s = CairnStack(tmp_path, redis_url, s3_endpoint).start()
-    try:
+    with started_stack(tmp_path, redis_url, s3_endpoint) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def _seen(record: dict[str, object]) -> datetime:

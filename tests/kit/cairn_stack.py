@@ -196,12 +196,19 @@ class CairnStack:
 
 
 @contextlib.contextmanager
-def running_stack(tmp: Path, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
-    """A started stack with one provider worker and a bridge, stopped on exit (a module fixture's body)."""
+def started_stack(tmp: Path, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
+    """A started stack, its workers and bridges left to the test, stopped on exit (a fixture's body)."""
     s = CairnStack(tmp, redis_url, s3_endpoint).start()
     try:
-        s.start_worker()
-        s.start_bridge()
         yield s
     finally:
         s.stop()
+
+
+@contextlib.contextmanager
+def running_stack(tmp: Path, redis_url: str, s3_endpoint: str) -> Iterator[CairnStack]:
+    """A started stack with one provider worker and a bridge, stopped on exit (a module fixture's body)."""
+    with started_stack(tmp, redis_url, s3_endpoint) as s:
+        s.start_worker()
+        s.start_bridge()
+        yield s
